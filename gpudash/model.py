@@ -1,0 +1,145 @@
+"""Immutable snapshots of one GPU host: GPUs, the processes that matter, their units.
+
+A value the host does not report is ``None`` (shown as N/A, written as JSON ``null``),
+never 0 and never an exception: a driver that cannot tell power draw must not make the
+dashboard claim 0 W.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    """One GPU as the driver reported it at sample time."""
+
+    index: int
+    uuid: str | None = None
+    name: str | None = None
+    memory_total_mib: int | None = None
+    memory_used_mib: int | None = None
+    memory_reserved_mib: int | None = None
+    utilization_pct: int | None = None
+    temperature_c: int | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    error: str | None = None  # e.g. "GPU is lost": the row stays, its values are N/A
+
+    @property
+    def memory_free_mib(self) -> int | None:
+        if self.memory_total_mib is None or self.memory_used_mib is None:
+            return None
+        return self.memory_total_mib - self.memory_used_mib
+
+
+@dataclass(frozen=True, slots=True)
+class Process:
+    """A process that holds GPU memory or belongs to a unit that does.
+
+    ``(pid, start_ticks)`` is the identity of a process: pids are recycled, the start time
+    (``/proc/PID/stat`` field 22, clock ticks since boot) is not. Every signal the engine
+    sends is checked against it on the host.
+    """
+
+    pid: int
+    ppid: int | None = None
+    start_ticks: int | None = None
+    started_at: float | None = None  # epoch seconds, for "age"
+    state: str | None = None  # R S D Z T I as in /proc/PID/stat
+    user: str | None = None
+    name: str = ""  # comm
+    cmdline: str = ""  # untrusted text from the host: shown literally, never interpreted
+    cgroup: str | None = None  # e.g. /system.slice/vllm-minimax-m25.service
+    unit: str | None = None  # e.g. vllm-minimax-m25.service, session-4.scope
+    gpu_memory_mib: Mapping[int, int | None] = field(default_factory=dict)
+
+    @property
+    def holds_gpu_memory(self) -> bool:
+        return any(v is None or v > 0 for v in self.gpu_memory_mib.values())
+
+    @property
+    def total_gpu_memory_mib(self) -> int:
+        return sum(v for v in self.gpu_memory_mib.values() if v is not None)
+
+    @property
+    def identity(self) -> tuple[int, int | None]:
+        return (self.pid, self.start_ticks)
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """The systemd properties that decide what stopping or killing will do."""
+
+    name: str
+    active_state: str | None = None  # active, inactive, failed, activating, deactivating
+    sub_state: str | None = None  # running, dead, auto-restart, ...
+    unit_file_state: str | None = None  # enabled, disabled, masked, static
+    restart: str | None = None  # no, always, on-failure, ...
+    kill_mode: str | None = None  # control-group, process, mixed, none
+    n_restarts: int | None = None
+    main_pid: int | None = None  # None when systemd reports 0
+    control_group: str | None = None
+    description: str | None = None
+
+    @property
+    def is_down(self) -> bool:
+        return self.active_state in ("inactive", "failed")
+
+
+class SourceKind(str, Enum):
+    NVML = "nvml"
+    NVIDIA_SMI = "nvidia-smi"
+    DEMO = "demo"
+    SHELL = "shell"  # plain-shell fallback on a host without python3: degraded
+
+
+@dataclass(frozen=True, slots=True)
+class HostSnapshot:
+    """Everything known about one host at one instant."""
+
+    host: str
+    taken_at: float  # epoch seconds on the collecting side's clock
+    gpus: tuple[Gpu, ...] = ()
+    processes: tuple[Process, ...] = ()
+    units: tuple[Unit, ...] = ()
+    source: SourceKind = SourceKind.NVML
+    degraded: bool = False
+    errors: tuple[str, ...] = ()  # problems the collector met but survived
+    can_act: bool = True  # the login may run systemctl / signal processes
+    cannot_act_reason: str | None = None
+
+    def process(self, pid: int) -> Process | None:
+        for p in self.processes:
+            if p.pid == pid:
+                return p
+        return None
+
+    def unit(self, name: str) -> Unit | None:
+        for u in self.units:
+            if u.name == name:
+                return u
+        return None
+
+    def gpu(self, index: int) -> Gpu | None:
+        for g in self.gpus:
+            if g.index == index:
+                return g
+        return None
+
+    def used_by_gpu(self) -> dict[int, int | None]:
+        return {g.index: g.memory_used_mib for g in self.gpus}
+
+
+def unit_name(name: str) -> str:
+    """Normalise a unit name given by a user: ``vllm`` -> ``vllm.service``."""
+    if "." in name.rsplit("/", 1)[-1] and name.rsplit(".", 1)[-1] in UNIT_SUFFIXES:
+        return name
+    return name + ".service"
+
+
+UNIT_SUFFIXES = frozenset(
+    {"service", "scope", "slice", "socket", "target", "mount", "timer", "path", "swap"}
+)

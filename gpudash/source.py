@@ -1,0 +1,94 @@
+"""What the dashboard, the CLI and the engine need from a host, wherever it is.
+
+Three kinds of host implement this: the demo (simulated), local (this machine) and
+remote (SSH). The UI and the engine see only these protocols.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from enum import Enum
+from typing import Protocol, runtime_checkable
+
+from gpudash.model import HostSnapshot
+
+
+class SourceError(Exception):
+    """A host could not be read. The message is shown to the operator as is."""
+
+
+class ConnectError(SourceError):
+    """The host cannot be reached or refused us (auth, host key, timeout)."""
+
+
+class HostKeyError(ConnectError):
+    """The host's key is unknown or changed: never connect silently."""
+
+
+class LinkLost(SourceError):
+    """An established link dropped; the source may be reconnected."""
+
+
+class ProtocolError(SourceError):
+    """The host sent something that is not a snapshot."""
+
+
+class SignalOutcome(str, Enum):
+    SENT = "sent"  # identity verified on the host, signal delivered
+    GONE = "gone"  # no such process any more: nothing to do
+    MISMATCH = "mismatch"  # pid now belongs to another process: refused
+    DENIED = "denied"  # EPERM
+    UNKNOWN = "unknown"  # the link dropped while asking: re-verify
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    """Outcome of a command run on the host (``systemctl stop X``)."""
+
+    argv: tuple[str, ...]
+    returncode: int | None  # None: outcome unknown (link lost)
+    output: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+@runtime_checkable
+class HostControl(Protocol):
+    """Acting on one host. Every method is safe to call with any validated input."""
+
+    async def systemctl(self, verb: str, unit: str) -> CommandResult:
+        """Run ``systemctl VERB UNIT`` (verb: stop, disable, start, enable)."""
+        ...
+
+    async def signal(self, pid: int, start_ticks: int | None, sig: int) -> SignalOutcome:
+        """Send ``sig`` to ``pid`` only if its start time on the host is ``start_ticks``."""
+        ...
+
+    async def sample(self) -> HostSnapshot:
+        """A fresh snapshot, taken now."""
+        ...
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait on the host's clock (the demo's runs faster than real time)."""
+        ...
+
+
+@runtime_checkable
+class HostSource(Protocol):
+    """A stream of snapshots from one host, plus the means to act on it."""
+
+    name: str
+
+    def stream(self, interval: float) -> AsyncIterator[HostSnapshot]:
+        """Snapshots every ``interval`` seconds until closed. Raises ``SourceError``."""
+        ...
+
+    @property
+    def control(self) -> HostControl:
+        ...
+
+    async def close(self) -> None:
+        ...
