@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +89,7 @@ class Unit:
         return self.active_state in ("inactive", "failed")
 
 
-class SourceKind(str, Enum):
+class SourceKind(StrEnum):
     NVML = "nvml"
     NVIDIA_SMI = "nvidia-smi"
     DEMO = "demo"

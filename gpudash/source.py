@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
 from gpudash.model import HostSnapshot
@@ -34,7 +34,7 @@ class ProtocolError(SourceError):
     """The host sent something that is not a snapshot."""
 
 
-class SignalOutcome(str, Enum):
+class SignalOutcome(StrEnum):
     SENT = "sent"  # identity verified on the host, signal delivered
     GONE = "gone"  # no such process any more: nothing to do
     MISMATCH = "mismatch"  # pid now belongs to another process: refused

@@ -1,0 +1,368 @@
+"""The demo host: a simulated 8-GPU box that replays the incident, faithfully.
+
+``vllm-minimax-m25`` (Restart=always, KillMode=process, enabled) runs a main process
+and 8 tensor-parallel workers holding ~96.8 GiB on each GPU. ``kill -9`` of the main
+makes systemd respawn it (a second set of workers appears, squeezed into what is left)
+and orphans the old workers; ``systemctl stop`` kills only the main and leaves the
+workers under PID 1; memory comes back a short delay after its holder dies; one worker
+ignores SIGTERM; alice's notebook kernel holds 2 GiB on GPU 0 and must never be touched.
+
+It runs on simulated time: ``speed`` simulated seconds pass per real second, so tests
+play minutes of incident in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import signal as _signal
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from gpudash.model import Gpu, HostSnapshot, Process, SourceKind, Unit, unit_name
+from gpudash.source import CommandResult, HostControl, SignalOutcome
+
+HZ = 100  # clock ticks per second, as in /proc/PID/stat
+GPU_NAME = "NVIDIA RTX PRO 6000 Blackwell"
+GPU_TOTAL_MIB = 97887
+MODEL_MIB = 96801  # per GPU, as nvidia-smi showed in the incident
+NOTEBOOK_MIB = 2048
+RESPAWN_MIB = 612  # a respawned worker's CUDA context, before it fails to load the model
+MINIMAX = "vllm-minimax-m25.service"
+SERVER_CMD = (
+    "python3 -m vllm.entrypoints.openai.api_server --model MiniMaxAI/MiniMax-M2.5 "
+    "--tensor-parallel-size 8 --enable-expert-parallel --port 8000"
+)
+
+
+@dataclass(slots=True)
+class SimProcess:
+    pid: int
+    ppid: int
+    start_ticks: int
+    user: str
+    name: str
+    cmdline: str
+    unit: str | None
+    gpu_memory_mib: dict[int, int] = field(default_factory=dict)
+    ignores_term: bool = False
+    state: str = "S"
+
+
+@dataclass(slots=True)
+class SimUnit:
+    name: str
+    description: str
+    restart: str = "always"
+    kill_mode: str = "process"
+    unit_file_state: str = "enabled"
+    active: bool = True
+    n_restarts: int = 0
+    main_pid: int | None = None
+    restart_at: float | None = None  # simulated time of a pending automatic restart
+    restart_sec: float = 1.0
+
+
+class DemoHost(HostControl):
+    """A simulated host. Implements both ``HostSource`` and ``HostControl``."""
+
+    def __init__(
+        self,
+        name: str = "demo-gpu01",
+        *,
+        speed: float = 1.0,
+        release_delay: float = 2.0,
+        seed: int = 7,
+        read_only: bool = False,
+    ) -> None:
+        self.name = name
+        self.speed = speed
+        self.release_delay = release_delay
+        self.read_only = read_only
+        self._rng = random.Random(seed)
+        self._t0_real = time.monotonic()
+        self._boot_epoch = time.time() - 3 * 86400  # booted three days ago
+        self._t0_sim = 3 * 86400.0  # simulated seconds since boot at start
+        self._next_pid = 215000
+        self.processes: dict[int, SimProcess] = {}
+        self.units: dict[str, SimUnit] = {}
+        self._releases: list[tuple[float, int, int]] = []  # (at, gpu, mib)
+        self._build_incident()
+
+    # --- simulated clock ------------------------------------------------------------
+
+    def now(self) -> float:
+        """Simulated seconds since boot."""
+        return self._t0_sim + (time.monotonic() - self._t0_real) * self.speed
+
+    def _ticks(self, at: float | None = None) -> int:
+        return int((self.now() if at is None else at) * HZ)
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds) / self.speed)
+
+    # --- the incident -----------------------------------------------------------------
+
+    def _pid(self) -> int:
+        self._next_pid += self._rng.randint(3, 40)
+        return self._next_pid
+
+    def spawn(
+        self,
+        *,
+        ppid: int,
+        user: str,
+        name: str,
+        cmdline: str,
+        unit: str | None,
+        gpu_memory_mib: dict[int, int] | None = None,
+        age: float = 0.0,
+        ignores_term: bool = False,
+        pid: int | None = None,
+    ) -> SimProcess:
+        """Start a simulated process (tests use this to add odd ones)."""
+        p = SimProcess(
+            pid=pid if pid is not None else self._pid(),
+            ppid=ppid,
+            start_ticks=self._ticks(self.now() - age),
+            user=user,
+            name=name[:15],
+            cmdline=cmdline,
+            unit=unit,
+            gpu_memory_mib=dict(gpu_memory_mib or {}),
+            ignores_term=ignores_term,
+        )
+        self.processes[p.pid] = p
+        return p
+
+    def _start_server(self, unit: SimUnit, *, age: float, worker_mib: int) -> None:
+        main = self.spawn(
+            ppid=1, user="root", name="python3", cmdline=SERVER_CMD, unit=unit.name, age=age
+        )
+        unit.main_pid = main.pid
+        for tp in range(8):
+            mib = worker_mib - (NOTEBOOK_MIB if tp == 0 and worker_mib == MODEL_MIB else 0)
+            self.spawn(
+                ppid=main.pid,
+                user="root",
+                name=f"VLLM::Worker_TP{tp}",
+                cmdline=f"VLLM::Worker_TP{tp}",
+                unit=unit.name,
+                gpu_memory_mib={tp: mib},
+                age=max(0.0, age - 20),
+                ignores_term=tp == 5,  # stuck in a NCCL barrier: only KILL ends it
+            )
+
+    def _build_incident(self) -> None:
+        unit = SimUnit(MINIMAX, "vLLM MiniMax-M2.5 (TP=8, EP)")
+        self.units[unit.name] = unit
+        self.units["nvidia-persistenced.service"] = SimUnit(
+            "nvidia-persistenced.service", "NVIDIA Persistence Daemon", restart="no",
+            kill_mode="control-group",
+        )
+        persistenced = self.spawn(
+            ppid=1, user="nvidia-persistenced", name="nvidia-persiste",
+            cmdline="/usr/bin/nvidia-persistenced --user nvidia-persistenced",
+            unit="nvidia-persistenced.service", age=3 * 86000,
+        )
+        self.units["nvidia-persistenced.service"].main_pid = persistenced.pid
+        lab = self.spawn(
+            ppid=1, user="alice", name="jupyter-lab",
+            cmdline="/home/alice/.venv/bin/python /home/alice/.venv/bin/jupyter-lab --no-browser",
+            unit="session-4.scope", age=26000, pid=90100,
+        )
+        self.spawn(
+            ppid=lab.pid, user="alice", name="python",
+            cmdline="/home/alice/.venv/bin/python -m ipykernel_launcher -f "
+            "/home/alice/.local/share/jupyter/runtime/kernel-3f2a.json",
+            unit="session-4.scope", gpu_memory_mib={0: NOTEBOOK_MIB}, age=25000, pid=90211,
+        )
+        self._start_server(unit, age=7200, worker_mib=MODEL_MIB)
+
+    # --- simulation step --------------------------------------------------------------
+
+    def _advance(self) -> None:
+        now = self.now()
+        for unit in self.units.values():
+            if unit.restart_at is not None and now >= unit.restart_at:
+                unit.restart_at = None
+                unit.n_restarts += 1
+                self._start_server(unit, age=0.0, worker_mib=RESPAWN_MIB)
+        self._releases = [r for r in self._releases if r[0] > now]
+
+    def _die(self, p: SimProcess) -> None:
+        now = self.now()
+        self.processes.pop(p.pid, None)
+        for gpu, mib in p.gpu_memory_mib.items():
+            self._releases.append((now + self.release_delay, gpu, mib))
+        for child in self.processes.values():
+            if child.ppid == p.pid:
+                child.ppid = 1  # re-parented, still holding its CUDA context
+        for unit in self.units.values():
+            if unit.main_pid == p.pid:
+                unit.main_pid = None
+                if unit.active and unit.restart in ("always", "on-failure"):
+                    unit.restart_at = now + unit.restart_sec
+                else:
+                    unit.active = False
+
+    # --- HostSource -------------------------------------------------------------------
+
+    @property
+    def control(self) -> HostControl:
+        return self
+
+    async def stream(self, interval: float) -> AsyncIterator[HostSnapshot]:
+        while True:
+            yield await self.sample()
+            await asyncio.sleep(interval)
+
+    async def close(self) -> None:
+        return None
+
+    def snapshot(self) -> HostSnapshot:
+        self._advance()
+        now = self.now()
+        used = dict.fromkeys(range(8), 0)
+        for p in self.processes.values():
+            for gpu, mib in p.gpu_memory_mib.items():
+                used[gpu] += mib
+        for _, gpu, mib in self._releases:
+            used[gpu] += mib
+        gpus = []
+        for i in range(8):
+            busy = used[i] > 10000
+            gpus.append(
+                Gpu(
+                    index=i,
+                    uuid=f"GPU-5e1f{i:02d}c2-8d3a-4b71-9f0e-{0xa1b2c3d40000 + i:012x}",
+                    name=GPU_NAME,
+                    memory_total_mib=GPU_TOTAL_MIB,
+                    memory_used_mib=used[i],
+                    memory_reserved_mib=0,
+                    utilization_pct=self._rng.randint(0, 3) if busy else 0,
+                    temperature_c=(44 if busy else 33) + self._rng.randint(0, 3),
+                    power_w=round((118.0 if busy else 36.0) + self._rng.uniform(0, 6), 1),
+                    power_limit_w=600.0,
+                )
+            )
+        procs = tuple(
+            Process(
+                pid=p.pid,
+                ppid=p.ppid,
+                start_ticks=p.start_ticks,
+                started_at=self._boot_epoch + p.start_ticks / HZ,
+                state=p.state,
+                user=p.user,
+                name=p.name,
+                cmdline=p.cmdline,
+                cgroup=_cgroup(p),
+                unit=p.unit,
+                gpu_memory_mib=dict(p.gpu_memory_mib),
+            )
+            for p in sorted(self.processes.values(), key=lambda p: p.pid)
+        )
+        units = tuple(_unit_view(u, now) for u in self.units.values())
+        return HostSnapshot(
+            host=self.name,
+            taken_at=self._boot_epoch + now,
+            gpus=tuple(gpus),
+            processes=procs,
+            units=units,
+            source=SourceKind.DEMO,
+            can_act=not self.read_only,
+            cannot_act_reason="read-only mode" if self.read_only else None,
+        )
+
+    # --- HostControl ------------------------------------------------------------------
+
+    async def sample(self) -> HostSnapshot:
+        return self.snapshot()
+
+    async def systemctl(self, verb: str, unit: str) -> CommandResult:
+        argv = ("systemctl", verb, unit)
+        if self.read_only:
+            return CommandResult(argv, 1, "read-only mode")
+        self._advance()
+        u = self.units.get(unit_name(unit))
+        if u is None:
+            return CommandResult(argv, 5, f"Failed to {verb} {unit}: Unit {unit} not loaded.")
+        if verb == "stop":
+            # Inactive first: a main process that dies because of stop is not restarted.
+            u.active = False
+            u.restart_at = None
+            main = self.processes.get(u.main_pid) if u.main_pid else None
+            victims = [main] if main else []
+            if u.kill_mode == "control-group":
+                victims = [p for p in self.processes.values() if p.unit == u.name]
+            for p in victims:
+                if p is not None:
+                    self._die(p)
+            u.main_pid = None
+            return CommandResult(argv, 0, "")
+        if verb == "disable":
+            if u.unit_file_state == "enabled":
+                u.unit_file_state = "disabled"
+                return CommandResult(
+                    argv, 0,
+                    f'Removed "/etc/systemd/system/multi-user.target.wants/{u.name}".',
+                )
+            return CommandResult(argv, 0, "")
+        if verb == "start":
+            if not u.active:
+                u.active = True
+                u.n_restarts = 0
+                self._start_server(u, age=0.0, worker_mib=RESPAWN_MIB)
+            return CommandResult(argv, 0, "")
+        if verb == "enable":
+            u.unit_file_state = "enabled"
+            return CommandResult(argv, 0, "")
+        return CommandResult(argv, 1, f"unsupported verb {verb}")
+
+    async def signal(self, pid: int, start_ticks: int | None, sig: int) -> SignalOutcome:
+        if self.read_only:
+            return SignalOutcome.DENIED
+        self._advance()
+        p = self.processes.get(pid)
+        if p is None:
+            return SignalOutcome.GONE
+        if p.start_ticks != start_ticks:
+            return SignalOutcome.MISMATCH
+        if sig == _signal.SIGKILL or (sig == _signal.SIGTERM and not p.ignores_term):
+            self._die(p)
+        elif sig == _signal.SIGSTOP:
+            p.state = "T"
+        elif sig == _signal.SIGCONT:
+            p.state = "S"
+        return SignalOutcome.SENT
+
+
+def _cgroup(p: SimProcess) -> str | None:
+    if p.unit is None:
+        return None
+    if p.unit.startswith("session-"):
+        return f"/user.slice/user-1001.slice/{p.unit}"
+    return f"/system.slice/{p.unit}"
+
+
+def _unit_view(u: SimUnit, now: float) -> Unit:
+    if u.active and u.restart_at is not None:
+        active, sub = "activating", "auto-restart"
+    elif u.active:
+        active, sub = "active", "running"
+    else:
+        active, sub = "inactive", "dead"
+    return Unit(
+        name=u.name,
+        active_state=active,
+        sub_state=sub,
+        unit_file_state=u.unit_file_state,
+        restart=u.restart,
+        kill_mode=u.kill_mode,
+        n_restarts=u.n_restarts,
+        main_pid=u.main_pid,
+        control_group=f"/system.slice/{u.name}",
+        description=u.description,
+    )
+
