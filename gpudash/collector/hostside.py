@@ -1,0 +1,751 @@
+"""The collector that runs on the GPU host and writes snapshots as JSON lines.
+
+This one file is what gpudash sends to a remote host and runs with the host's
+``python3`` (3.7 or later): it imports only the standard library, plus ``pynvml`` (sent
+along with it) and the host's own ``psutil`` when present. It must never import gpudash.
+Locally the same file runs as a subprocess, so both paths share one code path.
+
+A snapshot on the wire is a dict with ``None`` values left out (so a JSON merge patch,
+RFC 7386, can describe every change: ``null`` means "now unknown"); a process's GPU
+memory of unknown size is written ``-1`` for the same reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import queue
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+PROTOCOL = 1
+MIB = 1024 * 1024
+UNIT_COMPONENT = re.compile(r"^[A-Za-z0-9:_.\\@-]+\.(service|scope)$")
+UNIT_PROPERTIES = (
+    "Id,ActiveState,SubState,UnitFileState,Restart,KillMode,NRestarts,MainPID,"
+    "ControlGroup,Description"
+)
+UNIT_TTL_S = 5.0  # unit properties are re-read at least this often, and on any change
+CMDLINE_TTL = 10  # samples between re-reads of a known process's cmdline and cgroup
+NA_MARKERS = ("[N/A]", "[Not Supported]", "[Insufficient Permissions]", "N/A", "[Unknown Error]")
+SMI_GPU_FIELDS = (
+    "index,uuid,name,memory.total,memory.used,utilization.gpu,temperature.gpu,"
+    "power.draw,power.limit"
+)
+SMI_APP_FIELDS = "gpu_uuid,pid,used_memory"
+
+if TYPE_CHECKING:  # the host may run Python 3.7: no runtime generic aliases
+    from typing import TypeAlias
+
+    Json: TypeAlias = dict[str, Any]
+
+
+# ---------------------------------------------------------------------------- parsing
+
+
+def parse_stat(text: str) -> tuple[str, str, int, int] | None:
+    """``/proc/PID/stat`` -> (comm, state, ppid, start_ticks), or None if malformed.
+
+    comm may hold spaces and parentheses, so it ends at the *last* ')'.
+    """
+    open_at = text.find("(")
+    close_at = text.rfind(")")
+    if open_at < 0 or close_at < open_at:
+        return None
+    rest = text[close_at + 1 :].split()
+    # rest[0] is field 3 (state); field 22 (starttime) is rest[19]
+    if len(rest) < 20:
+        return None
+    try:
+        return text[open_at + 1 : close_at], rest[0], int(rest[1]), int(rest[19])
+    except ValueError:
+        return None
+
+
+def cgroup_path(text: str) -> str | None:
+    """The systemd cgroup path from ``/proc/PID/cgroup`` (v2 ``0::``, or v1 name=systemd)."""
+    v1 = None
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        if parts[0] == "0" and parts[1] == "":
+            return parts[2]
+        if "name=systemd" in parts[1].split(","):
+            v1 = parts[2]
+    return v1
+
+
+def unit_of_cgroup(path: str | None) -> str | None:
+    """The system-manager unit owning a cgroup: its outermost ``.service``/``.scope``.
+
+    ``/user.slice/user-1000.slice/user@1000.service/app.slice/x.service`` belongs to
+    ``user@1000.service`` (the one ``systemctl`` can stop), ``/`` to no unit.
+    """
+    if not path:
+        return None
+    for part in path.split("/"):
+        if UNIT_COMPONENT.match(part):
+            return part
+    return None
+
+
+def unit_cgroup(path: str, unit: str) -> str:
+    """The cgroup of ``unit`` itself, given the cgroup of one of its processes."""
+    parts = path.split("/")
+    return "/".join(parts[: parts.index(unit) + 1]) if unit in parts else path
+
+
+def parse_systemctl_show(text: str) -> list[Json]:
+    """``systemctl show -p ... A B`` output (blank-line separated blocks) -> unit dicts."""
+    units: list[Json] = []
+    for block in text.split("\n\n"):
+        props: dict[str, str] = {}
+        for line in block.splitlines():
+            key, sep, value = line.partition("=")
+            if sep:
+                props[key] = value
+        name = props.get("Id")
+        if not name:
+            continue
+        unit: Json = {"name": name}
+        for key, field in (
+            ("ActiveState", "active_state"),
+            ("SubState", "sub_state"),
+            ("UnitFileState", "unit_file_state"),
+            ("Restart", "restart"),
+            ("KillMode", "kill_mode"),
+            ("ControlGroup", "control_group"),
+            ("Description", "description"),
+        ):
+            if props.get(key):
+                unit[field] = props[key]
+        for key, field in (("NRestarts", "n_restarts"), ("MainPID", "main_pid")):
+            try:
+                number = int(props.get(key, ""))
+            except ValueError:
+                continue
+            if field == "main_pid" and number == 0:
+                continue
+            unit[field] = number
+        units.append(unit)
+    return units
+
+
+def _smi_value(text: str) -> str | None:
+    text = text.strip()
+    if not text or text in NA_MARKERS or text.startswith("[") or text.startswith("ERR"):
+        return None
+    return text
+
+
+def _smi_int(text: str) -> int | None:
+    value = _smi_value(text)
+    try:
+        return None if value is None else int(float(value))
+    except ValueError:
+        return None
+
+
+def _smi_float(text: str) -> float | None:
+    value = _smi_value(text)
+    try:
+        return None if value is None else round(float(value), 1)
+    except ValueError:
+        return None
+
+
+def parse_smi_gpus(text: str) -> tuple[list[Json], list[str]]:
+    """``nvidia-smi --query-gpu=SMI_GPU_FIELDS --format=csv,noheader,nounits``."""
+    gpus: list[Json] = []
+    errors: list[str] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != 9 or _smi_int(cells[0]) is None:
+            errors.append("nvidia-smi: " + line.strip()[:200])
+            continue
+        gpu: Json = {
+            "index": _smi_int(cells[0]),
+            "uuid": _smi_value(cells[1]),
+            "name": _smi_value(cells[2]),
+            "memory_total_mib": _smi_int(cells[3]),
+            "memory_used_mib": _smi_int(cells[4]),
+            "utilization_pct": _smi_int(cells[5]),
+            "temperature_c": _smi_int(cells[6]),
+            "power_w": _smi_float(cells[7]),
+            "power_limit_w": _smi_float(cells[8]),
+        }
+        lost = [c for c in cells if "GPU is lost" in c or "requires reset" in c.lower()]
+        if lost:
+            gpu["error"] = "GPU is lost"
+        gpus.append({k: v for k, v in gpu.items() if v is not None})
+    return gpus, errors
+
+
+def parse_smi_apps(
+    text: str, index_of_uuid: dict[str, int]
+) -> tuple[dict[int, dict[int, int]], list[str]]:
+    """``nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory`` -> {pid: {gpu: MiB|-1}}."""
+    holders: dict[int, dict[int, int]] = {}
+    errors: list[str] = []
+    for line in text.splitlines():
+        if not line.strip() or "No running" in line:
+            continue
+        cells = [c.strip() for c in line.split(",")]
+        pid = _smi_int(cells[1]) if len(cells) == 3 else None
+        if pid is None or pid <= 0 or cells[0] not in index_of_uuid:
+            errors.append("nvidia-smi: " + line.strip()[:200])
+            continue
+        used = _smi_int(cells[2])
+        gpu = index_of_uuid[cells[0]]
+        slot = holders.setdefault(pid, {})
+        slot[gpu] = max(slot.get(gpu, 0), -1 if used is None else used)
+    return holders, errors
+
+
+# ------------------------------------------------------------------------------- GPUs
+
+
+class NvmlReader:
+    """GPUs and their holders through NVML; static facts are read once."""
+
+    def __init__(self, nvml: Any) -> None:
+        self.nvml = nvml
+        nvml.nvmlInit()
+        self.static: list[Json] = []
+        self.handles: list[Any] = []
+        self.unsupported: set[tuple[int, str]] = set()
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            self.handles.append(handle)
+            facts: Json = {"index": index}
+            name = self._call(index, "nvmlDeviceGetName", handle)
+            uuid = self._call(index, "nvmlDeviceGetUUID", handle)
+            if name is not None:
+                facts["name"] = name.decode() if isinstance(name, bytes) else str(name)
+            if uuid is not None:
+                facts["uuid"] = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+            self.static.append(facts)
+
+    def _call(self, index: int, fn: str, *args: Any) -> Any:
+        """One NVML query; None where the driver cannot tell (and never ask again)."""
+        if (index, fn) in self.unsupported:
+            return None
+        try:
+            return getattr(self.nvml, fn)(*args)
+        except self.nvml.NVMLError as exc:
+            code = getattr(exc, "value", None)
+            if code == self.nvml.NVML_ERROR_GPU_IS_LOST:
+                raise
+            if code in (
+                self.nvml.NVML_ERROR_NOT_SUPPORTED,
+                self.nvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+            ):
+                self.unsupported.add((index, fn))
+            return None
+        except AttributeError:
+            self.unsupported.add((index, fn))
+            return None
+
+    def read(self) -> tuple[list[Json], dict[int, dict[int, int]], list[str]]:
+        nvml = self.nvml
+        gpus: list[Json] = []
+        holders: dict[int, dict[int, int]] = {}
+        errors: list[str] = []
+        for index, handle in enumerate(self.handles):
+            gpu = dict(self.static[index])
+            try:
+                mem = self._call(index, "nvmlDeviceGetMemoryInfo", handle)
+                if mem is not None:
+                    gpu["memory_total_mib"] = int(mem.total) // MIB
+                    gpu["memory_used_mib"] = int(mem.used) // MIB
+                util = self._call(index, "nvmlDeviceGetUtilizationRates", handle)
+                if util is not None:
+                    gpu["utilization_pct"] = int(util.gpu)
+                temp = self._call(index, "nvmlDeviceGetTemperature", handle, 0)
+                if temp is not None:
+                    gpu["temperature_c"] = int(temp)
+                power = self._call(index, "nvmlDeviceGetPowerUsage", handle)
+                if power is not None:
+                    gpu["power_w"] = round(power / 1000.0, 1)
+                limit = self._call(index, "nvmlDeviceGetEnforcedPowerLimit", handle)
+                if limit is not None:
+                    gpu["power_limit_w"] = round(limit / 1000.0, 1)
+                for fn in (
+                    "nvmlDeviceGetComputeRunningProcesses",
+                    "nvmlDeviceGetGraphicsRunningProcesses",
+                ):
+                    for proc in self._call(index, fn, handle) or ():
+                        used = getattr(proc, "usedGpuMemory", None)
+                        slot = holders.setdefault(int(proc.pid), {})
+                        mib = -1 if used is None else int(used) // MIB
+                        slot[index] = max(slot.get(index, -1), mib)
+            except nvml.NVMLError:
+                gpu = dict(self.static[index])
+                gpu["error"] = "GPU is lost"
+                errors.append(f"GPU {index} is lost")
+            gpus.append(gpu)
+        return gpus, holders, errors
+
+
+class SmiReader:
+    """GPUs and holders through ``nvidia-smi`` CSV: two short commands per sample."""
+
+    def __init__(self, smi: str) -> None:
+        self.smi = smi
+
+    def _run(self, query: str) -> tuple[str, str | None]:
+        try:
+            done = subprocess.run(
+                [self.smi, query, "--format=csv,noheader,nounits"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            return "", f"nvidia-smi failed: {exc}"
+        out = done.stdout
+        if "No devices were found" in out or "No devices were found" in done.stderr:
+            return "", "nvidia-smi: No devices were found"
+        if done.returncode != 0 and not out.strip():
+            return "", "nvidia-smi: " + (done.stderr.strip() or out.strip())[:200]
+        return out, None
+
+    def read(self) -> tuple[list[Json], dict[int, dict[int, int]], list[str]]:
+        errors: list[str] = []
+        out, err = self._run("--query-gpu=" + SMI_GPU_FIELDS)
+        if err:
+            return [], {}, [err]
+        gpus, errs = parse_smi_gpus(out)
+        errors += errs
+        index_of = {g["uuid"]: g["index"] for g in gpus if "uuid" in g}
+        out, err = self._run("--query-compute-apps=" + SMI_APP_FIELDS)
+        if err:
+            errors.append(err)
+            return gpus, {}, errors
+        holders, errs = parse_smi_apps(out, index_of)
+        return gpus, holders, errors + errs
+
+
+class NoGpuReader:
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    def read(self) -> tuple[list[Json], dict[int, dict[int, int]], list[str]]:
+        return [], {}, [self.why]
+
+
+def gpu_reader(nvml_source: str | None) -> tuple[Any, str]:
+    """NVML where libnvidia-ml loads, else nvidia-smi, else a reader that reports why not."""
+    why = "no NVIDIA driver: libnvidia-ml not loadable and nvidia-smi not found"
+    try:
+        nvml = load_pynvml(nvml_source)
+        return NvmlReader(nvml), "nvml"
+    except Exception as exc:  # noqa: BLE001 - any failure to load NVML means "fall back"
+        why = "NVML unavailable (%s); nvidia-smi not found" % (str(exc)[:120] or type(exc).__name__)
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        return SmiReader(smi), "nvidia-smi"
+    return NoGpuReader(why), "nvml"
+
+
+def load_pynvml(source: str | None) -> Any:
+    """The ``pynvml`` module: the copy sent along with the collector, else the host's."""
+    if source is not None and "pynvml" not in sys.modules:
+        import types
+
+        module = types.ModuleType("pynvml")
+        module.__file__ = "pynvml.py"
+        sys.modules["pynvml"] = module
+        exec(compile(source, "pynvml.py", "exec"), module.__dict__)
+    import pynvml
+
+    return pynvml
+
+
+# -------------------------------------------------------------------------- processes
+
+
+def _read(path: str) -> str | None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 65536).decode("utf-8", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+class ProcReader:
+    """Processes from ``/proc``; what cannot change for one (pid, start) is read once."""
+
+    def __init__(self, proc: str = "/proc", cgroup_root: str = "/sys/fs/cgroup") -> None:
+        self.proc = proc
+        self.cgroup_root = cgroup_root
+        self.cache: dict[tuple[int, int], Json] = {}
+        self.users: dict[int, str] = {}
+        self.clk_tck = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self.boot_time = 0.0
+        for line in (_read(proc + "/stat") or "").splitlines():
+            if line.startswith("btime "):
+                self.boot_time = float(line.split()[1])
+        v1 = os.path.isdir(cgroup_root + "/systemd") and not os.path.exists(
+            cgroup_root + "/cgroup.controllers"
+        )
+        self.cgroup_fs = cgroup_root + "/systemd" if v1 else cgroup_root
+
+    def start_ticks(self, pid: int) -> int | None:
+        parsed = parse_stat(_read(f"{self.proc}/{pid}/stat") or "")
+        return None if parsed is None else parsed[3]
+
+    def _user(self, pid: int) -> str | None:
+        try:
+            uid = os.stat(f"{self.proc}/{pid}").st_uid
+        except OSError:
+            return None
+        if uid not in self.users:
+            try:
+                self.users[uid] = pwd.getpwuid(uid).pw_name
+            except KeyError:
+                self.users[uid] = str(uid)
+        return self.users[uid]
+
+    def read(self, pid: int) -> Json | None:
+        """One process as a wire dict, or None if it is gone."""
+        parsed = parse_stat(_read(f"{self.proc}/{pid}/stat") or "")
+        if parsed is None:
+            return None
+        comm, state, ppid, start = parsed
+        known = self.cache.get((pid, start))
+        if known is None or known["_age"] >= CMDLINE_TTL:
+            raw = _read(f"{self.proc}/{pid}/cmdline") or ""
+            cgroup = cgroup_path(_read(f"{self.proc}/{pid}/cgroup") or "")
+            known = {
+                "pid": pid,
+                "start_ticks": start,
+                "started_at": round(self.boot_time + start / self.clk_tck, 2),
+                "name": comm,
+                "cmdline": raw.replace("\0", " ").strip(),
+                "user": self._user(pid) if known is None else known.get("user"),
+                "cgroup": cgroup,
+                "unit": unit_of_cgroup(cgroup),
+                "_age": 0,
+            }
+            self.cache[(pid, start)] = known
+        known["_age"] += 1
+        known["_seen"] = True
+        out = {k: v for k, v in known.items() if v is not None and not k.startswith("_")}
+        out["state"] = state
+        out["ppid"] = ppid
+        return out
+
+    def members(self, cgroup: str) -> set[int]:
+        """Every pid in a cgroup and the cgroups below it."""
+        pids: set[int] = set()
+        top = self.cgroup_fs + cgroup
+        for directory, _dirs, files in os.walk(top):
+            if "cgroup.procs" in files:
+                for line in (_read(directory + "/cgroup.procs") or "").split():
+                    if line.isdigit():
+                        pids.add(int(line))
+        return pids
+
+    def forget_unseen(self) -> None:
+        for key in [k for k, v in self.cache.items() if not v.pop("_seen", False)]:
+            del self.cache[key]
+
+
+# ------------------------------------------------------------------------------ units
+
+
+class UnitReader:
+    """Unit properties from ONE batched ``systemctl show`` when something changed."""
+
+    def __init__(self, systemctl: str | None = None, run_dir: str = "/run/systemd/system") -> None:
+        self.systemctl = systemctl or shutil.which("systemctl")
+        self.booted = os.path.isdir(run_dir)
+        self.last: dict[str, Json] = {}
+        self.key: object = None
+        self.read_at = 0.0
+
+    @property
+    def problem(self) -> str | None:
+        if not self.booted:
+            return "host is not running systemd: units unknown"
+        if not self.systemctl:
+            return "systemctl not found: units unknown"
+        return None
+
+    def read(
+        self, names: set[str], key: object, force: bool = False
+    ) -> tuple[list[Json], list[str]]:
+        if self.problem:
+            return [], [self.problem]
+        if not names:
+            return [], []
+        now = time.monotonic()
+        if not force and key == self.key and now - self.read_at < UNIT_TTL_S:
+            return [self.last[n] for n in sorted(names) if n in self.last], []
+        assert self.systemctl is not None
+        try:
+            done = subprocess.run(
+                [self.systemctl, "show", "--no-pager", "-p", UNIT_PROPERTIES, "--", *sorted(names)],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            return [], [f"systemctl show failed: {exc}"]
+        self.last = {u["name"]: u for u in parse_systemctl_show(done.stdout)}
+        self.key, self.read_at = key, now
+        errors = []
+        if done.returncode != 0 and not self.last:
+            errors.append("systemctl show: " + done.stderr.strip()[:200])
+        return [self.last[n] for n in sorted(names) if n in self.last], errors
+
+
+# -------------------------------------------------------------------------- collector
+
+
+def act_permission(sudo: bool) -> tuple[bool, str | None]:
+    """Whether this login can stop units and signal other users' processes."""
+    user = pwd.getpwuid(os.geteuid()).pw_name if hasattr(os, "geteuid") else "?"
+    if os.geteuid() == 0:
+        return True, None
+    if sudo:
+        try:
+            ok = (
+                subprocess.run(["sudo", "-n", "true"], capture_output=True, timeout=10).returncode
+                == 0
+            )
+        except (OSError, subprocess.SubprocessError):
+            ok = False
+        if ok:
+            return True, None
+        return False, f"login {user!r} cannot run `sudo -n` (needs a NOPASSWD rule)"
+    return False, f"login {user!r} is not root; rerun with --sudo (needs a NOPASSWD rule)"
+
+
+class Collector:
+    """Produces one wire snapshot per call to ``sample``."""
+
+    def __init__(
+        self,
+        sudo: bool = False,
+        nvml_source: str | None = None,
+        proc: ProcReader | None = None,
+        units: UnitReader | None = None,
+        gpus: Any = None,
+        source: str = "nvml",
+    ) -> None:
+        if gpus is None:
+            gpus, source = gpu_reader(nvml_source)
+        self.gpus = gpus
+        self.source = source
+        self.proc = proc or ProcReader()
+        self.units = units or UnitReader()
+        self.can_act, self.reason = act_permission(sudo)
+        self.watched: set[str] = set()
+        self.host = os.uname().nodename if hasattr(os, "uname") else "localhost"
+
+    def sample(self, force_units: bool = False) -> Json:
+        taken_at = time.time()
+        gpus, holders, errors = self.gpus.read()
+        procs: dict[str, Json] = {}
+        for pid, mem in holders.items():
+            info = self.proc.read(pid)
+            if info is None:  # listed by the driver, gone from /proc (or another pid ns)
+                info = {"pid": pid}
+            info["gpu_memory_mib"] = {str(k): v for k, v in mem.items()}
+            procs[str(pid)] = info
+        owners: dict[str, str] = {}
+        for info in list(procs.values()):
+            unit = info.get("unit")
+            if unit and "cgroup" in info:
+                owners[unit] = unit_cgroup(info["cgroup"], unit)
+        membership = []
+        for unit, cgroup in sorted(owners.items()):
+            pids = self.proc.members(cgroup)
+            membership.append((unit, tuple(sorted(pids))))
+            for pid in pids:
+                if str(pid) not in procs:
+                    info = self.proc.read(pid)
+                    if info is not None:
+                        procs[str(pid)] = info
+        self.proc.forget_unseen()
+        names = set(owners) | self.watched
+        key = (tuple(membership), tuple(sorted(self.watched)))
+        units, unit_errors = self.units.read(names, key, force_units)
+        snap: Json = {
+            "v": PROTOCOL,
+            "host": self.host,
+            "taken_at": round(taken_at, 3),
+            "source": self.source,
+            "errors": errors + unit_errors,
+            "can_act": self.can_act,
+            "gpus": {str(g["index"]): g for g in gpus},
+            "procs": procs,
+            "units": {u["name"]: u for u in units},
+        }
+        if self.reason:
+            snap["cannot_act_reason"] = self.reason
+        return snap
+
+
+def merge_patch(old: Json, new: Json) -> Json:
+    """The RFC 7386 merge patch that turns ``old`` into ``new`` (both None-free)."""
+    patch: Json = {}
+    for key, value in new.items():
+        before = old.get(key, _MISSING)
+        if isinstance(value, dict) and isinstance(before, dict):
+            sub = merge_patch(before, value)
+            if sub:
+                patch[key] = sub
+        elif before != value or type(before) is not type(value):
+            patch[key] = value
+    for key in old:
+        if key not in new:
+            patch[key] = None
+    return patch
+
+
+_MISSING = object()
+
+
+# ----------------------------------------------------------------------------- signals
+
+
+def send_signal(pid: int, start_ticks: int | None, sig: int, proc: str = "/proc") -> str:
+    """Signal ``pid`` only if it is still the process that started at ``start_ticks``.
+
+    The pidfd is opened *before* the start time is read: if the pid is recycled in
+    between, the pidfd still names the old (dead) process and the signal goes nowhere.
+    """
+    if pid <= 0 or start_ticks is None:
+        return "mismatch"
+    pidfd = None
+    opener = getattr(os, "pidfd_open", None)
+    if opener is not None:
+        try:
+            pidfd = opener(pid)
+        except ProcessLookupError:
+            return "gone"
+        except OSError:
+            pidfd = None  # kernel without pidfd: check-then-kill, right here on the host
+    try:
+        parsed = parse_stat(_read(f"{proc}/{pid}/stat") or "")
+        if parsed is None:
+            return "gone"
+        if parsed[3] != start_ticks:
+            return "mismatch"
+        if pidfd is not None:
+            signal.pidfd_send_signal(pidfd, sig)
+        else:
+            os.kill(pid, sig)
+        return "sent"
+    except ProcessLookupError:
+        return "gone"
+    except PermissionError:
+        return "denied"
+    except OSError as exc:
+        return "denied" if exc.errno == 1 else "unknown"
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+# ---------------------------------------------------------------------------- main loop
+
+
+def _emit(message: Json) -> None:
+    sys.stdout.buffer.write(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+    sys.stdout.buffer.flush()
+
+
+def _stdin_lines(lines: queue.Queue[bytes | None]) -> None:
+    for line in sys.stdin.buffer:
+        lines.put(line)
+    lines.put(None)
+
+
+def _command(line: bytes, collector: Collector) -> Json | None:
+    """Apply one request from gpudash; return the reply for requests that have one."""
+    try:
+        request = json.loads(line)
+        op = request["op"]
+    except (ValueError, KeyError, TypeError):
+        return {"k": "error", "msg": "bad request"}
+    if op == "watch":
+        collector.watched.add(str(request["unit"]))
+        return None
+    if op == "refresh":
+        return None
+    if op == "sample":
+        return {"k": "full", "s": collector.sample(force_units=True), "id": request.get("id")}
+    if op == "signal":
+        outcome = send_signal(int(request["pid"]), request.get("start"), int(request["sig"]))
+        return {"k": "signal", "outcome": outcome, "id": request.get("id")}
+    return {"k": "error", "msg": "unknown op"}
+
+
+def main(argv: list[str], nvml_source: str | None = None) -> int:
+    """``stream INTERVAL [--sudo]`` or ``serve [--sudo]``: JSON lines on stdout."""
+    mode = argv[0] if argv else "stream"
+    sudo = "--sudo" in argv
+    collector = Collector(sudo=sudo, nvml_source=nvml_source)
+    lines: queue.Queue[bytes | None] = queue.Queue()
+    threading.Thread(target=_stdin_lines, args=(lines,), daemon=True).start()
+    try:
+        if mode == "serve":
+            _emit({"k": "ready", "v": PROTOCOL})
+            while True:
+                line = lines.get()
+                if line is None:
+                    return 0
+                reply = _command(line, collector)
+                if reply is not None:
+                    _emit(reply)
+        interval = max(0.05, float(argv[1]) if len(argv) > 1 else 1.0)
+        last: Json | None = None
+        force = False
+        next_at = time.monotonic()
+        while True:
+            snap = collector.sample(force_units=force)
+            force = False
+            if last is None:
+                _emit({"k": "full", "s": snap})
+            else:
+                _emit({"k": "patch", "s": merge_patch(last, snap)})
+            last = snap
+            next_at += interval
+            while True:
+                wait = next_at - time.monotonic()
+                if wait <= 0:
+                    next_at = max(next_at, time.monotonic() - interval)
+                    break
+                try:
+                    line = lines.get(timeout=wait)
+                except queue.Empty:
+                    break
+                if line is None:  # gpudash went away
+                    return 0
+                _command(line, collector)
+                force = True
+    except (BrokenPipeError, KeyboardInterrupt):
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,67 @@
+"""What gpudash sends to a host to run the collector there, with nothing installed.
+
+The command line carries only a tiny, fixed bootstrap; the collector's source (and the
+pure-Python ``pynvml`` module) follow on stdin, zlib-compressed, after a header line with
+their lengths. stdin then stays open for requests; closing it ends the collector.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import shlex
+import zlib
+from pathlib import Path
+
+HOSTSIDE = Path(__file__).with_name("hostside.py")
+
+BOOTSTRAP = (
+    "import sys,zlib\n"
+    "r=sys.stdin.buffer\n"
+    "h=[int(x) for x in r.readline().split()]\n"
+    "a=zlib.decompress(r.read(h[0])).decode()\n"
+    "b=zlib.decompress(r.read(h[1])).decode() if h[1] else None\n"
+    "g={'__name__':'gpudash_hostside'}\n"
+    "exec(compile(a,'gpudash_hostside.py','exec'),g)\n"
+    "sys.exit(g['main'](sys.argv[1:],b))\n"
+)
+
+
+@functools.cache
+def _compressed(path: Path) -> bytes:
+    return zlib.compress(path.read_bytes(), 9)
+
+
+def _pynvml_path() -> Path | None:
+    spec = importlib.util.find_spec("pynvml")
+    if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+        return None
+    return Path(spec.origin)
+
+
+def payload(*, with_pynvml: bool) -> bytes:
+    """The bytes to write to the bootstrap's stdin."""
+    collector = _compressed(HOSTSIDE)
+    nvml_path = _pynvml_path() if with_pynvml else None
+    nvml = _compressed(nvml_path) if nvml_path is not None else b""
+    return f"{len(collector)} {len(nvml)}\n".encode() + collector + nvml
+
+
+def collector_argv(python: str, mode: str, *, interval: float | None, sudo: bool) -> list[str]:
+    """argv that runs the collector in ``mode`` (``stream`` or ``serve``)."""
+    argv = [python, "-u", "-c", BOOTSTRAP, mode]
+    if interval is not None:
+        argv.append(f"{interval:g}")
+    if sudo:
+        argv.append("--sudo")
+    return argv
+
+
+def remote_command(
+    python: str, mode: str, *, interval: float | None, sudo: bool, as_root: bool = False
+) -> str:
+    """The shell command line for an SSH channel (``sudo -n`` prefix when ``as_root``)."""
+    argv = collector_argv(python, mode, interval=interval, sudo=sudo)
+    if as_root:
+        argv = ["sudo", "-n", *argv]
+    return shlex.join(argv)
