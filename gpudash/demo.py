@@ -157,16 +157,6 @@ class DemoHost(HostControl):
     def _build_incident(self) -> None:
         unit = SimUnit(MINIMAX, "vLLM MiniMax-M2.5 (TP=8, EP)")
         self.units[unit.name] = unit
-        self.units["nvidia-persistenced.service"] = SimUnit(
-            "nvidia-persistenced.service", "NVIDIA Persistence Daemon", restart="no",
-            kill_mode="control-group",
-        )
-        persistenced = self.spawn(
-            ppid=1, user="nvidia-persistenced", name="nvidia-persiste",
-            cmdline="/usr/bin/nvidia-persistenced --user nvidia-persistenced",
-            unit="nvidia-persistenced.service", age=3 * 86000,
-        )
-        self.units["nvidia-persistenced.service"].main_pid = persistenced.pid
         lab = self.spawn(
             ppid=1, user="alice", name="jupyter-lab",
             cmdline="/home/alice/.venv/bin/python /home/alice/.venv/bin/jupyter-lab --no-browser",

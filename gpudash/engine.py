@@ -349,6 +349,7 @@ class ActionReport:
     events: list[tuple[float, str]] = field(default_factory=list)
     commands: list[CommandResult] = field(default_factory=list)
     signals: list[tuple[int, str, SignalOutcome]] = field(default_factory=list)
+    escalated: list[int] = field(default_factory=list)  # pids that ignored TERM and got KILL
     gpus: list[GpuOutcome] = field(default_factory=list)
     leftovers: list[Leftover] = field(default_factory=list)
     confirmed: bool = False
@@ -366,6 +367,8 @@ class ActionReport:
             mark = "ok" if g.confirmed else "NOT FREED"
             lines.append(f"  GPU{g.index}: freed {freed}, now {after} (target <= "
                          f"{g.target_mib} MiB)  {mark}")
+        for pid in self.escalated:
+            lines.append(f"  pid {pid} ignored SIGTERM: escalated to SIGKILL")
         for lo in self.leftovers:
             who = f"pid {lo.pid}" if lo.pid is not None else "unknown holder"
             mib = "?" if lo.mib is None else f"{lo.mib} MiB"
@@ -504,6 +507,7 @@ async def _signal_targets(
     for t in escalate:
         outcome = await control.signal(t.pid, t.start_ticks, _signal.SIGKILL)
         report.signals.append((t.pid, "SIGKILL", outcome))
+        report.escalated.append(t.pid)
         tell("signals", f"escalated: SIGKILL {t.pid} ({t.label}) ignored TERM: {outcome.value}")
         if outcome is SignalOutcome.UNKNOWN:
             report.unknown = True
