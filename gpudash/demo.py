@@ -319,6 +319,10 @@ class DemoHost(HostControl):
             return SignalOutcome.GONE
         if p.start_ticks != start_ticks:
             return SignalOutcome.MISMATCH
+        if p.state == "D":
+            # Uninterruptible sleep: the signal stays pending until the driver call
+            # returns, which in this simulation is never.
+            return SignalOutcome.SENT
         if sig == _signal.SIGKILL or (sig == _signal.SIGTERM and not p.ignores_term):
             self._die(p)
         elif sig == _signal.SIGSTOP:
