@@ -1459,3 +1459,83 @@ EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t d, unsign
 EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *c, nvmlProcessInfo_t *i) { return running_procs(d, c, i, PI_V2, 1); }
 EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t d, unsigned int *c, nvmlProcessInfo_v2_t *i) { return running_procs(d, c, i, PI_V2, 1); }
 EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(nvmlDevice_t d, unsigned int *c, nvmlProcessInfo_v1_t *i) { return running_procs(d, c, i, PI_V1, 1); }
+
+/* Per-process utilisation samples (nvitop asks for these). Every holder gets
+ * one sample carrying the device's current utilisation; NOT_FOUND when there
+ * are no processes, as the real driver does when it has no samples. */
+EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d,
+                                                    nvmlProcessUtilizationSample_t *samples,
+                                                    unsigned int *count,
+                                                    unsigned long long lastSeenTimeStamp)
+{
+    fg_gpu *g;
+    (void)lastSeenTimeStamp;
+    nvmlReturn_t r = enter_dev(d, &g, FG_F_UTILIZATION);
+    if (r)
+        return r;
+    if (!count)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (g->noperm)
+        return leave(NVML_ERROR_NO_PERMISSION);
+    refresh_holders();
+    unsigned n = C.nprocs[d->index];
+    if (n == 0)
+        return leave(NVML_ERROR_NOT_FOUND);
+    if (!samples || *count < n) {
+        *count = n;
+        return leave(NVML_ERROR_INSUFFICIENT_SIZE);
+    }
+    unsigned long long ts = (unsigned long long)(now_ns() / 1000);
+    for (unsigned i = 0; i < n; i++) {
+        samples[i].pid = C.procs[d->index][i].pid;
+        samples[i].timeStamp = ts;
+        samples[i].smUtil = g->util_gpu;
+        samples[i].memUtil = g->util_mem;
+        samples[i].encUtil = 0;
+        samples[i].decUtil = 0;
+    }
+    *count = n;
+    return leave(NVML_SUCCESS);
+}
+
+/* No ECC errors ever. */
+EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t d, nvmlMemoryErrorType_t type,
+                                                nvmlEccCounterType_t counter,
+                                                unsigned long long *eccCounts)
+{
+    fg_gpu *g;
+    (void)type, (void)counter;
+    nvmlReturn_t r = enter_dev(d, &g, 0);
+    if (r)
+        return r;
+    if (!eccCounts)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *eccCounts = 0;
+    return leave(NVML_SUCCESS);
+}
+
+/* Driver models are a Windows concept: Linux drivers export these but say NOT_SUPPORTED. */
+EXPORT nvmlReturn_t nvmlDeviceGetDriverModel_v2(nvmlDevice_t d, nvmlDriverModel_t *cur,
+                                                nvmlDriverModel_t *pending)
+{
+    fg_gpu *g;
+    (void)cur, (void)pending;
+    nvmlReturn_t r = enter_dev(d, &g, 0);
+    return r ? r : leave(NVML_ERROR_NOT_SUPPORTED);
+}
+EXPORT nvmlReturn_t nvmlDeviceGetDriverModel(nvmlDevice_t d, nvmlDriverModel_t *c, nvmlDriverModel_t *p) { return nvmlDeviceGetDriverModel_v2(d, c, p); }
+
+/* PCIe throughput in KB/s: idle. */
+EXPORT nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t d, nvmlPcieUtilCounter_t counter,
+                                                unsigned int *value)
+{
+    fg_gpu *g;
+    (void)counter;
+    nvmlReturn_t r = enter_dev(d, &g, 0);
+    if (r)
+        return r;
+    if (!value)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *value = 0;
+    return leave(NVML_SUCCESS);
+}
