@@ -166,11 +166,11 @@ def _require_unit(snapshot: HostSnapshot, name: str | None) -> Unit:
     if not name:
         raise PlanError("select a unit first")
     full = unit_name(name)
+    if owner_kind(full) is not OwnerKind.SERVICE:
+        raise PlanError(f"{full} is not a system service; signal its processes instead")
     unit = snapshot.unit(full)
     if unit is None:
         raise PlanError(f"unit {full} is not known on {snapshot.host}")
-    if owner_kind(full) is not OwnerKind.SERVICE:
-        raise PlanError(f"{full} is not a system service; stop its processes instead")
     return unit
 
 
@@ -598,6 +598,10 @@ def _explain(plan: ActionPlan, snap: HostSnapshot, gpus: list[int]) -> list[Left
                 explained = True
             elif p.pid in left_alone:
                 continue
+            elif p.pid in {t.pid for t in plan.targets}:
+                out.append(Leftover(p.pid, gpu, mib, "pid reused",
+                                    "another process has this pid now; it was not signalled"))
+                explained = True
             elif plan.unit_before is not None and p.unit == plan.unit_before.name:
                 why = "respawned" if respawned else "new process of the unit"
                 out.append(Leftover(p.pid, gpu, mib, why, label(p) or p.name))

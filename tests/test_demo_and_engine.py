@@ -1,0 +1,216 @@
+"""The incident on the demo host, driven through the engine as the dashboard and CLI do."""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import replace
+
+import pytest
+
+from gpudash.demo import GPU_TOTAL_MIB, MINIMAX, MODEL_MIB, NOTEBOOK_MIB, DemoHost
+from gpudash.engine import ActionKind, ExecOptions, PlanError, execute, plan_action
+from gpudash.model import HostSnapshot, Process
+from gpudash.source import CommandResult, LinkLost, SignalOutcome
+from gpudash.triage import Flag, triage
+
+FAST = ExecOptions(term_timeout=3.0, verify_timeout=30.0, poll=0.5, settle=3)
+NOTEBOOK = 90211
+
+
+@pytest.fixture
+def demo() -> DemoHost:
+    return DemoHost(speed=100.0, release_delay=2.0)
+
+
+def workers(s: HostSnapshot) -> list[int]:
+    return [p.pid for p in s.processes if p.cmdline.startswith("VLLM::Worker_TP")]
+
+
+async def kill_main(demo: DemoHost) -> tuple[HostSnapshot, HostSnapshot]:
+    before = await demo.sample()
+    u = before.unit(MINIMAX)
+    assert u is not None and u.main_pid is not None
+    main = before.process(u.main_pid)
+    assert main is not None
+    assert await demo.signal(main.pid, main.start_ticks, signal.SIGKILL) is SignalOutcome.SENT
+    await demo.sleep(3.0)  # RestartSec=1, release delay 2
+    return before, await demo.sample()
+
+
+async def test_demo_starts_as_the_incident(demo: DemoHost) -> None:
+    s = await demo.sample()
+    assert len(s.gpus) == 8
+    assert {g.name for g in s.gpus} == {"NVIDIA RTX PRO 6000 Blackwell"}
+    assert {g.memory_total_mib for g in s.gpus} == {GPU_TOTAL_MIB}
+    assert {g.memory_used_mib for g in s.gpus} == {MODEL_MIB}
+    u = s.unit(MINIMAX)
+    assert u is not None
+    assert (u.restart, u.kill_mode, u.unit_file_state, u.active_state) == (
+        "always", "process", "enabled", "active")
+    assert len(workers(s)) == 8
+    nb = s.process(NOTEBOOK)
+    assert nb is not None and nb.user == "alice" and dict(nb.gpu_memory_mib) == {0: NOTEBOOK_MIB}
+
+
+async def test_kill_9_main_respawns_and_orphans_old_workers(demo: DemoHost) -> None:
+    before, after = await kill_main(demo)
+    u0, u1 = before.unit(MINIMAX), after.unit(MINIMAX)
+    assert u0 is not None and u1 is not None
+    assert u1.n_restarts == 1 and u1.main_pid not in (None, u0.main_pid)
+    assert len(workers(after)) == 16  # old and new sets side by side
+    t = triage(after, before)
+    old = set(workers(before))
+    assert {p.pid for p in t.orphans()} == old
+    assert all(after.process(pid).ppid == 1 for pid in old)  # type: ignore[union-attr]
+    assert Flag.RESPAWNED in t.flags[u1.main_pid]
+    # memory pressure: the new workers squeeze in beside the old ones
+    assert all((g.memory_used_mib or 0) > MODEL_MIB for g in after.gpus)
+
+
+async def test_stop_leaves_workers_under_pid_1_and_memory_held(demo: DemoHost) -> None:
+    assert (await demo.systemctl("stop", MINIMAX)).ok
+    await demo.sleep(5.0)
+    s = await demo.sample()
+    u = s.unit(MINIMAX)
+    assert u is not None and u.active_state == "inactive" and u.main_pid is None
+    ws = workers(s)
+    assert len(ws) == 8 and all(s.process(p).ppid == 1 for p in ws)  # type: ignore[union-attr]
+    assert {g.memory_used_mib for g in s.gpus} == {MODEL_MIB}
+    assert len(triage(s).orphans()) == 8
+
+
+async def test_memory_released_only_after_the_delay(demo: DemoHost) -> None:
+    s = await demo.sample()
+    w = s.process(workers(s)[3])
+    assert w is not None
+    await demo.signal(w.pid, w.start_ticks, signal.SIGKILL)
+    mid = await demo.sample()
+    assert mid.process(w.pid) is None
+    assert mid.gpus[3].memory_used_mib == MODEL_MIB  # the driver has not let go yet
+    await demo.sleep(2.5)
+    assert (await demo.sample()).gpus[3].memory_used_mib == 0
+
+
+async def test_plan_pins_identities_and_leaves_the_notebook_alone(demo: DemoHost) -> None:
+    s = await demo.sample()
+    plan = plan_action(s, ActionKind.RECLAIM, unit="vllm-minimax-m25")
+    assert [st.verb for st in plan.steps[:2]] == ["stop", "disable"]
+    pinned = {(t.pid, t.start_ticks) for t in plan.targets}
+    assert pinned == {(p.pid, p.start_ticks) for p in s.processes if p.unit == MINIMAX}
+    assert NOTEBOOK not in {t.pid for t in plan.targets}
+    assert NOTEBOOK in {t.pid for t in plan.untouched}
+    assert plan.expected_free_mib == {0: MODEL_MIB - NOTEBOOK_MIB, **{i: MODEL_MIB
+                                                                       for i in range(1, 8)}}
+    text = "\n".join(plan.describe())
+    assert "systemctl stop vllm-minimax-m25.service" in text
+    assert "Left alone: 90211 (alice, Jupyter kernel)" in text
+
+
+async def test_reclaim_confirms_every_gpu_and_escalates_the_term_ignorer(demo: DemoHost) -> None:
+    s = await demo.sample()
+    tp5 = next(p for p in s.processes if p.cmdline == "VLLM::Worker_TP5")
+    seen = []
+    report = await execute(plan_action(s, ActionKind.RECLAIM, unit=MINIMAX), demo, FAST,
+                           seen.append)
+    assert report.confirmed, report.describe()
+    assert [g.index for g in report.gpus] == list(range(8))
+    assert all(g.confirmed for g in report.gpus)
+    assert report.gpus[0].after_mib == NOTEBOOK_MIB and report.gpus[1].after_mib == 0
+    assert report.escalated == [tp5.pid]
+    assert (tp5.pid, "SIGKILL", SignalOutcome.SENT) in report.signals
+    assert NOTEBOOK in demo.processes
+    assert [c.argv for c in report.commands] == [("systemctl", "stop", MINIMAX),
+                                                 ("systemctl", "disable", MINIMAX)]
+    assert demo.units[MINIMAX].unit_file_state == "disabled"
+    assert seen and seen[-1].phase == "done"
+    assert any(p.phase == "verifying" for p in seen)
+
+
+async def test_reap_after_respawn_and_stop_brings_gpus_to_baseline(demo: DemoHost) -> None:
+    await kill_main(demo)
+    s = await demo.sample()
+    stop = await execute(plan_action(s, ActionKind.STOP_DISABLE, unit=MINIMAX), demo, FAST)
+    # KillMode=process: stop kills only the main; the plan said so and expected ~nothing.
+    assert stop.plan.notes and "KillMode=process" in stop.plan.notes[0]
+    s = await demo.sample()
+    assert len(triage(s).orphans()) == 16
+    reap = await execute(plan_action(s, ActionKind.REAP), demo, FAST)
+    assert reap.confirmed, reap.describe()
+    final = await demo.sample()
+    assert [g.memory_used_mib for g in final.gpus] == [NOTEBOOK_MIB] + [0] * 7
+    assert NOTEBOOK in demo.processes
+
+
+async def test_recycled_pid_is_not_signalled(demo: DemoHost) -> None:
+    s = await demo.sample()
+    plan = plan_action(s, ActionKind.KILL, pid=workers(s)[2])
+    victim = demo.processes[plan.targets[0].pid]
+    victim.start_ticks += 1  # the pid now names a different process
+    report = await execute(plan, demo, ExecOptions(verify_timeout=1.0, poll=0.5))
+    assert report.signals == [(victim.pid, "SIGKILL", SignalOutcome.MISMATCH)]
+    assert victim.pid in demo.processes
+    assert not report.confirmed
+    assert any(lo.reason == "pid reused" and lo.pid == victim.pid for lo in report.leftovers)
+
+
+async def test_d_state_holder_is_explained_when_memory_does_not_come_back(demo: DemoHost) -> None:
+    s = await demo.sample()
+    pid = workers(s)[4]
+    demo.processes[pid].state = "D"
+    report = await execute(plan_action(await demo.sample(), ActionKind.KILL, pid=pid), demo,
+                           ExecOptions(verify_timeout=2.0, poll=0.5))
+    assert not report.confirmed
+    assert [(lo.pid, lo.gpu, lo.reason.split(" ")[0]) for lo in report.leftovers] == [
+        (pid, 4, "D")]
+    assert "NOT confirmed" in report.summary
+
+
+async def test_killing_the_main_pid_warns_and_reports_the_respawn(demo: DemoHost) -> None:
+    s = await demo.sample()
+    u = s.unit(MINIMAX)
+    assert u is not None
+    plan = plan_action(s, ActionKind.KILL, pid=u.main_pid)
+    assert any("systemd will respawn it" in n for n in plan.notes)
+
+
+async def test_read_only_and_bad_selection_refuse_to_plan() -> None:
+    ro = DemoHost(read_only=True)
+    with pytest.raises(PlanError, match="read-only"):
+        plan_action(await ro.sample(), ActionKind.KILL, pid=NOTEBOOK)
+    s = await DemoHost().sample()
+    with pytest.raises(PlanError, match="not known"):
+        plan_action(s, ActionKind.STOP, unit="nope")
+    with pytest.raises(PlanError, match="not a system service"):
+        plan_action(s, ActionKind.STOP, unit="session-4.scope")
+    with pytest.raises(PlanError, match="no orphaned"):
+        plan_action(s, ActionKind.REAP)
+    with_init = replace(s, processes=(*s.processes, Process(pid=1, ppid=0, start_ticks=1)))
+    with pytest.raises(PlanError, match="PID 1"):
+        plan_action(with_init, ActionKind.KILL, pid=1)
+
+
+class DroppingControl:
+    """The demo, with a link that drops on the first signal."""
+
+    def __init__(self, demo: DemoHost) -> None:
+        self.demo = demo
+
+    async def systemctl(self, verb: str, unit: str) -> CommandResult:
+        return await self.demo.systemctl(verb, unit)
+
+    async def signal(self, pid: int, start_ticks: int | None, sig: int) -> SignalOutcome:
+        raise LinkLost("connection to demo lost")
+
+    async def sample(self) -> HostSnapshot:
+        return await self.demo.sample()
+
+    async def sleep(self, seconds: float) -> None:
+        await self.demo.sleep(seconds)
+
+
+async def test_link_lost_mid_action_is_reported_as_unknown(demo: DemoHost) -> None:
+    s = await demo.sample()
+    report = await execute(plan_action(s, ActionKind.TERMINATE, pid=workers(s)[0]),
+                           DroppingControl(demo), FAST)
+    assert report.unknown and not report.confirmed
+    assert "outcome unknown" in report.summary
