@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh Debian 12 machine: installs what the tests need
+# (OpenSSH server, systemd-nspawn, sudo, gcc/make for the stand-in NVIDIA driver, the
+# Python test dependencies), then runs the linters, the type checker, the import
+# contract and pytest (lab tests included when run as root). Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  need=()
+  [ -x /usr/sbin/sshd ] || need+=(openssh-server)
+  command -v ssh >/dev/null || need+=(openssh-client)
+  command -v systemd-nspawn >/dev/null || need+=(systemd-container)
+  command -v sudo >/dev/null || need+=(sudo)
+  command -v gcc >/dev/null || need+=(gcc)
+  command -v make >/dev/null || need+=(make)
+  command -v tmux >/dev/null || need+=(tmux)
+  if [ ${#need[@]} -gt 0 ]; then
+    echo "run.sh: installing ${need[*]}"
+    apt-get update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null
+  fi
+fi
+
+PY=${PYTHON:-python3}
+"$PY" -m pip install -q --disable-pip-version-check -e '.[test]'
+
+echo "== ruff";         "$PY" -m ruff check gpudash tests bench screenshots
+echo "== mypy --strict (domain)"; "$PY" -m mypy
+echo "== import contract"; lint-imports --no-cache >/dev/null && echo "contract kept"
+echo "== pytest";       exec "$PY" -m pytest -q "$@"
