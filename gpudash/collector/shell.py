@@ -1,0 +1,189 @@
+"""Plain-shell fallback for hosts without ``python3``: nvidia-smi + /proc + systemctl.
+
+The script prints frames of marked sections; this module turns a frame into the same
+wire dict the Python collector writes, so one decoder serves both. Snapshots from it
+are ``SourceKind.SHELL`` and ``degraded``: holders only, no NVML, no unit members.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from gpudash.collector.hostside import (
+    SMI_APP_FIELDS,
+    SMI_GPU_FIELDS,
+    UNIT_PROPERTIES,
+    cgroup_path,
+    parse_smi_apps,
+    parse_smi_gpus,
+    parse_stat,
+    parse_systemctl_show,
+    unit_of_cgroup,
+)
+from gpudash.source import ProtocolError
+
+STREAM_SCRIPT = (
+    r"""
+interval=$1; once=$2
+while :; do
+  echo "@frame $(date +%s)"
+  echo "@btime $(awk '/^btime/{print $2}' /proc/stat) $(getconf CLK_TCK 2>/dev/null || echo 100)"
+  pids=
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    echo "@gpus"
+    nvidia-smi --query-gpu=GPU_FIELDS --format=csv,noheader,nounits 2>&1
+    apps=$(nvidia-smi --query-compute-apps=APP_FIELDS --format=csv,noheader,nounits 2>&1)
+    echo "@apps"
+    printf '%s\n' "$apps"
+    pids=$(printf '%s\n' "$apps" | awk -F', *' '$2 ~ /^[0-9]+$/ {print $2}' | sort -u)
+  else
+    echo "@nosmi"
+  fi
+  for pid in $pids; do
+    echo "@stat $pid"; cat /proc/$pid/stat 2>/dev/null; echo
+    echo "@user $pid"; stat -c %U /proc/$pid 2>/dev/null
+    echo "@cmdline $pid"; tr '\000\n' '  ' </proc/$pid/cmdline 2>/dev/null; echo
+    echo "@cgroup $pid"; cat /proc/$pid/cgroup 2>/dev/null
+  done
+  if [ -d /run/systemd/system ]; then
+    units=$(for pid in $pids; do sed -n 's/^0:://p' /proc/$pid/cgroup 2>/dev/null; done |
+      awk -F/ '{for (i = 1; i <= NF; i++) if ($i ~ /\.(service|scope)$/) {print $i; break}}' |
+      sort -u)
+    echo "@units"
+    [ -n "$units" ] && systemctl show --no-pager -p PROPS -- $units 2>/dev/null
+  else
+    echo "@nosystemd"
+  fi
+  echo "@end"
+  [ -n "$once" ] && exit 0
+  sleep "$interval" || exit 0
+done
+""".replace("GPU_FIELDS", SMI_GPU_FIELDS)
+    .replace("APP_FIELDS", SMI_APP_FIELDS)
+    .replace("PROPS", UNIT_PROPERTIES)
+)
+
+SIGNAL_SCRIPT = r"""
+pid=$1; start=$2; sig=$3
+s=$(cat /proc/$pid/stat 2>/dev/null) || { echo gone; exit 0; }
+[ -n "$s" ] || { echo gone; exit 0; }
+s=${s##*)}
+set -- $s
+[ "${20}" = "$start" ] || { echo mismatch; exit 0; }
+if kill -$sig $pid 2>/dev/null; then echo sent
+elif [ -d /proc/$pid ]; then echo denied
+else echo gone
+fi
+"""
+
+_MARKERS = (
+    "@frame",
+    "@btime",
+    "@gpus",
+    "@apps",
+    "@nosmi",
+    "@stat",
+    "@user",
+    "@cmdline",
+    "@cgroup",
+    "@units",
+    "@nosystemd",
+    "@end",
+)
+
+
+def stream_command(interval: float, *, once: bool = False) -> str:
+    """``sh -c`` command line that prints a frame every ``interval`` seconds."""
+    return shlex.join(["sh", "-c", STREAM_SCRIPT, "sh", f"{interval:g}", "1" if once else ""])
+
+
+def signal_command(pid: int, start_ticks: int, sig: int) -> str:
+    return shlex.join(["sh", "-c", SIGNAL_SCRIPT, "sh", str(pid), str(start_ticks), str(sig)])
+
+
+def _sections(frame: list[str]) -> list[tuple[str, str, list[str]]]:
+    out: list[tuple[str, str, list[str]]] = []
+    for line in frame:
+        head, _, arg = line.partition(" ")
+        if head in _MARKERS:
+            out.append((head, arg, []))
+        elif out:
+            out[-1][2].append(line)
+    return out
+
+
+def parse_frame(frame: list[str]) -> dict[str, Any]:
+    """One frame (its lines, ``@frame`` .. ``@end``) as a wire snapshot dict."""
+    sections = _sections(frame)
+    if not sections or sections[0][0] != "@frame" or sections[-1][0] != "@end":
+        raise ProtocolError("shell collector: truncated frame")
+    try:
+        taken_at = float(sections[0][1])
+    except ValueError:
+        raise ProtocolError("shell collector: bad frame header") from None
+    errors: list[str] = []
+    gpus: list[dict[str, Any]] = []
+    holders: dict[int, dict[int, int]] = {}
+    procs: dict[int, dict[str, Any]] = {}
+    units: list[dict[str, Any]] = []
+    btime, tck = 0.0, 100
+    for head, arg, body in sections:
+        text = "\n".join(body)
+        pid = int(arg) if arg.isdigit() else None
+        if head == "@btime":
+            parts = arg.split()
+            if len(parts) == 2 and parts[1].isdigit() and parts[0].isdigit():
+                btime, tck = float(parts[0]), int(parts[1]) or 100
+        elif head == "@gpus":
+            if "No devices were found" in text:
+                errors.append("nvidia-smi: No devices were found")
+            else:
+                gpus, errs = parse_smi_gpus(text)
+                errors += errs
+        elif head == "@apps":
+            index_of = {g["uuid"]: g["index"] for g in gpus if "uuid" in g}
+            holders, errs = parse_smi_apps(text, index_of)
+            errors += [e for e in errs if "No devices" not in e]
+        elif head == "@nosmi":
+            errors.append("no NVIDIA driver: nvidia-smi not found (and no python3 for NVML)")
+        elif head == "@nosystemd":
+            errors.append("host is not running systemd: units unknown")
+        elif head == "@units":
+            units = parse_systemctl_show(text)
+        elif pid is not None and pid in holders:
+            proc = procs.setdefault(pid, {"pid": pid})
+            if head == "@stat":
+                parsed = parse_stat(text)
+                if parsed is not None:
+                    proc.update(
+                        name=parsed[0],
+                        state=parsed[1],
+                        ppid=parsed[2],
+                        start_ticks=parsed[3],
+                        started_at=round(btime + parsed[3] / tck, 2),
+                    )
+            elif head == "@user" and text.strip():
+                proc["user"] = text.strip()
+            elif head == "@cmdline":
+                proc["cmdline"] = text.strip()
+            elif head == "@cgroup":
+                cgroup = cgroup_path(text)
+                if cgroup:
+                    proc["cgroup"] = cgroup
+                    unit = unit_of_cgroup(cgroup)
+                    if unit:
+                        proc["unit"] = unit
+    for pid, memory in holders.items():
+        procs.setdefault(pid, {"pid": pid})["gpu_memory_mib"] = {
+            str(k): v for k, v in memory.items()
+        }
+    return {
+        "taken_at": taken_at,
+        "source": "shell",
+        "degraded": True,
+        "errors": errors + ["no python3 on the host: plain-shell fallback (degraded)"],
+        "gpus": {str(g["index"]): g for g in gpus},
+        "procs": {str(p): v for p, v in procs.items()},
+        "units": {u["name"]: u for u in units},
+    }

@@ -1,0 +1,53 @@
+"""Reaching hosts: this machine (``LocalSource``) or a remote one over SSH.
+
+``open_source`` picks one from what the operator typed; ``reconnecting_stream`` keeps a
+source's snapshots coming across dropped links. Nothing here prints or notifies: errors
+are typed ``SourceError``s and state changes go to a callback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpudash.source import HostSource
+from gpudash.transport.local import LocalSource
+from gpudash.transport.reconnect import LinkState, reconnecting_stream
+from gpudash.transport.ssh import SshSource, parse_target
+
+__all__ = [
+    "LinkState",
+    "LocalSource",
+    "SshSource",
+    "open_source",
+    "parse_target",
+    "reconnecting_stream",
+]
+
+
+def open_source(
+    target: str | None,
+    *,
+    interval: float = 1.0,
+    sudo: bool = False,
+    accept_new_host_key: bool = False,
+    ssh_config: Path | None = None,
+    known_hosts: Path | None = None,
+    read_only: bool = False,
+) -> HostSource:
+    """The source for ``target``: ``None``/``"local"`` is this machine, else SSH.
+
+    Nothing is contacted until the first ``stream()`` or control call. ``interval`` is
+    the default the caller will stream at; it is validated here.
+    """
+    if not 0.05 <= interval <= 3600:
+        raise ValueError(f"interval out of range: {interval}")
+    if target is None or target == "local":
+        return LocalSource(sudo=sudo, read_only=read_only)
+    return SshSource(
+        target,
+        sudo=sudo,
+        read_only=read_only,
+        accept_new_host_key=accept_new_host_key,
+        ssh_config=ssh_config,
+        known_hosts=known_hosts,
+    )

@@ -1,0 +1,48 @@
+"""Checking every argument before any command that acts on a host is built."""
+
+from __future__ import annotations
+
+import re
+import signal
+
+from gpudash.model import UNIT_SUFFIXES
+
+SYSTEMCTL_VERBS = frozenset({"stop", "disable", "start", "enable"})
+_UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.\\@-]{1,250}\.([a-z]+)$")
+_SIGNALS = frozenset(int(s) for s in signal.Signals)
+
+
+def validate_unit(unit: str) -> str:
+    """A systemd unit name with a known suffix, or ``ValueError``.
+
+    Names come from hosts (untrusted) and from operators; neither may smuggle in an
+    option (``--now``) or a shell word.
+    """
+    match = _UNIT_NAME.match(unit) if isinstance(unit, str) else None
+    if match is None or unit.startswith("-") or match.group(1) not in UNIT_SUFFIXES:
+        raise ValueError(f"not a systemd unit name: {unit!r}")
+    return unit
+
+
+def validate_verb(verb: str) -> str:
+    if verb not in SYSTEMCTL_VERBS:
+        raise ValueError(f"systemctl verb not allowed: {verb!r}")
+    return verb
+
+
+def validate_pid(pid: int) -> int:
+    if isinstance(pid, bool) or not isinstance(pid, int) or not 1 < pid < 2**22 + 1:
+        raise ValueError(f"not a process id that may be signalled: {pid!r}")
+    return pid
+
+
+def validate_signal(sig: int) -> int:
+    if isinstance(sig, bool) or not isinstance(sig, int) or sig not in _SIGNALS:
+        raise ValueError(f"not a signal number: {sig!r}")
+    return sig
+
+
+def systemctl_argv(verb: str, unit: str, *, sudo: bool) -> list[str]:
+    """``[sudo -n] systemctl VERB -- UNIT`` after validating both."""
+    argv = ["systemctl", validate_verb(verb), "--", validate_unit(unit)]
+    return ["sudo", "-n", *argv] if sudo else argv
