@@ -1,0 +1,1 @@
+"""Stand-in NVIDIA driver for tests (see README.md). Import as ``fakegpu`` with tests/ on sys.path."""
