@@ -593,7 +593,7 @@ class Collector:
             "host": self.host,
             "taken_at": round(taken_at, 3),
             "source": self.source,
-            "errors": errors + unit_errors,
+            "errors": list(dict.fromkeys(errors + unit_errors)),
             "can_act": self.can_act,
             "gpus": {str(g["index"]): g for g in gpus},
             "procs": procs,

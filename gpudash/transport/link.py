@@ -58,6 +58,9 @@ class Pipe(ABC):
     @abstractmethod
     def stderr_tail(self) -> str: ...
 
+    async def wait_closed(self) -> None:  # noqa: B027 - optional: most pipes need not wait
+        """Wait (briefly) until the program is gone after ``close``."""
+
 
 class CollectorSource(ABC):
     """``HostSource`` over a collector program on the host."""
@@ -98,9 +101,14 @@ class CollectorSource(ABC):
         return self._control
 
     async def close(self) -> None:
-        for pipe in list(self._streams):
+        pipes = list(self._streams)
+        if self._control._pipe is not None:
+            pipes.append(self._control._pipe)
+        for pipe in pipes:
             pipe.close()
         self._control.drop()
+        for pipe in pipes:
+            await pipe.wait_closed()
 
     def stream(self, interval: float) -> AsyncIterator[HostSnapshot]:
         """Snapshots every ``interval`` seconds; raises ``LinkLost`` when the link drops."""
@@ -138,6 +146,7 @@ class CollectorSource(ABC):
         finally:
             self._streams.discard(pipe)
             pipe.close()
+            await pipe.wait_closed()
 
     async def _shell_stream(self, interval: float) -> AsyncIterator[HostSnapshot]:
         pipe = await self._open(shell.stream_command(interval), as_root=False)
@@ -151,6 +160,7 @@ class CollectorSource(ABC):
         finally:
             self._streams.discard(pipe)
             pipe.close()
+            await pipe.wait_closed()
 
     async def _read_frame(self, pipe: Pipe, limit_s: float) -> list[str]:
         frame: list[str] = []

@@ -47,6 +47,10 @@ class ProcessPipe(Pipe):
     def stderr_tail(self) -> str:
         return self._stderr.decode("utf-8", "replace")
 
+    async def wait_closed(self) -> None:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.proc.wait(), 5)
+
 
 class LocalSource(CollectorSource):
     """``HostSource`` for the machine gpudash runs on (no SSH).
