@@ -19,3 +19,7 @@ def _isolated_xdg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         d = tmp_path / "xdg" / var.lower()
         d.mkdir(parents=True)
         monkeypatch.setenv(var, str(d))
+
+
+# Shared fixtures of the test infrastructure (the stand-in driver, the sshd, the lab).
+pytest_plugins = ["fakegpu.fixtures"]
