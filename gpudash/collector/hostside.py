@@ -208,7 +208,7 @@ def parse_smi_apps(
         used = _smi_int(cells[2])
         gpu = index_of_uuid[cells[0]]
         slot = holders.setdefault(pid, {})
-        slot[gpu] = max(slot.get(gpu, 0), -1 if used is None else used)
+        slot[gpu] = max(slot.get(gpu, -1), -1 if used is None else used)
     return holders, errors
 
 

@@ -7,6 +7,7 @@ mistyped message raises ``ProtocolError`` and nothing else.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from gpudash.model import Gpu, HostSnapshot, Process, SourceKind, Unit
@@ -57,7 +58,11 @@ def _int(obj: dict[str, Any], key: str, where: str) -> int | None:
 
 def _float(obj: dict[str, Any], key: str, where: str) -> float | None:
     value = _get(obj, key, (int, float), where)
-    return None if value is None else float(value)
+    if value is None:
+        return None
+    if not math.isfinite(value):
+        raise ProtocolError(f"{where}.{key}: not a finite number")
+    return float(value)
 
 
 def _section(state: dict[str, Any], key: str) -> dict[str, Any]:

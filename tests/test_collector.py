@@ -1,0 +1,373 @@
+"""The collector's parsing and unit mapping on fabricated inputs; the decoder under fuzz."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpudash.collector import hostside, shell
+from gpudash.collector.hostside import (
+    Collector,
+    ProcReader,
+    UnitReader,
+    cgroup_path,
+    merge_patch,
+    parse_smi_apps,
+    parse_smi_gpus,
+    parse_stat,
+    parse_systemctl_show,
+    unit_of_cgroup,
+)
+from gpudash.collector.wire import SnapshotDecoder, apply_merge_patch
+from gpudash.source import ProtocolError
+from gpudash.transport.actions import systemctl_argv, validate_pid, validate_unit
+from gpudash.transport.ssh import Target, parse_target
+
+
+def stat_line(pid: int, comm: str, state: str = "S", ppid: int = 1, start: int = 4242) -> str:
+    fields = [state, str(ppid)] + ["0"] * 17 + [str(start)] + ["0"] * 30
+    return f"{pid} ({comm}) " + " ".join(fields) + "\n"
+
+
+@pytest.mark.parametrize("comm", ["python3", "a b", "x) S 1 (y", "((()))", "VLLM::Worker_TP0"])
+def test_stat_comm_with_spaces_and_parens(comm: str) -> None:
+    assert parse_stat(stat_line(77, comm, "D", 9, 123456)) == (comm, "D", 9, 123456)
+
+
+def test_stat_garbage() -> None:
+    assert parse_stat("") is None
+    assert parse_stat("12 (x) S 1 2") is None
+    assert parse_stat("12 (x) S notanint " + "0 " * 30) is None
+
+
+@pytest.mark.parametrize(
+    ("cgroup", "unit"),
+    [
+        ("0::/system.slice/vllm-minimax-m25.service\n", "vllm-minimax-m25.service"),
+        ("0::/user.slice/user-1000.slice/session-4.scope\n", "session-4.scope"),
+        (
+            "0::/user.slice/user-1000.slice/user@1000.service/app.slice/jupyter.service\n",
+            "user@1000.service",
+        ),
+        ("0::/system.slice/docker-0123abcd.scope\n", "docker-0123abcd.scope"),
+        ("0::/\n", None),
+        ("0::/system.slice\n", None),
+        ("12:cpu,cpuacct:/x\n1:name=systemd:/system.slice/old.service\n", "old.service"),
+        ("1:name=systemd:/system.slice/v1.service\n0::/system.slice/v1.service\n", "v1.service"),
+        ("", None),
+        ("garbage", None),
+    ],
+)
+def test_unit_mapping(cgroup: str, unit: str | None) -> None:
+    assert unit_of_cgroup(cgroup_path(cgroup)) == unit
+
+
+def test_systemctl_show_batch() -> None:
+    text = (
+        "Id=vllm.service\nActiveState=active\nSubState=running\nUnitFileState=enabled\n"
+        "Restart=always\nKillMode=control-group\nNRestarts=3\nMainPID=4242\n"
+        "ControlGroup=/system.slice/vllm.service\nDescription=vLLM = server\n\n"
+        "Id=session-4.scope\nActiveState=active\nMainPID=0\nNRestarts=\nUnitFileState=\n"
+    )
+    a, b = parse_systemctl_show(text)
+    assert a == {
+        "name": "vllm.service",
+        "active_state": "active",
+        "sub_state": "running",
+        "unit_file_state": "enabled",
+        "restart": "always",
+        "kill_mode": "control-group",
+        "n_restarts": 3,
+        "main_pid": 4242,
+        "control_group": "/system.slice/vllm.service",
+        "description": "vLLM = server",
+    }
+    assert b == {"name": "session-4.scope", "active_state": "active"}
+
+
+def test_nvidia_smi_csv_with_na_and_lost_gpu() -> None:
+    text = (
+        "0, GPU-aaa, NVIDIA H100 80GB HBM3, 81559, 1000, 5, 30, 70.00, 700.00\n"
+        "1, GPU-bbb, NVIDIA H100 80GB HBM3, 81559, [N/A], [Not Supported], [N/A], "
+        "[Insufficient Permissions], [N/A]\n"
+        "2, GPU-ccc, [GPU requires reset], [Unknown Error], [Unknown Error], [Unknown Error], "
+        "[Unknown Error], [Unknown Error], [Unknown Error]\n"
+        "Unable to determine the device handle for GPU 0000:3F:00.0: GPU is lost\n"
+    )
+    gpus, errors = parse_smi_gpus(text)
+    assert gpus[0]["memory_used_mib"] == 1000 and gpus[0]["power_w"] == 70.0
+    assert gpus[1] == {
+        "index": 1,
+        "uuid": "GPU-bbb",
+        "name": "NVIDIA H100 80GB HBM3",
+        "memory_total_mib": 81559,
+    }
+    assert gpus[2]["error"] == "GPU is lost" and "memory_used_mib" not in gpus[2]
+    assert len(errors) == 1 and "GPU is lost" in errors[0]
+    apps = "GPU-aaa, 10, 500\nGPU-aaa, 11, [N/A]\nGPU-zzz, 12, 5\nGPU-bbb, 10, 7\n"
+    holders, errors = parse_smi_apps(apps, {"GPU-aaa": 0, "GPU-bbb": 1})
+    assert holders == {10: {0: 500, 1: 7}, 11: {0: -1}}
+    assert len(errors) == 1
+
+
+def fake_proc(
+    root: Path,
+    pid: int,
+    comm: str,
+    cgroup: str,
+    ppid: int = 1,
+    start: int = 100,
+    cmdline: str = "x",
+) -> None:
+    d = root / "proc" / str(pid)
+    d.mkdir(parents=True)
+    (d / "stat").write_text(stat_line(pid, comm, "S", ppid, start))
+    (d / "cgroup").write_text(f"0::{cgroup}\n")
+    (d / "cmdline").write_text(cmdline.replace(" ", "\0") + "\0")
+
+
+class FakeGpus:
+    def __init__(self, holders: dict[int, dict[int, int]]) -> None:
+        self.holders = holders
+
+    def read(self):  # type: ignore[no-untyped-def]
+        return [{"index": 0, "memory_used_mib": 10}], self.holders, []
+
+
+def test_collector_includes_unit_members_and_batches_systemctl(tmp_path: Path) -> None:
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "stat").write_text("cpu 0\nbtime 1000\n")
+    unit_cg = "/system.slice/vllm.service"
+    fake_proc(tmp_path, 100, "vllm", unit_cg, cmdline="python -m vllm serve")
+    fake_proc(tmp_path, 101, "VLLM::Worker", unit_cg, ppid=100)
+    fake_proc(tmp_path, 200, "orphan", unit_cg + "/sub", ppid=1)
+    fake_proc(tmp_path, 300, "notebook", "/user.slice/user-1000.slice/session-4.scope")
+    cg = tmp_path / "cgroup" / unit_cg.strip("/")
+    (cg / "sub").mkdir(parents=True)
+    (cg / "cgroup.procs").write_text("100\n101\n")
+    (cg / "sub" / "cgroup.procs").write_text("200\n")
+    (tmp_path / "cgroup" / "cgroup.controllers").write_text("")
+    calls = tmp_path / "calls"
+    systemctl = tmp_path / "systemctl"
+    systemctl.write_text(
+        f'#!/bin/sh\necho "$@" >> {calls}\n'
+        "printf 'Id=session-4.scope\\nActiveState=active\\n\\nId=vllm.service\\n"
+        "ActiveState=active\\nRestart=always\\nMainPID=100\\n'\n"
+    )
+    systemctl.chmod(systemctl.stat().st_mode | stat.S_IEXEC)
+    (tmp_path / "run").mkdir()
+    collector = Collector(
+        gpus=FakeGpus({101: {0: 5000}, 200: {0: 3000}, 300: {0: -1}}),
+        proc=ProcReader(str(tmp_path / "proc"), str(tmp_path / "cgroup")),
+        units=UnitReader(str(systemctl), str(tmp_path / "run")),
+    )
+    snap = collector.sample()
+    assert set(snap["procs"]) == {"100", "101", "200", "300"}  # main pid joins as tree root
+    assert snap["procs"]["100"]["cmdline"] == "python -m vllm serve"
+    assert "gpu_memory_mib" not in snap["procs"]["100"]
+    assert snap["procs"]["200"]["unit"] == "vllm.service"
+    assert snap["procs"]["300"]["gpu_memory_mib"] == {"0": -1}
+    assert set(snap["units"]) == {"vllm.service", "session-4.scope"}
+    assert snap["units"]["vllm.service"]["main_pid"] == 100
+    collector.sample()  # nothing changed: the cached unit states serve
+    lines = calls.read_text().splitlines()
+    assert len(lines) == 1 and lines[0].endswith("-- session-4.scope vllm.service")
+    (tmp_path / "proc" / "200" / "stat").unlink()  # the orphan died and let go
+    collector.gpus.holders.pop(200)
+    (cg / "sub" / "cgroup.procs").write_text("")
+    later = collector.sample()
+    assert "200" not in later["procs"] and len(calls.read_text().splitlines()) == 2
+
+
+def test_no_systemd_is_an_error_not_an_exception(tmp_path: Path) -> None:
+    units = UnitReader("systemctl", str(tmp_path / "no-run-systemd"))
+    assert units.read({"a.service"}, None) == ([], ["host is not running systemd: units unknown"])
+
+
+def test_no_driver_is_an_error_not_an_exception(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hostside.shutil, "which", lambda name: None)
+    monkeypatch.setattr(hostside, "load_pynvml", lambda src: (_ for _ in ()).throw(OSError("x")))
+    reader, kind = hostside.gpu_reader(None)
+    assert reader.read()[0] == [] and "no NVIDIA driver" not in "" and kind == "nvml"
+    assert "nvidia-smi not found" in reader.read()[2][0]
+
+
+def test_signal_program_checks_identity_here(tmp_path: Path) -> None:
+    pid = os.getpid()
+    start = ProcReader().start_ticks(pid)
+    assert start is not None
+    assert hostside.send_signal(pid, start + 1, 0) == "mismatch"
+    assert hostside.send_signal(pid, None, 0) == "mismatch"
+    assert hostside.send_signal(pid, start, 0) == "sent"  # signal 0: existence check only
+    assert hostside.send_signal(2**22 + 7, 1, 0) == "gone"
+
+
+def test_validation_before_any_command() -> None:
+    assert systemctl_argv("stop", "vllm.service", sudo=True) == [
+        "sudo",
+        "-n",
+        "systemctl",
+        "stop",
+        "--",
+        "vllm.service",
+    ]
+    for bad in [
+        "--now.service",
+        "a b.service",
+        "x.service;reboot",
+        "x",
+        "x.foo",
+        "$(x).service",
+        "",
+        "a/b.service",
+    ]:
+        with pytest.raises(ValueError):
+            validate_unit(bad)
+    assert validate_unit("user@1000.service") == "user@1000.service"
+    for pid in [0, -1, 1, True, "12", 2**40]:
+        with pytest.raises(ValueError):
+            validate_pid(pid)  # type: ignore[arg-type]
+
+
+def test_targets() -> None:
+    assert parse_target("ssh://op@127.0.0.1:2222") == Target("127.0.0.1", "op", 2222)
+    assert parse_target("root@gpu01") == Target("gpu01", "root", None)
+    assert parse_target("gpu01") == Target("gpu01")
+
+
+def test_shell_frame_parses_like_the_collector() -> None:
+    frame = [
+        "@frame 1700000000",
+        "@btime 1000 100",
+        "@gpus",
+        "0, GPU-aaa, NVIDIA H100, 81559, 700, 0, 30, 70.00, 700.00",
+        "@apps",
+        "GPU-aaa, 55, 700",
+        "@stat 55",
+        stat_line(55, "py thon)", start=500).strip(),
+        "",
+        "@user 55",
+        "root",
+        "@cmdline 55",
+        "python3 serve.py ",
+        "@cgroup 55",
+        "0::/system.slice/vllm.service",
+        "@units",
+        "Id=vllm.service",
+        "ActiveState=active",
+        "@end",
+    ]
+    state = shell.parse_frame(frame)
+    p = state["procs"]["55"]
+    assert p["name"] == "py thon)" and p["start_ticks"] == 500 and p["started_at"] == 1005.0
+    assert p["unit"] == "vllm.service" and p["gpu_memory_mib"] == {"0": 700}
+    assert state["units"]["vllm.service"]["active_state"] == "active"
+    with pytest.raises(ProtocolError):
+        shell.parse_frame(frame[:-1])
+
+
+def wire(n_gpus: int = 8, n_procs: int = 500, t: float = 1.0, used: int = 1000) -> dict:
+    return {
+        "v": 1,
+        "host": "h",
+        "taken_at": t,
+        "source": "nvml",
+        "errors": [],
+        "can_act": True,
+        "gpus": {
+            str(i): {
+                "index": i,
+                "uuid": f"GPU-{i}",
+                "name": "NVIDIA H100 80GB HBM3",
+                "memory_total_mib": 81559,
+                "memory_used_mib": used + i,
+                "utilization_pct": int(t) % 100,
+                "temperature_c": 40 + int(t) % 3,
+                "power_w": 300.0 + t % 7,
+                "power_limit_w": 700.0,
+            }
+            for i in range(n_gpus)
+        },
+        "procs": {
+            str(1000 + p): {
+                "pid": 1000 + p,
+                "ppid": 1,
+                "start_ticks": 5000 + p,
+                "started_at": 1.7e9,
+                "state": "S",
+                "user": "svc",
+                "name": "VLLM::Worker",
+                "cmdline": "python -m vllm serve x",
+                "cgroup": "/system.slice/v.service",
+                "unit": "v.service",
+                "gpu_memory_mib": {str(p % 8): 100},
+            }
+            for p in range(n_procs)
+        },
+        "units": {"v.service": {"name": "v.service", "active_state": "active"}},
+    }
+
+
+def test_patch_per_sample_is_small_for_8_gpus_and_500_processes() -> None:
+    a, b = wire(t=1.0), wire(t=2.0, used=900)
+    full = json.dumps({"k": "full", "s": a}, separators=(",", ":"))
+    patch = json.dumps({"k": "patch", "s": merge_patch(a, b)}, separators=(",", ":"))
+    assert len(patch) < 2048 < len(full)
+    decoder = SnapshotDecoder("h")
+    decoder.feed(full.encode())
+    assert decoder.feed(patch.encode()) == decoder.feed(json.dumps({"k": "full", "s": b}).encode())
+
+
+json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.text(max_size=3))
+json_obj = st.recursive(
+    st.dictionaries(st.text(max_size=3), json_leaf, max_size=4),
+    lambda inner: st.dictionaries(st.text(max_size=3), st.one_of(json_leaf, inner), max_size=4),
+    max_leaves=20,
+)
+
+
+def strip_none(d: dict) -> dict:
+    return {k: strip_none(v) if isinstance(v, dict) else v for k, v in d.items() if v is not None}
+
+
+@given(json_obj, json_obj)
+def test_merge_patch_round_trips(a: dict, b: dict) -> None:
+    a, b = strip_none(a), strip_none(b)
+    assert apply_merge_patch(a, merge_patch(a, b)) == b
+
+
+@settings(max_examples=300)
+@given(
+    st.lists(
+        st.one_of(
+            st.binary(max_size=200),
+            json_obj.map(lambda o: json.dumps(o).encode()),
+            st.builds(
+                lambda o, k: json.dumps({"k": k, "s": o}).encode(),
+                json_obj,
+                st.sampled_from(["full", "patch", "error", "x"]),
+            ),
+            st.builds(
+                lambda n, t: json.dumps({"k": "full", "s": {**wire(1, 2), "taken_at": t}}).encode()[
+                    :n
+                ],
+                st.integers(0, 2000),
+                st.floats(allow_nan=True),
+            ),
+        ),
+        max_size=5,
+    )
+)
+def test_decoder_raises_only_protocol_error(lines: list[bytes]) -> None:
+    decoder = SnapshotDecoder("h")
+    for line in lines:
+        try:
+            decoder.feed(line)
+        except ProtocolError:
+            pass
