@@ -1,0 +1,551 @@
+"""The gpudash dashboard app: hosts, GPUs, holders, unit facts, actions with live proof.
+
+Data flows one way: one worker per host follows its ``HostSource`` and posts a message per
+snapshot; the app stores it in a ``HostView`` and redraws the widgets in place. Actions are
+planned by the engine from the latest snapshot, confirmed in a modal, executed in a worker
+whose progress arrives as messages, logged, and appended to the audit file.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from itertools import count
+from pathlib import Path
+
+from textual import work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.events import Key, Resize
+from textual.reactive import reactive
+from textual.screen import ModalScreen, Screen
+from textual.widgets import DataTable, Footer
+
+from gpudash import audit
+from gpudash.engine import (
+    ACTION_TITLES,
+    PROCESS_ACTIONS,
+    UNIT_ACTIONS,
+    ActionKind,
+    ActionPlan,
+    ActionReport,
+    ExecOptions,
+    PlanError,
+    execute,
+    plan_action,
+)
+from gpudash.source import HostSource
+from gpudash.ui.commands import DashboardCommands
+from gpudash.ui.hosts import HostView, follow_host
+from gpudash.ui.messages import (
+    ActionFinished,
+    ActionProgressed,
+    HostConnecting,
+    HostFailed,
+    SnapshotArrived,
+)
+from gpudash.ui.palette import palette
+from gpudash.ui.screens import ConfirmModal, HelpScreen
+from gpudash.ui.text import clean
+from gpudash.ui.themes import VARIABLE_DEFAULTS, load_themes
+from gpudash.ui.widgets.action_log import ActionLog, LogEntry
+from gpudash.ui.widgets.gpus import GpuTable
+from gpudash.ui.widgets.header import HeaderBar, HostList, header_text
+from gpudash.ui.widgets.holders import HoldersTable, holder_rows, selection_of
+from gpudash.ui.widgets.plotview import MemoryPlot
+from gpudash.ui.widgets.progress import ActionProgressPanel, progress_text
+from gpudash.ui.widgets.unit_panel import UnitPanel, unit_text
+
+DEFAULT_THEME = "gpudash-night"
+
+# action name -> (engine action, key, footer label)
+ACTIONS: dict[str, tuple[ActionKind, str, str]] = {
+    "stop_unit": (ActionKind.STOP, "s", "Stop"),
+    "disable_unit": (ActionKind.DISABLE, "d", "Disable"),
+    "stop_disable": (ActionKind.STOP_DISABLE, "D", "Stop+disable"),
+    "terminate": (ActionKind.TERMINATE, "t", "Terminate"),
+    "kill": (ActionKind.KILL, "k", "Kill"),
+    "reap": (ActionKind.REAP, "o", "Reap orphans"),
+    "reclaim": (ActionKind.RECLAIM, "r", "Reclaim"),
+}
+KEY_TO_ACTION = {key: name for name, (_, key, _) in ACTIONS.items()} | {"shift+d": "stop_disable"}
+
+
+class GpudashApp(App[int]):
+    """The dashboard. ``clock`` gives epoch seconds; tests freeze it for snapshots."""
+
+    TITLE = "gpudash"
+    CSS_PATH = "app.tcss"
+    COMMANDS = App.COMMANDS | {DashboardCommands}
+    BINDINGS = [
+        *(
+            Binding(key, name, label, id=f"gpudash.{name}")
+            for name, (_, key, label) in ACTIONS.items()
+        ),
+        Binding("g", "toggle_plot", "Plot all/one", id="gpudash.toggle_plot"),
+        Binding("h", "next_host", "Next host", id="gpudash.next_host"),
+        *(
+            Binding(str(n), f"host({n - 1})", f"Host {n}", show=False, id=f"gpudash.host{n}")
+            for n in range(1, 10)
+        ),
+        Binding("x", "hide_result", "Hide result", id="gpudash.hide_result"),
+        Binding("T", "change_theme", "Theme", id="gpudash.theme"),
+        Binding("question_mark", "help", "Help", id="gpudash.help"),
+        Binding("q", "quit", "Quit", id="gpudash.quit"),
+    ]
+
+    current_host: reactive[int] = reactive(0, bindings=True)
+    selected_key: reactive[str | None] = reactive(None, bindings=True)
+    running: reactive[bool] = reactive(False, bindings=True)
+    plot_all: reactive[bool] = reactive(True)
+    result_shown: reactive[bool] = reactive(False, bindings=True)
+
+    def __init__(
+        self,
+        sources: Sequence[HostSource],
+        *,
+        interval: float,
+        read_only: bool,
+        theme: str | None,
+        exec_options: ExecOptions | None,
+        clock: Callable[[], float] = time.time,
+        theme_dirs: Sequence[Path] | None = None,
+    ) -> None:
+        super().__init__()
+        if not sources:
+            raise ValueError("at least one host source is needed")
+        self.views = [HostView(source=s, name=s.name) for s in sources]
+        self.interval = interval
+        self.read_only = read_only
+        self.exec_options = exec_options or ExecOptions()
+        self.clock = clock
+        self.stale_after = 3 * interval + 2
+        self.last_report: ActionReport | None = None
+        self.reports: list[ActionReport] = []
+        self._action_ids = count(1)
+        self._running_plan: tuple[int, ActionPlan] | None = None
+        self._startup_warnings: list[str] = []
+        themes, errors = load_themes(theme_dirs)
+        for t in themes:
+            self.register_theme(t)
+        if errors:
+            self._startup_warnings.append(
+                "Theme files that could not be loaded:\n" + "\n".join(map(clean, errors))
+            )
+        wanted = theme or (DEFAULT_THEME if DEFAULT_THEME in self.available_themes else None)
+        if wanted is not None:
+            if wanted in self.available_themes:
+                self.theme = wanted
+            else:
+                self._startup_warnings.append(
+                    f"Unknown theme {clean(wanted)!r}; available: "
+                    + ", ".join(sorted(self.available_themes))
+                )
+
+    # --- layout ------------------------------------------------------------------------
+
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        return dict(VARIABLE_DEFAULTS)
+
+    def compose(self) -> ComposeResult:
+        yield HeaderBar(id="header")
+        yield HostList(id="hosts")
+        with Horizontal(id="top"):
+            yield GpuTable(id="gpus")
+            yield MemoryPlot(id="plot")
+        with Horizontal(id="middle"):
+            yield HoldersTable(id="holders")
+            yield UnitPanel(id="unit")
+        yield ActionProgressPanel(id="progress")
+        yield ActionLog(id="log")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#gpus").border_title = "GPUs"
+        self.query_one("#holders").border_title = "Holders (by owner)"
+        self.query_one("#unit").border_title = "Unit"
+        self.query_one("#plot").border_title = "Memory history (GiB)"
+        self.query_one("#progress").border_title = "Action"
+        if len(self.views) > 1:
+            self.query_one(HostList).add_class("-multi")
+        self.query_one(HoldersTable).focus()
+        self.theme_changed_signal.subscribe(self, lambda _theme: self.refresh_view())
+        for message in self._startup_warnings:
+            self.notify(message, severity="warning", timeout=15, markup=False)
+        for index in range(len(self.views)):
+            self._follow(index)
+        self.set_interval(1.0, self._tick)
+        self.refresh_view()
+
+    def on_resize(self, event: Resize) -> None:
+        self.screen.set_class(event.size.width < 130, "-narrow")
+        self.screen.set_class(event.size.height < 40, "-short")
+
+    # --- hosts -------------------------------------------------------------------------
+
+    def _follow(self, index: int) -> None:
+        view = self.views[index]
+
+        async def loop() -> None:
+            await follow_host(
+                view.source,
+                self.interval,
+                on_snapshot=lambda s, t, lat: self.post_message(SnapshotArrived(index, s, t, lat)),
+                on_error=lambda err, wait: self.post_message(HostFailed(index, err, wait)),
+                on_connecting=lambda n: self.post_message(HostConnecting(index, n)),
+                clock=self.clock,
+            )
+
+        self.run_worker(
+            loop(), name=f"host {view.name}", group=f"host-{index}", exclusive=True,
+            exit_on_error=False,
+        )
+
+    def on_snapshot_arrived(self, message: SnapshotArrived) -> None:
+        self.views[message.host].record(
+            message.snapshot, message.triage, message.latency, self.clock()
+        )
+        if message.host == self.current_host:
+            self.refresh_view()
+        else:
+            self._refresh_header()
+        self.refresh_bindings()
+
+    def on_host_failed(self, message: HostFailed) -> None:
+        view = self.views[message.host]
+        view.state = "error"
+        view.error = clean(message.error)
+        view.retry_at = self.clock() + message.retry_in
+        self._refresh_header()
+
+    def on_host_connecting(self, message: HostConnecting) -> None:
+        view = self.views[message.host]
+        if message.attempt:
+            view.state = "reconnecting"
+            self._refresh_header()
+
+    def _tick(self) -> None:
+        self._refresh_header()
+
+    # --- drawing -----------------------------------------------------------------------
+
+    @property
+    def view(self) -> HostView:
+        return self.views[self.current_host]
+
+    def _refresh_header(self) -> None:
+        pal = palette(self)
+        now = self.clock()
+        self.query_one(HeaderBar).update(
+            header_text(self.views, self.current_host, now, self.stale_after, self.read_only, pal)
+        )
+        if len(self.views) > 1:
+            self.query_one(HostList).show(self.views, now, self.stale_after, pal)
+
+    def refresh_view(self) -> None:
+        """Redraw everything from the current host's latest snapshot, in place."""
+        pal = palette(self)
+        view = self.view
+        holders = self.query_one(HoldersTable)
+        with self.batch_update():
+            self._refresh_header()
+            self.query_one(GpuTable).show(view.snapshot, pal)
+            holders.show(holder_rows(view.triage, pal) if view.triage else [])
+            self.selected_key = holders.selected_key()
+            self._refresh_unit()
+            self._refresh_plot()
+            self._refresh_progress()
+
+    def _refresh_unit(self) -> None:
+        view = self.view
+        owner, _unit, pid = selection_of(view.triage, self.selected_key)
+        group = view.triage.group(owner) if view.triage and owner else None
+        process = view.snapshot.process(pid) if view.snapshot and pid is not None else None
+        self.query_one(UnitPanel).update(unit_text(group, process, palette(self)))
+
+    def _refresh_plot(self) -> None:
+        view = self.view
+        snap = view.snapshot
+        if snap is None:
+            return
+        if self.plot_all:
+            gpus = [g.index for g in snap.gpus]
+            title = "all GPUs"
+        else:
+            selected = self.query_one(GpuTable).selected_gpu()
+            gpus = [] if selected is None else [selected]
+            title = f"GPU {selected}"
+        totals = [g.memory_total_mib for g in snap.gpus if g.memory_total_mib]
+        ymax = max(totals) / 1024 if totals else None
+        self.query_one(MemoryPlot).show(view.history, gpus, ymax, title)
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if isinstance(event.data_table, HoldersTable):
+            self.selected_key = None if event.row_key.value is None else str(event.row_key.value)
+            self._refresh_unit()
+        elif isinstance(event.data_table, GpuTable) and not self.plot_all:
+            self._refresh_plot()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if isinstance(event.data_table, HostList) and event.row_key.value is not None:
+            self.action_host(int(event.row_key.value))
+
+    # --- availability ------------------------------------------------------------------
+
+    def availability(self, action: str) -> tuple[bool | None, str]:
+        """(True | None greyed | False hidden, why not) for one of the destructive actions."""
+        if self.read_only:
+            return False, "read-only mode: gpudash will not act on any host"
+        if self.running:
+            return None, "an action is running; wait for its result"
+        view = self.view
+        if view.snapshot is None or view.triage is None:
+            return None, f"no sample from {view.name} yet"
+        kind = ACTIONS[action][0]
+        _owner, unit, pid = selection_of(view.triage, self.selected_key)
+        if kind in UNIT_ACTIONS and unit is None:
+            return None, "select a system service (a unit row or one of its processes)"
+        if kind in PROCESS_ACTIONS and (pid is None or pid == 1):
+            return None, "select a process"
+        if kind is ActionKind.REAP:
+            orphans = view.triage.orphans()
+            if unit is not None:
+                orphans = tuple(p for p in orphans if p.unit == unit)
+            if not orphans:
+                where = f" of {unit}" if unit else ""
+                return None, f"no orphaned processes{where} hold GPU memory"
+        return True, ""
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ACTIONS:
+            if isinstance(self.screen, ModalScreen):
+                return False
+            return self.availability(action)[0]
+        if action == "next_host":
+            return len(self.views) > 1
+        if action == "host":
+            return len(self.views) > 1
+        if action == "hide_result":
+            return self.result_shown
+        return True
+
+    def on_key(self, event: Key) -> None:
+        # A disabled action's key reaches here instead of its binding: say why.
+        if isinstance(self.screen, ModalScreen):
+            return
+        action = KEY_TO_ACTION.get(event.key)
+        if action is None:
+            return
+        available, reason = self.availability(action)
+        if available is not True:
+            event.stop()
+            self.notify(reason, title=ACTIONS[action][2], severity="warning", markup=False)
+
+    def palette_commands(self) -> list[tuple[str, str, str]]:
+        """(title, help, action) of what the command palette should offer now."""
+        out: list[tuple[str, str, str]] = []
+        for name, (kind, key, _label) in ACTIONS.items():
+            if self.availability(name)[0] is True:
+                out.append((ACTION_TITLES[kind], f"key {key}", name))
+        out.append(("Plot: toggle all GPUs / selected GPU", "key g", "toggle_plot"))
+        if len(self.views) > 1:
+            for i, v in enumerate(self.views):
+                out.append((f"Host: {clean(v.name)}", f"key {i + 1}", f"host({i})"))
+        return out
+
+    def get_system_commands(self, screen: Screen) -> object:
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("Help: keys", "Show every key", self.action_help)
+
+    # --- simple actions ----------------------------------------------------------------
+
+    def action_toggle_plot(self) -> None:
+        self.plot_all = not self.plot_all
+        self._refresh_plot()
+
+    def action_next_host(self) -> None:
+        self.action_host((self.current_host + 1) % len(self.views))
+
+    def action_host(self, index: int) -> None:
+        if 0 <= index < len(self.views) and index != self.current_host:
+            self.current_host = index
+            self.selected_key = None
+            self.refresh_view()
+
+    def action_hide_result(self) -> None:
+        self.result_shown = False
+        self._refresh_progress()
+
+    def action_help(self) -> None:
+        rows: list[tuple[str, str, bool | None]] = []
+        for name, (kind, key, _label) in ACTIONS.items():
+            rows.append((key, ACTION_TITLES[kind], self.availability(name)[0]))
+        rows += [
+            ("g", "Plot: all GPUs / the selected GPU", True),
+            ("h, 1-9", "Switch host", len(self.views) > 1 or None),
+            ("tab", "Move focus: holders, GPUs, log", True),
+            ("x", "Hide the action result panel", True),
+            ("T", "Pick a theme", True),
+            ("ctrl+p", "Command palette", True),
+            ("q", "Quit", True),
+        ]
+        self.push_screen(HelpScreen(rows, self.read_only))
+
+    # --- destructive actions -----------------------------------------------------------
+
+    def action_stop_unit(self) -> None:
+        self._plan("stop_unit")
+
+    def action_disable_unit(self) -> None:
+        self._plan("disable_unit")
+
+    def action_stop_disable(self) -> None:
+        self._plan("stop_disable")
+
+    def action_terminate(self) -> None:
+        self._plan("terminate")
+
+    def action_kill(self) -> None:
+        self._plan("kill")
+
+    def action_reap(self) -> None:
+        self._plan("reap")
+
+    def action_reclaim(self) -> None:
+        self._plan("reclaim")
+
+    def _plan(self, action: str) -> None:
+        available, reason = self.availability(action)
+        if available is not True:
+            self.notify(reason, title=ACTIONS[action][2], severity="warning", markup=False)
+            return
+        kind = ACTIONS[action][0]
+        view = self.view
+        assert view.snapshot is not None and view.triage is not None
+        _owner, unit, pid = selection_of(view.triage, self.selected_key)
+        try:
+            if kind in PROCESS_ACTIONS:
+                plan = plan_action(view.snapshot, kind, pid=pid)
+            else:
+                plan = plan_action(view.snapshot, kind, unit=unit)
+        except PlanError as exc:
+            self.notify(clean(exc), title=ACTION_TITLES[kind], severity="warning", markup=False)
+            return
+        self._confirm_and_run(plan, self.current_host)
+
+    @work(exclusive=True, group="confirm", exit_on_error=False)
+    async def _confirm_and_run(self, plan: ActionPlan, host: int) -> None:
+        lines = plan.describe(self.exec_options.term_timeout)
+        confirmed = await self.push_screen_wait(ConfirmModal(plan.title, lines))
+        if not confirmed:
+            self._log(plan.host, plan.title, "cancelled: nothing was done", None)
+            self.notify("Cancelled: nothing was done.", markup=False)
+            return
+        if self.running:  # another action started while the dialog was open
+            self.notify("Another action is running; not started.", severity="warning")
+            return
+        action_id = next(self._action_ids)
+        self.running = True
+        self._running_plan = (action_id, plan)
+        self._progress_state: tuple[object, ...] = (plan, None, None, None)
+        self.result_shown = True
+        self._refresh_progress()
+        self.run_worker(
+            self._execute(action_id, plan, host), name=f"action {action_id}", group="action",
+            exit_on_error=False,
+        )
+
+    async def _execute(self, action_id: int, plan: ActionPlan, host: int) -> None:
+        control = self.views[host].source.control
+        try:
+            report = await execute(
+                plan, control, self.exec_options,
+                lambda p: self.post_message(ActionProgressed(action_id, p)),
+            )
+        except Exception as exc:  # the engine must never take the screen down
+            self.post_message(
+                ActionFinished(action_id, host, plan, None, f"{type(exc).__name__}: {exc}")
+            )
+            return
+        self.post_message(ActionFinished(action_id, host, plan, report))
+
+    def on_action_progressed(self, message: ActionProgressed) -> None:
+        if self._running_plan is None or self._running_plan[0] != message.action_id:
+            return
+        self._progress_state = (self._running_plan[1], message.progress, None, None)
+        self._refresh_progress()
+
+    def on_action_finished(self, message: ActionFinished) -> None:
+        self.running = False
+        self._running_plan = None
+        report = message.report
+        progress = getattr(self, "_progress_state", (None, None))[1]
+        self._progress_state = (message.plan, progress, report, message.error)
+        self.result_shown = True
+        self._refresh_progress()
+        plan = message.plan
+        if report is None:
+            self._log(plan.host, plan.title, f"failed: {message.error}", False)
+            self.notify(clean(message.error), title="Action failed", severity="error",
+                        markup=False)
+            return
+        self.last_report = report
+        self.reports.append(report)
+        outcome = report.summary
+        escalated = [pid for pid, sig, _o in report.signals if sig == "SIGKILL"] if any(
+            s.escalate for s in plan.steps) else []
+        if escalated:
+            outcome += "; TERM ignored, escalated to SIGKILL: " + ", ".join(map(str, escalated))
+        if report.leftovers:
+            outcome += "; still held: " + "; ".join(
+                f"GPU{lo.gpu} by {'?' if lo.pid is None else lo.pid} ({lo.reason})"
+                for lo in report.leftovers
+            )
+        self._log(plan.host, plan.title, outcome, report.confirmed)
+        try:
+            audit.append(report)
+        except OSError as exc:
+            self.notify(f"Could not write the audit file: {exc}", title="Audit",
+                        severity="warning", markup=False)
+        if report.confirmed:
+            self.notify(clean(report.summary), title=plan.title, markup=False)
+        else:
+            self.notify(clean(report.summary), title=plan.title, severity="warning",
+                        markup=False, timeout=10)
+
+    def _refresh_progress(self) -> None:
+        panel = self.query_one(ActionProgressPanel)
+        state = getattr(self, "_progress_state", None)
+        shown = self.result_shown and state is not None
+        panel.set_class(shown, "-shown")
+        if not shown or state is None:
+            return
+        plan, progress, report, error = state
+        panel.set_class(report is not None and report.confirmed, "-ok")
+        panel.set_class(error is not None or (report is not None and not report.confirmed),
+                        "-failed")
+        panel.update(progress_text(plan, progress, report, error, palette(self),
+                                   self.exec_options.settle))
+
+    def _log(self, host: str, action: str, outcome: str, ok: bool | None) -> None:
+        pal = palette(self)
+        self.query_one(ActionLog).add(
+            LogEntry(self.clock(), host, action, outcome, ok), pal.success, pal.error
+        )
+
+
+def run_dashboard(
+    sources: list[HostSource],
+    *,
+    interval: float,
+    read_only: bool,
+    theme: str | None,
+    exec_options: ExecOptions | None,
+) -> int:
+    """Run the dashboard until the operator quits; returns the exit status."""
+    app = GpudashApp(
+        sources, interval=interval, read_only=read_only, theme=theme, exec_options=exec_options
+    )
+    result = app.run()
+    return result if isinstance(result, int) else (app.return_code or 0)

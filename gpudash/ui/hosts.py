@@ -1,0 +1,121 @@
+"""Per-host state as the dashboard sees it, and the loop that follows one host.
+
+``follow_host`` reads a ``HostSource`` forever: every snapshot is triaged and handed on;
+a ``SourceError`` marks the host failed and the stream is reopened after a capped
+exponential backoff. Nothing here draws anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from gpudash.model import HostSnapshot
+from gpudash.source import HostSource, SourceError
+from gpudash.triage import HostTriage, triage
+
+BACKOFF_START = 0.5
+BACKOFF_MAX = 30.0
+HISTORY = 300  # samples of memory history kept per host
+
+
+@dataclass
+class HostView:
+    """What the dashboard knows about one host right now."""
+
+    source: HostSource
+    name: str
+    state: str = "connecting"  # connecting | connected | reconnecting | error
+    error: str | None = None
+    retry_at: float | None = None
+    snapshot: HostSnapshot | None = None
+    triage: HostTriage | None = None
+    received_at: float | None = None
+    latency: float | None = None
+    history: deque[tuple[float, dict[int, int | None]]] = field(
+        default_factory=lambda: deque(maxlen=HISTORY)
+    )
+
+    def record(
+        self, snapshot: HostSnapshot, result: HostTriage, latency: float | None, now: float
+    ) -> None:
+        self.snapshot = snapshot
+        self.triage = result
+        self.latency = latency
+        self.received_at = now
+        self.state = "connected"
+        self.error = None
+        self.retry_at = None
+        self.history.append((snapshot.taken_at, snapshot.used_by_gpu()))
+
+    def age(self, now: float) -> float | None:
+        return None if self.received_at is None else max(0.0, now - self.received_at)
+
+    def status(self, now: float, stale_after: float) -> tuple[str, str]:
+        """(text, kind) of the connection state; kind is ok | warn | error."""
+        age = self.age(now)
+        if self.state == "connected" and age is not None and age > stale_after:
+            return f"stale {age:.0f} s", "warn"
+        if self.state == "connected":
+            return "connected", "ok"
+        if self.state == "error":
+            wait = "" if self.retry_at is None else f", retry in {max(0, self.retry_at - now):.0f} s"
+            return f"error: {self.error}{wait}", "error"
+        if self.state == "reconnecting":
+            return "reconnecting", "warn"
+        return "connecting", "warn"
+
+    def used_total_mib(self) -> tuple[int | None, int | None]:
+        if self.snapshot is None:
+            return None, None
+        used = [g.memory_used_mib for g in self.snapshot.gpus]
+        total = [g.memory_total_mib for g in self.snapshot.gpus]
+        return (
+            None if any(u is None for u in used) else sum(u for u in used if u is not None),
+            None if any(t is None for t in total) else sum(t for t in total if t is not None),
+        )
+
+    def orphan_count(self) -> int:
+        return 0 if self.triage is None else len(self.triage.orphans())
+
+
+async def follow_host(
+    source: HostSource,
+    interval: float,
+    *,
+    on_snapshot: Callable[[HostSnapshot, HostTriage, float | None], None],
+    on_error: Callable[[str, float], None],
+    on_connecting: Callable[[int], None],
+    clock: Callable[[], float],
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> None:
+    """Follow ``source`` until cancelled, reconnecting with capped exponential backoff."""
+    backoff = BACKOFF_START
+    attempt = 0
+    previous: HostSnapshot | None = None
+    while True:
+        on_connecting(attempt)
+        attempt += 1
+        try:
+            first = True
+            asked = clock()
+            async for snapshot in source.stream(interval):
+                got = clock()
+                # The stream sleeps ``interval`` between samples: what is left is the
+                # time the host took to sample and send.
+                latency = max(0.0, got - asked - (0.0 if first else interval))
+                on_snapshot(snapshot, triage(snapshot, previous), latency)
+                previous = snapshot
+                first = False
+                backoff = BACKOFF_START
+                asked = clock()
+            raise SourceError("the host closed the stream")
+        except SourceError as exc:
+            message = str(exc) or type(exc).__name__
+        except Exception as exc:  # a bug in a source must not freeze the screen
+            message = f"{type(exc).__name__}: {exc}"
+        on_error(message, backoff)
+        await sleep(backoff)
+        backoff = min(BACKOFF_MAX, backoff * 2)

@@ -1,0 +1,65 @@
+"""Memory history as text: plotext draws it, Rich shows it. The one module that knows plotext.
+
+plotext keeps a global figure, so every call resets it completely before drawing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import plotext as plt
+from rich.color import Color
+from rich.text import Text
+
+# One colour per GPU index, readable on dark and light backgrounds.
+GPU_COLOURS = (
+    "#ff5f5f", "#5fafff", "#5fd787", "#ffaf5f", "#af87ff", "#5fd7d7", "#ff87d7", "#d7d75f",
+)
+
+
+def gpu_colour(index: int) -> str:
+    return GPU_COLOURS[index % len(GPU_COLOURS)]
+
+
+def _rgb(colour: str) -> tuple[int, int, int]:
+    triplet = Color.parse(colour).get_truecolor()
+    return (triplet.red, triplet.green, triplet.blue)
+
+
+def render_history(
+    history: Sequence[tuple[float, Mapping[int, int | None]]],
+    gpus: Sequence[int],
+    *,
+    width: int,
+    height: int,
+    ymax_gib: float | None,
+) -> Text:
+    """A line chart of used GiB per GPU over the last samples (x: seconds before the last)."""
+    if width < 20 or height < 5:
+        return Text("(too small for a plot)")
+    points = [(t, used) for t, used in history]
+    if not points:
+        return Text("waiting for samples…")
+    last = points[-1][0]
+    fig = plt.figure
+    fig.clear()
+    fig.plot_size(width, height)
+    fig.theme("simple")
+    fig.legend(False)
+    drawn = False
+    for gpu in gpus:
+        xs = [t - last for t, used in points if used.get(gpu) is not None]
+        ys = [(used.get(gpu) or 0) / 1024 for t, used in points if used.get(gpu) is not None]
+        if not xs:
+            continue
+        if len(xs) == 1:  # a single sample still shows as a short flat line
+            xs, ys = [xs[0] - 1.0, xs[0]], [ys[0], ys[0]]
+        signal = fig.signal(xs, ys, marker=plt.marker("braille", plt.pixel(_rgb(gpu_colour(gpu)))))
+        signal.lines(True)
+        fig.draw(signal)
+        drawn = True
+    if not drawn:
+        return Text("no memory readings (N/A)")
+    if ymax_gib:
+        fig.ruler("y").lim(0, ymax_gib)
+    return Text.from_ansi(str(fig.build()), no_wrap=True)

@@ -1,0 +1,54 @@
+"""Untrusted text from hosts (process names, command lines, unit names, error messages).
+
+Everything a host sends is shown literally: never parsed as markup (callers wrap it in
+``rich.text.Text``, which does not interpret markup) and never passed to the terminal
+raw: control characters become a visible ``\\xNN`` escape.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rich.text import Text
+
+# C0 controls (tab and newline too: every cell is one line), DEL, C1 controls, and the
+# Unicode bidi overrides that can make a command line read backwards.
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def clean(value: object) -> str:
+    """``value`` as one line of plain text with every control character made visible."""
+    return _UNSAFE.sub(_escape, str(value))
+
+
+def literal(value: object, style: str = "") -> Text:
+    """A Rich ``Text`` that shows ``value`` exactly, whatever brackets it contains."""
+    return Text(clean(value), style=style, no_wrap=True, overflow="ellipsis")
+
+
+def na(value: object | None, fmt: str = "{}") -> str:
+    """``N/A`` for a value the host did not report, else the formatted value."""
+    return "N/A" if value is None else fmt.format(value)
+
+
+def gib(mib: int | float | None, digits: int = 1) -> str:
+    return "N/A" if mib is None else f"{mib / 1024:.{digits}f}"
+
+
+def duration(seconds: float | None) -> str:
+    """Compact age: ``42s``, ``7m05s``, ``2h00m``, ``3d04h``."""
+    if seconds is None:
+        return "N/A"
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"

@@ -1,0 +1,95 @@
+"""The GPU table: one row per GPU with a memory bar coloured by fullness."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from gpudash.model import Gpu, HostSnapshot
+from gpudash.ui.palette import Palette
+from gpudash.ui.text import literal
+
+_EIGHTHS = " ▏▎▍▌▋▊▉"
+BAR_WIDTH = 20
+
+
+def memory_bar(used: int | None, total: int | None, pal: Palette, width: int = BAR_WIDTH) -> Text:
+    """``████▌░░░  94.5/95.6 GiB`` — block characters, coloured by how full the GPU is."""
+    if used is None or total is None or total <= 0:
+        return Text("░" * width + "   N/A", style=pal.muted)
+    fraction = max(0.0, min(1.0, used / total))
+    eighths = round(fraction * width * 8)
+    full, part = divmod(eighths, 8)
+    filled = "█" * full + (_EIGHTHS[part] if part else "")
+    text = Text(filled, style=pal.fullness(fraction))
+    text.append("░" * (width - len(filled)), style=pal.empty)
+    text.append(f" {used / 1024:5.1f}/{total / 1024:.1f} GiB")
+    return text
+
+
+COLUMNS = (
+    ("gpu", "GPU", 3),
+    ("name", "Name", 22),
+    ("mem", "Memory (used/total)", BAR_WIDTH + 16),
+    ("util", "Util", 5),
+    ("temp", "Temp", 5),
+    ("power", "Power/limit", 11),
+)
+
+
+def gpu_cells(gpu: Gpu, pal: Palette) -> list[Text]:
+    if gpu.error:
+        name = literal(gpu.error, style=pal.error)
+    else:
+        name = literal((gpu.name or "N/A").removeprefix("NVIDIA "))
+    if gpu.power_w is None:
+        power = "N/A"
+    elif gpu.power_limit_w is None:
+        power = f"{gpu.power_w:.0f} W"
+    else:
+        power = f"{gpu.power_w:.0f}/{gpu.power_limit_w:.0f} W"
+    return [
+        Text(str(gpu.index), justify="right"),
+        name,
+        memory_bar(gpu.memory_used_mib, gpu.memory_total_mib, pal),
+        Text("N/A" if gpu.utilization_pct is None else f"{gpu.utilization_pct}%", justify="right"),
+        Text("N/A" if gpu.temperature_c is None else f"{gpu.temperature_c}°C", justify="right"),
+        Text(power, justify="right"),
+    ]
+
+
+class GpuTable(DataTable[Text]):
+    """GPUs of the shown host; rows keyed by GPU index so the cursor survives refreshes."""
+
+    DEFAULT_CSS = """
+    GpuTable { height: auto; max-height: 12; }
+    """
+
+    def on_mount(self) -> None:
+        self.cursor_type = "row"
+        self.zebra_stripes = False
+        for key, label, width in COLUMNS:
+            self.add_column(label, key=key, width=width)
+
+    def show(self, snapshot: HostSnapshot | None, pal: Palette) -> None:
+        """Update rows in place; rebuild only when the set of GPUs changed."""
+        gpus = [] if snapshot is None else list(snapshot.gpus)
+        keys = [str(g.index) for g in gpus]
+        current = [str(k.value) for k in self.rows]
+        if keys != current:
+            cursor = self.selected_gpu()
+            self.clear()
+            for gpu in gpus:
+                self.add_row(*gpu_cells(gpu, pal), key=str(gpu.index))
+            if cursor is not None and str(cursor) in keys:
+                self.move_cursor(row=keys.index(str(cursor)))
+            return
+        for gpu in gpus:
+            for (col, _, _), cell in zip(COLUMNS, gpu_cells(gpu, pal), strict=True):
+                self.update_cell(str(gpu.index), col, cell)
+
+    def selected_gpu(self) -> int | None:
+        if not self.row_count:
+            return None
+        key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+        return None if key is None else int(key)

@@ -1,0 +1,91 @@
+"""Header line and the host list: which hosts, how fresh their data is, READ-ONLY."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import DataTable, Static
+
+from gpudash.ui.hosts import HostView
+from gpudash.ui.palette import Palette
+from gpudash.ui.text import literal
+
+
+def _state_style(kind: str, pal: Palette) -> str:
+    return {"ok": pal.success, "warn": pal.warning, "error": f"bold {pal.error}"}[kind]
+
+
+def header_text(
+    views: list[HostView], current: int, now: float, stale_after: float, read_only: bool,
+    pal: Palette,
+) -> Text:
+    """``gpudash │ host ● connected │ sample 3 ms │ age 0.4 s │ READ-ONLY``."""
+    view = views[current]
+    out = Text()
+    out.append(" gpudash ", style="bold reverse")
+    out.append(" ")
+    if len(views) > 1:
+        out.append(f"[{current + 1}/{len(views)}] ", style="dim")
+    out.append_text(literal(view.name, style="bold"))
+    out.append("  ")
+    status, kind = view.status(now, stale_after)
+    out.append("● ", style=_state_style(kind, pal))
+    out.append_text(literal(status, style=_state_style(kind, pal)))
+    latency = "N/A" if view.latency is None else f"{view.latency * 1000:.0f} ms"
+    age = view.age(now)
+    out.append(f"  │ sample latency {latency}", style="dim")
+    out.append(f"  │ last sample {'N/A' if age is None else f'{age:.1f} s'} ago", style="dim")
+    snap = view.snapshot
+    if snap is not None:
+        out.append(f"  │ source {snap.source.value}", style="dim")
+        if snap.degraded:
+            out.append("  DEGRADED", style=f"bold {pal.warning}")
+        if snap.errors:
+            out.append("  ")
+            out.append_text(literal("; ".join(snap.errors), style=pal.warning))
+    if read_only:
+        out.append("  ")
+        out.append(" READ-ONLY ", style=f"bold reverse {pal.warning}")
+    return out
+
+
+class HeaderBar(Static):
+    DEFAULT_CSS = """
+    HeaderBar { height: 1; background: $panel; }
+    """
+
+
+class HostList(DataTable[Text]):
+    """One summary row per host when several are shown; enter/1-9 switches."""
+
+    DEFAULT_CSS = """
+    HostList { height: auto; max-height: 6; }
+    """
+
+    def on_mount(self) -> None:
+        self.cursor_type = "row"
+        self.add_column("#", key="n", width=2)
+        self.add_column("Host", key="host", width=24)
+        self.add_column("State", key="state", width=40)
+        self.add_column("GPU memory", key="mem", width=22)
+        self.add_column("Orphans", key="orphans", width=8)
+
+    def show(self, views: list[HostView], now: float, stale_after: float, pal: Palette) -> None:
+        for i, view in enumerate(views):
+            status, kind = view.status(now, stale_after)
+            used, total = view.used_total_mib()
+            mem = "N/A" if used is None or total is None else (
+                f"{used / 1024:.0f}/{total / 1024:.0f} GiB"
+            )
+            orphans = view.orphan_count()
+            cells = (
+                Text(str(i + 1)),
+                literal(view.name),
+                literal(status, style=_state_style(kind, pal)),
+                Text(mem),
+                Text(str(orphans), style=f"bold {pal.orphan}" if orphans else ""),
+            )
+            if str(i) in {str(k.value) for k in self.rows}:
+                for col, cell in zip(("n", "host", "state", "mem", "orphans"), cells, strict=True):
+                    self.update_cell(str(i), col, cell)
+            else:
+                self.add_row(*cells, key=str(i))

@@ -1,0 +1,187 @@
+"""Holders: GPU processes grouped by owner, as an indented tree in a table.
+
+Rows are keyed ``u:<owner key>`` for an owner and ``p:<pid>`` for a process, so the cursor
+stays on the same unit or process across refreshes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from gpudash.triage import Flag, HostTriage, OwnerGroup, OwnerKind, ProcessNode
+from gpudash.ui.palette import Palette
+from gpudash.ui.text import duration, literal
+
+COLUMNS = (
+    ("who", "Owner / PID", 30),
+    ("flags", "Flags", 26),
+    ("mem", "GPU memory", 15),
+    ("st", "St", 2),
+    ("age", "Age", 5),
+    ("user", "User", 8),
+    ("cmd", "Command", 200),
+)
+FLAG_ORDER = (Flag.ORPHAN, Flag.RESPAWNED, Flag.UNIT_INACTIVE, Flag.ZOMBIE, Flag.D_STATE)
+
+
+@dataclass(frozen=True, slots=True)
+class HolderRow:
+    key: str
+    cells: tuple[Text, ...]
+
+
+def _flag_style(flag: Flag, pal: Palette) -> str:
+    if flag is Flag.ORPHAN:
+        return f"bold {pal.orphan}"
+    if flag in (Flag.ZOMBIE, Flag.D_STATE):
+        return f"bold {pal.warning}"
+    return f"bold {pal.notice}"
+
+
+def flags_text(flags: frozenset[Flag], pal: Palette, orphans: int = 0) -> Text:
+    out = Text()
+    for flag in FLAG_ORDER:
+        if flag in flags:
+            if out:
+                out.append(" ")
+            label = f"{orphans}×ORPHAN" if flag is Flag.ORPHAN and orphans else flag.value
+            out.append(label, style=_flag_style(flag, pal))
+    return out
+
+
+def gpu_memory_text(memory: dict[int, int | None] | dict[int, int]) -> Text:
+    parts = []
+    for gpu, mib in sorted(memory.items()):
+        if mib == 0:
+            continue
+        parts.append(f"GPU{gpu} " + ("N/A" if mib is None else f"{mib / 1024:.1f}G"))
+    return Text(" ".join(parts), no_wrap=True, overflow="ellipsis")
+
+
+def _group_row(group: OwnerGroup, pal: Palette) -> HolderRow:
+    orphans = sum(1 for n in group.nodes() if Flag.ORPHAN in n.flags)
+    who = Text("▾ ", style="bold")
+    who.append_text(literal(group.key, style="bold"))
+    total = group.total_gpu_memory_mib
+    gpus = sum(1 for v in group.gpu_memory_mib.values() if v)
+    mem = Text(f"{total / 1024:.1f}G on {gpus} GPU" if total else "none", style="bold")
+    unit = group.unit
+    state = ""
+    if unit is not None:
+        state = f"{unit.active_state or 'N/A'}/{unit.sub_state or 'N/A'}"
+    desc = Text(state + "  " if state else "", style="dim")
+    desc.append_text(
+        literal(unit.description if unit and unit.description else group.kind.value,
+                style="italic")
+    )
+    flags = flags_text(group.flags, pal, orphans)
+    return HolderRow(
+        "u:" + group.key, (who, flags, mem, Text(""), Text(""), Text(""), desc)
+    )
+
+
+def _process_rows(
+    node: ProcessNode, prefix: str, last: bool, now: float, pal: Palette, out: list[HolderRow]
+) -> None:
+    p = node.process
+    branch = "└─ " if last else "├─ "
+    who = Text(prefix + branch, style="dim")
+    who.append(f"{p.pid} ", style=f"bold {pal.orphan}" if Flag.ORPHAN in node.flags else "bold")
+    who.append_text(literal(node.label or p.name))
+    age = None if p.started_at is None else now - p.started_at
+    out.append(
+        HolderRow(
+            f"p:{p.pid}",
+            (
+                who,
+                flags_text(node.flags - {Flag.UNIT_INACTIVE}, pal),
+                gpu_memory_text(dict(p.gpu_memory_mib)),
+                Text(p.state or "?"),
+                Text(duration(age), justify="right"),
+                literal(p.user or "N/A"),
+                literal(p.cmdline or p.name, style="dim"),
+            ),
+        )
+    )
+    child_prefix = prefix + ("   " if last else "│  ")
+    for i, child in enumerate(node.children):
+        _process_rows(child, child_prefix, i == len(node.children) - 1, now, pal, out)
+
+
+def holder_rows(result: HostTriage, pal: Palette) -> list[HolderRow]:
+    """The rows of the holders table for one triaged snapshot."""
+    now = result.snapshot.taken_at  # ages on the host's own clock
+    rows: list[HolderRow] = []
+    for group in result.groups:
+        rows.append(_group_row(group, pal))
+        for i, root in enumerate(group.roots):
+            _process_rows(root, "", i == len(group.roots) - 1, now, pal, rows)
+    return rows
+
+
+def selection_of(result: HostTriage | None, key: str | None) -> tuple[str | None, str | None, int | None]:
+    """(owner key, service unit name, pid) selected by a row key."""
+    if result is None or not key:
+        return None, None, None
+    if key.startswith("u:"):
+        group = result.group(key[2:])
+        pid = None
+    else:
+        pid = int(key[2:])
+        group = result.group_of(pid)
+    if group is None:
+        return None, None, pid
+    unit = group.key if group.kind is OwnerKind.SERVICE and group.unit is not None else None
+    return group.key, unit, pid
+
+
+class HoldersTable(DataTable[Text]):
+    """Who holds GPU memory, grouped by owner."""
+
+    def on_mount(self) -> None:
+        self.cursor_type = "row"
+        for key, label, width in COLUMNS:
+            self.add_column(label, key=key, width=width)
+        self._cells: dict[str, tuple[Text, ...]] = {}
+
+    def selected_key(self) -> str | None:
+        if not self.row_count:
+            return None
+        value = self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+        return None if value is None else str(value)
+
+    def show(self, rows: list[HolderRow]) -> None:
+        """Update in place when the rows are the same; else rebuild and keep the cursor."""
+        keys = [r.key for r in rows]
+        current = [str(k.value) for k in self.rows]
+        if keys == current:
+            for row in rows:
+                if self._cells.get(row.key) != row.cells:
+                    for (col, _, _), cell in zip(COLUMNS, row.cells, strict=True):
+                        self.update_cell(row.key, col, cell)
+                    self._cells[row.key] = row.cells
+            return
+        selected = self.selected_key()
+        index = self.cursor_row
+        scroll_y = self.scroll_y
+        self.clear()
+        self._cells = {}
+        for row in rows:
+            self.add_row(*row.cells, key=row.key)
+            self._cells[row.key] = row.cells
+        if selected in keys:
+            self.move_cursor(row=keys.index(selected), animate=False, scroll=False)
+        elif rows:
+            # The selected process is gone: stay near where it was.
+            self.move_cursor(row=min(index, len(rows) - 1), animate=False, scroll=False)
+        self.scroll_to(y=scroll_y, animate=False)
+
+    def select_key(self, key: str) -> bool:
+        keys = [str(k.value) for k in self.rows]
+        if key not in keys:
+            return False
+        self.move_cursor(row=keys.index(key))
+        return True
