@@ -162,14 +162,24 @@ class GpudashApp(App[int]):
         yield Footer()
 
     def on_mount(self) -> None:
+        # The widgets live on the default screen; while a modal is up, ``query_one`` would
+        # search the modal, so keep references.
+        self.header_bar = self.query_one(HeaderBar)
+        self.host_list = self.query_one(HostList)
+        self.gpu_table = self.query_one(GpuTable)
+        self.memory_plot = self.query_one(MemoryPlot)
+        self.holders = self.query_one(HoldersTable)
+        self.unit_panel = self.query_one(UnitPanel)
+        self.progress_panel = self.query_one(ActionProgressPanel)
+        self.action_log = self.query_one(ActionLog)
         self.query_one("#gpus").border_title = "GPUs"
         self.query_one("#holders").border_title = "Holders (by owner)"
         self.query_one("#unit").border_title = "Unit"
         self.query_one("#plot").border_title = "Memory history (GiB)"
         self.query_one("#progress").border_title = "Action"
         if len(self.views) > 1:
-            self.query_one(HostList).add_class("-multi")
-        self.query_one(HoldersTable).focus()
+            self.host_list.add_class("-multi")
+        self.holders.focus()
         self.theme_changed_signal.subscribe(self, lambda _theme: self.refresh_view())
         for message in self._startup_warnings:
             self.notify(message, severity="warning", timeout=15, markup=False)
@@ -179,8 +189,9 @@ class GpudashApp(App[int]):
         self.refresh_view()
 
     def on_resize(self, event: Resize) -> None:
-        self.screen.set_class(event.size.width < 130, "-narrow")
-        self.screen.set_class(event.size.height < 40, "-short")
+        main = self.screen_stack[0]
+        main.set_class(event.size.width < 130, "-narrow")
+        main.set_class(event.size.height < 40, "-short")
 
     # --- hosts -------------------------------------------------------------------------
 
@@ -203,6 +214,8 @@ class GpudashApp(App[int]):
         )
 
     def on_snapshot_arrived(self, message: SnapshotArrived) -> None:
+        if not self.screen_stack:  # shutting down
+            return
         self.views[message.host].record(
             message.snapshot, message.triage, message.latency, self.clock()
         )
@@ -213,6 +226,8 @@ class GpudashApp(App[int]):
         self.refresh_bindings()
 
     def on_host_failed(self, message: HostFailed) -> None:
+        if not self.screen_stack:  # shutting down
+            return
         view = self.views[message.host]
         view.state = "error"
         view.error = clean(message.error)
@@ -220,12 +235,16 @@ class GpudashApp(App[int]):
         self._refresh_header()
 
     def on_host_connecting(self, message: HostConnecting) -> None:
+        if not self.screen_stack:  # shutting down
+            return
         view = self.views[message.host]
         if message.attempt:
             view.state = "reconnecting"
             self._refresh_header()
 
     def _tick(self) -> None:
+        if not self.screen_stack:  # shutting down
+            return
         self._refresh_header()
 
     # --- drawing -----------------------------------------------------------------------
@@ -237,20 +256,20 @@ class GpudashApp(App[int]):
     def _refresh_header(self) -> None:
         pal = palette(self)
         now = self.clock()
-        self.query_one(HeaderBar).update(
+        self.header_bar.update(
             header_text(self.views, self.current_host, now, self.stale_after, self.read_only, pal)
         )
         if len(self.views) > 1:
-            self.query_one(HostList).show(self.views, now, self.stale_after, pal)
+            self.host_list.show(self.views, now, self.stale_after, pal)
 
     def refresh_view(self) -> None:
         """Redraw everything from the current host's latest snapshot, in place."""
         pal = palette(self)
         view = self.view
-        holders = self.query_one(HoldersTable)
+        holders = self.holders
         with self.batch_update():
             self._refresh_header()
-            self.query_one(GpuTable).show(view.snapshot, pal)
+            self.gpu_table.show(view.snapshot, pal)
             holders.show(holder_rows(view.triage, pal) if view.triage else [])
             self.selected_key = holders.selected_key()
             self._refresh_unit()
@@ -262,7 +281,7 @@ class GpudashApp(App[int]):
         owner, _unit, pid = selection_of(view.triage, self.selected_key)
         group = view.triage.group(owner) if view.triage and owner else None
         process = view.snapshot.process(pid) if view.snapshot and pid is not None else None
-        self.query_one(UnitPanel).update(unit_text(group, process, palette(self)))
+        self.unit_panel.update(unit_text(group, process, palette(self)))
 
     def _refresh_plot(self) -> None:
         view = self.view
@@ -273,12 +292,12 @@ class GpudashApp(App[int]):
             gpus = [g.index for g in snap.gpus]
             title = "all GPUs"
         else:
-            selected = self.query_one(GpuTable).selected_gpu()
+            selected = self.gpu_table.selected_gpu()
             gpus = [] if selected is None else [selected]
             title = f"GPU {selected}"
         totals = [g.memory_total_mib for g in snap.gpus if g.memory_total_mib]
         ymax = max(totals) / 1024 if totals else None
-        self.query_one(MemoryPlot).show(view.history, gpus, ymax, title)
+        self.memory_plot.show(view.history, gpus, ymax, title)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if isinstance(event.data_table, HoldersTable):
@@ -471,12 +490,25 @@ class GpudashApp(App[int]):
         self.post_message(ActionFinished(action_id, host, plan, report))
 
     def on_action_progressed(self, message: ActionProgressed) -> None:
+        if not self.screen_stack:  # shutting down
+            return
         if self._running_plan is None or self._running_plan[0] != message.action_id:
             return
         self._progress_state = (self._running_plan[1], message.progress, None, None)
         self._refresh_progress()
 
     def on_action_finished(self, message: ActionFinished) -> None:
+        audit_error: OSError | None = None
+        if message.report is not None:
+            try:
+                audit.append(message.report)
+            except OSError as exc:
+                audit_error = exc
+        if not self.screen_stack:  # shutting down: the audit record is what matters
+            return
+        if audit_error is not None:
+            self.notify(f"Could not write the audit file: {audit_error}", title="Audit",
+                        severity="warning", markup=False)
         self.running = False
         self._running_plan = None
         report = message.report
@@ -503,11 +535,6 @@ class GpudashApp(App[int]):
                 for lo in report.leftovers
             )
         self._log(plan.host, plan.title, outcome, report.confirmed)
-        try:
-            audit.append(report)
-        except OSError as exc:
-            self.notify(f"Could not write the audit file: {exc}", title="Audit",
-                        severity="warning", markup=False)
         if report.confirmed:
             self.notify(clean(report.summary), title=plan.title, markup=False)
         else:
@@ -515,7 +542,7 @@ class GpudashApp(App[int]):
                         markup=False, timeout=10)
 
     def _refresh_progress(self) -> None:
-        panel = self.query_one(ActionProgressPanel)
+        panel = self.progress_panel
         state = getattr(self, "_progress_state", None)
         shown = self.result_shown and state is not None
         panel.set_class(shown, "-shown")
@@ -530,7 +557,7 @@ class GpudashApp(App[int]):
 
     def _log(self, host: str, action: str, outcome: str, ok: bool | None) -> None:
         pal = palette(self)
-        self.query_one(ActionLog).add(
+        self.action_log.add(
             LogEntry(self.clock(), host, action, outcome, ok), pal.success, pal.error
         )
 

@@ -1,0 +1,329 @@
+"""Behaviour of the dashboard on the demo host: the incident, played through the keyboard."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+from textual.widgets import Button
+
+from gpudash.demo import MINIMAX, DemoHost
+from gpudash.engine import ActionKind, ExecOptions
+from gpudash.source import LinkLost
+from gpudash.triage import Flag
+from gpudash.ui.app import GpudashApp
+from gpudash.ui.screens import ConfirmModal
+from gpudash.ui.widgets.action_log import ActionLog
+from gpudash.ui.widgets.gpus import GpuTable
+from gpudash.ui.widgets.holders import HoldersTable
+from gpudash.ui.widgets.unit_panel import UnitPanel
+
+SIZE = (160, 50)
+NOTEBOOK = 90211
+
+
+@pytest.fixture(autouse=True)
+def _isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The audit file and user themes go to a temporary directory, never $HOME."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    return tmp_path
+
+
+def make_app(demo: DemoHost, *, read_only: bool = False, theme: str | None = None) -> GpudashApp:
+    return GpudashApp(
+        [demo], interval=0.05, read_only=read_only, theme=theme,
+        exec_options=ExecOptions(term_timeout=10.0, poll=0.5, verify_timeout=120.0),
+    )
+
+
+async def wait_for(pilot, predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await pilot.pause(0.05)
+
+
+async def select(pilot, app: GpudashApp, key: str) -> None:  # type: ignore[no-untyped-def]
+    await wait_for(pilot, lambda: key in [str(k.value) for k in app.query_one(HoldersTable).rows])
+    app.query_one(HoldersTable).select_key(key)
+    await wait_for(pilot, lambda: app.selected_key == key)
+
+
+async def run_confirmed(pilot, app: GpudashApp, key: str) -> None:  # type: ignore[no-untyped-def]
+    before = len(app.reports)
+    await pilot.press(key)
+    await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+    await pilot.press("y")
+    await wait_for(pilot, lambda: len(app.reports) > before, timeout=20)
+
+
+def main_pid(app: GpudashApp) -> int:
+    snap = app.view.snapshot
+    assert snap is not None
+    unit = snap.unit(MINIMAX)
+    assert unit is not None and unit.main_pid is not None
+    return unit.main_pid
+
+
+def log_text(app: GpudashApp) -> str:
+    return "\n".join(f"{e.action} | {e.outcome}" for e in app.query_one(ActionLog).entries)
+
+
+async def test_incident_kill_stop_disable_reap(tmp_path: Path) -> None:
+    demo = DemoHost(speed=50, release_delay=2)
+    app = make_app(demo)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.view.snapshot is not None)
+        first_main = main_pid(app)
+
+        # 1. kill -9 of the main process: systemd respawns it, the old workers are orphaned.
+        await select(pilot, app, f"p:{first_main}")
+        await run_confirmed(pilot, app, "k")
+        assert app.last_report is not None and app.last_report.plan.kind is ActionKind.KILL
+        await wait_for(pilot, lambda: app.view.snapshot is not None
+                       and main_pid_or_none(app) not in (None, first_main))
+        await wait_for(pilot, lambda: Flag.RESPAWNED in group_flags(app))
+        await select(pilot, app, f"u:{MINIMAX}")
+        panel = str(app.query_one(UnitPanel).render())
+        assert "Restart=always: killing the main PID respawns it" in panel
+        assert "RESPAWNED" in panel
+
+        # 2. stop + disable: the unit is down and disabled; every worker is an ORPHAN.
+        await run_confirmed(pilot, app, "D")
+        await wait_for(pilot, lambda: app.view.snapshot.unit(MINIMAX).active_state == "inactive")
+        await wait_for(pilot, lambda: len(app.view.triage.orphans()) == 16)
+        assert app.view.snapshot.unit(MINIMAX).unit_file_state == "disabled"
+        table = app.query_one(HoldersTable)
+        orphan = app.view.triage.orphans()[0]
+        row = [str(c) for c in table.get_row(f"p:{orphan.pid}")]
+        assert "ORPHAN" in row[1]
+        gpu, mib = next(iter(orphan.gpu_memory_mib.items()))
+        assert f"GPU{gpu} {mib / 1024:.1f}G" == row[2]
+
+        # 3. reap the unit's orphans: all eight GPUs back to baseline, confirmed.
+        await select(pilot, app, f"u:{MINIMAX}")
+        await run_confirmed(pilot, app, "o")
+        report = app.last_report
+        assert report is not None and report.plan.kind is ActionKind.REAP
+        assert report.confirmed, report.describe()
+        assert len(report.gpus) == 8 and all(g.confirmed for g in report.gpus)
+        # TP5 ignores SIGTERM: the engine escalated, and the log says so.
+        assert any(sig == "SIGKILL" for _pid, sig, _o in report.signals)
+        assert "escalated to SIGKILL" in log_text(app)
+        assert "confirmed" in app.query_one("#progress").render().plain
+        assert "memory back on every GPU, confirmed" in str(app.query_one("#progress").render())
+        # The notebook kernel was never touched, and the GPU table shows baseline.
+        assert NOTEBOOK in demo.processes
+        await wait_for(pilot, lambda: app.view.snapshot.used_by_gpu()
+                       == {0: 2048, **{i: 0 for i in range(1, 8)}})
+        await pilot.pause(0.2)
+        gpus = app.query_one(GpuTable)
+        assert "0.0/95.6 GiB" in str(gpus.get_row("3")[2])
+        assert "2.0/95.6 GiB" in str(gpus.get_row("0")[2])
+        # Every report went to the audit file.
+        audit = (tmp_path / "state" / "gpudash" / "audit.jsonl").read_text().splitlines()
+        assert len(audit) == 3
+
+
+def main_pid_or_none(app: GpudashApp) -> int | None:
+    snap = app.view.snapshot
+    unit = snap.unit(MINIMAX) if snap else None
+    return None if unit is None else unit.main_pid
+
+
+def group_flags(app: GpudashApp) -> frozenset[Flag]:
+    group = app.view.triage.group(MINIMAX) if app.view.triage else None
+    return frozenset() if group is None else group.flags
+
+
+async def test_reclaim_in_one_action() -> None:
+    demo = DemoHost(speed=50, release_delay=2)
+    app = make_app(demo)
+    async with app.run_test(size=SIZE) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        await run_confirmed(pilot, app, "r")
+        report = app.last_report
+        assert report is not None and report.plan.kind is ActionKind.RECLAIM
+        assert report.confirmed and len(report.gpus) == 8
+        assert NOTEBOOK in demo.processes
+        assert "Reclaim unit" in log_text(app) and "confirmed" in log_text(app)
+
+
+async def test_confirm_focuses_cancel_and_escape_cancels() -> None:
+    demo = DemoHost(speed=50, release_delay=2)
+    app = make_app(demo)
+    async with app.run_test(size=SIZE) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        pids = set(demo.processes)
+        await pilot.press("r")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        focused = app.screen.focused
+        assert isinstance(focused, Button) and focused.id == "cancel"
+        await pilot.press("enter")  # Enter on the focused button cancels too
+        await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmModal))
+        await pilot.press("s")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmModal))
+        await pilot.pause(0.2)
+        assert app.reports == []
+        assert set(demo.processes) == pids
+        assert demo.units[MINIMAX].active
+        entries = app.query_one(ActionLog).entries
+        assert [e.outcome for e in entries] == ["cancelled: nothing was done"] * 2
+
+
+async def test_read_only_refuses_and_says_so() -> None:
+    demo = DemoHost(speed=50, release_delay=2)
+    app = make_app(demo, read_only=True)
+    notes: list[str] = []
+    async with app.run_test(size=SIZE) as pilot:
+        original = app.notify
+
+        def spy(message: str, **kwargs: object) -> None:
+            notes.append(message)
+            original(message, **kwargs)  # type: ignore[arg-type]
+
+        app.notify = spy  # type: ignore[method-assign]
+        await select(pilot, app, f"p:{main_pid(app)}")
+        assert "READ-ONLY" in str(app.query_one("#header").render())
+        assert app.check_action("kill", ()) is False
+        for key in ("k", "r", "D", "o"):
+            await pilot.press(key)
+        await pilot.pause(0.2)
+        assert not isinstance(app.screen, ConfirmModal)
+        assert app.reports == []
+        assert demo.units[MINIMAX].n_restarts == 0 and demo.units[MINIMAX].active
+        assert len(notes) == 4 and all("read-only" in n for n in notes)
+        assert app.palette_commands() and all(
+            a not in {c[2] for c in app.palette_commands()} for a in ("kill", "reclaim")
+        )
+
+
+async def test_untrusted_process_name_is_shown_literally() -> None:
+    demo = DemoHost(speed=50, release_delay=2)
+    evil = "[red]x[/red]\x1b[2J"
+    p = demo.spawn(ppid=1, user="mallory", name=evil, cmdline=evil + " --bold [b]y[/b]",
+                   unit=None, gpu_memory_mib={3: 1024})
+    app = make_app(demo)
+    async with app.run_test(size=SIZE) as pilot:
+        await select(pilot, app, f"p:{p.pid}")
+        row = [str(c) for c in app.query_one(HoldersTable).get_row(f"p:{p.pid}")]
+        assert "[red]x[/red]\\x1b[2" in row[0]  # comm is cut at 15 characters
+        assert "[red]x[/red]\\x1b[2J --bold [b]y[/b]" in row[6]
+        assert all("\x1b" not in cell for cell in row)
+        panel = str(app.query_one(UnitPanel).render())
+        assert "[red]x[/red]\\x1b[2J --bold [b]y[/b]" in panel and "\x1b" not in panel
+        # Planning a kill shows the command line literally in the confirm dialog.
+        await pilot.press("k")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        plan_text = str(app.screen.query_one("#plan-text").render())
+        assert "\x1b" not in plan_text
+        await pilot.press("escape")
+        svg = app.export_screenshot()
+        assert "[red]x[/red]" in svg.replace("&#160;", " ")
+        assert "\x1b" not in svg
+
+
+async def test_unavailable_action_explains_itself() -> None:
+    demo = DemoHost(speed=50, release_delay=2)
+    app = make_app(demo)
+    async with app.run_test(size=SIZE) as pilot:
+        await select(pilot, app, "u:session-4.scope")
+        assert app.check_action("stop_unit", ()) is None  # greyed: not a system service
+        assert app.check_action("kill", ()) is None  # no process selected
+        assert app.check_action("reap", ()) is None  # nothing is orphaned yet
+        await pilot.press("s")
+        await pilot.pause(0.1)
+        assert not isinstance(app.screen, ConfirmModal)
+        await select(pilot, app, f"p:{NOTEBOOK}")
+        assert app.check_action("kill", ()) is True
+        assert app.check_action("stop_unit", ()) is None
+
+
+class FlakySource:
+    """A source whose stream fails twice before it works: the UI shows it and retries."""
+
+    def __init__(self) -> None:
+        self.name = "flaky"
+        self.demo = DemoHost("flaky", speed=50)
+        self.attempts = 0
+
+    async def stream(self, interval: float):  # type: ignore[no-untyped-def]
+        self.attempts += 1
+        if self.attempts <= 2:
+            raise LinkLost(f"[b]link lost[/b] \x1b[31m attempt {self.attempts}")
+        async for snap in self.demo.stream(interval):
+            yield snap
+
+    @property
+    def control(self):  # type: ignore[no-untyped-def]
+        return self.demo
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_source_errors_show_and_retry() -> None:
+    source = FlakySource()
+    app = GpudashApp([source], interval=0.05, read_only=False, theme=None, exec_options=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.view.state == "error")
+        header = str(app.query_one("#header").render())
+        assert "error: [b]link lost[/b] \\x1b[31m attempt 1" in header
+        await wait_for(pilot, lambda: app.view.snapshot is not None, timeout=5)
+        assert source.attempts == 3
+        assert "connected" in str(app.query_one("#header").render())
+
+
+async def test_two_hosts_switch_with_number_keys() -> None:
+    a, b = DemoHost("gpu-a", speed=50), DemoHost("gpu-b", speed=50, seed=3)
+    app = GpudashApp([a, b], interval=0.05, read_only=False, theme=None, exec_options=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: all(v.snapshot is not None for v in app.views))
+        assert app.query_one("#hosts").display
+        await pilot.press("2")
+        assert app.current_host == 1 and "gpu-b" in str(app.query_one("#header").render())
+        await pilot.press("h")
+        assert app.current_host == 0
+
+
+async def test_audit_failure_is_a_warning_not_a_crash(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import gpudash.audit
+
+    def broken(report: object, path: object = None) -> None:
+        raise PermissionError("read-only file system")
+
+    monkeypatch.setattr(gpudash.audit, "append", broken)
+    demo = DemoHost(speed=50, release_delay=2)
+    app = make_app(demo)
+    async with app.run_test(size=SIZE) as pilot:
+        await select(pilot, app, f"p:{NOTEBOOK + 0}")
+        await run_confirmed(pilot, app, "t")
+        assert app.is_running
+        assert any("audit" in str(n.message).lower() for n in app._notifications)
+
+
+async def test_small_terminal_degrades() -> None:
+    app = make_app(DemoHost(speed=50))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: app.view.snapshot is not None)
+        await pilot.pause(0.1)
+        assert not app.query_one("#plot").display or app.query_one("#plot").size.width == 0
+        assert app.query_one(HoldersTable).size.height >= 5
+
+
+def test_dashboard_entry_point_signature() -> None:
+    import inspect
+
+    from gpudash.ui.app import run_dashboard
+
+    params = inspect.signature(run_dashboard).parameters
+    assert list(params) == ["sources", "interval", "read_only", "theme", "exec_options"]
+    assert asyncio.iscoroutinefunction(run_dashboard) is False
