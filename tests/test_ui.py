@@ -34,7 +34,7 @@ def _isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def make_app(demo: DemoHost, *, read_only: bool = False, theme: str | None = None) -> GpudashApp:
     return GpudashApp(
-        [demo], interval=0.05, read_only=read_only, theme=theme,
+        [demo], interval=0.25, read_only=read_only, theme=theme,
         exec_options=ExecOptions(term_timeout=10.0, poll=0.5, verify_timeout=120.0),
     )
 
@@ -270,7 +270,7 @@ class FlakySource:
 
 async def test_source_errors_show_and_retry() -> None:
     source = FlakySource()
-    app = GpudashApp([source], interval=0.05, read_only=False, theme=None, exec_options=None)
+    app = GpudashApp([source], interval=0.25, read_only=False, theme=None, exec_options=None)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.view.state == "error")
         header = str(app.query_one("#header").render())
@@ -282,7 +282,7 @@ async def test_source_errors_show_and_retry() -> None:
 
 async def test_two_hosts_switch_with_number_keys() -> None:
     a, b = DemoHost("gpu-a", speed=50), DemoHost("gpu-b", speed=50, seed=3)
-    app = GpudashApp([a, b], interval=0.05, read_only=False, theme=None, exec_options=None)
+    app = GpudashApp([a, b], interval=0.25, read_only=False, theme=None, exec_options=None)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: all(v.snapshot is not None for v in app.views))
         assert app.query_one("#hosts").display
