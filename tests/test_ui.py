@@ -22,6 +22,7 @@ from gpudash.ui.widgets.unit_panel import UnitPanel
 
 SIZE = (160, 50)
 NOTEBOOK = 90211
+MEM, FLAGS = 1, 2  # holders table columns
 
 
 @pytest.fixture(autouse=True)
@@ -39,8 +40,8 @@ def make_app(demo: DemoHost, *, read_only: bool = False, theme: str | None = Non
     )
 
 
-async def wait_for(pilot, predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
+async def wait_for(pilot, predicate, within: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + within
     while not predicate():
         if time.monotonic() > deadline:
             raise AssertionError("condition not met in time")
@@ -58,7 +59,7 @@ async def run_confirmed(pilot, app: GpudashApp, key: str) -> None:  # type: igno
     await pilot.press(key)
     await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
     await pilot.press("y")
-    await wait_for(pilot, lambda: len(app.reports) > before, timeout=20)
+    await wait_for(pilot, lambda: len(app.reports) > before, within=20)
 
 
 def main_pid(app: GpudashApp) -> int:
@@ -100,9 +101,9 @@ async def test_incident_kill_stop_disable_reap(tmp_path: Path) -> None:
         table = app.query_one(HoldersTable)
         orphan = app.view.triage.orphans()[0]
         row = [str(c) for c in table.get_row(f"p:{orphan.pid}")]
-        assert "ORPHAN" in row[1]
+        assert "ORPHAN" in row[FLAGS]
         gpu, mib = next(iter(orphan.gpu_memory_mib.items()))
-        assert f"GPU{gpu} {mib / 1024:.1f}G" == row[2]
+        assert f"GPU{gpu} {mib / 1024:.1f}G" == row[MEM]
 
         # 3. reap the unit's orphans: all eight GPUs back to baseline, confirmed.
         await select(pilot, app, f"u:{MINIMAX}")
@@ -275,7 +276,7 @@ async def test_source_errors_show_and_retry() -> None:
         await wait_for(pilot, lambda: app.view.state == "error")
         header = str(app.query_one("#header").render())
         assert "error: [b]link lost[/b] \\x1b[31m attempt 1" in header
-        await wait_for(pilot, lambda: app.view.snapshot is not None, timeout=5)
+        await wait_for(pilot, lambda: app.view.snapshot is not None, within=5)
         assert source.attempts == 3
         assert "connected" in str(app.query_one("#header").render())
 

@@ -61,7 +61,8 @@ class HostView:
         if self.state == "connected":
             return "connected", "ok"
         if self.state == "error":
-            wait = "" if self.retry_at is None else f", retry in {max(0, self.retry_at - now):.0f} s"
+            left = None if self.retry_at is None else max(0.0, self.retry_at - now)
+            wait = "" if left is None else f", retry in {left:.0f} s"
             return f"error: {self.error}{wait}", "error"
         if self.state == "reconnecting":
             return "reconnecting", "warn"

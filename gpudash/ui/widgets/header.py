@@ -23,6 +23,9 @@ def header_text(
     out = Text()
     out.append(" gpudash ", style="bold reverse")
     out.append(" ")
+    if read_only:
+        out.append(" READ-ONLY ", style=f"bold reverse {pal.warning}")
+        out.append(" ")
     if len(views) > 1:
         out.append(f"[{current + 1}/{len(views)}] ", style="dim")
     out.append_text(literal(view.name, style="bold"))
@@ -32,8 +35,8 @@ def header_text(
     out.append_text(literal(status, style=_state_style(kind, pal)))
     latency = "N/A" if view.latency is None else f"{view.latency * 1000:.0f} ms"
     age = view.age(now)
-    out.append(f"  │ sample latency {latency}", style="dim")
-    out.append(f"  │ last sample {'N/A' if age is None else f'{age:.1f} s'} ago", style="dim")
+    out.append(f"  │ latency {latency}", style="dim")
+    out.append(f"  │ last sample {'N/A' if age is None else f'{age:.1f} s ago'}", style="dim")
     snap = view.snapshot
     if snap is not None:
         out.append(f"  │ source {snap.source.value}", style="dim")
@@ -42,9 +45,6 @@ def header_text(
         if snap.errors:
             out.append("  ")
             out.append_text(literal("; ".join(snap.errors), style=pal.warning))
-    if read_only:
-        out.append("  ")
-        out.append(" READ-ONLY ", style=f"bold reverse {pal.warning}")
     return out
 
 

@@ -16,9 +16,9 @@ from gpudash.ui.palette import Palette
 from gpudash.ui.text import duration, literal
 
 COLUMNS = (
-    ("who", "Owner / PID", 30),
-    ("flags", "Flags", 26),
-    ("mem", "GPU memory", 15),
+    ("who", "Owner / PID", 28),
+    ("mem", "GPU memory", 11),
+    ("flags", "Flags", 20),
     ("st", "St", 2),
     ("age", "Age", 5),
     ("user", "User", 8),
@@ -67,7 +67,7 @@ def _group_row(group: OwnerGroup, pal: Palette) -> HolderRow:
     who.append_text(literal(group.key, style="bold"))
     total = group.total_gpu_memory_mib
     gpus = sum(1 for v in group.gpu_memory_mib.values() if v)
-    mem = Text(f"{total / 1024:.1f}G on {gpus} GPU" if total else "none", style="bold")
+    mem = Text(f"{total / 1024:.1f}G ×{gpus}" if total else "none", style="bold")
     unit = group.unit
     state = ""
     if unit is not None:
@@ -79,7 +79,7 @@ def _group_row(group: OwnerGroup, pal: Palette) -> HolderRow:
     )
     flags = flags_text(group.flags, pal, orphans)
     return HolderRow(
-        "u:" + group.key, (who, flags, mem, Text(""), Text(""), Text(""), desc)
+        "u:" + group.key, (who, mem, flags, Text(""), Text(""), Text(""), desc)
     )
 
 
@@ -97,8 +97,8 @@ def _process_rows(
             f"p:{p.pid}",
             (
                 who,
-                flags_text(node.flags - {Flag.UNIT_INACTIVE}, pal),
                 gpu_memory_text(dict(p.gpu_memory_mib)),
+                flags_text(node.flags - {Flag.UNIT_INACTIVE}, pal),
                 Text(p.state or "?"),
                 Text(duration(age), justify="right"),
                 literal(p.user or "N/A"),
@@ -122,7 +122,9 @@ def holder_rows(result: HostTriage, pal: Palette) -> list[HolderRow]:
     return rows
 
 
-def selection_of(result: HostTriage | None, key: str | None) -> tuple[str | None, str | None, int | None]:
+def selection_of(
+    result: HostTriage | None, key: str | None
+) -> tuple[str | None, str | None, int | None]:
     """(owner key, service unit name, pid) selected by a row key."""
     if result is None or not key:
         return None, None, None

@@ -31,7 +31,8 @@ class MemoryPlot(Static):
         ymax_gib: float | None,
         title: str,
     ) -> None:
-        self._history, self._gpus, self._ymax, self._title = list(history), list(gpus), ymax_gib, title
+        self._history, self._gpus = list(history), list(gpus)
+        self._ymax, self._title = ymax_gib, title
         self._redraw()
 
     def on_resize(self) -> None:

@@ -58,7 +58,7 @@ def unit_text(group: OwnerGroup | None, process: Process | None, pal: Palette) -
         out.append("\n")
     total = group.total_gpu_memory_mib
     gpus = sum(1 for v in group.gpu_memory_mib.values() if v)
-    row("GPU memory", f"{total / 1024:.1f} GiB on {gpus} GPU(s)" if total else "none", "bold")
+    row("GPU memory", f"{total / 1024:.1f} GiB, {gpus} GPU(s)" if total else "none", "bold")
     if process is not None:
         out.append("\n")
         out.append(f"pid {process.pid}", style="bold")

@@ -1,0 +1,71 @@
+"""Regenerate screenshots/*.svg from the demo host: python screenshots/regenerate.py
+
+Plays the incident on the demo (kill -9 of the vLLM main process, so systemd respawns it
+and the old workers are orphaned), then saves: the main screen, the confirm dialog of a
+reclaim plan, and the confirmed result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from gpudash.demo import MINIMAX, DemoHost  # noqa: E402
+from gpudash.engine import ExecOptions  # noqa: E402
+from gpudash.ui.app import GpudashApp  # noqa: E402
+from gpudash.ui.screens import ConfirmModal  # noqa: E402
+
+SIZE = (160, 50)
+
+
+async def until(pilot, predicate, within: float = 20.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + within
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise SystemExit("the demo did not reach the expected state")
+        await pilot.pause(0.05)
+
+
+async def main(theme: str) -> None:
+    demo = DemoHost(speed=20, release_delay=3)
+    app = GpudashApp(
+        [demo], interval=0.25, read_only=False, theme=theme,
+        exec_options=ExecOptions(term_timeout=10.0, poll=0.5),
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: len(app.view.history) >= 8)
+        main_pid = app.view.snapshot.unit(MINIMAX).main_pid
+        app.holders.select_key(f"p:{main_pid}")
+        await pilot.pause(0.2)
+        await pilot.press("k")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.press("y")
+        await until(pilot, lambda: len(app.reports) == 1)
+        await until(pilot, lambda: app.view.triage is not None and app.view.triage.orphans())
+        await pilot.pause(2.0)  # some history after the respawn
+        app.action_hide_result()
+        app.holders.select_key(f"u:{MINIMAX}")
+        await pilot.pause(0.5)
+        app.save_screenshot("main.svg", str(HERE))
+        await pilot.press("r")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.pause(0.3)
+        app.save_screenshot("confirm-reclaim.svg", str(HERE))
+        await pilot.press("y")
+        await until(pilot, lambda: len(app.reports) == 2)
+        await pilot.pause(1.5)
+        app.save_screenshot("reclaim-confirmed.svg", str(HERE))
+    print("wrote", ", ".join(sorted(p.name for p in HERE.glob("*.svg"))))
+
+
+if __name__ == "__main__":
+    # The demo's actions append to the audit file: keep these out of the real one.
+    os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="gpudash-shots-")
+    asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else "gpudash-night"))

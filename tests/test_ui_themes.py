@@ -1,0 +1,96 @@
+"""Theme files: ours load, broken ones are reported together, --theme picks one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpudash.demo import DemoHost
+from gpudash.ui.app import GpudashApp
+from gpudash.ui.text import clean, duration
+from gpudash.ui.themes import load_themes
+
+THEMES_DIR = Path(__file__).resolve().parents[1] / "themes"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+
+
+def test_our_themes_load() -> None:
+    themes, errors = load_themes([THEMES_DIR])
+    names = {t.name for t in themes}
+    assert {"gpudash-night", "gpudash-day"} <= names and errors == []
+    day = next(t for t in themes if t.name == "gpudash-day")
+    assert day.dark is False and "gpu-mem-critical" in day.variables
+
+
+def test_broken_theme_files_are_each_reported(tmp_path: Path) -> None:
+    (tmp_path / "good.toml").write_text('name = "mine"\nprimary = "#123456"\n')
+    (tmp_path / "syntax.toml").write_text("name = \n")
+    (tmp_path / "noname.toml").write_text('primary = "#123456"\n')
+    (tmp_path / "colour.toml").write_text('name = "c"\nprimary = "not-a-colour"\n')
+    (tmp_path / "extra.toml").write_text('name = "e"\nprimary = "#fff"\nbogus = 1\n')
+    themes, errors = load_themes([tmp_path])
+    assert [t.name for t in themes] == ["mine"]
+    assert sorted(e.split(":")[0] for e in errors) == [
+        "colour.toml", "extra.toml", "noname.toml", "syntax.toml",
+    ]
+
+
+async def test_failures_in_one_toast_and_theme_argument(tmp_path: Path) -> None:
+    (tmp_path / "a.toml").write_text("oops")
+    (tmp_path / "b.toml").write_text('name = "b"\n')
+    app = GpudashApp([DemoHost()], interval=1.0, read_only=False, theme="gpudash-day",
+                     exec_options=None, theme_dirs=[THEMES_DIR, tmp_path])
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.pause(0.1)
+        assert app.theme == "gpudash-day"
+        toasts = [n for n in app._notifications if "Theme files" in n.message]
+        assert len(toasts) == 1
+        assert "a.toml" in toasts[0].message and "b.toml" in toasts[0].message
+        app.theme = "textual-dark"  # switching redraws with the theme's colours
+        await pilot.pause(0.1)
+        assert app.theme_variables["gpu-mem-critical"]
+
+
+async def test_unknown_theme_falls_back_with_a_warning() -> None:
+    app = GpudashApp([DemoHost()], interval=1.0, read_only=False, theme="nope",
+                     exec_options=None, theme_dirs=[THEMES_DIR])
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.pause(0.1)
+        assert app.theme != "nope"
+        assert any("Unknown theme" in n.message for n in app._notifications)
+
+
+async def test_help_and_palette_offer_only_what_fits() -> None:
+    app = GpudashApp([DemoHost()], interval=1.0, read_only=False, theme=None,
+                     exec_options=None, theme_dirs=[THEMES_DIR])
+    async with app.run_test(size=(160, 50)) as pilot:
+        for _ in range(50):
+            if app.selected_key:
+                break
+            await pilot.pause(0.05)
+        app.holders.select_key("u:session-4.scope")
+        await pilot.pause(0.1)
+        offered = {action for _t, _h, action in app.palette_commands()}
+        assert "stop_unit" not in offered and "reclaim" not in offered
+        app.holders.select_key("u:vllm-minimax-m25.service")
+        await pilot.pause(0.1)
+        offered = {action for _t, _h, action in app.palette_commands()}
+        assert {"stop_unit", "reclaim", "stop_disable"} <= offered and "kill" not in offered
+        await pilot.press("question_mark")
+        await pilot.pause(0.1)
+        assert type(app.screen).__name__ == "HelpScreen"
+        await pilot.press("escape")
+        await pilot.pause(0.1)
+        assert type(app.screen).__name__ != "HelpScreen"
+
+
+def test_clean_makes_controls_visible() -> None:
+    assert clean("a\x1b[2Jb\tc\nd\x7f\u202e") == "a\\x1b[2Jb\\x09c\\x0ad\\x7f\\u202e"
+    assert clean("[red]x[/red]") == "[red]x[/red]"
+    assert duration(None) == "N/A" and duration(7200) == "2h00m" and duration(59) == "59s"
