@@ -546,6 +546,9 @@ class GpudashApp(App[int]):
         state = getattr(self, "_progress_state", None)
         shown = self.result_shown and state is not None
         panel.set_class(shown, "-shown")
+        # On a short terminal the action panel takes the GPU table's place (it shows the
+        # same memory per GPU, plus the target).
+        self.screen_stack[0].set_class(shown, "-acting")
         if not shown or state is None:
             return
         plan, progress, report, error = state

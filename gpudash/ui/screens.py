@@ -23,14 +23,14 @@ def plan_text(lines: Iterable[str]) -> Text:
         if i == 0:
             style = "bold"
         elif line.startswith("  ! "):
-            style = "bold $warning"
+            style = "bold yellow"
         elif line.startswith("  Left alone"):
             style = "italic"
         elif line.startswith("  Expected back"):
             style = "bold"
         else:
             style = ""
-        out.append_text(literal(line, style=style.replace("$warning", "yellow")))
+        out.append_text(literal(line, style=style))
     return out
 
 
@@ -43,7 +43,7 @@ class ConfirmModal(ModalScreen[bool]):
         width: 90%; max-width: 140; height: auto; max-height: 90%;
         border: thick $error; background: $surface; padding: 0 1;
     }
-    ConfirmModal #plan { height: auto; max-height: 40; }
+    ConfirmModal #plan { height: auto; max-height: 60vh; }
     ConfirmModal #question { margin-top: 1; text-style: bold; }
     ConfirmModal Horizontal { height: auto; align-horizontal: right; margin-top: 1; }
     ConfirmModal Button { margin-left: 2; }
