@@ -205,13 +205,25 @@ def cmd_reclaim(args: argparse.Namespace) -> int:
 def cmd_dashboard(args: argparse.Namespace) -> int:
     from gpudash.ui.app import run_dashboard
 
-    return int(run_dashboard(
-        open_sources(args),
-        interval=args.interval,
-        read_only=args.read_only,
-        theme=args.theme,
-        exec_options=None,
-    ))
+    sources = open_sources(args)
+    try:
+        return int(run_dashboard(
+            sources,
+            interval=args.interval,
+            read_only=args.read_only,
+            theme=args.theme,
+            exec_options=None,
+        ))
+    finally:
+        asyncio.run(_close_all(sources))
+
+
+async def _close_all(sources: Sequence[HostSource]) -> None:
+    for s in sources:
+        try:
+            await s.close()
+        except (SourceError, OSError):
+            pass  # closing a dead link has nothing left to report
 
 
 def main(argv: Sequence[str] | None = None) -> int:

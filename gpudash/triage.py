@@ -344,5 +344,14 @@ def triage(snapshot: HostSnapshot, previous: HostSnapshot | None = None) -> Host
                 warnings=warnings,
             )
         )
+    # Units the host reports without any process left (a reclaimed service) stay visible:
+    # "inactive, disabled, 0 GiB" is the proof the operator is looking for.
+    for unit in snapshot.units:
+        if unit.name not in members and owner_kind(unit.name) is OwnerKind.SERVICE:
+            gflags = {Flag.UNIT_INACTIVE} if unit.is_down else set()
+            if unit_respawned(unit, prev_units.get(unit.name)):
+                gflags.add(Flag.RESPAWNED)
+            groups.append(OwnerGroup(unit.name, OwnerKind.SERVICE, unit, frozenset(gflags), (),
+                                     {}, unit_warnings(unit, frozenset(gflags), 0)))
     groups.sort(key=lambda g: (g.kind is OwnerKind.NONE, -g.total_gpu_memory_mib, g.key))
     return HostTriage(snapshot, tuple(groups), flags, holders_by_gpu(snapshot))

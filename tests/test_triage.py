@@ -127,3 +127,11 @@ def test_holders_by_gpu_biggest_first_and_unknown_amounts_kept() -> None:
     h = holders_by_gpu(s)
     assert [p.pid for p, _ in h[0]] == [2, 1]
     assert [(p.pid, m) for p, m in h[1]] == [(3, None)]
+
+
+def test_a_reclaimed_unit_without_processes_stays_visible_as_inactive() -> None:
+    u = unit(active_state="inactive", sub_state="dead", unit_file_state="disabled",
+             main_pid=None, n_restarts=1)
+    g = triage(snap([], [u])).group(SVC)
+    assert g is not None and g.roots == () and g.total_gpu_memory_mib == 0
+    assert g.flags == {Flag.UNIT_INACTIVE, Flag.RESPAWNED}

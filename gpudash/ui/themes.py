@@ -41,10 +41,8 @@ VARIABLE_DEFAULTS: dict[str, str] = {
 
 def theme_dirs() -> list[Path]:
     """Where theme files are looked for: the project's, then the user's."""
-    dirs = [
-        Path(__file__).resolve().parents[2] / "themes",  # a checkout
-        Path(__file__).resolve().parents[1] / "themes",  # an installed package
-    ]
+    # gpudash/themes is a link to the project's themes/ in a checkout, files in a wheel.
+    dirs = [Path(__file__).resolve().parents[1] / "themes"]
     config = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     dirs.append(Path(config) / "gpudash" / "themes")
     return dirs
