@@ -1,6 +1,7 @@
 """Per-sample cost of the streaming collector vs polling tools, on the stand-in driver.
 
     python bench/collector_bench.py [--holders 500] [--samples 30] [--interval 0.2]
+                                    [--sleepers 0]
 
 Prints a table: CPU per sample on the GPU host (collector process + its children), bytes
 per sample on the wire, and release-to-snapshot latency. Not a test; see docs/BENCHMARKS.md.
@@ -33,7 +34,9 @@ def cpu_of(proc: psutil.Process) -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
-def bench_collector(env: dict[str, str], samples: int, interval: float, victim: subprocess.Popen[str]):
+def bench_collector(
+    env: dict[str, str], samples: int, interval: float, victim: subprocess.Popen[str]
+):
     argv = collector_argv(sys.executable, "stream", interval=interval, sudo=False)
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
     assert proc.stdin and proc.stdout
@@ -83,6 +86,8 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=30)
     parser.add_argument("--interval", type=float, default=0.2)
     parser.add_argument("--teardown-ms", type=int, default=0)
+    parser.add_argument("--sleepers", type=int, default=0,
+                        help="extra processes on the host that hold no GPU")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="gpudash-bench-"))
     out = harness.build(work / "build")
@@ -92,6 +97,7 @@ def main() -> None:
     holders = [harness.spawn_holder(i % 8, 10, name=f"worker-{i}", env=env)
                for i in range(args.holders)]
     victim = harness.spawn_holder(7, 4000, name="victim", env=env)
+    sleepers = [subprocess.Popen(["sleep", "3600"]) for _ in range(args.sleepers)]
     try:
         cpu, avg, peak, latency, _ = bench_collector(env, args.samples, args.interval, victim)
         smi = bench_command(["nvidia-smi", "--query-gpu=index,uuid,name,memory.total,memory.used,"
@@ -104,7 +110,11 @@ def main() -> None:
     finally:
         for p in holders:
             harness.kill_holder(p)
-    print(f"8 GPUs, {args.holders + 1} GPU processes, interval {args.interval:g} s, "
+        for p in sleepers:
+            p.kill()
+            p.wait()
+    print(f"8 GPUs, {args.holders + 1} GPU processes (+{args.sleepers} without a GPU), "
+          f"interval {args.interval:g} s, "
           f"teardown {args.teardown_ms} ms, {args.samples} samples")
     print(f"{'method':38} {'CPU ms/sample':>14} {'wire B/sample':>14}")
     print(f"{'gpudash streaming collector':38} {cpu * 1000:14.2f} {avg:10.0f} (max {peak})")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -371,3 +372,90 @@ def test_decoder_raises_only_protocol_error(lines: list[bytes]) -> None:
             decoder.feed(line)
         except ProtocolError:
             pass
+
+
+def test_pinned_stat_fds_follow_process_identity(tmp_path: Path) -> None:
+    """Known processes keep /proc/PID/stat open; a dead one is dropped and its fd closed."""
+    import subprocess
+
+    sleepers = [subprocess.Popen(["sleep", "60"]) for _ in range(3)]
+    try:
+        import time
+
+        time.sleep(0.3)  # let them settle asleep: an unchanged process keeps its dict
+        reader = ProcReader(fd_limit=2)  # the third process takes the open/read/close path
+        first = [reader.read(p.pid) for p in sleepers]
+        assert all(info is not None for info in first) and reader.pinned == 2
+        again = [reader.read(p.pid) for p in sleepers]
+        assert all(a is b for a, b in zip(first, again, strict=True))  # unchanged: same dict
+        reader.forget_unseen()
+        for p in sleepers[:2]:
+            p.kill()
+            p.wait()  # reaped: the pinned fds now name processes that are gone
+        assert reader.read(sleepers[0].pid) is None and reader.pinned == 1
+        assert reader.read(sleepers[2].pid) is not None
+        reader.forget_unseen()  # sleepers[1] was not read: forgotten, its fd closed
+        assert reader.pinned == 0 and set(reader.known) == {sleepers[2].pid}
+        reader.stale_all()
+        info = reader.read(sleepers[2].pid)
+        assert info is not None and info["cmdline"] == "sleep 60" and info["ppid"] == os.getpid()
+        reader.close()
+        assert not reader.known
+    finally:
+        for p in sleepers:
+            p.kill()
+            p.wait()
+
+
+def test_merge_patch_skips_shared_dicts() -> None:
+    shared = {"pid": 1, "state": "S"}
+    assert merge_patch({"procs": {"1": shared}}, {"procs": {"1": shared}}) == {}
+
+
+def test_stream_sees_holders_die_and_appear_with_pinned_fds(fakegpu_state) -> None:  # type: ignore[no-untyped-def]  # noqa: E501
+    """The real collector on the stand-in driver: a holder killed between samples leaves the
+    next snapshots, a new one appears with its own identity, the others stay as they were."""
+    import subprocess
+    import time
+
+    from gpudash.collector.payload import collector_argv, payload
+
+    st = fakegpu_state.init(gpus=2, teardown_ms=0)
+    a = st.hold(0, 1000, name="worker-a")
+    b = st.hold(1, 2000, name="worker-b")
+    argv = collector_argv(sys.executable, "stream", interval=0.05, sudo=False)
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=st.env)
+    assert proc.stdin and proc.stdout
+    proc.stdin.write(payload(with_pynvml=False))
+    proc.stdin.flush()
+    state: dict = {}
+
+    def until(check, timeout: float = 10.0) -> dict:  # type: ignore[no-untyped-def]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            message = json.loads(proc.stdout.readline())
+            base = {} if message["k"] == "full" else dict(state)
+            merged = apply_merge_patch(base, message["s"])
+            state.clear()
+            state.update(merged)
+            if check(state["procs"]):
+                return state["procs"]
+        raise AssertionError(f"not seen in time: {state.get('procs')}")
+
+    try:
+        procs = until(lambda p: {str(a.pid), str(b.pid)} <= set(p))
+        assert procs[str(a.pid)]["gpu_memory_mib"] == {"0": 1000}
+        assert procs[str(b.pid)]["gpu_memory_mib"] == {"1": 2000}
+        b_before = dict(procs[str(b.pid)])
+        st.kill(a)
+        c = st.hold(0, 3000, name="worker-c")
+        procs = until(lambda p: str(a.pid) not in p and str(c.pid) in p)
+        assert procs[str(c.pid)]["gpu_memory_mib"] == {"0": 3000}
+        assert procs[str(c.pid)]["start_ticks"] == ProcReader().start_ticks(c.pid)
+        assert procs[str(b.pid)] == b_before
+        st.cli("fault", "procmem-na")  # usedGpuMemory N/A through the ctypes fast path
+        procs = until(lambda p: p.get(str(c.pid), {}).get("gpu_memory_mib") == {"0": -1})
+        assert procs[str(b.pid)]["gpu_memory_mib"] == {"1": -1}
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=10)

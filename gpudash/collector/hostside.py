@@ -33,7 +33,9 @@ UNIT_PROPERTIES = (
     "ControlGroup,Description"
 )
 UNIT_TTL_S = 5.0  # unit properties are re-read at least this often, and on any change
-CMDLINE_TTL = 10  # samples between re-reads of a known process's cmdline and cgroup
+CMDLINE_TTL = 30  # samples between re-reads of a known process's cmdline and cgroup
+FD_CACHE_MAX = 4096  # most /proc/PID/stat fds kept open (also <= half of RLIMIT_NOFILE)
+STAT_BYTES = 4096  # /proc/PID/stat is one line of at most ~1 KB
 NA_MARKERS = ("[N/A]", "[Not Supported]", "[Insufficient Permissions]", "N/A", "[Unknown Error]")
 SMI_GPU_FIELDS = (
     "index,uuid,name,memory.total,memory.used,utilization.gpu,temperature.gpu,"
@@ -224,6 +226,10 @@ class NvmlReader:
         self.static: list[Json] = []
         self.handles: list[Any] = []
         self.unsupported: set[tuple[int, str]] = set()
+        self.info_type: Any = None
+        self.fast_lists = self._fast_process_lists()
+        self.buffer: Any = None
+        self.capacity = 0
         for index in range(nvml.nvmlDeviceGetCount()):
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
             self.handles.append(handle)
@@ -236,12 +242,13 @@ class NvmlReader:
                 facts["uuid"] = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
             self.static.append(facts)
 
-    def _call(self, index: int, fn: str, *args: Any) -> Any:
-        """One NVML query; None where the driver cannot tell (and never ask again)."""
+    def _call(self, index: int, fn: str, *args: Any, impl: Any = None) -> Any:
+        """One NVML query (``impl`` or pynvml's ``fn``); None where the driver cannot tell
+        (and never ask again)."""
         if (index, fn) in self.unsupported:
             return None
         try:
-            return getattr(self.nvml, fn)(*args)
+            return (impl or getattr(self.nvml, fn))(*args)
         except self.nvml.NVMLError as exc:
             code = getattr(exc, "value", None)
             if code == self.nvml.NVML_ERROR_GPU_IS_LOST:
@@ -255,6 +262,66 @@ class NvmlReader:
         except AttributeError:
             self.unsupported.add((index, fn))
             return None
+
+    def _fast_process_lists(self) -> dict[str, Any]:
+        """The C entry points pynvml itself calls for process lists, with pynvml's struct.
+
+        pynvml builds a Python object per process (most of a sample's NVML cost with
+        hundreds of holders); calling the same function with the same struct into one
+        reusable array reads the same values. Empty (use pynvml) where pynvml differs.
+        """
+        import ctypes
+
+        nvml = self.nvml
+        struct = getattr(nvml, "c_nvmlProcessInfo_v3_t", None)
+        pointer = getattr(nvml, "_nvmlGetFunctionPointer", None)
+        if struct is None or pointer is None:
+            return {}
+        # pynvml's layout in a plain Structure: its own class formats every field access
+        self.info_type = type("ProcessInfo", (ctypes.Structure,), {"_fields_": struct._fields_})
+        if ctypes.sizeof(self.info_type) != ctypes.sizeof(struct):
+            return {}
+        fns = {}
+        for fn in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+            try:
+                fns[fn] = pointer(fn + "_v3")
+            except Exception:  # noqa: BLE001 - not exported by this driver: pynvml decides
+                continue
+        return fns
+
+    def _process_list(self, fn: str, handle: Any) -> list[tuple[int, int]]:
+        """[(pid, used bytes or -1)] through the C entry point, as pynvml would (see above)."""
+        import ctypes
+
+        nvml = self.nvml
+        count = ctypes.c_uint(0)
+        for _ in range(4):
+            if self.buffer is None:
+                self.capacity = max(self.capacity, 64)
+                self.buffer = (self.info_type * self.capacity)()
+            count.value = self.capacity
+            ret = self.fast_lists[fn](handle, ctypes.byref(count), self.buffer)
+            if ret == nvml.NVML_SUCCESS:
+                n = min(count.value, self.capacity)
+                na = 2**64 - 1
+                return [
+                    (p.pid, -1 if p.usedGpuMemory == na else p.usedGpuMemory)
+                    for p in self.buffer[:n]
+                ]
+            if ret != nvml.NVML_ERROR_INSUFFICIENT_SIZE:
+                raise nvml.NVMLError(ret)
+            self.capacity = count.value * 2 + 5
+            self.buffer = None
+        raise nvml.NVMLError(nvml.NVML_ERROR_INSUFFICIENT_SIZE)
+
+    def _processes(self, index: int, fn: str, handle: Any) -> list[tuple[int, int]]:
+        if fn not in self.fast_lists:
+            procs = self._call(index, fn, handle) or ()
+            return [
+                (int(p.pid), -1 if getattr(p, "usedGpuMemory", None) is None else p.usedGpuMemory)
+                for p in procs
+            ]
+        return self._call(index, fn, fn, handle, impl=self._process_list) or []
 
     def read(self) -> tuple[list[Json], dict[int, dict[int, int]], list[str]]:
         nvml = self.nvml
@@ -284,10 +351,9 @@ class NvmlReader:
                     "nvmlDeviceGetComputeRunningProcesses",
                     "nvmlDeviceGetGraphicsRunningProcesses",
                 ):
-                    for proc in self._call(index, fn, handle) or ():
-                        used = getattr(proc, "usedGpuMemory", None)
-                        slot = holders.setdefault(int(proc.pid), {})
-                        mib = -1 if used is None else int(used) // MIB
+                    for pid, used in self._processes(index, fn, handle):
+                        slot = holders.setdefault(pid, {})
+                        mib = -1 if used < 0 else int(used) // MIB
                         slot[index] = max(slot.get(index, -1), mib)
             except nvml.NVMLError:
                 gpu = dict(self.static[index])
@@ -388,13 +454,57 @@ def _read(path: str) -> str | None:
         os.close(fd)
 
 
-class ProcReader:
-    """Processes from ``/proc``; what cannot change for one (pid, start) is read once."""
+class _Known:
+    """A process seen before: one (pid, start_ticks), and its pinned ``stat`` fd if any."""
 
-    def __init__(self, proc: str = "/proc", cgroup_root: str = "/sys/fs/cgroup") -> None:
+    __slots__ = ("pid", "start", "fd", "static", "sig", "out", "age", "seen", "stale")
+
+    def __init__(self, pid: int, start: int, fd: int | None) -> None:
+        self.pid = pid
+        self.start = start
+        self.fd = fd
+        self.static: Json = {}
+        self.sig: tuple[bytes, bytes, bytes] | None = None
+        self.out: Json = {}
+        self.age = 0
+        self.seen = True
+        self.stale = True
+
+
+def fd_budget(limit: int = FD_CACHE_MAX) -> int:
+    """How many ``stat`` fds to keep open: at most ``limit``, half of RLIMIT_NOFILE."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return 0
+    if soft < 0 or soft == resource.RLIM_INFINITY:
+        return limit
+    return max(0, min(limit, soft // 2 - 64))
+
+
+class ProcReader:
+    """Processes from ``/proc``; what cannot change for one (pid, start) is read once.
+
+    On a real procfs each known process keeps its ``/proc/PID/stat`` open and it is
+    re-read with ``pread`` at offset 0 (procfs regenerates it on every read). The fd names
+    the process it was opened on, not the pid: once that process is gone the read fails
+    (or is empty), even if the pid now belongs to another process, so a pinned fd also
+    proves identity. Beyond ``fd_limit`` processes fall back to open/read/close plus a
+    start-time check. cmdline and cgroup are re-read every ``CMDLINE_TTL`` samples (phase
+    spread by pid), when comm changes, and after ``stale_all``.
+    """
+
+    def __init__(
+        self,
+        proc: str = "/proc",
+        cgroup_root: str = "/sys/fs/cgroup",
+        fd_limit: int | None = None,
+    ) -> None:
         self.proc = proc
         self.cgroup_root = cgroup_root
-        self.cache: dict[tuple[int, int], Json] = {}
+        self.known: dict[int, _Known] = {}
         self.users: dict[int, str] = {}
         self.clk_tck = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         self.boot_time = 0.0
@@ -405,6 +515,11 @@ class ProcReader:
             cgroup_root + "/cgroup.controllers"
         )
         self.cgroup_fs = cgroup_root + "/systemd" if v1 else cgroup_root
+        if fd_limit is None:  # pinning relies on procfs semantics: not for a stand-in dir
+            real = os.path.realpath(proc) == "/proc" and os.path.exists("/proc/self/stat")
+            fd_limit = fd_budget() if real else 0
+        self.fd_limit = fd_limit
+        self.pinned = 0
 
     def start_ticks(self, pid: int) -> int | None:
         parsed = parse_stat(_read(f"{self.proc}/{pid}/stat") or "")
@@ -423,33 +538,112 @@ class ProcReader:
         return self.users[uid]
 
     def read(self, pid: int) -> Json | None:
-        """One process as a wire dict, or None if it is gone."""
-        parsed = parse_stat(_read(f"{self.proc}/{pid}/stat") or "")
-        if parsed is None:
+        """One process as a wire dict, or None if it is gone.
+
+        The dict is shared with later calls while nothing in it changes: never mutate it.
+        """
+        known = self.known.get(pid)
+        if known is not None and known.fd is not None:
+            try:
+                data = os.pread(known.fd, STAT_BYTES, 0)
+            except OSError:  # ESRCH: the process this fd was opened on is gone
+                data = b""
+            if data:
+                return self._update(known, data)
+            self._drop(known)  # the pid may already name another process: look afresh
+            known = None
+        try:
+            fd = os.open(f"{self.proc}/{pid}/stat", os.O_RDONLY)
+        except OSError:
+            if known is not None:
+                self._drop(known)
             return None
-        comm, state, ppid, start = parsed
-        known = self.cache.get((pid, start))
-        if known is None or known["_age"] >= CMDLINE_TTL:
-            raw = _read(f"{self.proc}/{pid}/cmdline") or ""
-            cgroup = cgroup_path(_read(f"{self.proc}/{pid}/cgroup") or "")
-            known = {
-                "pid": pid,
-                "start_ticks": start,
-                "started_at": round(self.boot_time + start / self.clk_tck, 2),
-                "name": comm,
-                "cmdline": raw.replace("\0", " ").strip(),
-                "user": self._user(pid) if known is None else known.get("user"),
-                "cgroup": cgroup,
-                "unit": unit_of_cgroup(cgroup),
-                "_age": 0,
-            }
-            self.cache[(pid, start)] = known
-        known["_age"] += 1
-        known["_seen"] = True
-        out = {k: v for k, v in known.items() if v is not None and not k.startswith("_")}
-        out["state"] = state
-        out["ppid"] = ppid
-        return out
+        keep = False
+        try:
+            data = os.read(fd, STAT_BYTES)
+            parsed = parse_stat(data.decode("utf-8", "replace"))
+            if parsed is None or (known is not None and known.start != parsed[3]):
+                if known is not None:  # gone, or the pid was recycled
+                    self._drop(known)
+                if parsed is None:
+                    return None
+                known = None
+            if known is None:
+                keep = self.pinned < self.fd_limit
+                known = _Known(pid, parsed[3], fd if keep else None)
+                self.pinned += keep
+                self.known[pid] = known
+                known.static["user"] = self._user(pid)
+            return self._update(known, data)
+        except OSError:
+            return None
+        finally:
+            if not keep:
+                os.close(fd)
+
+    def _update(self, known: _Known, data: bytes) -> Json | None:
+        """``known``'s wire dict after reading ``data`` from its stat (same dict if unchanged)."""
+        open_at = data.find(b"(")
+        close_at = data.rfind(b")")
+        rest = data[close_at + 2 :].split(b" ", 2)
+        if open_at < 0 or close_at < open_at or len(rest) < 3:
+            return None
+        sig = (data[open_at + 1 : close_at], rest[0], rest[1])
+        known.seen = True
+        known.age += 1
+        if (
+            known.stale
+            or (known.age + known.pid) % CMDLINE_TTL == 0
+            or (known.sig is not None and sig[0] != known.sig[0])
+        ):
+            self._refresh(known)
+        if sig != known.sig:
+            try:
+                ppid = int(sig[2])
+            except ValueError:
+                return None
+            out = dict(known.static)
+            out["name"] = sig[0].decode("utf-8", "replace")
+            out["state"] = sig[1].decode("ascii", "replace")
+            out["ppid"] = ppid
+            known.out, known.sig = out, sig
+        return known.out
+
+    def _refresh(self, known: _Known) -> None:
+        """Re-read what rarely changes for one process: cmdline (set-proctitle) and cgroup."""
+        pid = known.pid
+        raw = _read(f"{self.proc}/{pid}/cmdline") or ""
+        cgroup = cgroup_path(_read(f"{self.proc}/{pid}/cgroup") or "")
+        static: Json = {
+            "pid": pid,
+            "start_ticks": known.start,
+            "started_at": round(self.boot_time + known.start / self.clk_tck, 2),
+            "cmdline": raw.replace("\0", " ").strip(),
+            "user": known.static.get("user"),
+            "cgroup": cgroup,
+            "unit": unit_of_cgroup(cgroup),
+        }
+        static = {k: v for k, v in static.items() if v is not None}
+        if static != known.static:
+            known.static, known.sig = static, None
+        known.stale = False
+
+    def _drop(self, known: _Known) -> None:
+        if self.known.get(known.pid) is known:
+            del self.known[known.pid]
+        if known.fd is not None:
+            os.close(known.fd)
+            known.fd = None
+            self.pinned -= 1
+
+    def stale_all(self) -> None:
+        """Re-read every known process's cmdline and cgroup on its next read."""
+        for known in self.known.values():
+            known.stale = True
+
+    def close(self) -> None:
+        for known in list(self.known.values()):
+            self._drop(known)
 
     def members(self, cgroup: str) -> set[int]:
         """Every pid in a cgroup and the cgroups below it."""
@@ -463,8 +657,15 @@ class ProcReader:
         return pids
 
     def forget_unseen(self) -> None:
-        for key in [k for k, v in self.cache.items() if not v.pop("_seen", False)]:
-            del self.cache[key]
+        """Forget (and unpin) every process not read since the last call."""
+        gone = []
+        for known in self.known.values():
+            if known.seen:
+                known.seen = False
+            else:
+                gone.append(known)
+        for known in gone:
+            self._drop(known)
 
 
 # ------------------------------------------------------------------------------ units
@@ -558,18 +759,31 @@ class Collector:
         self.units = units or UnitReader()
         self.can_act, self.reason = act_permission(sudo)
         self.watched: set[str] = set()
+        self.holding: dict[int, tuple[Json, dict[int, int], Json]] = {}
         self.host = os.uname().nodename if hasattr(os, "uname") else "localhost"
 
     def sample(self, force_units: bool = False) -> Json:
+        """One wire snapshot. Its process dicts are shared with later snapshots while they
+        do not change (so ``merge_patch`` skips them by identity): never mutate them."""
         taken_at = time.time()
+        if force_units:
+            self.proc.stale_all()
         gpus, holders, errors = self.gpus.read()
         procs: dict[str, Json] = {}
+        before = self.holding
+        self.holding = {}
         for pid, mem in holders.items():
             info = self.proc.read(pid)
             if info is None:  # listed by the driver, gone from /proc (or another pid ns)
                 info = {"pid": pid}
-            info["gpu_memory_mib"] = {str(k): v for k, v in mem.items()}
-            procs[str(pid)] = info
+            last = before.get(pid)
+            if last is not None and last[0] is info and last[1] == mem:
+                out = last[2]
+            else:
+                out = dict(info)
+                out["gpu_memory_mib"] = {str(k): v for k, v in mem.items()}
+            self.holding[pid] = (info, mem, out)
+            procs[str(pid)] = out
         owners: dict[str, str] = {}
         for info in list(procs.values()):
             unit = info.get("unit")
@@ -609,6 +823,8 @@ def merge_patch(old: Json, new: Json) -> Json:
     patch: Json = {}
     for key, value in new.items():
         before = old.get(key, _MISSING)
+        if before is value:  # the collector reuses unchanged dicts
+            continue
         if isinstance(value, dict) and isinstance(before, dict):
             sub = merge_patch(before, value)
             if sub:
