@@ -138,8 +138,10 @@ class ActionPlan:
             lines.append("  Expected back: no GPU memory")
         lines += [f"  ! {n}" for n in self.notes]
         if self.untouched:
-            people = ", ".join(f"{t.pid} ({t.user or '?'}, {t.label})" for t in self.untouched)
-            lines.append(f"  Left alone: {people}")
+            shown = self.untouched[:4]
+            people = ", ".join(f"{t.pid} ({t.user or '?'}, {t.label})" for t in shown)
+            more = len(self.untouched) - len(shown)
+            lines.append(f"  Left alone: {people}" + (f" and {more} more" if more else ""))
         return lines
 
 
@@ -383,6 +385,7 @@ class ExecOptions:
     poll: float = 0.5
     settle: int = 3  # consecutive samples at target that count as confirmed
     slack_mib: int = 64  # driver bookkeeping noise tolerated above target
+    respawn_watch: float = 5.0  # after signalling a unit's main, watch this long for a respawn
 
 
 ProgressFn = Callable[[Progress], None]
@@ -436,7 +439,7 @@ async def execute(
                 return report
 
         # 2. signals, each pinned to its planned identity; escalate TERM -> KILL.
-        pending = await _signal_targets(plan, control, opts, report, tell)
+        await _signal_targets(plan, control, opts, report, tell)
         if report.unknown:
             return report
 
@@ -451,15 +454,20 @@ async def execute(
                 ok = now is not None and now <= target + opts.slack_mib
                 stable[gpu] = stable[gpu] + 1 if ok else 0
             if all(v >= opts.settle for v in stable.values()):
-                tell("verifying", "memory back on every GPU; confirmed")
-                break
+                if _respawn_watch(plan) and not _respawned(plan, snap) and (
+                    elapsed < opts.respawn_watch
+                ):
+                    tell("verifying", "watching whether systemd respawns the unit")
+                else:
+                    tell("verifying", "memory back on every GPU; confirmed")
+                    break
             waiting = [g for g, v in stable.items() if v < opts.settle]
             tell("verifying", f"waiting for GPU {', '.join(map(str, waiting))}")
             if elapsed >= opts.verify_timeout:
                 break
             await control.sleep(opts.poll)
             elapsed += opts.poll
-        _finish(plan, report, snap, targets_mib, stable, opts, pending)
+        _finish(plan, report, snap, targets_mib, stable, opts)
         tell("done", report.summary)
         return report
     except SourceError as exc:
@@ -475,10 +483,10 @@ async def _signal_targets(
     opts: ExecOptions,
     report: ActionReport,
     tell: Callable[[str, str], None],
-) -> list[Target]:
+) -> None:
     steps = [s for s in plan.steps if s.target is not None]
     if not steps:
-        return []
+        return
     if any(s.verb == "stop" for s in plan.steps):
         # systemctl stop has returned; let the sample show who survived it.
         snap = await control.sample()
@@ -493,7 +501,7 @@ async def _signal_targets(
         if outcome is SignalOutcome.UNKNOWN:
             report.unknown = True
             report.summary = "link lost while signalling: outcome unknown; re-verify"
-            return []
+            return
         if outcome is SignalOutcome.SENT and step.escalate:
             escalate.append(t)
     waited = 0.0
@@ -512,8 +520,7 @@ async def _signal_targets(
         if outcome is SignalOutcome.UNKNOWN:
             report.unknown = True
             report.summary = "link lost while signalling: outcome unknown; re-verify"
-            return []
-    return [s.target for s in steps if s.target is not None]
+            return
 
 
 def _finish(
@@ -523,7 +530,6 @@ def _finish(
     targets_mib: Mapping[int, int],
     stable: Mapping[int, int],
     opts: ExecOptions,
-    signalled: list[Target],
 ) -> None:
     after = snap.used_by_gpu() if snap else {}
     for gpu, target in sorted(targets_mib.items()):
@@ -538,39 +544,63 @@ def _finish(
         )
     if snap is not None and any(not g.confirmed for g in report.gpus):
         report.leftovers = _explain(plan, snap, [g.index for g in report.gpus if not g.confirmed])
-    if plan.kind is ActionKind.DISABLE or plan.kind is ActionKind.STOP or (
-        plan.kind is ActionKind.STOP_DISABLE
-    ):
-        _check_unit(plan, snap, report)
+    problems = _unit_problems(plan, snap)
+    memory_ok = all(g.confirmed for g in report.gpus)
+    report.confirmed = memory_ok and not problems
     if not targets_mib:
-        report.confirmed = not report.leftovers and report.summary == ""
-        report.summary = report.summary or "done; no GPU memory was expected back"
-        return
-    report.confirmed = all(g.confirmed for g in report.gpus)
-    freed = sum(g.freed_mib or 0 for g in report.gpus)
-    if report.confirmed:
-        report.summary = f"confirmed: {freed / 1024:.1f} GiB back on {len(report.gpus)} GPU(s)"
+        memory = "no GPU memory was expected back"
+    elif memory_ok:
+        freed = sum(g.freed_mib or 0 for g in report.gpus)
+        memory = f"confirmed: {freed / 1024:.1f} GiB back on {len(report.gpus)} GPU(s)"
     else:
         bad = [g.index for g in report.gpus if not g.confirmed]
-        report.summary = (
+        memory = (
             f"NOT confirmed: GPU {', '.join(map(str, bad))} still hold memory "
             f"({len(report.leftovers)} holder(s) explained below)"
         )
+    report.summary = "; ".join([*problems, memory])
 
 
-def _check_unit(plan: ActionPlan, snap: HostSnapshot | None, report: ActionReport) -> None:
+def _respawned(plan: ActionPlan, snap: HostSnapshot) -> bool:
+    assert plan.unit_before is not None
+    u = snap.unit(plan.unit_before.name)
+    return u is not None and u.main_pid not in (None, plan.unit_before.main_pid)
+
+
+def _respawn_watch(plan: ActionPlan) -> bool:
+    """Signalling a unit's main process with a restart policy: watch for the respawn."""
+    u = plan.unit_before
+    return (
+        plan.kind in PROCESS_ACTIONS
+        and u is not None
+        and not u.is_down
+        and u.main_pid in {t.pid for t in plan.targets}
+        and (u.restart or "no").lower() != "no"
+    )
+
+
+def _unit_problems(plan: ActionPlan, snap: HostSnapshot | None) -> list[str]:
+    """What the unit's state says went differently from the plan."""
     if snap is None or plan.unit_before is None:
-        return
+        return []
     u = snap.unit(plan.unit_before.name)
     if u is None:
-        return
-    if plan.kind in (ActionKind.STOP, ActionKind.STOP_DISABLE) and not u.is_down:
-        report.summary = f"{u.name} is {u.active_state} after stop"
-    if plan.kind in (ActionKind.DISABLE, ActionKind.STOP_DISABLE) and u.unit_file_state not in (
-        "disabled",
-        None,
+        return []
+    out: list[str] = []
+    if plan.kind in (ActionKind.STOP, ActionKind.STOP_DISABLE, ActionKind.RECLAIM) and (
+        not u.is_down
     ):
-        report.summary = f"{u.name} is still {u.unit_file_state} after disable"
+        out.append(f"{u.name} is {u.active_state} after stop")
+    if plan.kind in (ActionKind.DISABLE, ActionKind.STOP_DISABLE, ActionKind.RECLAIM) and (
+        u.unit_file_state not in ("disabled", None)
+    ):
+        out.append(f"{u.name} is still {u.unit_file_state} after disable")
+    if _respawn_watch(plan) and _respawned(plan, snap):
+        out.append(
+            f"systemd respawned {u.name}: new MainPID {u.main_pid}, NRestarts {u.n_restarts} "
+            "(stop the unit instead)"
+        )
+    return out
 
 
 def _explain(plan: ActionPlan, snap: HostSnapshot, gpus: list[int]) -> list[Leftover]:

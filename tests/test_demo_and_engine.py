@@ -171,6 +171,10 @@ async def test_killing_the_main_pid_warns_and_reports_the_respawn(demo: DemoHost
     assert u is not None
     plan = plan_action(s, ActionKind.KILL, pid=u.main_pid)
     assert any("systemd will respawn it" in n for n in plan.notes)
+    report = await execute(plan, demo, FAST)
+    assert not report.confirmed
+    assert f"systemd respawned {MINIMAX}: new MainPID" in report.summary
+    assert demo.units[MINIMAX].main_pid not in (None, u.main_pid)
 
 
 async def test_read_only_and_bad_selection_refuse_to_plan() -> None:
