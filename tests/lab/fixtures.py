@@ -1,0 +1,95 @@
+"""Pytest fixtures for the container lab (register with ``pytest_plugins``).
+
+- ``lab``: session-scoped :class:`Lab` (one run dir, one client key/ssh_config).
+- ``lab_host``: a freshly booted host per test (default :class:`HostSpec`, or the spec
+  given with ``@pytest.mark.parametrize("lab_host", [HostSpec(...)], indirect=True)``);
+  destroyed after the test (power off, unmount, remove), even when the test fails.
+- ``lab_hosts``: factory ``lab_hosts(n_or_specs) -> list[LabHost]``, booted in parallel,
+  destroyed after the test.
+
+Where the lab cannot run (not root, no systemd-nspawn, no cgroups, stand-in driver not
+buildable) the fixtures skip with the reason, except with ``CI=true``: there they fail,
+so CI never silently skips the lab.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def _load_lab():
+    """tests/lab/lab.py as module ``gpudash_lab``, however this file was imported."""
+    if "gpudash_lab" not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            "gpudash_lab", Path(__file__).resolve().parent / "lab.py")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["gpudash_lab"] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules["gpudash_lab"]
+
+
+labmod = _load_lab()
+
+HostSpec = labmod.HostSpec
+Lab = labmod.Lab
+LabHost = labmod.LabHost
+
+
+def lab_unavailable(reason: str) -> None:
+    """Skip, or fail under CI=true."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"lab required under CI=true but unavailable: {reason}", pytrace=False)
+    pytest.skip(f"lab unavailable: {reason}")
+
+
+@pytest.fixture(scope="session")
+def lab():
+    try:
+        labmod.check_available()
+        the_lab = Lab()
+    except labmod.LabUnavailable as e:
+        lab_unavailable(str(e))
+    try:
+        _ = the_lab.fakegpu_dir  # build the stand-in driver once
+    except labmod.LabError as e:
+        the_lab.stop()
+        lab_unavailable(f"stand-in driver: {e}")
+    yield the_lab
+    the_lab.stop()
+
+
+@pytest.fixture
+def lab_host(lab, request):
+    spec = getattr(request, "param", None) or HostSpec()
+    [host] = lab.start([spec])
+    try:
+        yield host
+    finally:
+        lab.remove(host)
+
+
+@pytest.fixture
+def lab_hosts(lab):
+    made: list = []
+
+    def make(specs=1):
+        hosts = lab.start(specs)
+        made.extend(hosts)
+        return hosts
+
+    try:
+        yield make
+    finally:
+        errors = []
+        for h in made:
+            try:
+                lab.remove(h)
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+        if errors:
+            raise errors[0]
