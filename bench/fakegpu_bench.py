@@ -16,7 +16,6 @@ import json
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
@@ -63,7 +62,9 @@ def sample_raw():
     return procs
 
 res = {}
-t0 = time.process_time(); first = sample_pynvml(); res["first_sample_ms"] = (time.process_time() - t0) * 1e3
+t0 = time.process_time()
+first = sample_pynvml()
+res["first_sample_ms"] = (time.process_time() - t0) * 1e3
 for label, fn in (("pynvml", sample_pynvml), ("raw ctypes", sample_raw)):
     fn()
     t = time.process_time()
@@ -72,7 +73,10 @@ for label, fn in (("pynvml", sample_pynvml), ("raw ctypes", sample_raw)):
     res[label] = (time.process_time() - t) / samples * 1e3
 res["procs"] = procs
 # a dashboard samples ~1/s: include the periodic liveness probe (every 1 s)
-time.sleep(1.1); t = time.process_time(); sample_raw(); res["raw after 1.1 s idle"] = (time.process_time() - t) * 1e3
+time.sleep(1.1)
+t = time.process_time()
+sample_raw()
+res["raw after 1.1 s idle"] = (time.process_time() - t) * 1e3
 print(json.dumps(res))
 """
 
@@ -92,15 +96,22 @@ def main() -> None:
         holders = [harness.spawn_holder(i % a.gpus, 10, env=env) for i in range(a.holders)]
         setup = time.monotonic() - t
         try:
-            r = subprocess.run([sys.executable, "-c", CHILD, str(a.samples)], env=env,
-                               capture_output=True, text=True, check=True)
+            r = subprocess.run(
+                [sys.executable, "-c", CHILD, str(a.samples)],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             res = json.loads(r.stdout)
         finally:
             for p in holders:
                 harness.kill_holder(p)
     assert res["procs"] == a.holders, res
-    print(f"fakegpu bench: {a.gpus} GPUs, {a.holders} holder processes (setup {setup:.1f} s), "
-          f"{a.samples} samples")
+    print(
+        f"fakegpu bench: {a.gpus} GPUs, {a.holders} holder processes (setup {setup:.1f} s), "
+        f"{a.samples} samples"
+    )
     print(f"{'path':<28}{'CPU ms / full sample':>22}")
     for k in ("pynvml", "raw ctypes", "raw after 1.1 s idle", "first_sample_ms"):
         print(f"{k:<28}{res[k]:>22.3f}")

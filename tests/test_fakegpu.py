@@ -15,9 +15,6 @@ import sys
 import textwrap
 import time
 
-import pytest
-
-from fakegpu import harness
 from fakegpu.fixtures import fakegpu_build, fakegpu_state  # noqa: F401  (fixtures)
 
 MIB = 1024 * 1024
@@ -49,8 +46,13 @@ def shape(line: str) -> list[str]:
 
 def pyrun(st, code: str, timeout: float = 20) -> dict:
     """Run python code with the stand-in env; it must print one JSON document."""
-    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=st.env,
-                       capture_output=True, text=True, timeout=timeout)
+    r = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=st.env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -60,7 +62,7 @@ def smi(st, *args: str) -> subprocess.CompletedProcess:
 
 
 def used_mib(st, gpu: int) -> int:
-    r = smi(st, f"--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", str(gpu))
+    r = smi(st, "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", str(gpu))
     assert r.returncode == 0, r.stdout
     return int(r.stdout.strip())
 
@@ -105,8 +107,13 @@ PYNVML_DUMP = """
 
 
 def test_pynvml_reads_state(fakegpu_state):
-    st = fakegpu_state.init(gpus=3, name="NVIDIA RTX PRO 6000 Blackwell", total_mib=97887,
-                            reserved_mib=512, baseline_mib=100)
+    st = fakegpu_state.init(
+        gpus=3,
+        name="NVIDIA RTX PRO 6000 Blackwell",
+        total_mib=97887,
+        reserved_mib=512,
+        baseline_mib=100,
+    )
     st.cli("set", "--gpu", "1", "util_gpu=85", "temp=71", "power_mw=412345")
     a = st.hold(0, 96000 - 512 - 100, name="VLLM::Worker_TP0")
     b = st.hold([1, 2], 2000)
@@ -116,7 +123,9 @@ def test_pynvml_reads_state(fakegpu_state):
     for i, g in enumerate(d["gpus"]):
         s = status["gpus"][i]
         assert g["name"] == "NVIDIA RTX PRO 6000 Blackwell"
-        assert g["uuid"] == s["uuid"] and re.fullmatch(r"GPU-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}", g["uuid"])
+        assert g["uuid"] == s["uuid"] and re.fullmatch(
+            r"GPU-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}", g["uuid"]
+        )
         assert g["bus"] == s["pci_bus_id"]
         assert g["total"] == 97887 * MIB and g["reserved"] == 512 * MIB
         assert g["used"] + g["free"] + g["reserved"] == g["total"]
@@ -135,7 +144,9 @@ def test_pynvml_reads_state(fakegpu_state):
 def test_v1_process_api_and_insufficient_size_protocol(fakegpu_state):
     st = fakegpu_state.init(gpus=1)
     holders = [st.hold(0, 100 + i) for i in range(3)]
-    d = pyrun(st, """
+    d = pyrun(
+        st,
+        """
         import ctypes, json, pynvml as N
         N.nvmlInit(); h = N.nvmlDeviceGetHandleByIndex(0)
         lib = N.nvmlLib
@@ -154,7 +165,8 @@ def test_v1_process_api_and_insufficient_size_protocol(fakegpu_state):
         assert lib.nvmlDeviceGetComputeRunningProcesses(h, ctypes.byref(c), arr) == 0
         res["v1"] = sorted([arr[i].pid, arr[i].usedGpuMemory] for i in range(c.value))
         print(json.dumps(res))
-    """)
+    """,
+    )
     for fn in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v3"):
         assert d[fn] == [7, 3, 7, 3]  # NVML_ERROR_INSUFFICIENT_SIZE == 7
     assert d["v1"] == sorted([p.pid, (100 + i) * MIB] for i, p in enumerate(holders))
@@ -171,9 +183,13 @@ def test_gpustat_and_nvitop_agree(fakegpu_state):
     assert [g["memory.used"] for g in gs["gpus"]] == [30000, 1234]
     assert [g["memory.total"] for g in gs["gpus"]] == [81559, 81559]
     assert gs["gpus"][0]["utilization.gpu"] == 42 and gs["gpus"][0]["temperature.gpu"] == 55
-    assert [[p["pid"], p["gpu_memory_usage"]] for p in gs["gpus"][0]["processes"]] == [[a.pid, 30000]]
+    assert [[p["pid"], p["gpu_memory_usage"]] for p in gs["gpus"][0]["processes"]] == [
+        [a.pid, 30000]
+    ]
     assert gs["gpus"][1]["processes"][0]["pid"] == b.pid
-    nv = pyrun(st, """
+    nv = pyrun(
+        st,
+        """
         import json
         from nvitop import Device
         out = []
@@ -182,7 +198,9 @@ def test_gpustat_and_nvitop_agree(fakegpu_state):
                             temp=d.temperature(), bus=d.bus_id(), uuid=d.uuid(),
                             procs=sorted([pid, p.gpu_memory()] for pid, p in d.processes().items())))
         print(json.dumps(out))
-    """, timeout=30)
+    """,
+        timeout=30,
+    )
     assert [d["used"] for d in nv] == [30000 * MIB, 1234 * MIB]
     assert nv[0]["procs"] == [[a.pid, 30000 * MIB]] and nv[1]["procs"] == [[b.pid, 1234 * MIB]]
     assert (nv[0]["util"], nv[0]["temp"]) == (42, 55)
@@ -196,9 +214,11 @@ def test_nvidia_smi_formats(fakegpu_state):
     r = smi(st, f"--query-gpu={fields}", "--format=csv")
     assert r.returncode == 0
     lines = r.stdout.splitlines()
-    assert lines[0] == ("index, uuid, name, memory.total [MiB], memory.used [MiB], memory.free [MiB], "
-                        "memory.reserved [MiB], utilization.gpu [%], temperature.gpu, power.draw [W], "
-                        "power.limit [W], pci.bus_id, driver_version")
+    assert lines[0] == (
+        "index, uuid, name, memory.total [MiB], memory.used [MiB], memory.free [MiB], "
+        "memory.reserved [MiB], utilization.gpu [%], temperature.gpu, power.draw [W], "
+        "power.limit [W], pci.bus_id, driver_version"
+    )
     assert len(lines) == 3
     row = lines[1].split(", ")
     assert row[0] == "0" and row[2] == "NVIDIA RTX PRO 6000 Blackwell"
@@ -212,10 +232,14 @@ def test_nvidia_smi_formats(fakegpu_state):
     assert got_h == REAL_QUERY_GPU_HEADER
     assert shape(got_r) == shape(REAL_QUERY_GPU_ROW)
     # nounits / noheader
-    r = smi(st, "--query-gpu=memory.used,utilization.gpu,power.draw", "--format=csv,noheader,nounits")
+    r = smi(
+        st, "--query-gpu=memory.used,utilization.gpu,power.draw", "--format=csv,noheader,nounits"
+    )
     assert re.fullmatch(r"96801, 0, \d+\.\d\d", r.stdout.splitlines()[0])
     # compute apps
-    r = smi(st, "--query-compute-apps=pid,process_name,used_memory,gpu_uuid,gpu_bus_id", "--format=csv")
+    r = smi(
+        st, "--query-compute-apps=pid,process_name,used_memory,gpu_uuid,gpu_bus_id", "--format=csv"
+    )
     h, *rows = r.stdout.splitlines()
     assert h == "pid, process_name, used_gpu_memory [MiB], gpu_uuid, gpu_bus_id"
     assert rows == [f"{a.pid}, VLLM::Worker_TP0, 96801 MiB, {row[1]}, {row[11]}"]
@@ -232,13 +256,25 @@ def test_nvidia_smi_formats(fakegpu_state):
     assert r.returncode == 2 and 'Field "bogus" is not a valid field to query.' in r.stdout
     # plain table mentions the process
     r = smi(st)
-    assert r.returncode == 0 and "VLLM::Worker_TP0" in r.stdout and "96801MiB / 97887MiB" in r.stdout
+    assert (
+        r.returncode == 0 and "VLLM::Worker_TP0" in r.stdout and "96801MiB / 97887MiB" in r.stdout
+    )
 
 
 def test_nvidia_smi_loop(fakegpu_state):
     st = fakegpu_state.init(gpus=1)
-    p = subprocess.Popen([os.path.join(st.out, "nvidia-smi"), "--query-gpu=index,memory.used",
-                          "--format=csv", "-lms", "100"], env=st.env, stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [
+            os.path.join(st.out, "nvidia-smi"),
+            "--query-gpu=index,memory.used",
+            "--format=csv",
+            "-lms",
+            "100",
+        ],
+        env=st.env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(0.45)
     p.send_signal(signal.SIGINT)
     out, _ = p.communicate(timeout=5)
@@ -254,8 +290,8 @@ def test_killed_holder_releases_after_teardown_not_before(fakegpu_state):
     assert used_mib(st, 0) == 5100
     st.kill(p, signal.SIGKILL)
     t_dead = time.monotonic()
-    assert used_mib(st, 0) == 5100       # memory still held during teardown
-    assert app_pids(st) == [keep.pid]    # but the dead process is no longer listed
+    assert used_mib(st, 0) == 5100  # memory still held during teardown
+    assert app_pids(st) == [keep.pid]  # but the dead process is no longer listed
     time.sleep(0.6)
     assert time.monotonic() - t_dead < 0.95
     assert used_mib(st, 0) == 5100
@@ -275,6 +311,7 @@ def test_death_time_recorded_without_queries(fakegpu_state):
 def test_concurrent_holders_add_up(fakegpu_state):
     st = fakegpu_state.init(gpus=2, teardown_ms=200)
     from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(8) as ex:
         hs = list(ex.map(lambda i: st.hold(i % 2, 10 + i), range(24)))
     assert used_mib(st, 0) == sum(10 + i for i in range(0, 24, 2))
@@ -328,7 +365,9 @@ def test_library_hold_via_ctypes(fakegpu_state):
         print("ready", flush=True)
         time.sleep(60)
     """)
-    p = subprocess.Popen([sys.executable, "-c", code], env=st.env, stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-c", code], env=st.env, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert p.stdout.readline().strip() == "ready"
         assert used_mib(st, 1) == 4242 and app_pids(st, 1) == [p.pid]
@@ -366,39 +405,59 @@ def test_faults(fakegpu_state):
     st.cli("fault", "noperm", "--gpu", "0")
     st.cli("fault", "unsupported", "power,temperature", "--gpu", "0")
     res = pyrun(st, FAULT_PROBE)
-    assert res == {"handle1": "NVMLError_GpuIsLost", "procs": "NVMLError_NoPermission",
-                   "power": "NVMLError_NotSupported", "temp": "NVMLError_NotSupported",
-                   "util": "ok", "mem": "ok"}
+    assert res == {
+        "handle1": "NVMLError_GpuIsLost",
+        "procs": "NVMLError_NoPermission",
+        "power": "NVMLError_NotSupported",
+        "temp": "NVMLError_NotSupported",
+        "util": "ok",
+        "mem": "ok",
+    }
     r = smi(st, "--query-gpu=index,memory.used", "--format=csv")
     bus = json.loads(st.cli("status", "--json").stdout)["gpus"][1]["pci_bus_id"][4:]
     assert r.returncode == 15
-    assert r.stdout.strip() == (f"Unable to determine the device handle for GPU {bus}: GPU is lost.  "
-                                "Reboot the system to recover this GPU")
-    assert re.fullmatch(r"Unable to determine the device handle for GPU 0000:[0-9A-F]{2}:00\.0: GPU is lost\.\s+Reboot the system to recover this GPU", r.stdout.strip())
+    assert r.stdout.strip() == (
+        f"Unable to determine the device handle for GPU {bus}: GPU is lost.  "
+        "Reboot the system to recover this GPU"
+    )
+    assert re.fullmatch(
+        r"Unable to determine the device handle for GPU 0000:[0-9A-F]{2}:00\.0: GPU is lost\.\s+Reboot the system to recover this GPU",
+        r.stdout.strip(),
+    )
     st.cli("fault", "clear")
     st.cli("fault", "unsupported", "power,temperature")
     r = smi(st, "--query-gpu=power.draw,temperature.gpu,memory.used", "--format=csv,noheader")
-    assert r.returncode == 0 and r.stdout.splitlines() == ["[N/A], [N/A], 10 MiB", "[N/A], [N/A], 0 MiB"]
+    assert r.returncode == 0 and r.stdout.splitlines() == [
+        "[N/A], [N/A], 10 MiB",
+        "[N/A], [N/A], 0 MiB",
+    ]
     st.cli("fault", "procmem-na", "--gpu", "0")
     r = smi(st, "--query-compute-apps=used_memory", "--format=csv,noheader")
     assert r.stdout.strip() == "[N/A]"
     st.cli("fault", "clear")
-    assert pyrun(st, FAULT_PROBE) == dict.fromkeys(["handle1", "procs", "power", "temp", "util", "mem"], "ok")
+    assert pyrun(st, FAULT_PROBE) == dict.fromkeys(
+        ["handle1", "procs", "power", "temp", "util", "mem"], "ok"
+    )
 
 
 def test_slow_fault_and_no_devices(fakegpu_state):
     st = fakegpu_state.init(gpus=1)
     st.cli("fault", "slow", "--ms", "200")
-    d = pyrun(st, """
+    d = pyrun(
+        st,
+        """
         import json, time, pynvml as N
         N.nvmlInit(); h = N.nvmlDeviceGetHandleByIndex(0)
         t = time.monotonic(); N.nvmlDeviceGetMemoryInfo(h)
         print(json.dumps({"dt": time.monotonic() - t}))
-    """)
+    """,
+    )
     assert 0.2 <= d["dt"] < 1.5
     st.init(gpus=0)
     r = smi(st, "-L")
     assert (r.returncode, r.stdout) == (6, "No devices were found\n")
     env = dict(st.env, FAKEGPU_STATE=str(st.dir / "missing"))
-    r = subprocess.run([os.path.join(st.out, "nvidia-smi")], env=env, capture_output=True, text=True)
+    r = subprocess.run(
+        [os.path.join(st.out, "nvidia-smi")], env=env, capture_output=True, text=True
+    )
     assert r.returncode == 9 and "couldn't communicate with the NVIDIA driver" in r.stdout

@@ -1,1 +1,4 @@
-"""Stand-in NVIDIA driver for tests (see README.md). Import as ``fakegpu`` with tests/ on sys.path."""
+"""Stand-in NVIDIA driver for tests (see README.md).
+
+Imported as ``fakegpu`` with tests/ on sys.path.
+"""

@@ -36,7 +36,7 @@ class FakeGpuState:
         self.env = harness.env(out, state_dir)
         self.holders: list[subprocess.Popen] = []
 
-    def init(self, **kw) -> "FakeGpuState":
+    def init(self, **kw) -> FakeGpuState:
         harness.init_state(self.dir, out_dir=self.out, **kw)
         return self
 

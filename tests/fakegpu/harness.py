@@ -1,11 +1,11 @@
 """Helpers to build and drive the stand-in NVIDIA driver from Python tests.
 
-    from fakegpu.harness import build, init_state, env, spawn_holder
+from fakegpu.harness import build, init_state, env, spawn_holder
 
-    out = build(tmp_dir)                       # make -C tests/fakegpu OUT=tmp_dir (cached)
-    e = env(out, state_dir)                    # LD_LIBRARY_PATH / FAKEGPU_STATE / PATH
-    init_state(state_dir, gpus=8, out_dir=out)  # fresh state
-    p = spawn_holder(0, 96801, name="VLLM::Worker_TP0", env=e)  # returns once registered
+out = build(tmp_dir)                       # make -C tests/fakegpu OUT=tmp_dir (cached)
+e = env(out, state_dir)                    # LD_LIBRARY_PATH / FAKEGPU_STATE / PATH
+init_state(state_dir, gpus=8, out_dir=out)  # fresh state
+p = spawn_holder(0, 96801, name="VLLM::Worker_TP0", env=e)  # returns once registered
 """
 
 from __future__ import annotations
@@ -47,13 +47,17 @@ def env(out_dir: os.PathLike | str, state_dir: os.PathLike | str, base: dict | N
     e = dict(os.environ if base is None else base)
     out = str(Path(out_dir).resolve())
     e["FAKEGPU_STATE"] = str(Path(state_dir).resolve())
-    e["LD_LIBRARY_PATH"] = out + (os.pathsep + e["LD_LIBRARY_PATH"] if e.get("LD_LIBRARY_PATH") else "")
+    e["LD_LIBRARY_PATH"] = out + (
+        os.pathsep + e["LD_LIBRARY_PATH"] if e.get("LD_LIBRARY_PATH") else ""
+    )
     e["PATH"] = out + os.pathsep + e.get("PATH", "")
     e["FAKEGPU_BIN"] = os.path.join(out, "fakegpu")
     return e
 
 
-def fakegpu(out_dir: os.PathLike | str, state_dir: os.PathLike | str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+def fakegpu(
+    out_dir: os.PathLike | str, state_dir: os.PathLike | str, *args: str, check: bool = True
+) -> subprocess.CompletedProcess:
     """Run the fakegpu CLI (init/set/fault/status ...)."""
     return subprocess.run(
         [os.path.join(str(out_dir), "fakegpu"), *map(str, args)],
@@ -76,9 +80,23 @@ def init_state(
 ) -> Path:
     """Write a fresh state into state_dir (created); returns state_dir."""
     out = build(out_dir)
-    fakegpu(out, state_dir, "init", "--gpus", str(gpus), "--name", name, "--total-mib", str(total_mib),
-            "--teardown-ms", str(teardown_ms), "--baseline-mib", str(baseline_mib),
-            "--reserved-mib", str(reserved_mib))
+    fakegpu(
+        out,
+        state_dir,
+        "init",
+        "--gpus",
+        str(gpus),
+        "--name",
+        name,
+        "--total-mib",
+        str(total_mib),
+        "--teardown-ms",
+        str(teardown_ms),
+        "--baseline-mib",
+        str(baseline_mib),
+        "--reserved-mib",
+        str(reserved_mib),
+    )
     return Path(state_dir)
 
 
