@@ -26,7 +26,8 @@ def _load_lab():
     """tests/lab/lab.py as module ``gpudash_lab``, however this file was imported."""
     if "gpudash_lab" not in sys.modules:
         spec = importlib.util.spec_from_file_location(
-            "gpudash_lab", Path(__file__).resolve().parent / "lab.py")
+            "gpudash_lab", Path(__file__).resolve().parent / "lab.py"
+        )
         mod = importlib.util.module_from_spec(spec)
         sys.modules["gpudash_lab"] = mod
         spec.loader.exec_module(mod)

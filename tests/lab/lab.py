@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import dataclasses
 import json
 import os
 import shlex
@@ -43,6 +42,8 @@ BASE_PREFIX = "gpudash-lab-"
 DEFAULT_PARENT = Path("/var/tmp")
 LOOPBACK = "127.0.0.1"  # the only address anything here ever uses
 FAKEGPU_STATE = "/run/fakegpu"  # inside the container: tmpfs, so every boot starts clean
+FAKEGPU_BIN = "/usr/local/bin/fakegpu"  # the lib's holders exec it as their watcher
+FAKEGPU_ENV = {"FAKEGPU_STATE": FAKEGPU_STATE, "FAKEGPU_BIN": FAKEGPU_BIN}
 CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PYPATH = "/opt/gpulab/py"
 
@@ -50,16 +51,39 @@ PYPATH = "/opt/gpulab/py"
 # shares the host's network (they would bind its ports or touch its interfaces), plus
 # timers/noise that only slow the boot.
 MASKED_UNITS = (
-    "postgresql.service", "postgresql@.service", "ssh.socket", "rescue-ssh.target",
-    "systemd-networkd.service", "systemd-networkd.socket", "systemd-resolved.service",
-    "systemd-networkd-wait-online.service", "networking.service", "NetworkManager.service",
-    "systemd-timesyncd.service", "cron.service", "exim4.service", "docker.service",
-    "containerd.service", "apt-daily.timer", "apt-daily-upgrade.timer", "dpkg-db-backup.timer",
-    "e2scrub_all.timer", "e2scrub_reap.service", "fstrim.timer", "man-db.timer",
-    "logrotate.timer", "systemd-tmpfiles-clean.timer", "getty@tty1.service",
-    "console-getty.service", "systemd-pstore.service", "systemd-firstboot.service",
-    "systemd-binfmt.service", "proc-sys-fs-binfmt_misc.automount",
-    "systemd-repart.service", "systemd-machine-id-commit.service", "unattended-upgrades.service",
+    "postgresql.service",
+    "postgresql@.service",
+    "ssh.socket",
+    "rescue-ssh.target",
+    "systemd-networkd.service",
+    "systemd-networkd.socket",
+    "systemd-resolved.service",
+    "systemd-networkd-wait-online.service",
+    "networking.service",
+    "NetworkManager.service",
+    "systemd-timesyncd.service",
+    "cron.service",
+    "exim4.service",
+    "docker.service",
+    "containerd.service",
+    "apt-daily.timer",
+    "apt-daily-upgrade.timer",
+    "dpkg-db-backup.timer",
+    "e2scrub_all.timer",
+    "e2scrub_reap.service",
+    "fstrim.timer",
+    "man-db.timer",
+    "logrotate.timer",
+    "systemd-tmpfiles-clean.timer",
+    "getty@tty1.service",
+    "console-getty.service",
+    "systemd-pstore.service",
+    "systemd-firstboot.service",
+    "systemd-binfmt.service",
+    "proc-sys-fs-binfmt_misc.automount",
+    "systemd-repart.service",
+    "systemd-machine-id-commit.service",
+    "unattended-upgrades.service",
 )
 
 
@@ -80,8 +104,8 @@ class UnitSpec:
 
     name: str
     description: str
-    argv: tuple[str, ...]           # after /usr/bin/python3
-    program: str = ""              # payload main, passed via GPULAB_PROGRAM (doc only)
+    argv: tuple[str, ...]  # after /usr/bin/python3
+    program: str = ""  # payload main, passed via GPULAB_PROGRAM (doc only)
     gpus: tuple[int, ...] = ()
     mib: int = 0
     restart: str = "no"
@@ -92,15 +116,24 @@ class UnitSpec:
     wanted_by: str = "multi-user.target"
 
     def unit_file(self) -> str:
-        env = [f"PYTHONPATH={PYPATH}", f"FAKEGPU_STATE={FAKEGPU_STATE}",
-               f"GPULAB_GPUS={','.join(map(str, self.gpus))}", f"GPULAB_MIB={self.mib}"]
+        env = [
+            f"PYTHONPATH={PYPATH}",
+            *(f"{k}={v}" for k, v in FAKEGPU_ENV.items()),
+            f"GPULAB_GPUS={','.join(map(str, self.gpus))}",
+            f"GPULAB_MIB={self.mib}",
+        ]
         lines = [
-            "[Unit]", f"Description={self.description}",
-            "After=network.target fakegpu-init.service", "Wants=fakegpu-init.service", "",
-            "[Service]", "Type=simple",
+            "[Unit]",
+            f"Description={self.description}",
+            "After=network.target fakegpu-init.service",
+            "Wants=fakegpu-init.service",
+            "",
+            "[Service]",
+            "Type=simple",
             "ExecStart=/usr/bin/python3 " + " ".join(shlex.quote(a) for a in self.argv),
             *(f"Environment={shlex.quote(e)}" for e in env),
-            f"Restart={self.restart}", f"RestartSec={self.restart_sec:g}",
+            f"Restart={self.restart}",
+            f"RestartSec={self.restart_sec:g}",
             f"KillMode={self.kill_mode}",
         ]
         if self.timeout_stop_sec is not None:
@@ -114,7 +147,7 @@ class SessionProcSpec:
     """A login user's process, started in a logind session scope after boot."""
 
     user: str
-    argv: tuple[str, ...]           # after /usr/bin/python3
+    argv: tuple[str, ...]  # after /usr/bin/python3
     gpus: tuple[int, ...] = (0,)
     mib: int = 1024
 
@@ -122,30 +155,68 @@ class SessionProcSpec:
 VLLM_MINIMAX = UnitSpec(
     name="vllm-minimax-m25.service",
     description="vLLM OpenAI server - MiniMax-M2.5 (TP8)",
-    argv=("-m", "vllm.entrypoints.openai.api_server", "--model", "MiniMax-M2.5",
-          "--tensor-parallel-size", "8", "--host", LOOPBACK, "--port", "8000"),
-    program="vllm", gpus=(0, 1, 2, 3, 4, 5, 6, 7), mib=96801,
-    restart="always", restart_sec=1, kill_mode="process",
+    argv=(
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        "MiniMax-M2.5",
+        "--tensor-parallel-size",
+        "8",
+        "--host",
+        LOOPBACK,
+        "--port",
+        "8000",
+    ),
+    program="vllm",
+    gpus=(0, 1, 2, 3, 4, 5, 6, 7),
+    mib=96801,
+    restart="always",
+    restart_sec=1,
+    kill_mode="process",
 )
 SGLANG_KIMI = UnitSpec(
     name="sglang-kimi.service",
     description="SGLang server - Kimi-K2 (TP2)",
-    argv=("-m", "sglang.launch_server", "--model-path", "moonshotai/Kimi-K2-Instruct",
-          "--tp", "2", "--host", LOOPBACK, "--port", "30000"),
-    program="sglang", gpus=(6, 7), mib=512, restart="on-failure", restart_sec=2,
+    argv=(
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "moonshotai/Kimi-K2-Instruct",
+        "--tp",
+        "2",
+        "--host",
+        LOOPBACK,
+        "--port",
+        "30000",
+    ),
+    program="sglang",
+    gpus=(6, 7),
+    mib=512,
+    restart="on-failure",
+    restart_sec=2,
 )
 EMBED_SERVER = UnitSpec(
     name="embed-server.service",
     description="Embedding server - bge-m3",
     argv=("-m", "embed_server", "--model", "BAAI/bge-m3", "--port", "8090"),
-    program="embed", gpus=(5,), mib=512, restart="on-failure", restart_sec=2,
-    kill_mode="control-group", timeout_stop_sec=10,
+    program="embed",
+    gpus=(5,),
+    mib=512,
+    restart="on-failure",
+    restart_sec=2,
+    kill_mode="control-group",
+    timeout_stop_sec=10,
 )
 ALICE_KERNEL = SessionProcSpec(
     user="alice",
-    argv=("-m", "ipykernel_launcher", "-f",
-          "/home/alice/.local/share/jupyter/runtime/kernel-4b1e2f.json"),
-    gpus=(0,), mib=1024,
+    argv=(
+        "-m",
+        "ipykernel_launcher",
+        "-f",
+        "/home/alice/.local/share/jupyter/runtime/kernel-4b1e2f.json",
+    ),
+    gpus=(0,),
+    mib=1024,
 )
 DEFAULT_UNITS = (VLLM_MINIMAX, SGLANG_KIMI, EMBED_SERVER)
 
@@ -163,7 +234,8 @@ class HostSpec:
 
 # The stub modules that make `python3 -m NAME` run a payload main.
 STUB_MODULES = {
-    "vllm/__init__.py": "", "vllm/entrypoints/__init__.py": "",
+    "vllm/__init__.py": "",
+    "vllm/entrypoints/__init__.py": "",
     "vllm/entrypoints/openai/__init__.py": "",
     "vllm/entrypoints/openai/api_server.py": "import gpulab_payload\ngpulab_payload.vllm_main()\n",
     "sglang/__init__.py": "",
@@ -192,8 +264,10 @@ def check_available() -> None:
         raise LabUnavailable("lab needs root (systemd-nspawn, overlay mounts)")
     for tool in ("systemd-nspawn", "nsenter", "ssh", "ssh-keygen", "mount", "umount"):
         if not shutil.which(tool):
-            raise LabUnavailable(f"lab needs {tool} (apt-get install systemd-container "
-                                 "openssh-server openssh-client util-linux)")
+            raise LabUnavailable(
+                f"lab needs {tool} (apt-get install systemd-container "
+                "openssh-server openssh-client util-linux)"
+            )
     if not Path("/usr/sbin/sshd").exists():
         raise LabUnavailable("lab needs /usr/sbin/sshd (apt-get install openssh-server)")
     if not Path("/lib/systemd/systemd").exists():
@@ -308,8 +382,9 @@ def _remove_cgroups(tag: str) -> None:
         if not top.is_dir():
             continue
         for _ in range(50):
-            dirs = sorted((Path(d) for d, _, _ in os.walk(top)), key=lambda p: len(p.parts),
-                          reverse=True)
+            dirs = sorted(
+                (Path(d) for d, _, _ in os.walk(top)), key=lambda p: len(p.parts), reverse=True
+            )
             for d in dirs:
                 try:
                     d.rmdir()
@@ -340,16 +415,16 @@ def fakegpu_dir(build_parent: Path = DEFAULT_PARENT) -> Path:
 
 @dataclass
 class LabHost:
-    lab: "Lab"
+    lab: Lab
     index: int
     spec: HostSpec
-    name: str                       # hostname inside: gpuhostK
-    alias: str                      # ssh alias in ssh_config: labhostK
+    name: str  # hostname inside: gpuhostK
+    alias: str  # ssh alias in ssh_config: labhostK
     ssh_port: int
     dir: Path
     nspawn: subprocess.Popen | None = None
     nspawn_pid: int | None = None
-    pid1: int | None = None         # container's PID 1 as this machine sees it
+    pid1: int | None = None  # container's PID 1 as this machine sees it
     boot_seconds: float | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -391,19 +466,29 @@ class LabHost:
         target = f"{user}@{self.alias}" if user else self.alias
         return ["ssh", "-F", str(self.ssh_config_path), target, *cmd]
 
-    def ssh(self, *cmd: str, user: str | None = None, timeout: float = 20,
-            check: bool = False) -> subprocess.CompletedProcess:
-        return _run(self.ssh_argv(*cmd, user=user), check=check, timeout=timeout,
-                    stdin=subprocess.DEVNULL)
+    def ssh(
+        self, *cmd: str, user: str | None = None, timeout: float = 20, check: bool = False
+    ) -> subprocess.CompletedProcess:
+        return _run(
+            self.ssh_argv(*cmd, user=user), check=check, timeout=timeout, stdin=subprocess.DEVNULL
+        )
 
     # filesystem setup ---------------------------------------------------
     def _mount(self) -> None:
         for d in ("upper", "work", "root"):
             (self.dir / d).mkdir(parents=True, exist_ok=True)
         if not mounts_under(self.root_dir):
-            _run(["mount", "-t", "overlay", "overlay", "-o",
-                  f"lowerdir=/,upperdir={self.dir / 'upper'},workdir={self.dir / 'work'}",
-                  str(self.root_dir)])
+            _run(
+                [
+                    "mount",
+                    "-t",
+                    "overlay",
+                    "overlay",
+                    "-o",
+                    f"lowerdir=/,upperdir={self.dir / 'upper'},workdir={self.dir / 'work'}",
+                    str(self.root_dir),
+                ]
+            )
 
     def _write(self, rel: str, text: str, mode: int = 0o644) -> Path:
         p = self.root_dir / rel.lstrip("/")
@@ -426,8 +511,11 @@ class LabHost:
         r, spec = self.root_dir, self.spec
         # identity
         self._write("/etc/hostname", self.name + "\n")
-        self._write("/etc/hosts", f"127.0.0.1\tlocalhost\n127.0.1.1\t{self.name}\n"
-                    "::1\tlocalhost ip6-localhost ip6-loopback\n")
+        self._write(
+            "/etc/hosts",
+            f"127.0.0.1\tlocalhost\n127.0.1.1\t{self.name}\n"
+            "::1\tlocalhost ip6-localhost ip6-loopback\n",
+        )
         (r / "etc/machine-id").unlink(missing_ok=True)
         self._write("/etc/machine-id", uuid.uuid4().hex + "\n", 0o444)
         # systemd: boot target, masks, env, speed
@@ -440,12 +528,14 @@ class LabHost:
                 for link in d.iterdir():
                     if link.name in MASKED_UNITS or link.name.startswith("postgresql"):
                         link.unlink()
-        self._write("/etc/systemd/system.conf.d/gpulab.conf",
-                    "[Manager]\n"
-                    f'DefaultEnvironment="FAKEGPU_STATE={FAKEGPU_STATE}"\n'
-                    "DefaultTimeoutStartSec=30s\n")
+        self._write(
+            "/etc/systemd/system.conf.d/gpulab.conf",
+            "[Manager]\n"
+            "DefaultEnvironment=" + " ".join(f'"{k}={v}"' for k, v in FAKEGPU_ENV.items()) + "\n"
+            "DefaultTimeoutStartSec=30s\n",
+        )
         self._write("/etc/systemd/journald.conf.d/gpulab.conf", "[Journal]\nStorage=volatile\n")
-        self._write("/etc/environment", f"FAKEGPU_STATE={FAKEGPU_STATE}\n")
+        self._write("/etc/environment", "".join(f"{k}={v}\n" for k, v in FAKEGPU_ENV.items()))
         # stand-in driver
         fg = self.lab.fakegpu_dir
         libdir = r / "usr/lib/x86_64-linux-gnu"
@@ -453,21 +543,29 @@ class LabHost:
         shutil.copy2(fg / "libnvidia-ml.so.1", libdir / "libnvidia-ml.so.1")
         shutil.copy2(fg / "nvidia-smi", r / "usr/bin/nvidia-smi")
         (r / "usr/local/bin").mkdir(parents=True, exist_ok=True)
-        shutil.copy2(fg / "fakegpu", r / "usr/local/bin/fakegpu")
+        shutil.copy2(fg / "fakegpu", r / FAKEGPU_BIN.lstrip("/"))
+        # the lib finds its watcher next to itself when FAKEGPU_BIN is not set
+        self._symlink("/usr/lib/x86_64-linux-gnu/fakegpu", FAKEGPU_BIN)
         _run(["chroot", str(r), "/sbin/ldconfig"])
         teardown = f" --teardown-ms {spec.teardown_ms}" if spec.teardown_ms is not None else ""
-        self._write("/etc/systemd/system/fakegpu-init.service", (
-            "[Unit]\nDescription=Stand-in NVIDIA driver state\nDefaultDependencies=no\n"
-            "After=local-fs.target\nBefore=sysinit.target\n\n"
-            "[Service]\nType=oneshot\nRemainAfterExit=yes\n"
-            f"Environment=FAKEGPU_STATE={FAKEGPU_STATE}\n"
-            f"ExecStart=/usr/local/bin/fakegpu init --gpus {spec.gpus} "
-            f"--name {shlex.quote(spec.gpu_name)} --total-mib {spec.total_mib}{teardown}\n"
-            # nvidia-smi & the lib must be readable by everyone: open up the state dir
-            f"ExecStartPost=/bin/chmod -R a+rwX {FAKEGPU_STATE}\n\n"
-            "[Install]\nWantedBy=sysinit.target\n"))
-        self._symlink("/etc/systemd/system/sysinit.target.wants/fakegpu-init.service",
-                      "/etc/systemd/system/fakegpu-init.service")
+        self._write(
+            "/etc/systemd/system/fakegpu-init.service",
+            (
+                "[Unit]\nDescription=Stand-in NVIDIA driver state\nDefaultDependencies=no\n"
+                "After=local-fs.target\nBefore=sysinit.target\n\n"
+                "[Service]\nType=oneshot\nRemainAfterExit=yes\n"
+                f"Environment=FAKEGPU_STATE={FAKEGPU_STATE}\n"
+                f"ExecStart=/usr/local/bin/fakegpu init --gpus {spec.gpus} "
+                f"--name {shlex.quote(spec.gpu_name)} --total-mib {spec.total_mib}{teardown}\n"
+                # nvidia-smi & the lib must be readable by everyone: open up the state dir
+                f"ExecStartPost=/bin/chmod -R a+rwX {FAKEGPU_STATE}\n\n"
+                "[Install]\nWantedBy=sysinit.target\n"
+            ),
+        )
+        self._symlink(
+            "/etc/systemd/system/sysinit.target.wants/fakegpu-init.service",
+            "/etc/systemd/system/fakegpu-init.service",
+        )
         # payload programs
         self._write(f"{PYPATH}/gpulab_payload.py", (HERE / "payload.py").read_text())
         for rel, text in STUB_MODULES.items():
@@ -488,8 +586,20 @@ class LabHost:
         for user in spec.users:
             if _run(["chroot", str(r), "getent", "passwd", user], check=False).returncode:
                 grp = _run(["chroot", str(r), "getent", "group", user], check=False).returncode == 0
-                _run(["chroot", str(r), "useradd", "-m", "-s", "/bin/bash", "-p", "*",
-                      *(["-g", user] if grp else []), user])
+                _run(
+                    [
+                        "chroot",
+                        str(r),
+                        "useradd",
+                        "-m",
+                        "-s",
+                        "/bin/bash",
+                        "-p",
+                        "*",
+                        *(["-g", user] if grp else []),
+                        user,
+                    ]
+                )
         # sshd
         ak = r / "etc/ssh/gpulab_authorized_keys"
         ak.mkdir(parents=True, exist_ok=True)
@@ -498,17 +608,23 @@ class LabHost:
             self._write(f"/etc/ssh/gpulab_authorized_keys/{user}", pub)
         shutil.copy2(self.host_key_path, r / "etc/ssh/gpulab_host_ed25519_key")
         os.chmod(r / "etc/ssh/gpulab_host_ed25519_key", 0o600)
-        shutil.copy2(self.host_key_path.with_suffix(".pub"), r / "etc/ssh/gpulab_host_ed25519_key.pub")
-        self._write("/etc/ssh/sshd_config", (
-            f"# gpudash lab: loopback only, key auth only\n"
-            f"Port {self.ssh_port}\nListenAddress {LOOPBACK}\n"
-            "HostKey /etc/ssh/gpulab_host_ed25519_key\n"
-            "AuthorizedKeysFile /etc/ssh/gpulab_authorized_keys/%u\n"
-            "PermitRootLogin prohibit-password\nPubkeyAuthentication yes\n"
-            "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-            "UsePAM yes\nUseDNS no\nPrintMotd no\nX11Forwarding no\nAllowTcpForwarding yes\n"
-            "AcceptEnv LANG LC_*\nSubsystem sftp /usr/lib/openssh/sftp-server\n"
-            "MaxStartups 100:30:200\nMaxSessions 50\n"))
+        shutil.copy2(
+            self.host_key_path.with_suffix(".pub"), r / "etc/ssh/gpulab_host_ed25519_key.pub"
+        )
+        self._write(
+            "/etc/ssh/sshd_config",
+            (
+                f"# gpudash lab: loopback only, key auth only\n"
+                f"Port {self.ssh_port}\nListenAddress {LOOPBACK}\n"
+                "HostKey /etc/ssh/gpulab_host_ed25519_key\n"
+                "AuthorizedKeysFile /etc/ssh/gpulab_authorized_keys/%u\n"
+                "PermitRootLogin prohibit-password\nPubkeyAuthentication yes\n"
+                "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+                "UsePAM yes\nUseDNS no\nPrintMotd no\nX11Forwarding no\nAllowTcpForwarding yes\n"
+                "AcceptEnv LANG LC_*\nSubsystem sftp /usr/lib/openssh/sftp-server\n"
+                "MaxStartups 100:30:200\nMaxSessions 50\n"
+            ),
+        )
         # sshd_config.d snippets of this machine would come first and win: hide them
         dd = r / "etc/ssh/sshd_config.d"
         if dd.is_dir():
@@ -532,13 +648,25 @@ class LabHost:
             for d in _cgroup_dirs(self.cgroup_tag):
                 d.mkdir(exist_ok=True)
                 moves.append(f"echo $$ > {shlex.quote(str(d / 'cgroup.procs'))}")
-            nspawn = ["systemd-nspawn", "-D", str(self.root_dir), "--boot",
-                      f"--machine={self.name}", "-q", "--register=no", "--keep-unit",
-                      "--console=read-only"]
+            nspawn = [
+                "systemd-nspawn",
+                "-D",
+                str(self.root_dir),
+                "--boot",
+                f"--machine={self.name}",
+                "-q",
+                "--register=no",
+                "--keep-unit",
+                "--console=read-only",
+            ]
             self.nspawn = subprocess.Popen(
                 ["/bin/sh", "-c", " && ".join([*moves, 'exec "$@"']), "sh", *nspawn],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, env=env)
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=env,
+            )
             log.close()
             self.nspawn_pid = self.nspawn.pid
             self.pid1 = None
@@ -600,11 +728,13 @@ class LabHost:
 
     def _start_session_procs(self) -> None:
         for sp in self.spec.session_procs:
-            inner = (f"cd ~ && mkdir -p .local/share/jupyter/runtime && "
-                     f"PYTHONPATH={PYPATH} FAKEGPU_STATE={FAKEGPU_STATE} "
-                     f"GPULAB_GPUS={','.join(map(str, sp.gpus))} GPULAB_MIB={sp.mib} "
-                     f"setsid -f /usr/bin/python3 {shlex.join(sp.argv)} "
-                     f"</dev/null >/dev/null 2>&1")
+            inner = (
+                f"cd ~ && mkdir -p .local/share/jupyter/runtime && "
+                f"PYTHONPATH={PYPATH} FAKEGPU_STATE={FAKEGPU_STATE} FAKEGPU_BIN={FAKEGPU_BIN} "
+                f"GPULAB_GPUS={','.join(map(str, sp.gpus))} GPULAB_MIB={sp.mib} "
+                f"setsid -f /usr/bin/python3 {shlex.join(sp.argv)} "
+                f"</dev/null >/dev/null 2>&1"
+            )
             # runuser -l goes through PAM (pam_systemd): logind puts it in session-N.scope
             self.exec(["runuser", "-l", sp.user, "-c", inner])
         deadline = time.monotonic() + 10
@@ -659,15 +789,36 @@ class LabHost:
         return bool(self.pid1 and _pid_alive(self.pid1))
 
     # inside the container ----------------------------------------------
-    def exec(self, cmd: list[str], check: bool = True, timeout: float = 30,
-             env: dict[str, str] | None = None, **kw) -> subprocess.CompletedProcess:
+    def exec(
+        self,
+        cmd: list[str],
+        check: bool = True,
+        timeout: float = 30,
+        env: dict[str, str] | None = None,
+        **kw,
+    ) -> subprocess.CompletedProcess:
         """Run cmd inside the container (all of PID 1's namespaces) as root."""
         if not self.pid1:
             raise LabError(f"{self.name} is not running")
-        e = {"PATH": CONTAINER_PATH, "LANG": "C.UTF-8", "FAKEGPU_STATE": FAKEGPU_STATE,
-             "SYSTEMD_PAGER": "", "SYSTEMD_COLORS": "0", "HOME": "/root", **(env or {})}
-        argv = ["nsenter", "-t", str(self.pid1), "-a", "env", "-i",
-                *(f"{k}={v}" for k, v in e.items()), *cmd]
+        e = {
+            "PATH": CONTAINER_PATH,
+            "LANG": "C.UTF-8",
+            **FAKEGPU_ENV,
+            "SYSTEMD_PAGER": "",
+            "SYSTEMD_COLORS": "0",
+            "HOME": "/root",
+            **(env or {}),
+        }
+        argv = [
+            "nsenter",
+            "-t",
+            str(self.pid1),
+            "-a",
+            "env",
+            "-i",
+            *(f"{k}={v}" for k, v in e.items()),
+            *cmd,
+        ]
         kw.setdefault("stdin", subprocess.DEVNULL)
         return _run(argv, check=check, timeout=timeout, **kw)
 
@@ -676,8 +827,12 @@ class LabHost:
 
     def spawn(self, cmd: list[str]) -> None:
         """Start a long-running helper inside, detached (nsenter ... setsid -f CMD)."""
-        self.exec(["setsid", "-f", *cmd], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                  capture_output=False)
+        self.exec(
+            ["setsid", "-f", *cmd],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            capture_output=False,
+        )
 
     def systemctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         return self.exec(["systemctl", "--no-pager", *args], check=check)
@@ -707,8 +862,15 @@ class LabHost:
         if not cgroup:
             cgroup = next((ln.split(":", 2)[2] for ln in lines if ":name=systemd:" in ln), "")
         args = lines[-1].replace("\0", " ").strip() if lines else ""
-        return {"pid": str(pid), "ppid": ppid, "stat": stat, "user": user,
-                "comm": comm.strip(), "cgroup": cgroup, "args": args}
+        return {
+            "pid": str(pid),
+            "ppid": ppid,
+            "stat": stat,
+            "user": user,
+            "comm": comm.strip(),
+            "cgroup": cgroup,
+            "args": args,
+        }
 
     def alive(self, pid: int) -> bool:
         p = self.proc(pid)
@@ -725,9 +887,15 @@ class LabHost:
         (self.root_dir / f"etc/sudoers.d/gpulab-{user}").unlink(missing_ok=True)
 
     def as_dict(self) -> dict:
-        return {"name": self.name, "alias": self.alias, "index": self.index,
-                "ssh_port": self.ssh_port, "dir": str(self.dir),
-                "nspawn_pid": self.nspawn_pid, "pid1": self.pid1}
+        return {
+            "name": self.name,
+            "alias": self.alias,
+            "index": self.index,
+            "ssh_port": self.ssh_port,
+            "dir": str(self.dir),
+            "nspawn_pid": self.nspawn_pid,
+            "pid1": self.pid1,
+        }
 
 
 # --------------------------------------------------------------------------- lab
@@ -749,11 +917,19 @@ def _umount_all(path: Path) -> None:
 class Lab:
     """One run: a base dir holding the client key, ssh_config, known_hosts and hosts."""
 
-    def __init__(self, base_dir: str | os.PathLike | None = None, *, keep: bool = False,
-                 fakegpu: str | os.PathLike | None = None):
+    def __init__(
+        self,
+        base_dir: str | os.PathLike | None = None,
+        *,
+        keep: bool = False,
+        fakegpu: str | os.PathLike | None = None,
+    ):
         check_available()
         if base_dir is None:
-            base_dir = DEFAULT_PARENT / f"{BASE_PREFIX}{time.strftime('%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+            base_dir = (
+                DEFAULT_PARENT
+                / f"{BASE_PREFIX}{time.strftime('%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+            )
         self.base_dir = Path(base_dir).resolve()
         if self.base_dir == Path("/") or len(self.base_dir.parts) < 3:
             raise LabError(f"refusing base dir {self.base_dir}")
@@ -767,8 +943,20 @@ class Lab:
         self.ssh_config_path = self.base_dir / "ssh_config"
         self.known_hosts_path = self.base_dir / "known_hosts"
         if not self.client_key_path.exists():
-            _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpudash-lab-client",
-                  "-f", str(self.client_key_path)])
+            _run(
+                [
+                    "ssh-keygen",
+                    "-q",
+                    "-t",
+                    "ed25519",
+                    "-N",
+                    "",
+                    "-C",
+                    "gpudash-lab-client",
+                    "-f",
+                    str(self.client_key_path),
+                ]
+            )
         self._save_state()
         if not keep:
             atexit.register(self.stop)
@@ -782,9 +970,11 @@ class Lab:
     # state file, for `lab.py down/status` --------------------------------
     def _save_state(self) -> None:
         with self._lock:
-            st = {"owner_pid": None if self.keep else os.getpid(),
-                  "hosts": [h.as_dict() for h in self.hosts],
-                  "ssh_config": str(self.ssh_config_path)}
+            st = {
+                "owner_pid": None if self.keep else os.getpid(),
+                "hosts": [h.as_dict() for h in self.hosts],
+                "ssh_config": str(self.ssh_config_path),
+            }
             tmp = self.base_dir / "lab.json.tmp"
             tmp.write_text(json.dumps(st, indent=1))
             tmp.replace(self.base_dir / "lab.json")
@@ -797,7 +987,8 @@ class Lab:
                 f"  User root\n  IdentityFile {self.client_key_path}\n  IdentitiesOnly yes\n"
                 f"  UserKnownHostsFile {self.known_hosts_path}\n  GlobalKnownHostsFile /dev/null\n"
                 "  StrictHostKeyChecking yes\n  CheckHostIP no\n  BatchMode yes\n"
-                "  ConnectTimeout 5\n  LogLevel ERROR\n")
+                "  ConnectTimeout 5\n  LogLevel ERROR\n"
+            )
             key = " ".join(h.host_key_path.with_suffix(".pub").read_text().split()[:2])
             kh.append(f"[{LOOPBACK}]:{h.ssh_port},{h.alias},{h.name} {key}")
         self.ssh_config_path.write_text("\n".join(cfg))
@@ -813,11 +1004,30 @@ class Lab:
             port = _free_port()
             while port in ports:
                 port = _free_port()
-            h = LabHost(lab=self, index=i, spec=spec or HostSpec(), name=f"gpuhost{i}",
-                        alias=f"labhost{i}", ssh_port=port, dir=self.base_dir / f"host{i}")
+            h = LabHost(
+                lab=self,
+                index=i,
+                spec=spec or HostSpec(),
+                name=f"gpuhost{i}",
+                alias=f"labhost{i}",
+                ssh_port=port,
+                dir=self.base_dir / f"host{i}",
+            )
             h.dir.mkdir(parents=True, exist_ok=True)
-            _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", h.name,
-                  "-f", str(h.host_key_path)])
+            _run(
+                [
+                    "ssh-keygen",
+                    "-q",
+                    "-t",
+                    "ed25519",
+                    "-N",
+                    "",
+                    "-C",
+                    h.name,
+                    "-f",
+                    str(h.host_key_path),
+                ]
+            )
             self.hosts.append(h)
             self._write_ssh_files()
             self._save_state()
@@ -871,7 +1081,7 @@ class Lab:
         if errors:
             raise errors[0]
 
-    def __enter__(self) -> "Lab":
+    def __enter__(self) -> Lab:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -907,8 +1117,11 @@ def cleanup_run(base: Path) -> list[str]:
     for p in Path("/proc").iterdir():
         if p.name.isdigit():
             cl = _cmdline(int(p.name))
-            if cl and cl[0].endswith("systemd-nspawn") and any(
-                    a.startswith(str(base) + "/") for a in cl):
+            if (
+                cl
+                and cl[0].endswith("systemd-nspawn")
+                and any(a.startswith(str(base) + "/") for a in cl)
+            ):
                 nspawns.add(int(p.name))
     for np in nspawns:
         cl = _cmdline(np)
@@ -973,8 +1186,10 @@ def _cli(argv: list[str] | None = None) -> int:
             raise
         print(f"{len(hosts)} host(s) up in {time.monotonic() - t0:.1f}s; run dir {lab.base_dir}")
         for h in hosts:
-            print(f"  {h.alias} ({h.name}): ssh -F {lab.ssh_config_path} {h.alias}   "
-                  f"[port {h.ssh_port}, boot {h.boot_seconds:.1f}s]")
+            print(
+                f"  {h.alias} ({h.name}): ssh -F {lab.ssh_config_path} {h.alias}   "
+                f"[port {h.ssh_port}, boot {h.boot_seconds:.1f}s]"
+            )
         print(f"down: python {Path(__file__)} down --dir {lab.base_dir}")
         return 0
     runs = [a.dir.resolve()] if a.dir else list_runs()
@@ -982,11 +1197,15 @@ def _cli(argv: list[str] | None = None) -> int:
         for base in runs:
             s = _run_state(base)
             owner = s.get("owner_pid")
-            print(f"{base}  owner={owner or 'cli'}{'' if not owner or _pid_alive(owner) else ' (dead)'}")
+            print(
+                f"{base}  owner={owner or 'cli'}{'' if not owner or _pid_alive(owner) else ' (dead)'}"
+            )
             for h in s.get("hosts", []):
                 up_ = _pid_alive(h.get("pid1"))
-                print(f"  {h['alias']} {h['name']} port={h['ssh_port']} "
-                      f"{'up' if up_ else 'down'} sshd={'listening' if port_listening(h['ssh_port']) else '-'}")
+                print(
+                    f"  {h['alias']} {h['name']} port={h['ssh_port']} "
+                    f"{'up' if up_ else 'down'} sshd={'listening' if port_listening(h['ssh_port']) else '-'}"
+                )
             if mounts_under(base):
                 print(f"  mounts: {len(mounts_under(base))}")
         if not runs:

@@ -31,8 +31,9 @@ def _exec_holder(name: str, gpu: str, mib: str) -> None:
     os.execv(path, [name, "hold", "--gpu", str(gpu), "--mib", str(mib)])
 
 
-def _spawn_holder(name: str, gpu: str, mib: str, *, escape: bool = False,
-                  ignore_term: bool = False) -> int:
+def _spawn_holder(
+    name: str, gpu: str, mib: str, *, escape: bool = False, ignore_term: bool = False
+) -> int:
     """Fork a holder process; with escape=True it setsid()s and is reparented to PID 1."""
     pid = os.fork()
     if pid:
@@ -46,8 +47,10 @@ def _spawn_holder(name: str, gpu: str, mib: str, *, escape: bool = False,
             os.setsid()  # the scheduler leads its own session, parent is PID 1
         if ignore_term:
             # like `trap '' TERM` in a bash wrapper before exec: SIG_IGN survives exec
-            os.execv("/bin/bash", ["bash", "-c",
-                                   f"trap '' TERM; exec {BIN}/{name} hold --gpu {gpu} --mib {mib}"])
+            os.execv(
+                "/bin/bash",
+                ["bash", "-c", f"trap '' TERM; exec -a {name} {BIN}/{name} hold --gpu {gpu} --mib {mib}"],
+            )
         _exec_holder(name, gpu, mib)
     finally:
         os._exit(127)
