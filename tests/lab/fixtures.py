@@ -4,6 +4,7 @@
 - ``lab_host``: a freshly booted host per test (default :class:`HostSpec`, or the spec
   given with ``@pytest.mark.parametrize("lab_host", [HostSpec(...)], indirect=True)``);
   destroyed after the test (power off, unmount, remove), even when the test fails.
+- ``lab_module_host``: one default host shared by a test module.
 - ``lab_hosts``: factory ``lab_hosts(n_or_specs) -> list[LabHost]``, booted in parallel,
   destroyed after the test.
 
@@ -52,6 +53,7 @@ def lab_unavailable(reason: str) -> None:
 def lab():
     try:
         labmod.check_available()
+        labmod.reap_stale()  # leftovers of sessions that were killed before teardown
         the_lab = Lab()
     except labmod.LabUnavailable as e:
         lab_unavailable(str(e))
@@ -68,6 +70,16 @@ def lab():
 def lab_host(lab, request):
     spec = getattr(request, "param", None) or HostSpec()
     [host] = lab.start([spec])
+    try:
+        yield host
+    finally:
+        lab.remove(host)
+
+
+@pytest.fixture(scope="module")
+def lab_module_host(lab):
+    """One host shared by a module's tests (for read-only checks; boot is ~1 s anyway)."""
+    [host] = lab.start([HostSpec()])
     try:
         yield host
     finally:

@@ -1091,6 +1091,19 @@ class Lab:
 # --------------------------------------------------------------------------- cleanup of stale runs
 
 
+def reap_stale(parent: Path = DEFAULT_PARENT) -> list[str]:
+    """Clean up runs of test sessions that died without teardown (their owner pid is gone).
+
+    Runs started by ``lab.py up`` (no owner) and runs of live sessions are left alone.
+    """
+    did = []
+    for base in list_runs(parent):
+        owner = _run_state(base).get("owner_pid")
+        if owner and not _pid_alive(owner):
+            did += cleanup_run(base)
+    return did
+
+
 def list_runs(parent: Path = DEFAULT_PARENT) -> list[Path]:
     """Run dirs, plus runs that only left cgroups behind (their dir is gone)."""
     runs = {p for p in parent.glob(BASE_PREFIX + "*") if p.is_dir()}
