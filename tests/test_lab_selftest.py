@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-if "tests.lab.fixtures" not in sys.modules:  # not registered via pytest_plugins
+if not {"lab.fixtures", "tests.lab.fixtures"} & set(sys.modules):  # not a pytest plugin yet
     _spec = importlib.util.spec_from_file_location(
-        "gpudash_lab_fixtures", Path(__file__).resolve().parent / "lab" / "fixtures.py")
+        "gpudash_lab_fixtures", Path(__file__).resolve().parent / "lab" / "fixtures.py"
+    )
     _fx = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(_fx)
     lab, lab_host, lab_hosts = _fx.lab, _fx.lab_host, _fx.lab_hosts  # noqa: F401
@@ -73,8 +74,13 @@ def _ancestors(host, pid: int) -> list[int]:
 def test_ssh_answers_and_users(lab_host):
     h = lab_host
     t0 = time.monotonic()
-    cp = subprocess.run(["ssh", "-F", str(h.ssh_config_path), h.alias, "true"],
-                        capture_output=True, text=True, timeout=20, stdin=subprocess.DEVNULL)
+    cp = subprocess.run(
+        ["ssh", "-F", str(h.ssh_config_path), h.alias, "true"],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        stdin=subprocess.DEVNULL,
+    )
     dt = time.monotonic() - t0
     assert cp.returncode == 0, cp.stderr
     assert dt < 5, f"ssh took {dt:.2f}s"
@@ -86,11 +92,18 @@ def test_ssh_answers_and_users(lab_host):
     assert h.ssh("sudo", "-n", "id", "-un", user="operator").stdout.strip() == "root"
     # strict host key checking really is on: a wrong known_hosts entry is refused
     bad = h.dir / "bad_known_hosts"
-    bad.write_text(f"[127.0.0.1]:{h.ssh_port} " + " ".join(
-        h.lab.client_key_path.with_suffix(".pub").read_text().split()[:2]) + "\n")
-    cp = subprocess.run(["ssh", "-F", str(h.ssh_config_path), "-o",
-                         f"UserKnownHostsFile={bad}", h.alias, "true"],
-                        capture_output=True, text=True, timeout=20, stdin=subprocess.DEVNULL)
+    bad.write_text(
+        f"[127.0.0.1]:{h.ssh_port} "
+        + " ".join(h.lab.client_key_path.with_suffix(".pub").read_text().split()[:2])
+        + "\n"
+    )
+    cp = subprocess.run(
+        ["ssh", "-F", str(h.ssh_config_path), "-o", f"UserKnownHostsFile={bad}", h.alias, "true"],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        stdin=subprocess.DEVNULL,
+    )
     assert cp.returncode != 0
 
 
@@ -102,11 +115,17 @@ def test_asyncssh_with_lab_files(lab_host):
 
     async def go():
         async with asyncssh.connect(
-                "127.0.0.1", port=h.ssh_port, username="root",
-                known_hosts=str(h.known_hosts_path),
-                client_keys=[str(h.client_key_path)], config=[]) as conn:
-            r = await conn.run("hostname; nvidia-smi --query-gpu=memory.used "
-                               "--format=csv,noheader,nounits", check=True)
+            "127.0.0.1",
+            port=h.ssh_port,
+            username="root",
+            known_hosts=str(h.known_hosts_path),
+            client_keys=[str(h.client_key_path)],
+            config=[],
+        ) as conn:
+            r = await conn.run(
+                "hostname; nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits",
+                check=True,
+            )
             return r.stdout
 
     out = asyncio.run(asyncio.wait_for(go(), 20)).split()
@@ -128,9 +147,16 @@ def test_incident_reproduces(lab_host):
 
     # 1. kill -9 the main PID: systemd respawns it, the old workers are orphaned
     h.exec(["kill", "-9", str(main0)])
-    after = _wait(lambda: (s := h.unit_show(VLLM, show))["NRestarts"] == "1"
-                  and s["ActiveState"] == "active" and s["MainPID"] not in ("0", str(main0))
-                  and s, timeout=10, what="restart")
+    after = _wait(
+        lambda: (
+            (s := h.unit_show(VLLM, show))["NRestarts"] == "1"
+            and s["ActiveState"] == "active"
+            and s["MainPID"] not in ("0", str(main0))
+            and s
+        ),
+        timeout=10,
+        what="restart",
+    )
     main1 = int(after["MainPID"])
     allw = _wait_n(lambda: _workers(h), 16, what="workers")
     assert set(old) <= set(allw)
@@ -190,8 +216,11 @@ def test_alice_kernel_in_session_scope(lab_host):
     [k] = h.pids_of(r"ipykernel_launcher")
     info = h.proc(k)
     assert info["user"] == "alice"
-    assert "/user.slice/user-" in info["cgroup"] and info["cgroup"].split("/")[-1].startswith(
-        "session-") and info["cgroup"].endswith(".scope"), info
+    assert (
+        "/user.slice/user-" in info["cgroup"]
+        and info["cgroup"].split("/")[-1].startswith("session-")
+        and info["cgroup"].endswith(".scope")
+    ), info
     # GPU 0 carries minimax's worker and alice's kernel
     used = h.gpu_used_mib()
     assert used[0] >= WORKER_MIB + L.ALICE_KERNEL.mib
@@ -238,15 +267,21 @@ def test_three_hosts_parallel_and_clean_teardown(lab, capsys):
         hosts = lab.start(3)
         wall = time.monotonic() - t0
         with capsys.disabled():
-            print(f"\nlab boot: 3 hosts in parallel in {wall:.2f}s "
-                  f"(each {', '.join(f'{h.boot_seconds:.2f}s' for h in hosts)})")
+            print(
+                f"\nlab boot: 3 hosts in parallel in {wall:.2f}s "
+                f"(each {', '.join(f'{h.boot_seconds:.2f}s' for h in hosts)})"
+            )
         ports = [h.ssh_port for h in hosts]
         pids = [p for h in hosts for p in (h.nspawn_pid, h.pid1)]
         assert len(set(ports)) == 3
         for h in hosts:
-            cp = subprocess.run(["ssh", "-F", str(lab.ssh_config_path), h.alias, "hostname"],
-                                capture_output=True, text=True, timeout=20,
-                                stdin=subprocess.DEVNULL)
+            cp = subprocess.run(
+                ["ssh", "-F", str(lab.ssh_config_path), h.alias, "hostname"],
+                capture_output=True,
+                text=True,
+                timeout=20,
+                stdin=subprocess.DEVNULL,
+            )
             assert cp.stdout.strip() == h.name, cp.stderr
         assert len(L.mounts_under(base)) == 3
         assert _procs_under(base)

@@ -1210,15 +1210,12 @@ def _cli(argv: list[str] | None = None) -> int:
         for base in runs:
             s = _run_state(base)
             owner = s.get("owner_pid")
-            print(
-                f"{base}  owner={owner or 'cli'}{'' if not owner or _pid_alive(owner) else ' (dead)'}"
-            )
+            dead = "" if not owner or _pid_alive(owner) else " (dead)"
+            print(f"{base}  owner={owner or 'cli'}{dead}")
             for h in s.get("hosts", []):
-                up_ = _pid_alive(h.get("pid1"))
-                print(
-                    f"  {h['alias']} {h['name']} port={h['ssh_port']} "
-                    f"{'up' if up_ else 'down'} sshd={'listening' if port_listening(h['ssh_port']) else '-'}"
-                )
+                up_ = "up" if _pid_alive(h.get("pid1")) else "down"
+                sshd = "listening" if port_listening(h["ssh_port"]) else "-"
+                print(f"  {h['alias']} {h['name']} port={h['ssh_port']} {up_} sshd={sshd}")
             if mounts_under(base):
                 print(f"  mounts: {len(mounts_under(base))}")
         if not runs:

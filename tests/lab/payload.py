@@ -49,7 +49,11 @@ def _spawn_holder(
             # like `trap '' TERM` in a bash wrapper before exec: SIG_IGN survives exec
             os.execv(
                 "/bin/bash",
-                ["bash", "-c", f"trap '' TERM; exec -a {name} {BIN}/{name} hold --gpu {gpu} --mib {mib}"],
+                [
+                    "bash",
+                    "-c",
+                    f"trap '' TERM; exec -a {name} {BIN}/{name} hold --gpu {gpu} --mib {mib}",
+                ],
             )
         _exec_holder(name, gpu, mib)
     finally:
