@@ -22,4 +22,4 @@ def _isolated_xdg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # Shared fixtures of the test infrastructure (the stand-in driver, the sshd, the lab).
-pytest_plugins = ["fakegpu.fixtures"]
+pytest_plugins = ["fakegpu.fixtures", "lab.fixtures"]
