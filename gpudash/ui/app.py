@@ -38,6 +38,7 @@ from gpudash.engine import (
 from gpudash.source import HostSource
 from gpudash.ui.commands import DashboardCommands
 from gpudash.ui.hosts import HostView, follow_host
+from gpudash.ui.keymap import load_keymap
 from gpudash.ui.messages import (
     ActionFinished,
     ActionProgressed,
@@ -126,6 +127,11 @@ class GpudashApp(App[int]):
         self._action_ids = count(1)
         self._running_plan: tuple[int, ActionPlan] | None = None
         self._startup_warnings: list[str] = []
+        self._keymap, keymap_errors = load_keymap()
+        if keymap_errors:
+            self._startup_warnings.append(
+                "Keymap entries ignored:\n" + "\n".join(map(clean, keymap_errors))
+            )
         themes, errors = load_themes(theme_dirs)
         for t in themes:
             self.register_theme(t)
@@ -180,6 +186,8 @@ class GpudashApp(App[int]):
         if len(self.views) > 1:
             self.host_list.add_class("-multi")
         self.holders.focus()
+        if self._keymap:
+            self.set_keymap(self._keymap)
         self.theme_changed_signal.subscribe(self, lambda _theme: self.refresh_view())
         for message in self._startup_warnings:
             self.notify(message, severity="warning", timeout=15, markup=False)

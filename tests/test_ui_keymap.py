@@ -1,0 +1,47 @@
+"""A user keymap rebinds actions by binding id; bad entries are reported, not fatal."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from gpudash.demo import DemoHost
+from gpudash.engine import ExecOptions
+from gpudash.ui.app import GpudashApp
+from gpudash.ui.keymap import load_keymap
+from gpudash.ui.screens import ConfirmModal
+
+
+def write_keymap(text: str) -> Path:
+    path = Path(os.environ["XDG_CONFIG_HOME"]) / "gpudash" / "keymap.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_load_keymap_keeps_good_entries_and_names_bad_ones() -> None:
+    write_keymap('"gpudash.reclaim" = "R"\n"gpudash.stop" = 3\n"other.thing" = "x"\n')
+    keymap, errors = load_keymap()
+    assert keymap == {"gpudash.reclaim": "R"}
+    assert len(errors) == 2 and "gpudash.stop" in errors[0] and "other.thing" in errors[1]
+
+
+def test_broken_keymap_file_is_an_error_line() -> None:
+    write_keymap("this is not toml = = =")
+    assert load_keymap() == ({}, [load_keymap()[1][0]])
+    assert load_keymap()[1][0].startswith("keymap.toml:")
+
+
+async def test_rebound_key_opens_the_reclaim_plan() -> None:
+    write_keymap('"gpudash.reclaim" = "R"\n')
+    app = GpudashApp([DemoHost(speed=50)], interval=0.25, read_only=False, theme=None,
+                     exec_options=ExecOptions())
+    async with app.run_test(size=(160, 50)) as pilot:
+        for _ in range(100):
+            if app.selected_key:
+                break
+            await pilot.pause(0.05)
+        await pilot.press("R")
+        await pilot.pause(0.3)
+        assert isinstance(app.screen, ConfirmModal)
+        assert "Reclaim unit" in "\n".join(app.screen.lines)
