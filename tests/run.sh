@@ -27,5 +27,7 @@ PY=${PYTHON:-python3}
 
 echo "== ruff";         "$PY" -m ruff check gpudash tests bench screenshots
 echo "== mypy --strict (domain)"; "$PY" -m mypy
-echo "== import contract"; lint-imports --no-cache >/dev/null && echo "contract kept"
+echo "== import contract"
+"$PY" -c "from importlinter.cli import lint_imports_command; lint_imports_command()" --no-cache >/dev/null \
+  && echo "contract kept"
 echo "== pytest";       exec "$PY" -m pytest -q "$@"
