@@ -308,6 +308,8 @@ class GpudashApp(App[int]):
         self.memory_plot.show(view.history, gpus, ymax, title)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if not self.screen_stack:  # shutting down
+            return
         if isinstance(event.data_table, HoldersTable):
             self.selected_key = None if event.row_key.value is None else str(event.row_key.value)
             self._refresh_unit()
