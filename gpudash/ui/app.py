@@ -331,6 +331,8 @@ class GpudashApp(App[int]):
         view = self.view
         if view.snapshot is None or view.triage is None:
             return None, f"no sample from {view.name} yet"
+        if not view.snapshot.can_act:
+            return None, view.snapshot.cannot_act_reason or f"cannot act on {view.name}"
         kind = ACTIONS[action][0]
         _owner, unit, pid = selection_of(view.triage, self.selected_key)
         if kind in UNIT_ACTIONS and unit is None:
