@@ -1,0 +1,336 @@
+"""End to end: the real dashboard, over real SSH, against real systemd hosts (tests/lab).
+
+Each test boots a fresh container host (~1 s), opens it with the real SSH transport and
+drives ``GpudashApp`` with Textual's Pilot: the incident of shared/PRODUCT.md played
+through the keyboard, with every claim checked on the host itself (systemctl, /proc and
+the stand-in driver), not only on screen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import pytest
+
+from gpudash.engine import ActionKind, ExecOptions
+from gpudash.transport import open_source
+from gpudash.triage import Flag
+from gpudash.ui.app import GpudashApp
+from gpudash.ui.screens import ConfirmModal
+from gpudash.ui.widgets.action_log import ActionLog
+from gpudash.ui.widgets.holders import HoldersTable
+from gpudash.ui.widgets.unit_panel import UnitPanel
+
+pytestmark = pytest.mark.lab
+
+VLLM = "vllm-minimax-m25.service"
+WORKER_MIB = 96801
+# What the GPUs hold with vLLM gone: alice's kernel on GPU0, embed-server on GPU5,
+# the two SGLang schedulers on GPUs 6 and 7.
+BASELINE_WITHOUT_VLLM = [1024, 0, 0, 0, 0, 512, 512, 512]
+SIZE = (160, 50)
+MEM, FLAGS = 1, 2  # holders table columns
+INTERVAL = 0.3
+OPTIONS = ExecOptions(term_timeout=2.0, verify_timeout=30.0, poll=0.25)
+
+
+# --- helpers (small copies of tests/test_ui.py's, with longer waits for real hosts) ---
+
+
+async def wait_for(pilot, predicate: Callable[[], object], within: float = 15.0,
+                   what: str = "condition") -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + within
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {within}s waiting for {what}")
+        await pilot.pause(0.05)
+
+
+async def select(pilot, app: GpudashApp, key: str) -> None:  # type: ignore[no-untyped-def]
+    await wait_for(
+        pilot, lambda: key in [str(k.value) for k in app.query_one(HoldersTable).rows],
+        what=f"row {key}",
+    )
+    app.query_one(HoldersTable).select_key(key)
+    await wait_for(pilot, lambda: app.selected_key == key, what=f"selection {key}")
+
+
+async def run_confirmed(pilot, app: GpudashApp, key: str,  # type: ignore[no-untyped-def]
+                        within: float = 45.0) -> None:
+    before = len(app.reports)
+    await pilot.press(key)
+    await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), what="confirm dialog")
+    await pilot.press("y")
+    await wait_for(pilot, lambda: len(app.reports) > before, within=within,
+                   what=f"report of action {key!r}")
+
+
+def log_text(app: GpudashApp) -> str:
+    return "\n".join(f"{e.action} | {e.outcome}" for e in app.query_one(ActionLog).entries)
+
+
+def unit_of(app: GpudashApp, name: str = VLLM):  # type: ignore[no-untyped-def]
+    snap = app.view.snapshot
+    return None if snap is None else snap.unit(name)
+
+
+def group_flags(app: GpudashApp, name: str = VLLM) -> frozenset[Flag]:
+    group = app.view.triage.group(name) if app.view.triage else None
+    return frozenset() if group is None else group.flags
+
+
+def open_lab(host, **kw):  # type: ignore[no-untyped-def]
+    return open_source(
+        host.alias, interval=INTERVAL, ssh_config=host.ssh_config_path,
+        known_hosts=host.known_hosts_path, **kw,
+    )
+
+
+def make_app(sources, **kw) -> GpudashApp:  # type: ignore[no-untyped-def]
+    return GpudashApp(sources, interval=INTERVAL, read_only=False, theme=None,
+                      exec_options=OPTIONS, **kw)
+
+
+def workers(host) -> list[int]:  # type: ignore[no-untyped-def]
+    return host.pids_of(r"VLLM::Worker_TP[0-7] ")
+
+
+def alice_pid(host) -> int:  # type: ignore[no-untyped-def]
+    [pid] = host.pids_of(r"ipykernel_launcher")
+    return pid
+
+
+def wait_host(pred, timeout: float = 15.0, what: str = "condition"):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.1)
+
+
+# --- (a) kill -9 of the main PID respawns: the app shows it ---------------------------
+
+
+async def test_kill_main_pid_shows_respawn(lab_host) -> None:
+    h = lab_host
+    alice = alice_pid(h)
+    main0 = int(h.unit_show(VLLM, ["MainPID"])["MainPID"])
+    old_workers = wait_host(lambda: len(w := workers(h)) == 8 and w, what="8 workers")
+    source = open_lab(h)
+    app = make_app([source])
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: unit_of(app) is not None, what="first snapshot")
+            assert unit_of(app).main_pid == main0
+            assert "connected" in str(app.query_one("#header").render())
+            await select(pilot, app, f"p:{main0}")
+            await run_confirmed(pilot, app, "k")
+            report = app.last_report
+            assert report is not None and report.plan.kind is ActionKind.KILL
+            assert [t.pid for t in report.plan.targets] == [main0]
+            # systemd respawned it: a new MainPID, and the holders view says RESPAWNED
+            await wait_for(pilot, lambda: (u := unit_of(app)) is not None
+                           and u.main_pid not in (None, main0), what="new MainPID")
+            await wait_for(pilot, lambda: Flag.RESPAWNED in group_flags(app),
+                           what="RESPAWNED flag")
+            row = [str(c) for c in app.query_one(HoldersTable).get_row(f"u:{VLLM}")]
+            assert "RESPAWNED" in row[FLAGS], row
+            await select(pilot, app, f"u:{VLLM}")
+            panel = str(app.query_one(UnitPanel).render())
+            assert "Restart=always: killing the main PID respawns it" in panel, panel
+            assert "RESPAWNED" in panel
+            # the 8 old workers are now orphans in the app too (PPID 1, still holding)
+            await wait_for(pilot, lambda: {p.pid for p in app.view.triage.orphans()}
+                           >= set(old_workers), what="old workers flagged ORPHAN")
+    finally:
+        await source.close()
+    # the host agrees: NRestarts grew, a new main, the old workers live on with PPID 1
+    s = h.unit_show(VLLM, ["NRestarts", "MainPID", "ActiveState"])
+    assert int(s["NRestarts"]) >= 1 and s["ActiveState"] == "active"
+    assert int(s["MainPID"]) != main0 and not h.alive(main0)
+    for p in old_workers:
+        assert h.proc(p)["ppid"] == "1"
+    assert all(u >= WORKER_MIB for u in h.gpu_used_mib())
+    assert h.alive(alice)
+
+
+# --- (b)+(c) stop+disable leaves ORPHANs; reap brings every GPU back -------------------
+
+
+async def test_stop_disable_shows_orphans_then_reap_frees(lab_host) -> None:
+    h = lab_host
+    alice = alice_pid(h)
+    old_workers = wait_host(lambda: len(w := workers(h)) == 8 and w, what="8 workers")
+    source = open_lab(h)
+    app = make_app([source])
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await select(pilot, app, f"u:{VLLM}")
+            # (b) stop + disable: the unit goes down, its 8 workers are ORPHANs
+            await run_confirmed(pilot, app, "D")
+            report = app.last_report
+            assert report is not None and report.plan.kind is ActionKind.STOP_DISABLE
+            await wait_for(pilot, lambda: unit_of(app).active_state == "inactive",
+                           what="inactive")
+            await wait_for(pilot, lambda: unit_of(app).unit_file_state == "disabled",
+                           what="disabled")
+            await wait_for(
+                pilot,
+                lambda: {p.pid for p in app.view.triage.orphans()} == set(old_workers),
+                what="the 8 workers flagged ORPHAN",
+            )
+            await pilot.pause(0.2)
+            table = app.query_one(HoldersTable)
+            seen_gpus = set()
+            for orphan in app.view.triage.orphans():
+                row = [str(c) for c in table.get_row(f"p:{orphan.pid}")]
+                assert "ORPHAN" in row[FLAGS], row
+                [(gpu, mib)] = orphan.gpu_memory_mib.items()
+                assert mib == WORKER_MIB
+                assert row[MEM] == f"GPU{gpu} {WORKER_MIB / 1024:.1f}G" == f"GPU{gpu} 94.5G"
+                seen_gpus.add(gpu)
+            assert seen_gpus == set(range(8))
+            # the host agrees
+            s = h.unit_show(VLLM, ["ActiveState", "UnitFileState"])
+            assert s == {"ActiveState": "inactive", "UnitFileState": "disabled"}
+            for p in old_workers:
+                info = h.proc(p)
+                assert info is not None and info["ppid"] == "1", info
+            assert all(u >= WORKER_MIB for u in h.gpu_used_mib())
+
+            # (c) reap the orphans: every GPU back to baseline, confirmed on screen
+            await select(pilot, app, f"u:{VLLM}")
+            await run_confirmed(pilot, app, "o")
+            report = app.last_report
+            assert report is not None and report.plan.kind is ActionKind.REAP
+            assert report.confirmed, report.describe()
+            assert sorted(g.index for g in report.gpus) == list(range(8))
+            assert all(g.confirmed for g in report.gpus)
+            progress = str(app.query_one("#progress").render())
+            assert "memory back on every GPU, confirmed" in progress, progress
+            assert "Reap orphans" in log_text(app) and "confirmed" in log_text(app)
+            await wait_for(pilot, lambda: app.view.snapshot.used_by_gpu()
+                           == dict(enumerate(BASELINE_WITHOUT_VLLM)), what="baseline on screen")
+            assert app.view.triage.orphans() == ()
+    finally:
+        await source.close()
+    assert h.gpu_used_mib() == BASELINE_WITHOUT_VLLM
+    assert not any(h.alive(p) for p in old_workers)
+    assert workers(h) == []
+    assert h.alive(alice)
+
+
+# --- (g) non-root without sudo: actions disabled with the reason ------------------------
+
+
+async def test_non_root_without_sudo_cannot_act(lab_host) -> None:
+    h = lab_host
+    alice = alice_pid(h)
+    main0 = int(h.unit_show(VLLM, ["MainPID"])["MainPID"])
+    source = open_source(
+        f"operator@{h.alias}", interval=INTERVAL, ssh_config=h.ssh_config_path,
+        known_hosts=h.known_hosts_path,
+    )
+    app = make_app([source])
+    notes: list[str] = []
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            original = app.notify
+
+            def spy(message: str, **kwargs: object) -> None:
+                notes.append(message)
+                original(message, **kwargs)  # type: ignore[arg-type]
+
+            app.notify = spy  # type: ignore[method-assign]
+            await wait_for(pilot, lambda: app.view.snapshot is not None, what="snapshot")
+            snap = app.view.snapshot
+            assert snap.can_act is False
+            assert "not root" in (snap.cannot_act_reason or ""), snap.cannot_act_reason
+            assert "--sudo" in snap.cannot_act_reason
+            # the operator still sees everything: the unit and its workers
+            assert snap.unit(VLLM) is not None and snap.unit(VLLM).main_pid == main0
+            await select(pilot, app, f"p:{main0}")
+            assert app.check_action("kill", ()) is None  # greyed, with the reason
+            for key in ("k", "t"):
+                await pilot.press(key)
+            await select(pilot, app, f"u:{VLLM}")
+            for key in ("s", "D", "r"):
+                await pilot.press(key)
+            await pilot.pause(0.3)
+            assert not isinstance(app.screen, ConfirmModal)
+            assert app.reports == []
+            assert len(notes) == 5, notes
+            assert all("not root" in n for n in notes), notes
+    finally:
+        await source.close()
+    s = h.unit_show(VLLM, ["ActiveState", "UnitFileState", "NRestarts", "MainPID"])
+    assert s == {"ActiveState": "active", "UnitFileState": "enabled", "NRestarts": "0",
+                 "MainPID": str(main0)}
+    assert h.alive(alice)
+
+
+# --- (h) three hosts, one powered off and booted again ---------------------------------
+
+
+def host_row(app: GpudashApp, index: int) -> list[str]:
+    return [str(c) for c in app.query_one("#hosts").get_row_at(index)]
+
+
+async def test_three_hosts_one_powered_off_and_back(lab_hosts) -> None:
+    hosts = lab_hosts(3)
+    sources = [open_lab(h) for h in hosts]
+    app = make_app(sources)
+    down = 1
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: all(v.state == "connected" and v.snapshot is not None
+                                              for v in app.views), what="3 hosts connected")
+            assert [v.snapshot.host for v in app.views] == [h.alias for h in hosts]
+            await pilot.press("2")
+            assert app.current_host == down
+            first = app.views[down].snapshot.taken_at
+            await asyncio.to_thread(hosts[down].power_off)
+            # the powered-off host turns error (or stale), the others keep updating
+            await wait_for(
+                pilot,
+                lambda: app.views[down].status(app.clock(), app.stale_after)[1] != "ok",
+                within=30, what="host 2 not ok",
+            )
+            await pilot.pause(1.2)  # a header/host-list tick
+            header = str(app.query_one("#header").render())
+            assert hosts[down].alias in header
+            assert "error" in header or "stale" in header or "reconnecting" in header, header
+            state_cell = host_row(app, down)[2]
+            assert any(w in state_cell for w in ("error", "stale", "reconnecting")), state_cell
+            for i in (0, 2):
+                before = app.views[i].received_at
+                await wait_for(pilot, lambda i=i, b=before: app.views[i].received_at > b,
+                               within=5, what=f"host {i + 1} still updating")
+                assert app.views[i].age(app.clock()) < 2.0
+                assert app.views[i].state == "connected"
+                assert "connected" in host_row(app, i)[2]
+            # boot it again: the app reconnects by itself and fresh samples arrive
+            await asyncio.to_thread(hosts[down].boot)
+            booted = time.time()
+            await wait_for(
+                pilot,
+                lambda: app.views[down].state == "connected"
+                and app.views[down].snapshot.taken_at > booted - 1,
+                within=45, what="host 2 reconnected",
+            )
+            assert app.views[down].snapshot.taken_at > first
+            assert app.views[down].age(app.clock()) < 2.0
+            await pilot.pause(1.2)
+            assert "connected" in str(app.query_one("#header").render())
+            assert "connected" in host_row(app, down)[2]
+            assert app.views[down].snapshot.unit(VLLM).n_restarts == 0
+    finally:
+        for s in sources:
+            await s.close()
+    for h in hosts:
+        assert h.alive(alice_pid(h))
