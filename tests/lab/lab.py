@@ -881,7 +881,14 @@ class LabHost:
         return [int(x.strip()) for x in cp.stdout.splitlines() if x.strip()]
 
     def grant_sudo(self, user: str = "operator") -> None:
-        self._write(f"/etc/sudoers.d/gpulab-{user}", f"{user} ALL=(ALL) NOPASSWD: ALL\n", 0o440)
+        # sudo resets the environment; the stand-in driver (unlike a real one) needs its
+        # FAKEGPU_* variables, so the rule keeps them or NVML under sudo sees no GPU.
+        keep = " ".join(FAKEGPU_ENV)
+        self._write(
+            f"/etc/sudoers.d/gpulab-{user}",
+            f'Defaults:{user} env_keep += "{keep}"\n{user} ALL=(ALL) NOPASSWD: ALL\n',
+            0o440,
+        )
 
     def revoke_sudo(self, user: str = "operator") -> None:
         (self.root_dir / f"etc/sudoers.d/gpulab-{user}").unlink(missing_ok=True)
