@@ -97,11 +97,6 @@ def workers(host) -> list[int]:  # type: ignore[no-untyped-def]
     return host.pids_of(r"VLLM::Worker_TP[0-7] ")
 
 
-def alice_pid(host) -> int:  # type: ignore[no-untyped-def]
-    [pid] = host.pids_of(r"ipykernel_launcher")
-    return pid
-
-
 def wait_host(pred, timeout: float = 15.0, what: str = "condition"):  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while True:
@@ -111,6 +106,18 @@ def wait_host(pred, timeout: float = 15.0, what: str = "condition"):  # type: ig
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.1)
+
+
+def alice_pid(host) -> int:  # type: ignore[no-untyped-def]
+    """alice's kernel (right after boot its launcher may briefly match as well)."""
+    def one() -> list[int] | None:
+        pids = [p for p in host.pids_of(r"python3 -m ipykernel_launcher")
+                if (info := host.proc(p)) is not None
+                and info["user"] == "alice" and info["comm"] == "python3"]
+        return pids if len(pids) == 1 else None
+
+    [pid] = wait_host(one, what="alice's kernel")
+    return pid
 
 
 # --- (a) kill -9 of the main PID respawns: the app shows it ---------------------------
