@@ -341,3 +341,35 @@ async def test_three_hosts_one_powered_off_and_back(lab_hosts) -> None:
             await s.close()
     for h in hosts:
         assert h.alive(alice_pid(h))
+
+
+async def test_non_root_with_sudo_can_act(lab_host) -> None:
+    h = lab_host
+    alice = alice_pid(h)
+    old_workers = wait_host(lambda: len(w := workers(h)) == 8 and w, what="8 workers")
+    h.grant_sudo()
+    source = open_source(
+        f"operator@{h.alias}", interval=INTERVAL, sudo=True, ssh_config=h.ssh_config_path,
+        known_hosts=h.known_hosts_path,
+    )
+    app = make_app([source])
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await select(pilot, app, f"u:{VLLM}")
+            assert app.view.snapshot.can_act is True
+            assert app.check_action("stop_disable", ()) is True
+            await run_confirmed(pilot, app, "D")
+            await wait_for(pilot, lambda: unit_of(app).active_state == "inactive",
+                           what="inactive")
+            await wait_for(pilot, lambda: {p.pid for p in app.view.triage.orphans()}
+                           == set(old_workers), what="orphans")
+            await select(pilot, app, f"u:{VLLM}")
+            await run_confirmed(pilot, app, "o")  # signals root's processes through sudo
+            assert app.last_report.confirmed, app.last_report.describe()
+    finally:
+        await source.close()
+    s = h.unit_show(VLLM, ["ActiveState", "UnitFileState"])
+    assert s == {"ActiveState": "inactive", "UnitFileState": "disabled"}
+    assert not any(h.alive(p) for p in old_workers)
+    assert h.gpu_used_mib() == BASELINE_WITHOUT_VLLM
+    assert h.alive(alice)
