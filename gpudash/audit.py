@@ -33,7 +33,7 @@ def record_of(report: ActionReport) -> dict[str, Any]:
         "host": plan.host,
         "action": plan.kind.value,
         "subject": plan.subject,
-        "plan": plan.describe(),
+        "plan": plan.describe(report.term_timeout),
         "targets": [{"pid": t.pid, "start_ticks": t.start_ticks} for t in plan.targets],
         "commands": [{"argv": list(c.argv), "rc": c.returncode} for c in report.commands],
         "signals": [{"pid": p, "signal": s, "outcome": o.value} for p, s, o in report.signals],

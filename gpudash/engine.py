@@ -352,6 +352,7 @@ class ActionReport:
     commands: list[CommandResult] = field(default_factory=list)
     signals: list[tuple[int, str, SignalOutcome]] = field(default_factory=list)
     escalated: list[int] = field(default_factory=list)  # pids that ignored TERM and got KILL
+    term_timeout: float = 10.0  # what the execution used, for describing the plan afterwards
     gpus: list[GpuOutcome] = field(default_factory=list)
     leftovers: list[Leftover] = field(default_factory=list)
     confirmed: bool = False
@@ -406,7 +407,7 @@ async def execute(
 ) -> ActionReport:
     """Carry out ``plan`` and follow the memory until it is confirmed back or explained."""
     opts = options or ExecOptions()
-    report = ActionReport(plan)
+    report = ActionReport(plan, term_timeout=opts.term_timeout)
     targets_mib = plan.target_used_mib()
     used: dict[int, int | None] = dict(plan.used_before_mib)
     stable: dict[int, int] = {g: 0 for g in targets_mib}

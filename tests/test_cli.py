@@ -56,9 +56,11 @@ def test_reclaim_demo_exits_0_with_a_per_gpu_report(tmp_path: Path) -> None:
 
 
 def test_reclaim_json_report() -> None:
-    r = gpudash("reclaim", "--demo", "--unit", "vllm-minimax-m25", "--yes", "--json")
+    r = gpudash("reclaim", "--demo", "--unit", "vllm-minimax-m25", "--yes", "--json",
+                "--term-timeout", "3")
     assert r.returncode == 0, r.stderr
     rec = json.loads(r.stdout)
+    assert any("-KILL after 3 s if alive" in line for line in rec["plan"])
     assert rec["confirmed"] is True
     assert all(g["confirmed"] for g in rec["gpus"])
     assert 90211 not in [t["pid"] for t in rec["targets"]]
