@@ -19,12 +19,21 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gpudash import __version__
-from gpudash.engine import ActionKind, ActionReport, ExecOptions, PlanError, execute, plan_action
+from gpudash.engine import (
+    ActionKind,
+    ActionReport,
+    ExecOptions,
+    PlanError,
+    execute,
+    plan_action,
+    reverify,
+)
 from gpudash.model import HostSnapshot
 from gpudash.source import HostSource, SourceError
 
 EXIT_OK, EXIT_NOT_FREED, EXIT_USAGE, EXIT_CONNECT, EXIT_UNKNOWN = 0, 1, 2, 3, 4
 SUBCOMMANDS = ("snapshot", "reclaim")
+REVERIFY_ATTEMPTS = 3
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -169,6 +178,14 @@ async def _reclaim(args: argparse.Namespace, source: HostSource) -> int:
                 print(f"  .. {getattr(p, 'message', '')}", file=sys.stderr)
 
         report = await execute(plan, source.control, options, progress)
+        for attempt in range(1, REVERIFY_ATTEMPTS + 1):
+            if not report.unknown:
+                break
+            # The link dropped mid-action: nothing is re-sent; look again once it is back.
+            print(f"gpudash: {report.summary}; re-verifying ({attempt}/{REVERIFY_ATTEMPTS})",
+                  file=sys.stderr)
+            await asyncio.sleep(min(8.0, 0.5 * 2**attempt))
+            report = await reverify(plan, source.control, options, progress)
     except SourceError as exc:
         print(f"gpudash: {source.name}: {exc}", file=sys.stderr)
         return EXIT_CONNECT

@@ -357,6 +357,7 @@ class ActionReport:
     leftovers: list[Leftover] = field(default_factory=list)
     confirmed: bool = False
     unknown: bool = False  # the link dropped: the outcome must be re-verified
+    reverified: bool = False  # this report comes from reverify(), after a link loss
     summary: str = ""
 
     def log(self, text: str) -> None:
@@ -406,7 +407,35 @@ async def execute(
     progress: ProgressFn | None = None,
 ) -> ActionReport:
     """Carry out ``plan`` and follow the memory until it is confirmed back or explained."""
-    opts = options or ExecOptions()
+    return await _run(plan, control, options or ExecOptions(), progress, act=True)
+
+
+async def reverify(
+    plan: ActionPlan,
+    control: HostControl,
+    options: ExecOptions | None = None,
+    progress: ProgressFn | None = None,
+) -> ActionReport:
+    """After a link loss left ``plan``'s outcome unknown: follow the memory again, act never.
+
+    Nothing is re-sent: a signal that may or may not have arrived is not repeated on a
+    guess. The report says what the host shows now, per GPU and per pinned process.
+    """
+    report = await _run(plan, control, options or ExecOptions(), progress, act=False)
+    report.reverified = True
+    if not report.unknown:
+        report.summary = "re-verified after reconnecting: " + report.summary
+    return report
+
+
+async def _run(
+    plan: ActionPlan,
+    control: HostControl,
+    opts: ExecOptions,
+    progress: ProgressFn | None,
+    *,
+    act: bool,
+) -> ActionReport:
     report = ActionReport(plan, term_timeout=opts.term_timeout)
     targets_mib = plan.target_used_mib()
     used: dict[int, int | None] = dict(plan.used_before_mib)
@@ -419,7 +448,7 @@ async def execute(
 
     try:
         # 1. systemctl verbs, in plan order; a failed stop ends the action.
-        for step in plan.steps:
+        for step in plan.steps if act else ():
             if step.target is not None:
                 continue
             assert step.unit is not None
@@ -440,7 +469,8 @@ async def execute(
                 return report
 
         # 2. signals, each pinned to its planned identity; escalate TERM -> KILL.
-        await _signal_targets(plan, control, opts, report, tell)
+        if act:
+            await _signal_targets(plan, control, opts, report, tell)
         if report.unknown:
             return report
 

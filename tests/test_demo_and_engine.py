@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from gpudash.demo import GPU_TOTAL_MIB, MINIMAX, MODEL_MIB, NOTEBOOK_MIB, DemoHost
-from gpudash.engine import ActionKind, ExecOptions, PlanError, execute, plan_action
+from gpudash.engine import ActionKind, ExecOptions, PlanError, execute, plan_action, reverify
 from gpudash.model import HostSnapshot, Process
 from gpudash.source import CommandResult, LinkLost, SignalOutcome
 from gpudash.triage import Flag, triage
@@ -218,3 +218,20 @@ async def test_link_lost_mid_action_is_reported_as_unknown(demo: DemoHost) -> No
                            DroppingControl(demo), FAST)
     assert report.unknown and not report.confirmed
     assert "outcome unknown" in report.summary
+
+
+async def test_reverify_after_link_loss_sends_nothing_and_reports_the_truth(
+    demo: DemoHost,
+) -> None:
+    s = await demo.sample()
+    pid = workers(s)[1]
+    plan = plan_action(s, ActionKind.TERMINATE, pid=pid)
+    lost = await execute(plan, DroppingControl(demo), FAST)
+    assert lost.unknown
+    # The TERM never arrived (the link dropped first): re-verifying must say so, not send it.
+    again = await reverify(plan, demo, ExecOptions(verify_timeout=1.0, poll=0.5))
+    assert again.reverified and not again.unknown and not again.confirmed
+    assert again.signals == [] and again.commands == []
+    assert pid in demo.processes
+    assert [(lo.pid, lo.reason) for lo in again.leftovers] == [(pid, "alive")]
+    assert again.summary.startswith("re-verified after reconnecting: NOT confirmed")

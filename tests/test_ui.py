@@ -328,3 +328,35 @@ def test_dashboard_entry_point_signature() -> None:
     params = inspect.signature(run_dashboard).parameters
     assert list(params) == ["sources", "interval", "read_only", "theme", "exec_options"]
     assert asyncio.iscoroutinefunction(run_dashboard) is False
+
+
+class LinkDropsAfterSignal(DemoHost):
+    """A host whose link drops right after the first signal reached it: the reply is lost."""
+
+    def __init__(self, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.dropped = False
+
+    async def signal(self, pid: int, start_ticks: int | None, sig: int):  # type: ignore[no-untyped-def]
+        outcome = await super().signal(pid, start_ticks, sig)
+        if not self.dropped:
+            self.dropped = True
+            raise LinkLost("connection reset by peer")
+        return outcome
+
+
+async def test_unknown_outcome_is_reverified_when_samples_flow_again() -> None:
+    demo = LinkDropsAfterSignal(speed=50, release_delay=2)
+    app = make_app(demo)
+    async with app.run_test(size=SIZE) as pilot:
+        worker = next(p.pid for p in demo.processes.values() if p.cmdline == "VLLM::Worker_TP3")
+        await select(pilot, app, f"p:{worker}")
+        await run_confirmed(pilot, app, "k")
+        await wait_for(pilot, lambda: len(app.reports) >= 2, within=20)
+        first, second = app.reports[:2]
+        assert first.unknown and not first.confirmed
+        assert second.reverified and second.confirmed, second.describe()
+        assert second.summary.startswith("re-verified after reconnecting: confirmed")
+        assert worker not in demo.processes
+        assert [s[1] for s in first.signals + second.signals] == []  # nothing re-sent
+        assert "re-verifying (nothing is re-sent)" in log_text(app)

@@ -34,6 +34,7 @@ from gpudash.engine import (
     PlanError,
     execute,
     plan_action,
+    reverify,
 )
 from gpudash.source import HostSource
 from gpudash.ui.commands import DashboardCommands
@@ -59,6 +60,7 @@ from gpudash.ui.widgets.progress import ActionProgressPanel, progress_text
 from gpudash.ui.widgets.unit_panel import UnitPanel, unit_text
 
 DEFAULT_THEME = "gpudash-night"
+REVERIFY_ATTEMPTS = 3  # re-verifications of one unknown outcome before leaving it to the log
 
 # action name -> (engine action, key, footer label)
 ACTIONS: dict[str, tuple[ActionKind, str, str]] = {
@@ -232,6 +234,24 @@ class GpudashApp(App[int]):
         else:
             self._refresh_header()
         self.refresh_bindings()
+        self._maybe_reverify(message.host)
+
+    def _maybe_reverify(self, host: int) -> None:
+        """Samples flow again from a host where an action's outcome was left unknown."""
+        view = self.views[host]
+        if view.unverified is None or self.running:
+            return
+        plan, view.unverified = view.unverified, None
+        view.reverify_attempts += 1
+        action_id = next(self._action_ids)
+        self.running = True
+        self._running_plan = (action_id, plan)
+        self._progress_state = (plan, None, None, None)
+        self._log(plan.host, plan.title, "link is back: re-verifying (nothing is re-sent)", None)
+        self.run_worker(
+            self._execute(action_id, plan, host, act=False), name=f"reverify {action_id}",
+            group="action", exit_on_error=False,
+        )
 
     def on_host_failed(self, message: HostFailed) -> None:
         if not self.screen_stack:  # shutting down
@@ -487,10 +507,13 @@ class GpudashApp(App[int]):
             exit_on_error=False,
         )
 
-    async def _execute(self, action_id: int, plan: ActionPlan, host: int) -> None:
+    async def _execute(
+        self, action_id: int, plan: ActionPlan, host: int, *, act: bool = True
+    ) -> None:
         control = self.views[host].source.control
+        run = execute if act else reverify
         try:
-            report = await execute(
+            report = await run(
                 plan, control, self.exec_options,
                 lambda p: self.post_message(ActionProgressed(action_id, p)),
             )
@@ -536,6 +559,11 @@ class GpudashApp(App[int]):
             return
         self.last_report = report
         self.reports.append(report)
+        view = self.views[message.host]
+        if report.unknown and view.reverify_attempts < REVERIFY_ATTEMPTS:
+            view.unverified = plan  # re-verified when the host's samples flow again
+        elif not report.unknown:
+            view.reverify_attempts = 0
         outcome = report.summary
         escalated = [pid for pid, sig, _o in report.signals if sig == "SIGKILL"] if any(
             s.escalate for s in plan.steps) else []

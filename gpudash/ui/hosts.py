@@ -12,6 +12,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from gpudash.engine import ActionPlan
 from gpudash.model import HostSnapshot
 from gpudash.source import HostSource, SourceError
 from gpudash.triage import HostTriage, triage
@@ -37,6 +38,9 @@ class HostView:
     history: deque[tuple[float, dict[int, int | None]]] = field(
         default_factory=lambda: deque(maxlen=HISTORY)
     )
+    # An action whose outcome the link loss left unknown, re-verified once samples flow.
+    unverified: ActionPlan | None = None
+    reverify_attempts: int = 0
 
     def record(
         self, snapshot: HostSnapshot, result: HostTriage, latency: float | None, now: float
