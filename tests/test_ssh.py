@@ -262,3 +262,37 @@ async def test_systemctl_over_ssh_on_host_without_systemd(sshd_server: SshdServe
             await source.control.signal(0, 1, 9)
     finally:
         await source.close()
+
+
+@pytest.mark.ssh
+async def test_proxyjump_from_ssh_config(sshd_server: SshdServer, gpus) -> None:
+    """`ProxyJump` in ~/.ssh/config is honoured: the session goes through the jump host."""
+    config = sshd_server.dir / "ssh_config_jump"
+    common = (
+        f"    User root\n    IdentityFile {sshd_server.client_key}\n    IdentitiesOnly yes\n"
+        f"    UserKnownHostsFile {sshd_server.known_hosts}\n"
+    )
+    config.write_text(
+        f"Host bastion\n    HostName 127.0.0.1\n    Port {sshd_server.port}\n{common}\n"
+        f"Host gpu-behind-bastion\n    HostName 127.0.0.1\n    Port {sshd_server.port}\n"
+        f"    ProxyJump bastion\n{common}"
+    )
+
+    def connections() -> set[int]:
+        # one sshd child of the listener per TCP connection
+        return {p.pid for p in sshd_server.connection_processes()
+                if p.ppid() == sshd_server.proc.pid}
+
+    async def connections_while_sampling(target: str, cfg: Path) -> tuple[int, HostSnapshot]:
+        before = connections()
+        source = open_source(target, interval=0.5, ssh_config=cfg)
+        try:
+            snap = await source.control.sample()
+            return len(connections() - before), snap  # through a jump host: two
+        finally:
+            await source.close()
+
+    direct, snap_direct = await connections_while_sampling("gpuhost", sshd_server.ssh_config)
+    jumped, snap_jumped = await connections_while_sampling("gpu-behind-bastion", config)
+    assert (direct, jumped) == (1, 2)
+    assert [g.uuid for g in snap_jumped.gpus] == [g.uuid for g in snap_direct.gpus]
