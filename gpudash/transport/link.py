@@ -23,6 +23,7 @@ from gpudash.collector.wire import SnapshotDecoder, parse_message, to_snapshot
 from gpudash.model import HostSnapshot, SourceKind
 from gpudash.source import (
     CommandResult,
+    ConnectError,
     HostControl,
     LinkLost,
     ProtocolError,
@@ -208,6 +209,12 @@ class CollectorSource(ABC):
         tail = pipe.stderr_tail().strip()
         if line:
             raise ProtocolError(f"{self.name}: collector output truncated")
+        if "sudo:" in tail and "password is required" in tail:
+            # Retrying cannot help: say what would.
+            raise ConnectError(
+                f"{self.name}: --sudo needs a NOPASSWD sudoers rule for this login "
+                f"(`sudo -n` said: a password is required)"
+            )
         raise LinkLost(f"{self.name}: collector exited" + (f": {tail[-300:]}" if tail else ""))
 
     def poke(self, unit: str | None) -> None:
