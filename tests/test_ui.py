@@ -11,7 +11,7 @@ from textual.widgets import Button
 
 from gpudash.demo import MINIMAX, DemoHost
 from gpudash.engine import ActionKind, ExecOptions
-from gpudash.source import LinkLost
+from gpudash.source import HostKeyError, LinkLost
 from gpudash.triage import Flag
 from gpudash.ui.app import GpudashApp
 from gpudash.ui.screens import ConfirmModal
@@ -360,3 +360,23 @@ async def test_unknown_outcome_is_reverified_when_samples_flow_again() -> None:
         assert worker not in demo.processes
         assert [s[1] for s in first.signals + second.signals] == []  # nothing re-sent
         assert "re-verifying (nothing is re-sent)" in log_text(app)
+
+
+class ChangedKeySource(FlakySource):
+    """A host whose key changed: refused every time."""
+
+    async def stream(self, interval: float):  # type: ignore[no-untyped-def]
+        self.attempts += 1
+        raise HostKeyError("host key for flaky CHANGED; run ssh-keygen -R flaky if expected")
+        yield  # pragma: no cover - makes this an async generator
+
+
+async def test_changed_host_key_is_shown_and_not_retried() -> None:
+    source = ChangedKeySource()
+    app = GpudashApp([source], interval=0.25, read_only=False, theme=None, exec_options=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.view.state == "error")
+        await pilot.pause(1.5)  # longer than the first backoff: no second attempt
+        assert source.attempts == 1
+        header = str(app.query_one("#header").render())
+        assert "host key for flaky CHANGED" in header and "retry in" not in header

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from gpudash.model import HostSnapshot
@@ -22,6 +23,7 @@ class LinkState:
     since: float  # epoch seconds: when the link entered this state (stale: last sample)
     retry_in: float | None = None  # seconds until the next attempt
     error: str | None = None  # the SourceError's message, shown as is
+    attempt: int = 0  # connecting: 0 for the first connection, then 1, 2, ...
 
 
 async def reconnecting_stream(
@@ -31,6 +33,7 @@ async def reconnecting_stream(
     *,
     first_backoff: float = BACKOFF_FIRST_S,
     max_backoff: float = BACKOFF_MAX_S,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> AsyncIterator[HostSnapshot]:
     """Snapshots from ``source``, reconnecting with capped exponential backoff.
 
@@ -40,8 +43,8 @@ async def reconnecting_stream(
     """
     backoff = first_backoff
     last_sample: float | None = None
-    on_state(LinkState("connecting", time.time()))
-    while True:
+    for attempt in itertools.count():
+        on_state(LinkState("connecting", time.time(), attempt=attempt))
         connected = False
         try:
             async for snap in source.stream(interval):
@@ -61,7 +64,7 @@ async def reconnecting_stream(
             else:
                 on_state(LinkState("error", now, None, str(exc)))
             on_state(LinkState("reconnecting", now, backoff, str(exc)))
-            await asyncio.sleep(backoff)
+            await sleep(backoff)
             backoff = min(backoff * 2, max_backoff)
             continue
         return  # the source ended its stream: nothing more to show

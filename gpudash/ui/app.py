@@ -259,7 +259,7 @@ class GpudashApp(App[int]):
         view = self.views[message.host]
         view.state = "error"
         view.error = clean(message.error)
-        view.retry_at = self.clock() + message.retry_in
+        view.retry_at = None if message.retry_in is None else self.clock() + message.retry_in
         self._refresh_header()
 
     def on_host_connecting(self, message: HostConnecting) -> None:

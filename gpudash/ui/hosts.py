@@ -1,8 +1,8 @@
 """Per-host state as the dashboard sees it, and the loop that follows one host.
 
-``follow_host`` reads a ``HostSource`` forever: every snapshot is triaged and handed on;
-a ``SourceError`` marks the host failed and the stream is reopened after a capped
-exponential backoff. Nothing here draws anything.
+``follow_host`` reads a ``HostSource`` forever through the transport's
+``reconnecting_stream``: every snapshot is triaged and handed on; a failure marks the host
+failed until the stream is back. Nothing here draws anything.
 """
 
 from __future__ import annotations
@@ -14,11 +14,10 @@ from dataclasses import dataclass, field
 
 from gpudash.engine import ActionPlan
 from gpudash.model import HostSnapshot
-from gpudash.source import HostSource, SourceError
+from gpudash.source import HostKeyError, HostSource
+from gpudash.transport.reconnect import BACKOFF_MAX_S, LinkState, reconnecting_stream
 from gpudash.triage import HostTriage, triage
 
-BACKOFF_START = 0.5
-BACKOFF_MAX = 30.0
 HISTORY = 300  # samples of memory history kept per host
 
 
@@ -91,36 +90,42 @@ async def follow_host(
     interval: float,
     *,
     on_snapshot: Callable[[HostSnapshot, HostTriage, float | None], None],
-    on_error: Callable[[str, float], None],
+    on_error: Callable[[str, float | None], None],
     on_connecting: Callable[[int], None],
     clock: Callable[[], float],
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> None:
-    """Follow ``source`` until cancelled, reconnecting with capped exponential backoff."""
-    backoff = BACKOFF_START
-    attempt = 0
+    """Follow ``source`` until cancelled; the reconnect policy is the transport's.
+
+    ``on_error(message, retry_in)``: ``retry_in`` None means it will not be retried
+    (an unknown or changed host key needs the operator).
+    """
     previous: HostSnapshot | None = None
+    asked = clock()
+    first = True
+
+    def on_state(state: LinkState) -> None:
+        nonlocal asked, first
+        if state.state == "connecting":
+            on_connecting(state.attempt)
+            asked, first = clock(), True
+        elif state.state == "reconnecting":
+            on_error(state.error or "link lost", state.retry_in)
+
     while True:
-        on_connecting(attempt)
-        attempt += 1
         try:
-            first = True
-            asked = clock()
-            async for snapshot in source.stream(interval):
+            async for snapshot in reconnecting_stream(source, interval, on_state, sleep=sleep):
                 got = clock()
                 # The stream sleeps ``interval`` between samples: what is left is the
                 # time the host took to sample and send.
                 latency = max(0.0, got - asked - (0.0 if first else interval))
                 on_snapshot(snapshot, triage(snapshot, previous), latency)
-                previous = snapshot
-                first = False
-                backoff = BACKOFF_START
-                asked = clock()
-            raise SourceError("the host closed the stream")
-        except SourceError as exc:
-            message = str(exc) or type(exc).__name__
+                previous, first, asked = snapshot, False, clock()
+            message = "the host closed the stream"
+        except HostKeyError as exc:
+            on_error(str(exc), None)
+            return
         except Exception as exc:  # a bug in a source must not freeze the screen
             message = f"{type(exc).__name__}: {exc}"
-        on_error(message, backoff)
-        await sleep(backoff)
-        backoff = min(BACKOFF_MAX, backoff * 2)
+        on_error(message, BACKOFF_MAX_S)
+        await sleep(BACKOFF_MAX_S)

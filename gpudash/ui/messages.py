@@ -27,9 +27,9 @@ class SnapshotArrived(Message):
 
 
 class HostFailed(Message):
-    """Reading a host failed; the worker will retry after ``retry_in`` seconds."""
+    """Reading a host failed; the worker retries after ``retry_in`` seconds (None: never)."""
 
-    def __init__(self, host: int, error: str, retry_in: float) -> None:
+    def __init__(self, host: int, error: str, retry_in: float | None) -> None:
         super().__init__()
         self.host = host
         self.error = error
