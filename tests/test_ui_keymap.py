@@ -45,3 +45,18 @@ async def test_rebound_key_opens_the_reclaim_plan() -> None:
         await pilot.pause(0.3)
         assert isinstance(app.screen, ConfirmModal)
         assert "Reclaim unit" in "\n".join(app.screen.lines)
+
+
+async def test_rebound_key_of_a_greyed_action_still_explains_itself() -> None:
+    write_keymap('"gpudash.reap" = "O"\n')
+    app = GpudashApp([DemoHost(speed=50)], interval=0.25, read_only=False, theme=None,
+                     exec_options=ExecOptions())
+    async with app.run_test(size=(160, 50)) as pilot:
+        for _ in range(100):
+            if app.selected_key:
+                break
+            await pilot.pause(0.05)
+        await pilot.press("O")  # no orphans yet: greyed, and the key says why
+        await pilot.pause(0.2)
+        messages = [n.message for n in app._notifications]
+        assert any("no orphaned processes" in m for m in messages), messages

@@ -190,6 +190,14 @@ class GpudashApp(App[int]):
         self.holders.focus()
         if self._keymap:
             self.set_keymap(self._keymap)
+        # Which action a key means, after the user's keymap: a greyed-out action's key
+        # is explained in on_key.
+        self._key_to_action = dict(KEY_TO_ACTION)
+        for name in ACTIONS:
+            keys = self._keymap.get(f"gpudash.{name}")
+            if keys:
+                self._key_to_action = {k: a for k, a in self._key_to_action.items() if a != name}
+                self._key_to_action |= {k.strip(): name for k in keys.split(",")}
         self.theme_changed_signal.subscribe(self, lambda _theme: self.refresh_view())
         for message in self._startup_warnings:
             self.notify(message, severity="warning", timeout=15, markup=False)
@@ -385,7 +393,7 @@ class GpudashApp(App[int]):
         # A disabled action's key reaches here instead of its binding: say why.
         if isinstance(self.screen, ModalScreen):
             return
-        action = KEY_TO_ACTION.get(event.key)
+        action = self._key_to_action.get(event.key)
         if action is None:
             return
         available, reason = self.availability(action)
