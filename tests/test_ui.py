@@ -380,3 +380,14 @@ async def test_changed_host_key_is_shown_and_not_retried() -> None:
         assert source.attempts == 1
         header = str(app.query_one("#header").render())
         assert "host key for flaky CHANGED" in header and "retry in" not in header
+
+
+async def test_demo_walkthrough_is_offered_at_start() -> None:
+    from gpudash.cli import DEMO_WALKTHROUGH
+
+    app = GpudashApp([DemoHost()], interval=0.25, read_only=False, theme=None,
+                     exec_options=None, welcome=DEMO_WALKTHROUGH)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.2)
+        assert [n.title for n in app._notifications] == ["Welcome"]
+        assert "press k" in next(iter(app._notifications)).message

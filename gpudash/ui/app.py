@@ -114,6 +114,7 @@ class GpudashApp(App[int]):
         exec_options: ExecOptions | None,
         clock: Callable[[], float] = time.time,
         theme_dirs: Sequence[Path] | None = None,
+        welcome: str | None = None,
     ) -> None:
         super().__init__()
         if not sources:
@@ -129,6 +130,7 @@ class GpudashApp(App[int]):
         self._action_ids = count(1)
         self._running_plan: tuple[int, ActionPlan] | None = None
         self._startup_warnings: list[str] = []
+        self._welcome = welcome
         self._keymap, keymap_errors = load_keymap()
         if keymap_errors:
             self._startup_warnings.append(
@@ -201,6 +203,8 @@ class GpudashApp(App[int]):
         self.theme_changed_signal.subscribe(self, lambda _theme: self.refresh_view())
         for message in self._startup_warnings:
             self.notify(message, severity="warning", timeout=15, markup=False)
+        if self._welcome:
+            self.notify(self._welcome, title="Welcome", timeout=30, markup=False)
         for index in range(len(self.views)):
             self._follow(index)
         self.set_interval(1.0, self._tick)
@@ -620,10 +624,12 @@ def run_dashboard(
     read_only: bool,
     theme: str | None,
     exec_options: ExecOptions | None,
+    welcome: str | None = None,
 ) -> int:
     """Run the dashboard until the operator quits; returns the exit status."""
     app = GpudashApp(
-        sources, interval=interval, read_only=read_only, theme=theme, exec_options=exec_options
+        sources, interval=interval, read_only=read_only, theme=theme, exec_options=exec_options,
+        welcome=welcome,
     )
     result = app.run()
     return result if isinstance(result, int) else (app.return_code or 0)
