@@ -326,7 +326,7 @@ def test_dashboard_entry_point_signature() -> None:
     from gpudash.ui.app import run_dashboard
 
     params = inspect.signature(run_dashboard).parameters
-    assert list(params) == ["sources", "interval", "read_only", "theme", "exec_options"]
+    assert list(params) == ["sources", "interval", "read_only", "theme", "exec_options", "welcome"]
     assert asyncio.iscoroutinefunction(run_dashboard) is False
 
 

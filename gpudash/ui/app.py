@@ -20,6 +20,7 @@ from textual.containers import Horizontal
 from textual.events import Key, Resize
 from textual.reactive import reactive
 from textual.screen import ModalScreen, Screen
+from textual.timer import Timer
 from textual.widgets import DataTable, Footer
 
 from gpudash import audit
@@ -61,6 +62,7 @@ from gpudash.ui.widgets.unit_panel import UnitPanel, unit_text
 
 DEFAULT_THEME = "gpudash-night"
 REVERIFY_ATTEMPTS = 3  # re-verifications of one unknown outcome before leaving it to the log
+MAX_FPS = 5  # redraws per second at most, whatever the sample rate
 
 # action name -> (engine action, key, footer label)
 ACTIONS: dict[str, tuple[ActionKind, str, str]] = {
@@ -131,6 +133,9 @@ class GpudashApp(App[int]):
         self._running_plan: tuple[int, ActionPlan] | None = None
         self._startup_warnings: list[str] = []
         self._welcome = welcome
+        self._refresh_timer: Timer | None = None
+        self._available: tuple[bool | None, ...] = ()
+        self._last_refresh = 0.0
         self._keymap, keymap_errors = load_keymap()
         if keymap_errors:
             self._startup_warnings.append(
@@ -242,11 +247,34 @@ class GpudashApp(App[int]):
             message.snapshot, message.triage, message.latency, self.clock()
         )
         if message.host == self.current_host:
-            self.refresh_view()
+            self._schedule_refresh()
         else:
             self._refresh_header()
-        self.refresh_bindings()
+        # The footer rebuilds its keys on every refresh_bindings: only when one changed.
+        available = tuple(self.availability(name)[0] for name in ACTIONS)
+        if available != self._available:
+            self._available = available
+            self.refresh_bindings()
         self._maybe_reverify(message.host)
+
+    def _schedule_refresh(self) -> None:
+        """Redraw now, or once at the end of the current frame: data may arrive at 10 Hz,
+        the screen is redrawn at most ``MAX_FPS`` times a second (every sample is still
+        recorded, so history and triage miss nothing)."""
+        if self._refresh_timer is not None:
+            return
+        wait = self._last_refresh + 1 / MAX_FPS - time.monotonic()
+        if wait <= 0:
+            self._flush_refresh()
+        else:
+            self._refresh_timer = self.set_timer(wait, self._flush_refresh)
+
+    def _flush_refresh(self) -> None:
+        self._refresh_timer = None
+        if not self.screen_stack:  # shutting down
+            return
+        self._last_refresh = time.monotonic()
+        self.refresh_view()
 
     def _maybe_reverify(self, host: int) -> None:
         """Samples flow again from a host where an action's outcome was left unknown."""
