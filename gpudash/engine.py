@@ -622,8 +622,10 @@ def _unit_problems(plan: ActionPlan, snap: HostSnapshot | None) -> list[str]:
         not u.is_down
     ):
         out.append(f"{u.name} is {u.active_state} after stop")
+    # static/indirect/generated/transient units cannot be disabled and do not start at
+    # boot by themselves: only an enabled (or linked) unit file is a problem.
     if plan.kind in (ActionKind.DISABLE, ActionKind.STOP_DISABLE, ActionKind.RECLAIM) and (
-        u.unit_file_state not in ("disabled", None)
+        (u.unit_file_state or "").startswith(("enabled", "linked"))
     ):
         out.append(f"{u.name} is still {u.unit_file_state} after disable")
     if _respawn_watch(plan) and _respawned(plan, snap):

@@ -235,3 +235,27 @@ async def test_reverify_after_link_loss_sends_nothing_and_reports_the_truth(
     assert pid in demo.processes
     assert [(lo.pid, lo.reason) for lo in again.leftovers] == [(pid, "alive")]
     assert again.summary.startswith("re-verified after reconnecting: NOT confirmed")
+
+
+async def test_reclaim_of_a_static_unit_is_confirmed_without_disabling(demo: DemoHost) -> None:
+    demo.units[MINIMAX].unit_file_state = "static"  # no [Install] section: nothing to disable
+    report = await execute(plan_action(await demo.sample(), ActionKind.RECLAIM, unit=MINIMAX),
+                           demo, FAST)
+    assert report.confirmed, report.describe()
+    assert "after disable" not in report.summary
+
+
+async def test_a_unit_still_enabled_after_disable_is_not_confirmed(demo: DemoHost) -> None:
+    class DisableFails(DroppingControl):
+        async def systemctl(self, verb: str, unit: str) -> CommandResult:
+            if verb == "disable":
+                return CommandResult(("systemctl", verb, unit), 0, "")  # says ok, did nothing
+            return await self.demo.systemctl(verb, unit)
+
+        async def signal(self, pid: int, start_ticks: int | None, sig: int) -> SignalOutcome:
+            return await self.demo.signal(pid, start_ticks, sig)
+
+    report = await execute(plan_action(await demo.sample(), ActionKind.STOP_DISABLE, unit=MINIMAX),
+                           DisableFails(demo), FAST)
+    assert not report.confirmed
+    assert f"{MINIMAX} is still enabled after disable" in report.summary
