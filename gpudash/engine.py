@@ -339,10 +339,14 @@ class Leftover:
     """Something that still holds memory the plan expected back, and why."""
 
     pid: int | None
-    gpu: int
+    gpu: int | None  # None: a planned process still alive, on no GPU in particular
     mib: int | None
     reason: str  # alive | D state | zombie | respawned | unknown holder | timeout | ...
     detail: str = ""
+
+    @property
+    def where(self) -> str:
+        return "no GPU named" if self.gpu is None else f"GPU{self.gpu}"
 
 
 @dataclass(slots=True)
@@ -376,7 +380,7 @@ class ActionReport:
         for lo in self.leftovers:
             who = f"pid {lo.pid}" if lo.pid is not None else "unknown holder"
             mib = "?" if lo.mib is None else f"{lo.mib} MiB"
-            lines.append(f"  still held: GPU{lo.gpu} {mib} by {who}: {lo.reason} {lo.detail}")
+            lines.append(f"  still held: {lo.where} {mib} by {who}: {lo.reason} {lo.detail}")
         return lines
 
 
@@ -484,7 +488,8 @@ async def _run(
                 now = used.get(gpu)
                 ok = now is not None and now <= target + opts.slack_mib
                 stable[gpu] = stable[gpu] + 1 if ok else 0
-            if all(v >= opts.settle for v in stable.values()):
+            alive = [t for t in plan.targets if _alive(snap, t)]
+            if all(v >= opts.settle for v in stable.values()) and not alive:
                 if _respawn_watch(plan) and not _respawned(plan, snap) and (
                     elapsed < opts.respawn_watch
                 ):
@@ -493,7 +498,10 @@ async def _run(
                     tell("verifying", "memory back on every GPU; confirmed")
                     break
             waiting = [g for g, v in stable.items() if v < opts.settle]
-            tell("verifying", f"waiting for GPU {', '.join(map(str, waiting))}")
+            if waiting:
+                tell("verifying", f"waiting for GPU {', '.join(map(str, waiting))}")
+            if alive:
+                tell("verifying", f"waiting for {len(alive)} planned process(es) to exit")
             if elapsed >= opts.verify_timeout:
                 break
             await control.sleep(opts.poll)
@@ -575,21 +583,29 @@ def _finish(
         )
     if snap is not None and any(not g.confirmed for g in report.gpus):
         report.leftovers = _explain(plan, snap, [g.index for g in report.gpus if not g.confirmed])
+    if snap is not None:
+        report.leftovers += _survivors(plan, snap, {lo.pid for lo in report.leftovers})
     problems = _unit_problems(plan, snap)
-    memory_ok = all(g.confirmed for g in report.gpus)
+    memory_ok = all(g.confirmed for g in report.gpus) and not any(
+        lo.gpu is None for lo in report.leftovers
+    )
     report.confirmed = memory_ok and not problems
-    if not targets_mib:
-        memory = "no GPU memory was expected back"
-    elif memory_ok:
-        freed = sum(g.freed_mib or 0 for g in report.gpus)
-        memory = f"confirmed: {freed / 1024:.1f} GiB back on {len(report.gpus)} GPU(s)"
-    else:
-        bad = [g.index for g in report.gpus if not g.confirmed]
-        memory = (
+    survivors = [lo for lo in report.leftovers if lo.gpu is None]
+    bad = [g.index for g in report.gpus if not g.confirmed]
+    parts = list(problems)
+    if bad:
+        parts.append(
             f"NOT confirmed: GPU {', '.join(map(str, bad))} still hold memory "
             f"({len(report.leftovers)} holder(s) explained below)"
         )
-    report.summary = "; ".join([*problems, memory])
+    if survivors:
+        parts.append(f"NOT confirmed: {len(survivors)} planned process(es) still alive")
+    if not targets_mib and not survivors:
+        parts.append("no GPU memory was expected back")
+    elif memory_ok:
+        freed = sum(g.freed_mib or 0 for g in report.gpus)
+        parts.append(f"confirmed: {freed / 1024:.1f} GiB back on {len(report.gpus)} GPU(s)")
+    report.summary = "; ".join(parts)
 
 
 def _respawned(plan: ActionPlan, snap: HostSnapshot) -> bool:
@@ -633,6 +649,23 @@ def _unit_problems(plan: ActionPlan, snap: HostSnapshot | None) -> list[str]:
             f"systemd respawned {u.name}: new MainPID {u.main_pid}, NRestarts {u.n_restarts} "
             "(stop the unit instead)"
         )
+    return out
+
+
+def _survivors(plan: ActionPlan, snap: HostSnapshot, explained: set[int | None]) -> list[Leftover]:
+    """Planned processes still alive that no GPU's shortfall already names.
+
+    Memory alone is not the proof: a target whose memory the driver cannot attribute
+    (N/A) or that holds none must still be gone.
+    """
+    out: list[Leftover] = []
+    for t in plan.targets:
+        p = _alive(snap, t)
+        if p is None or p.pid in explained:
+            continue
+        reason = {"D": "D state (uninterruptible; waits on the driver)"}.get(p.state or "", "alive")
+        out.append(Leftover(p.pid, None, p.total_gpu_memory_mib or None, reason,
+                            label(p) or p.name))
     return out
 
 

@@ -259,3 +259,22 @@ async def test_a_unit_still_enabled_after_disable_is_not_confirmed(demo: DemoHos
                            DisableFails(demo), FAST)
     assert not report.confirmed
     assert f"{MINIMAX} is still enabled after disable" in report.summary
+
+
+async def test_memory_alone_is_not_proof_a_surviving_target_is_named(demo: DemoHost) -> None:
+    # A holder whose per-process memory the driver cannot attribute (N/A) is stuck in D:
+    # no GPU's numbers move, yet the action must not claim success.
+    s = await demo.sample()
+    pid = workers(s)[6]
+    demo.processes[pid].state = "D"
+    snap = await demo.sample()
+    proc = snap.process(pid)
+    assert proc is not None
+    blind = replace(snap, processes=tuple(
+        replace(p, gpu_memory_mib={6: None}) if p.pid == pid else p for p in snap.processes))
+    plan = plan_action(blind, ActionKind.KILL, pid=pid)
+    assert plan.expected_free_mib == {}
+    report = await execute(plan, demo, ExecOptions(verify_timeout=1.0, poll=0.5))
+    assert not report.confirmed
+    assert [(lo.pid, lo.gpu, lo.reason.split()[0]) for lo in report.leftovers] == [(pid, None, "D")]
+    assert "1 planned process(es) still alive" in report.summary

@@ -611,7 +611,7 @@ class GpudashApp(App[int]):
             outcome += "; TERM ignored, escalated to SIGKILL: " + ", ".join(map(str, escalated))
         if report.leftovers:
             outcome += "; still held: " + "; ".join(
-                f"GPU{lo.gpu} by {'?' if lo.pid is None else lo.pid} ({lo.reason})"
+                f"{lo.where} by {'?' if lo.pid is None else lo.pid} ({lo.reason})"
                 for lo in report.leftovers
             )
         self._log(plan.host, plan.title, outcome, report.confirmed)

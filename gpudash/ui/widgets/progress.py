@@ -73,7 +73,7 @@ def progress_text(
             who = "unknown holder" if lo.pid is None else f"pid {lo.pid}"
             mib = "?" if lo.mib is None else f"{lo.mib / 1024:.1f} GiB"
             out.append("\n")
-            out.append_text(literal(f"  GPU{lo.gpu} {mib} held by {who}: {lo.reason} {lo.detail}",
+            out.append_text(literal(f"  {lo.where} {mib} held by {who}: {lo.reason} {lo.detail}",
                                     style=pal.warning))
     return out
 
