@@ -238,7 +238,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
             read_only=args.read_only,
             theme=args.theme,
             exec_options=None,
-            welcome=DEMO_WALKTHROUGH if args.demo else None,
+            welcome=DEMO_WALKTHROUGH if args.demo and not args.read_only else None,
         ))
     finally:
         asyncio.run(_close_all(sources))

@@ -60,3 +60,18 @@ async def test_rebound_key_of_a_greyed_action_still_explains_itself() -> None:
         await pilot.pause(0.2)
         messages = [n.message for n in app._notifications]
         assert any("no orphaned processes" in m for m in messages), messages
+
+
+async def test_help_screen_shows_the_rebound_keys() -> None:
+    from gpudash.ui.screens import HelpScreen
+
+    write_keymap('"gpudash.reclaim" = "ctrl+r"\n')
+    app = GpudashApp([DemoHost(speed=50)], interval=0.25, read_only=False, theme=None,
+                     exec_options=ExecOptions())
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, HelpScreen)
+        keys = {description: key for key, description, _ in app.screen.rows}
+        assert keys["Reclaim unit (stop + disable + reap + wait)"] == "ctrl+r"
+        assert keys["Stop unit"] == "s"

@@ -470,16 +470,19 @@ class GpudashApp(App[int]):
 
     def action_help(self) -> None:
         rows: list[tuple[str, str, bool | None]] = []
-        for name, (kind, key, _label) in ACTIONS.items():
-            rows.append((key, ACTION_TITLES[kind], self.availability(name)[0]))
+        def key(binding_id: str, default: str) -> str:  # as the user's keymap has it
+            return self._keymap.get(f"gpudash.{binding_id}", default)
+
+        for name, (kind, default, _label) in ACTIONS.items():
+            rows.append((key(name, default), ACTION_TITLES[kind], self.availability(name)[0]))
         rows += [
-            ("g", "Plot: all GPUs / the selected GPU", True),
-            ("h, 1-9", "Switch host", len(self.views) > 1 or None),
+            (key("toggle_plot", "g"), "Plot: all GPUs / the selected GPU", True),
+            (f"{key('next_host', 'h')}, 1-9", "Switch host", len(self.views) > 1 or None),
             ("tab", "Move focus: holders, GPUs, log", True),
-            ("x", "Hide the action result panel", True),
-            ("T", "Pick a theme", True),
+            (key("hide_result", "x"), "Hide the action result panel", True),
+            (key("theme", "T"), "Pick a theme", True),
             ("ctrl+p", "Command palette", True),
-            ("q", "Quit", True),
+            (key("quit", "q"), "Quit", True),
         ]
         self.push_screen(HelpScreen(rows, self.read_only))
 
