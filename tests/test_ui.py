@@ -391,3 +391,43 @@ async def test_demo_walkthrough_is_offered_at_start() -> None:
         await pilot.pause(0.2)
         assert [n.title for n in app._notifications] == ["Welcome"]
         assert "press k" in next(iter(app._notifications)).message
+
+
+async def test_filter_narrows_the_holders_and_clears() -> None:
+    from gpudash.ui.screens import FilterScreen
+
+    app = make_app(DemoHost(speed=50))
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(HoldersTable)
+        await wait_for(pilot, lambda: table.row_count > 10)
+        full = table.row_count
+        await pilot.press("slash")
+        await wait_for(pilot, lambda: isinstance(app.screen, FilterScreen))
+        await pilot.press(*"alice", "enter")
+        await wait_for(pilot, lambda: table.row_count < full)
+        keys = [str(k.value) for k in table.rows]
+        assert keys == ["u:session-4.scope", "p:90100", "p:90211"]
+        assert "filter: alice" in str(app.query_one("#holders").border_title)
+        await pilot.press("slash")
+        await wait_for(pilot, lambda: isinstance(app.screen, FilterScreen))
+        for _ in "alice":
+            await pilot.press("backspace")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: table.row_count == full)
+
+
+def test_filter_keeps_owner_rows_and_matching_members() -> None:
+    from rich.text import Text
+
+    from gpudash.ui.widgets.holders import HolderRow, filter_rows
+
+    def row(key: str, *cells: str) -> HolderRow:
+        return HolderRow(key, tuple(Text(c) for c in cells))
+
+    rows = [row("u:a.service", "a.service"), row("p:1", "1 main", "python"),
+            row("p:2", "2 worker", "TP0"), row("u:b.service", "b.service"),
+            row("p:3", "3 other", "bash")]
+    assert [r.key for r in filter_rows(rows, "tp0")] == ["u:a.service", "p:2"]
+    assert [r.key for r in filter_rows(rows, "b.serv")] == ["u:b.service", "p:3"]
+    assert filter_rows(rows, "  ") == rows
+    assert filter_rows(rows, "nothing") == []

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from itertools import count
 from pathlib import Path
 
+from rich.markup import escape
 from textual import work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
@@ -49,13 +50,18 @@ from gpudash.ui.messages import (
     SnapshotArrived,
 )
 from gpudash.ui.palette import palette
-from gpudash.ui.screens import ConfirmModal, HelpScreen
+from gpudash.ui.screens import ConfirmModal, FilterScreen, HelpScreen
 from gpudash.ui.text import clean
 from gpudash.ui.themes import VARIABLE_DEFAULTS, load_themes
 from gpudash.ui.widgets.action_log import ActionLog, LogEntry
 from gpudash.ui.widgets.gpus import GpuTable
 from gpudash.ui.widgets.header import HeaderBar, HostList, header_text
-from gpudash.ui.widgets.holders import HoldersTable, holder_rows, selection_of
+from gpudash.ui.widgets.holders import (
+    HoldersTable,
+    filter_rows,
+    holder_rows,
+    selection_of,
+)
 from gpudash.ui.widgets.plotview import MemoryPlot
 from gpudash.ui.widgets.progress import ActionProgressPanel, progress_text
 from gpudash.ui.widgets.unit_panel import UnitPanel, unit_text
@@ -89,6 +95,7 @@ class GpudashApp(App[int]):
             for name, (_, key, label) in ACTIONS.items()
         ),
         Binding("g", "toggle_plot", "Plot all/one", id="gpudash.toggle_plot"),
+        Binding("slash", "filter", "Filter", show=False, id="gpudash.filter"),
         Binding("h", "next_host", "Next host", id="gpudash.next_host"),
         *(
             Binding(str(n), f"host({n - 1})", f"Host {n}", show=False, id=f"gpudash.host{n}")
@@ -133,6 +140,7 @@ class GpudashApp(App[int]):
         self._running_plan: tuple[int, ActionPlan] | None = None
         self._startup_warnings: list[str] = []
         self._welcome = welcome
+        self.holder_filter = ""
         self._refresh_timer: Timer | None = None
         self._available: tuple[bool | None, ...] = ()
         self._last_refresh = 0.0
@@ -338,7 +346,8 @@ class GpudashApp(App[int]):
         with self.batch_update():
             self._refresh_header()
             self.gpu_table.show(view.snapshot, pal)
-            holders.show(holder_rows(view.triage, pal) if view.triage else [])
+            rows = holder_rows(view.triage, pal) if view.triage else []
+            holders.show(filter_rows(rows, self.holder_filter))
             self.selected_key = holders.selected_key()
             self._refresh_unit()
             self._refresh_plot()
@@ -468,6 +477,19 @@ class GpudashApp(App[int]):
         self.result_shown = False
         self._refresh_progress()
 
+    @work(exclusive=True, group="filter", exit_on_error=False)
+    async def action_filter(self) -> None:
+        text = await self.push_screen_wait(FilterScreen(self.holder_filter))
+        if text is None:
+            return
+        self.holder_filter = text.strip()
+        title = "Holders (by owner)"
+        if self.holder_filter:
+            # border titles are markup: the typed text is escaped, never interpreted
+            title += f" — filter: {escape(clean(self.holder_filter))}  (/ to change, empty clears)"
+        self.query_one("#holders").border_title = title
+        self.refresh_view()
+
     def action_help(self) -> None:
         rows: list[tuple[str, str, bool | None]] = []
         def key(binding_id: str, default: str) -> str:  # as the user's keymap has it
@@ -477,6 +499,7 @@ class GpudashApp(App[int]):
             rows.append((key(name, default), ACTION_TITLES[kind], self.availability(name)[0]))
         rows += [
             (key("toggle_plot", "g"), "Plot: all GPUs / the selected GPU", True),
+            (key("filter", "/"), "Filter the holders (pid, user, unit, command)", True),
             (f"{key('next_host', 'h')}, 1-9", "Switch host", len(self.views) > 1 or None),
             ("tab", "Move focus: holders, GPUs, log", True),
             (key("hide_result", "x"), "Hide the action result panel", True),

@@ -1,4 +1,4 @@
-"""Modal screens: the confirmation of a destructive plan, and the help screen."""
+"""Modal screens: the confirmation of a destructive plan, the help screen, the filter."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Static
+from textual.widgets import Button, Input, Static
 
 from gpudash.ui.text import literal
 
@@ -124,4 +124,28 @@ class HelpScreen(ModalScreen[None]):
             yield Static(text)
 
     def action_dismiss_help(self) -> None:
+        self.dismiss(None)
+
+
+class FilterScreen(ModalScreen[str | None]):
+    """Ask for the text the holders view is filtered by (empty: show everything)."""
+
+    DEFAULT_CSS = """
+    FilterScreen { align: center bottom; }
+    FilterScreen > Input { width: 80; margin-bottom: 4; border: thick $primary; }
+    """
+    BINDINGS = [Binding("escape", "cancel", "Cancel", id="gpudash.filter.cancel")]
+
+    def __init__(self, current: str) -> None:
+        super().__init__()
+        self.current = current
+
+    def compose(self) -> ComposeResult:
+        yield Input(self.current, placeholder="filter holders: pid, user, unit, command…",
+                    id="filter")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value)
+
+    def action_cancel(self) -> None:
         self.dismiss(None)

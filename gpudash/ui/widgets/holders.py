@@ -122,6 +122,41 @@ def holder_rows(result: HostTriage, pal: Palette) -> list[HolderRow]:
     return rows
 
 
+def filter_rows(rows: list[HolderRow], text: str) -> list[HolderRow]:
+    """Rows matching ``text`` (case-insensitive, anywhere in the row), with their owner.
+
+    An owner row that matches keeps all its processes; otherwise only its matching
+    processes are kept, under it. Owners with nothing left are dropped.
+    """
+    needle = text.strip().lower()
+    if not needle:
+        return rows
+
+    def hit(row: HolderRow) -> bool:
+        return any(needle in cell.plain.lower() for cell in row.cells)
+
+    out: list[HolderRow] = []
+    group: HolderRow | None = None
+    members: list[HolderRow] = []
+
+    def flush() -> None:
+        if group is None:
+            return
+        kept = members if hit(group) else [m for m in members if hit(m)]
+        if kept or hit(group):
+            out.append(group)
+            out.extend(kept)
+
+    for row in rows:
+        if row.key.startswith("u:"):
+            flush()
+            group, members = row, []
+        else:
+            members.append(row)
+    flush()
+    return out
+
+
 def selection_of(
     result: HostTriage | None, key: str | None
 ) -> tuple[str | None, str | None, int | None]:
