@@ -459,3 +459,163 @@ def test_stream_sees_holders_die_and_appear_with_pinned_fds(fakegpu_state) -> No
     finally:
         proc.stdin.close()
         proc.wait(timeout=10)
+
+
+# ------------------------------------------------ pidfds: exits exact, state in rotation
+
+needs_pidfd = pytest.mark.skipif(
+    ProcReader().poller is None, reason="no pidfd_open here: every sample re-reads every stat"
+)
+
+
+def _sleepers(n: int) -> list:  # type: ignore[type-arg]
+    import subprocess
+    import time
+
+    procs = [subprocess.Popen(["sleep", "60"]) for _ in range(n)]
+    time.sleep(0.2)  # settled asleep (S)
+    return procs
+
+
+def _stat_of(pid: int) -> tuple[str, str, int, int] | None:
+    return parse_stat(Path(f"/proc/{pid}/stat").read_text())
+
+
+def _collector(holders: dict[int, dict[int, int]], stat_every: int, tmp_path: Path) -> Collector:
+    return Collector(
+        gpus=FakeGpus(holders),
+        proc=ProcReader(stat_every=stat_every),
+        units=UnitReader("systemctl", str(tmp_path / "no-systemd")),
+    )
+
+
+@needs_pidfd
+def test_holder_killed_between_samples_is_gone_in_the_next_one(tmp_path: Path) -> None:
+    """No rotation turn is ever due (stat_every huge): exits still show the very next sample."""
+    import time
+
+    a, b, c = _sleepers(3)
+    collector = _collector({p.pid: {0: 100} for p in (a, b, c)}, 10**9, tmp_path)
+    try:
+        first = collector.sample()
+        assert first["procs"][str(a.pid)]["state"] == "S"
+        again = collector.sample()  # nothing changed and none is due: the same dicts
+        assert all(again["procs"][str(p.pid)] is first["procs"][str(p.pid)] for p in (a, b, c))
+        a.kill()
+        a.wait()  # reaped: gone from /proc
+        b.kill()  # not reaped: a zombie
+        while (_stat_of(b.pid) or ("", "", 0, 0))[1] != "Z":
+            time.sleep(0.01)
+        snap = collector.sample()  # the driver still lists both (it lags): not as they were
+        assert snap["procs"][str(a.pid)] == {"pid": a.pid, "gpu_memory_mib": {"0": 100}}
+        assert snap["procs"][str(b.pid)]["state"] == "Z"
+        assert snap["procs"][str(c.pid)] is first["procs"][str(c.pid)]
+        collector.gpus.holders.pop(a.pid)  # type: ignore[attr-defined]
+        assert str(a.pid) not in collector.sample()["procs"]
+        assert a.pid not in collector.proc.known
+    finally:
+        for p in (a, b, c):
+            p.kill()
+            p.wait()
+        collector.proc.close()
+
+
+@needs_pidfd
+def test_holder_whose_parent_dies_shows_its_new_parent_next_sample(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+
+    shell_proc = subprocess.Popen(
+        ["sh", "-c", "sleep 60 & echo $!; wait"], stdout=subprocess.PIPE, text=True
+    )
+    assert shell_proc.stdout is not None
+    child = int(shell_proc.stdout.readline())
+    collector = _collector({child: {0: 100}}, 10**9, tmp_path)
+    try:
+        assert collector.sample()["procs"][str(child)]["ppid"] == shell_proc.pid
+        collector.sample()
+        shell_proc.kill()
+        shell_proc.wait()  # its child is re-parented to init or the nearest subreaper
+        new_parent = (_stat_of(child) or ("", "", 0, 0))[2]
+        assert new_parent != shell_proc.pid
+        assert collector.sample()["procs"][str(child)]["ppid"] == new_parent
+    finally:
+        shell_proc.kill()
+        shell_proc.wait()
+        os.kill(child, signal.SIGKILL)
+        collector.proc.close()
+
+
+@needs_pidfd
+def test_stopped_holder_shows_T_within_the_rotation_and_at_once_when_signalled(
+    tmp_path: Path,
+) -> None:
+    import signal
+    import time
+
+    a, b = _sleepers(2)
+    stat_every = hostside.STAT_EVERY
+    collector = _collector({a.pid: {0: 1}, b.pid: {0: 2}}, stat_every, tmp_path)
+    try:
+        collector.sample()
+        collector.sample()
+        os.kill(a.pid, signal.SIGSTOP)  # from outside: only the rotation sees it
+        while (_stat_of(a.pid) or ("", "", 0, 0))[1] != "T":
+            time.sleep(0.01)
+        states = [collector.sample()["procs"][str(a.pid)]["state"] for _ in range(stat_every)]
+        assert "T" in states and states[-1] == "T"  # at most stat_every - 1 samples late
+        assert collector.proc.known[a.pid].hot  # and now re-read every sample
+        collector.sample()
+        assert hostside.send_signal(b.pid, collector.proc.known[b.pid].start, signal.SIGSTOP)
+        collector.proc.watch(b.pid)  # what the serve mode's signal op does
+        while (_stat_of(b.pid) or ("", "", 0, 0))[1] != "T":
+            time.sleep(0.01)
+        assert collector.sample()["procs"][str(b.pid)]["state"] == "T"  # the very next one
+        os.kill(a.pid, signal.SIGCONT)
+        while (_stat_of(a.pid) or ("", "", 0, 0))[1] == "T":
+            time.sleep(0.01)
+        assert collector.sample()["procs"][str(a.pid)]["state"] != "T"  # T is re-read each time
+    finally:
+        for p in (a, b):
+            p.kill()
+            p.wait()
+        collector.proc.close()
+
+
+class _CountingReader(ProcReader):
+    def __init__(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(**kwargs)
+        self.reads: dict[int, int] = {}
+
+    def _update(self, known, data):  # type: ignore[no-untyped-def]
+        self.reads[known.pid] = self.reads.get(known.pid, 0) + 1
+        return super()._update(known, data)
+
+
+@needs_pidfd
+def test_unchanged_processes_are_reread_in_rotation(tmp_path: Path) -> None:
+    sleepers = _sleepers(6)
+    reader = _CountingReader(stat_every=4)
+    collector = Collector(
+        gpus=FakeGpus({p.pid: {0: 1} for p in sleepers}),
+        proc=reader,
+        units=UnitReader("systemctl", str(tmp_path / "no-systemd")),
+    )
+    try:
+        collector.sample()
+        collector.sample()  # new processes settle (first reads, parents watched)
+        reader.reads.clear()
+        for _ in range(8):
+            collector.sample()
+        counts = {p.pid: reader.reads.get(p.pid) for p in sleepers}
+        assert counts == {p.pid: 2 for p in sleepers}  # every 4th sample, no more
+        reader.reads.clear()
+        reader.stale_all()
+        collector.sample()
+        counts = {p.pid: reader.reads.get(p.pid) for p in sleepers}
+        assert counts == {p.pid: 1 for p in sleepers}  # stale_all re-reads at once
+    finally:
+        for p in sleepers:
+            p.kill()
+            p.wait()
+        reader.close()

@@ -8,6 +8,16 @@ Locally the same file runs as a subprocess, so both paths share one code path.
 A snapshot on the wire is a dict with ``None`` values left out (so a JSON merge patch,
 RFC 7386, can describe every change: ``null`` means "now unknown"); a process's GPU
 memory of unknown size is written ``-1`` for the same reason.
+
+What a snapshot promises about processes (stream mode; see ``ProcReader``): GPU memory
+per process is read from the driver every sample. With pidfds (Python >= 3.9, Linux >=
+5.3) a process that exited (gone or a zombie) or whose parent exited (new ``ppid``) is
+shown so in the very next sample; ``state`` and ``name`` of any other process are at
+most ``STAT_EVERY - 1`` samples old, and processes last seen in D/Z/T/t/X or signalled
+in the last ``SIGNAL_WATCH`` samples are re-read every sample; ``cmdline``/``cgroup``/
+``unit`` are at most ``CMDLINE_TTL_S`` seconds old (and re-read when comm changes). Any
+request from gpudash makes the next sample re-read everything. Without pidfds, or
+beyond the fd budget, every process is re-read every sample.
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ import os
 import pwd
 import queue
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -33,7 +44,10 @@ UNIT_PROPERTIES = (
     "ControlGroup,Description"
 )
 UNIT_TTL_S = 5.0  # unit properties are re-read at least this often, and on any change
-CMDLINE_TTL = 30  # samples between re-reads of a known process's cmdline and cgroup
+CMDLINE_TTL_S = 30.0  # a known process's cmdline and cgroup are at most this old (seconds)
+STAT_EVERY = 4  # an unchanged, watched process's stat is re-read at least every N samples
+SIGNAL_WATCH = 2 * STAT_EVERY  # samples a signalled process's stat is re-read every sample
+HOT_STATES = (b"D", b"Z", b"T", b"t", b"X")  # states whose process is re-read every sample
 FD_CACHE_MAX = 4096  # most /proc/PID/stat fds kept open (also <= half of RLIMIT_NOFILE)
 STAT_BYTES = 4096  # /proc/PID/stat is one line of at most ~1 KB
 NA_MARKERS = ("[N/A]", "[Not Supported]", "[Insufficient Permissions]", "N/A", "[Unknown Error]")
@@ -230,6 +244,9 @@ class NvmlReader:
         self.fast_lists = self._fast_process_lists()
         self.buffer: Any = None
         self.capacity = 0
+        self.raw: dict[tuple[str, int], tuple[bytes, list[tuple[int, int]]]] = {}
+        self.last_lists: list[list[tuple[int, int]]] = []
+        self.last_holders: dict[int, dict[int, int]] = {}
         for index in range(nvml.nvmlDeviceGetCount()):
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
             self.handles.append(handle)
@@ -289,8 +306,10 @@ class NvmlReader:
                 continue
         return fns
 
-    def _process_list(self, fn: str, handle: Any) -> list[tuple[int, int]]:
-        """[(pid, used bytes or -1)] through the C entry point, as pynvml would (see above)."""
+    def _process_list(self, fn: str, handle: Any, index: int) -> list[tuple[int, int]]:
+        """[(pid, used bytes or -1)] through the C entry point, as pynvml would (see above).
+
+        The same list object as last time when the driver wrote the same bytes."""
         import ctypes
 
         nvml = self.nvml
@@ -303,11 +322,17 @@ class NvmlReader:
             ret = self.fast_lists[fn](handle, ctypes.byref(count), self.buffer)
             if ret == nvml.NVML_SUCCESS:
                 n = min(count.value, self.capacity)
+                raw = ctypes.string_at(self.buffer, n * ctypes.sizeof(self.info_type))
+                last = self.raw.get((fn, index))
+                if last is not None and last[0] == raw:
+                    return last[1]
                 na = 2**64 - 1
-                return [
+                parsed = [
                     (p.pid, -1 if p.usedGpuMemory == na else p.usedGpuMemory)
                     for p in self.buffer[:n]
                 ]
+                self.raw[(fn, index)] = (raw, parsed)
+                return parsed
             if ret != nvml.NVML_ERROR_INSUFFICIENT_SIZE:
                 raise nvml.NVMLError(ret)
             self.capacity = count.value * 2 + 5
@@ -321,12 +346,15 @@ class NvmlReader:
                 (int(p.pid), -1 if getattr(p, "usedGpuMemory", None) is None else p.usedGpuMemory)
                 for p in procs
             ]
-        return self._call(index, fn, fn, handle, impl=self._process_list) or []
+        procs = self._call(index, fn, fn, handle, index, impl=self._process_list)
+        return [] if procs is None else procs  # an empty list too is the same object
 
     def read(self) -> tuple[list[Json], dict[int, dict[int, int]], list[str]]:
+        """GPUs, {pid: {gpu: MiB or -1}} (the same dict as last time while the driver's
+        process lists are byte for byte the same: never mutate it), errors."""
         nvml = self.nvml
         gpus: list[Json] = []
-        holders: dict[int, dict[int, int]] = {}
+        lists: list[tuple[int, list[tuple[int, int]]]] = []
         errors: list[str] = []
         for index, handle in enumerate(self.handles):
             gpu = dict(self.static[index])
@@ -351,16 +379,28 @@ class NvmlReader:
                     "nvmlDeviceGetComputeRunningProcesses",
                     "nvmlDeviceGetGraphicsRunningProcesses",
                 ):
-                    for pid, used in self._processes(index, fn, handle):
-                        slot = holders.setdefault(pid, {})
-                        mib = -1 if used < 0 else int(used) // MIB
-                        slot[index] = max(slot.get(index, -1), mib)
+                    lists.append((index, self._processes(index, fn, handle)))
             except nvml.NVMLError:
                 gpu = dict(self.static[index])
                 gpu["error"] = "GPU is lost"
                 errors.append(f"GPU {index} is lost")
             gpus.append(gpu)
-        return gpus, holders, errors
+        same = len(lists) == len(self.last_lists) and all(
+            lists[i][1] is self.last_lists[i] for i in range(len(lists))
+        )
+        if not same:
+            holders: dict[int, dict[int, int]] = {}
+            for index, procs in lists:
+                for pid, used in procs:
+                    mib = -1 if used < 0 else int(used) // MIB
+                    slot = holders.get(pid)
+                    if slot is None:
+                        holders[pid] = {index: mib}
+                    elif slot.get(index, -2) < mib:
+                        slot[index] = mib
+            self.last_lists = [procs for _index, procs in lists]
+            self.last_holders = holders
+        return gpus, self.last_holders, errors
 
 
 class SmiReader:
@@ -455,20 +495,39 @@ def _read(path: str) -> str | None:
 
 
 class _Known:
-    """A process seen before: one (pid, start_ticks), and its pinned ``stat`` fd if any."""
+    """A process seen before: one (pid, start_ticks), its pinned ``stat`` fd and pidfd if any."""
 
-    __slots__ = ("pid", "start", "fd", "static", "sig", "out", "age", "seen", "stale")
+    __slots__ = (
+        "pid", "start", "fd", "pidfd", "parent", "static", "sig", "out", "seen", "stale",
+        "dirty", "hot", "quiet", "due",
+    )
 
     def __init__(self, pid: int, start: int, fd: int | None) -> None:
         self.pid = pid
         self.start = start
         self.fd = fd
+        self.pidfd: int | None = None  # readable once this process has exited
+        self.parent: int | None = None  # the ppid whose pidfd is watched for it, if any
         self.static: Json = {}
         self.sig: tuple[bytes, bytes, bytes] | None = None
         self.out: Json = {}
-        self.age = 0
         self.seen = True
         self.stale = True
+        self.dirty = False  # its pidfd or its parent's fired: re-read this sample
+        self.hot = False  # D, Z, T: re-read every sample
+        self.quiet = False  # its stat may be skipped until its rotation turn (see ProcReader)
+        self.due = 0.0  # monotonic time its cmdline and cgroup are next re-read
+
+
+class _Parent:
+    """A pidfd on the parent of known processes: readable once it exits (they are re-parented)."""
+
+    __slots__ = ("pid", "fd", "children")
+
+    def __init__(self, pid: int, fd: int) -> None:
+        self.pid = pid
+        self.fd = fd
+        self.children: set[int] = set()
 
 
 def fd_budget(limit: int = FD_CACHE_MAX) -> int:
@@ -492,8 +551,21 @@ class ProcReader:
     the process it was opened on, not the pid: once that process is gone the read fails
     (or is empty), even if the pid now belongs to another process, so a pinned fd also
     proves identity. Beyond ``fd_limit`` processes fall back to open/read/close plus a
-    start-time check. cmdline and cgroup are re-read every ``CMDLINE_TTL`` samples (phase
-    spread by pid), when comm changes, and after ``stale_all``.
+    start-time check. cmdline and cgroup are re-read every 15-30 s (``CMDLINE_TTL_S``, a
+    fixed fraction per pid so that processes started together spread out), when comm
+    changes, and after ``stale_all``.
+
+    Where the kernel has pidfds (``os.pidfd_open``: Python >= 3.9, Linux >= 5.3) a pinned
+    process also keeps a pidfd, and so does each distinct parent of one; ``begin_sample``
+    polls them all once (epoll, timeout 0). Between ``begin_sample`` and ``forget_unseen``
+    (one sample) ``read`` re-reads a process's stat only if it is new, its pidfd fired
+    (it exited: gone or a zombie), its parent's fired (it was re-parented), it showed D,
+    Z, T, t or X, it was signalled (``watch``) in the last ``SIGNAL_WATCH`` samples, its
+    cmdline is due, ``stale_all`` was called, its parent could not be watched, or its turn
+    in the rotation came (every ``stat_every`` samples, phase spread by pid). Otherwise it
+    returns the cached dict untouched: ``state`` and ``name`` of a running or sleeping
+    process may be up to ``stat_every - 1`` samples old; exits and ``ppid`` never are.
+    Without pidfds, beyond the fd budget, or outside a sample, every read re-reads.
     """
 
     def __init__(
@@ -501,6 +573,7 @@ class ProcReader:
         proc: str = "/proc",
         cgroup_root: str = "/sys/fs/cgroup",
         fd_limit: int | None = None,
+        stat_every: int = STAT_EVERY,
     ) -> None:
         self.proc = proc
         self.cgroup_root = cgroup_root
@@ -520,6 +593,23 @@ class ProcReader:
             fd_limit = fd_budget() if real else 0
         self.fd_limit = fd_limit
         self.pinned = 0
+        self.stat_every = max(1, stat_every)
+        self.sample_no = 0
+        self.now = 0.0  # monotonic time of the current sample
+        self.polled = False  # inside a sample whose pidfds were polled: reads may skip
+        self.pidfds = 0  # open pidfds (known processes and parents), at most fd_limit
+        self.parents: dict[int, _Parent] = {}
+        self.owners: dict[int, _Known | _Parent] = {}  # pidfd -> what it watches
+        self.signalled: dict[int, int] = {}  # pid -> last sample it is re-read every sample
+        self.poller: Any = None
+        if fd_limit > 0 and hasattr(os, "pidfd_open") and hasattr(select, "epoll"):
+            try:
+                probe = os.pidfd_open(os.getpid())
+            except OSError:  # kernel < 5.3 (ENOSYS) or seccomp: re-read every sample
+                pass
+            else:
+                os.close(probe)
+                self.poller = select.epoll()
 
     def start_ticks(self, pid: int) -> int | None:
         parsed = parse_stat(_read(f"{self.proc}/{pid}/stat") or "")
@@ -537,6 +627,35 @@ class ProcReader:
                 self.users[uid] = str(uid)
         return self.users[uid]
 
+    def begin_sample(self) -> None:
+        """Start a sample: poll every pidfd once and mark what must be re-read."""
+        self.sample_no += 1
+        self.now = time.monotonic()
+        if self.signalled:
+            for pid in [p for p, last in self.signalled.items() if last < self.sample_no]:
+                del self.signalled[pid]
+        if self.poller is None:
+            return
+        self.polled = True
+        for fd, _events in self.poller.poll(0, len(self.owners) + 1):
+            owner = self.owners.get(fd)
+            if isinstance(owner, _Known):  # exited: gone, or a zombie
+                owner.dirty, owner.quiet = True, False
+            elif owner is not None:  # a parent exited: its children were re-parented
+                for pid in owner.children:
+                    child = self.known.get(pid)
+                    if child is not None:
+                        child.dirty, child.quiet, child.parent = True, False, None
+                owner.children.clear()
+                self._close_parent(owner)
+
+    def watch(self, pid: int) -> None:
+        """Re-read ``pid`` every sample for the next ``SIGNAL_WATCH`` samples (signalled)."""
+        self.signalled[pid] = self.sample_no + SIGNAL_WATCH
+        known = self.known.get(pid)
+        if known is not None:
+            known.quiet = False
+
     def read(self, pid: int) -> Json | None:
         """One process as a wire dict, or None if it is gone.
 
@@ -544,6 +663,14 @@ class ProcReader:
         """
         known = self.known.get(pid)
         if known is not None and known.fd is not None:
+            if (
+                self.polled
+                and known.quiet
+                and (self.sample_no + pid) % self.stat_every
+                and known.due > self.now
+            ):
+                known.seen = True  # its pidfd and its parent's are quiet: nothing to re-read
+                return known.out
             try:
                 data = os.pread(known.fd, STAT_BYTES, 0)
             except OSError:  # ESRCH: the process this fd was opened on is gone
@@ -552,13 +679,21 @@ class ProcReader:
                 return self._update(known, data)
             self._drop(known)  # the pid may already name another process: look afresh
             known = None
+        keep = known is None and self.pinned < self.fd_limit
+        pidfd = None
+        if keep and self.poller is not None and self.pidfds < self.fd_limit:
+            try:  # before the stat fd: if the pid is recycled in between, the pidfd fires
+                pidfd = os.pidfd_open(pid)
+            except OSError:
+                pidfd = None
         try:
             fd = os.open(f"{self.proc}/{pid}/stat", os.O_RDONLY)
         except OSError:
             if known is not None:
                 self._drop(known)
+            if pidfd is not None:
+                os.close(pidfd)
             return None
-        keep = False
         try:
             data = os.read(fd, STAT_BYTES)
             parsed = parse_stat(data.decode("utf-8", "replace"))
@@ -569,17 +704,23 @@ class ProcReader:
                     return None
                 known = None
             if known is None:
-                keep = self.pinned < self.fd_limit
                 known = _Known(pid, parsed[3], fd if keep else None)
                 self.pinned += keep
                 self.known[pid] = known
                 known.static["user"] = self._user(pid)
+                if keep and pidfd is not None:
+                    known.pidfd, pidfd = pidfd, None
+                    self.pidfds += 1
+                    self.owners[known.pidfd] = known
+                    self.poller.register(known.pidfd, select.EPOLLIN)
             return self._update(known, data)
         except OSError:
             return None
         finally:
             if not keep:
                 os.close(fd)
+            if pidfd is not None:
+                os.close(pidfd)
 
     def _update(self, known: _Known, data: bytes) -> Json | None:
         """``known``'s wire dict after reading ``data`` from its stat (same dict if unchanged)."""
@@ -590,10 +731,10 @@ class ProcReader:
             return None
         sig = (data[open_at + 1 : close_at], rest[0], rest[1])
         known.seen = True
-        known.age += 1
+        known.dirty = False
         if (
             known.stale
-            or (known.age + known.pid) % CMDLINE_TTL == 0
+            or known.due <= self.now
             or (known.sig is not None and sig[0] != known.sig[0])
         ):
             self._refresh(known)
@@ -607,7 +748,65 @@ class ProcReader:
             out["state"] = sig[1].decode("ascii", "replace")
             out["ppid"] = ppid
             known.out, known.sig = out, sig
+            known.hot = sig[1] in HOT_STATES
+        if known.pidfd is not None and known.parent != known.out["ppid"]:
+            self._watch_parent(known)
+        known.quiet = (
+            known.parent is not None and not known.hot and known.pid not in self.signalled
+        )
         return known.out
+
+    def _watch_parent(self, known: _Known) -> None:
+        """Watch ``known``'s current parent's pidfd (re-parenting shows as its exit)."""
+        self._unwatch_parent(known)
+        ppid = known.out["ppid"]
+        if ppid <= 0:  # the namespace's init (or the kernel): never re-parented
+            known.parent = ppid
+            return
+        parent = self.parents.get(ppid)
+        if parent is None:
+            if self.pidfds >= self.fd_limit:
+                return  # over budget: unwatched, so re-read every sample
+            try:
+                fd = os.pidfd_open(ppid)
+            except OSError:  # gone already: re-parenting is under way, re-read next sample
+                return
+            assert known.fd is not None
+            try:  # the parent may have died and its pid been reused before pidfd_open
+                data = os.pread(known.fd, STAT_BYTES, 0)
+            except OSError:
+                data = b""
+            if data[data.rfind(b")") + 2 :].split(b" ", 2)[1:2] != [b"%d" % ppid]:
+                os.close(fd)
+                return
+            parent = self.parents[ppid] = _Parent(ppid, fd)
+            self.pidfds += 1
+            self.owners[fd] = parent
+            self.poller.register(fd, select.EPOLLIN)
+        parent.children.add(known.pid)
+        known.parent = ppid
+
+    def _unwatch_parent(self, known: _Known) -> None:
+        parent = self.parents.get(known.parent) if known.parent is not None else None
+        known.parent = None
+        if parent is not None:
+            parent.children.discard(known.pid)
+            if not parent.children:
+                self._close_parent(parent)
+
+    def _close_parent(self, parent: _Parent) -> None:
+        if self.parents.get(parent.pid) is parent:
+            del self.parents[parent.pid]
+        self._close_pidfd(parent.fd)
+
+    def _close_pidfd(self, fd: int) -> None:
+        del self.owners[fd]
+        self.pidfds -= 1
+        try:
+            self.poller.unregister(fd)
+        except OSError:
+            pass
+        os.close(fd)
 
     def _refresh(self, known: _Known) -> None:
         """Re-read what rarely changes for one process: cmdline (set-proctitle) and cgroup."""
@@ -627,23 +826,33 @@ class ProcReader:
         if static != known.static:
             known.static, known.sig = static, None
         known.stale = False
+        spread = ((pid * 2654435761) % 1024) / 2048.0  # fixed per pid, in [0, 0.5)
+        known.due = self.now + CMDLINE_TTL_S * (1.0 - spread)
 
     def _drop(self, known: _Known) -> None:
         if self.known.get(known.pid) is known:
             del self.known[known.pid]
+        self._unwatch_parent(known)
+        if known.pidfd is not None:
+            self._close_pidfd(known.pidfd)
+            known.pidfd = None
         if known.fd is not None:
             os.close(known.fd)
             known.fd = None
             self.pinned -= 1
 
     def stale_all(self) -> None:
-        """Re-read every known process's cmdline and cgroup on its next read."""
+        """Re-read every known process's stat, cmdline and cgroup on its next read."""
         for known in self.known.values():
-            known.stale = True
+            known.stale, known.quiet = True, False
 
     def close(self) -> None:
         for known in list(self.known.values()):
             self._drop(known)
+        if self.poller is not None:
+            self.poller.close()
+            self.poller = None
+        self.polled = False
 
     def members(self, cgroup: str) -> set[int]:
         """Every pid in a cgroup and the cgroups below it."""
@@ -657,7 +866,8 @@ class ProcReader:
         return pids
 
     def forget_unseen(self) -> None:
-        """Forget (and unpin) every process not read since the last call."""
+        """End a sample: forget (and unpin) every process not read since the last call."""
+        self.polled = False
         gone = []
         for known in self.known.values():
             if known.seen:
@@ -759,7 +969,7 @@ class Collector:
         self.units = units or UnitReader()
         self.can_act, self.reason = act_permission(sudo)
         self.watched: set[str] = set()
-        self.holding: dict[int, tuple[Json, dict[int, int], Json]] = {}
+        self.holding: dict[int, tuple[Json, dict[int, int], Json, str]] = {}
         self.host = os.uname().nodename if hasattr(os, "uname") else "localhost"
 
     def sample(self, force_units: bool = False) -> Json:
@@ -769,21 +979,26 @@ class Collector:
         if force_units:
             self.proc.stale_all()
         gpus, holders, errors = self.gpus.read()
+        self.proc.begin_sample()  # after the driver's lists: any exit before now is seen
         procs: dict[str, Json] = {}
         before = self.holding
-        self.holding = {}
+        holding: dict[int, tuple[Json, dict[int, int], Json, str]] = {}
+        self.holding = holding
+        read = self.proc.read
         for pid, mem in holders.items():
-            info = self.proc.read(pid)
+            info = read(pid)
+            last = before.get(pid)
+            if last is not None and last[0] is info and (last[1] is mem or last[1] == mem):
+                holding[pid] = last  # unchanged: the same dict (merge_patch skips it)
+                procs[last[3]] = last[2]
+                continue
             if info is None:  # listed by the driver, gone from /proc (or another pid ns)
                 info = {"pid": pid}
-            last = before.get(pid)
-            if last is not None and last[0] is info and last[1] == mem:
-                out = last[2]
-            else:
-                out = dict(info)
-                out["gpu_memory_mib"] = {str(k): v for k, v in mem.items()}
-            self.holding[pid] = (info, mem, out)
-            procs[str(pid)] = out
+            out = dict(info)
+            out["gpu_memory_mib"] = {str(k): v for k, v in mem.items()}
+            name = str(pid)
+            holding[pid] = (info, mem, out, name)
+            procs[name] = out
         owners: dict[str, str] = {}
         for info in list(procs.values()):
             unit = info.get("unit")
@@ -912,6 +1127,7 @@ def _command(line: bytes, collector: Collector) -> Json | None:
         return {"k": "full", "s": collector.sample(force_units=True), "id": request.get("id")}
     if op == "signal":
         outcome = send_signal(int(request["pid"]), request.get("start"), int(request["sig"]))
+        collector.proc.watch(int(request["pid"]))  # its state may change: re-read it a while
         return {"k": "signal", "outcome": outcome, "id": request.get("id")}
     return {"k": "error", "msg": "unknown op"}
 
