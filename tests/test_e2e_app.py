@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 
 import pytest
+from lab.probes import alice_pid, wait_host, workers
 
 from gpudash.engine import ActionKind, ExecOptions
 from gpudash.transport import open_source
@@ -91,33 +92,6 @@ def open_lab(host, **kw):  # type: ignore[no-untyped-def]
 def make_app(sources, **kw) -> GpudashApp:  # type: ignore[no-untyped-def]
     return GpudashApp(sources, interval=INTERVAL, read_only=False, theme=None,
                       exec_options=OPTIONS, **kw)
-
-
-def workers(host) -> list[int]:  # type: ignore[no-untyped-def]
-    return host.pids_of(r"VLLM::Worker_TP[0-7] ")
-
-
-def wait_host(pred, timeout: float = 15.0, what: str = "condition"):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)
-
-
-def alice_pid(host) -> int:  # type: ignore[no-untyped-def]
-    """alice's kernel (right after boot its launcher may briefly match as well)."""
-    def one() -> list[int] | None:
-        pids = [p for p in host.pids_of(r"python3 -m ipykernel_launcher")
-                if (info := host.proc(p)) is not None
-                and info["user"] == "alice" and info["comm"] == "python3"]
-        return pids if len(pids) == 1 else None
-
-    [pid] = wait_host(one, what="alice's kernel")
-    return pid
 
 
 # --- (a) kill -9 of the main PID respawns: the app shows it ---------------------------

@@ -13,6 +13,7 @@ import sys
 import time
 
 import pytest
+from lab.probes import alice_pid, wait_host, workers
 
 from gpudash.engine import ActionKind, ExecOptions, execute, plan_action
 from gpudash.transport import open_source
@@ -35,33 +36,6 @@ def gpudash(host, *args: str, timeout: float = 90) -> subprocess.CompletedProces
         capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
     )
     return cp
-
-
-def workers(host) -> list[int]:  # type: ignore[no-untyped-def]
-    return host.pids_of(r"VLLM::Worker_TP[0-7] ")
-
-
-def wait_host(pred, timeout: float = 15.0, what: str = "condition"):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)
-
-
-def alice_pid(host) -> int:  # type: ignore[no-untyped-def]
-    """alice's kernel (right after boot its launcher may briefly match as well)."""
-    def one() -> list[int] | None:
-        pids = [p for p in host.pids_of(r"python3 -m ipykernel_launcher")
-                if (info := host.proc(p)) is not None
-                and info["user"] == "alice" and info["comm"] == "python3"]
-        return pids if len(pids) == 1 else None
-
-    [pid] = wait_host(one, what="alice's kernel")
-    return pid
 
 
 def snapshot_json(host, target: str | None = None) -> dict:  # type: ignore[no-untyped-def]
