@@ -619,3 +619,24 @@ def test_unchanged_processes_are_reread_in_rotation(tmp_path: Path) -> None:
             p.kill()
             p.wait()
         reader.close()
+
+
+def test_fd_budget_raises_a_low_soft_limit_within_the_hard_one() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import resource\n"
+        "from gpudash.collector.hostside import fd_budget\n"
+        "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))\n"
+        "budget = fd_budget()\n"
+        "print(budget, resource.getrlimit(resource.RLIMIT_NOFILE)[0], hard)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=30, check=True).stdout.split()
+    budget, soft, hard = map(int, out)
+    if hard != -1 and hard < 4 * 4096 + 256:
+        assert soft == hard  # raised as far as allowed
+    else:
+        assert soft == 4 * 4096 + 256 and budget == 4096

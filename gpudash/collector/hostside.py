@@ -535,11 +535,22 @@ def fd_budget(limit: int = FD_CACHE_MAX) -> int:
     try:
         import resource
 
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     except (ImportError, OSError, ValueError):
         return 0
     if soft < 0 or soft == resource.RLIM_INFINITY:
         return limit
+    # Many hosts start sessions with a soft limit of 1024: raise it (within the hard
+    # limit, which needs no privilege) so every holder can be pinned, not just ~450.
+    want = 4 * limit + 256  # stat fd + pidfd per process, parents, headroom
+    if soft < want:
+        new = want if hard == resource.RLIM_INFINITY else min(hard, want)
+        if new > soft:
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+                soft = new
+            except (OSError, ValueError):
+                pass  # keep the smaller budget: those beyond it are re-read every sample
     return max(0, min(limit, soft // 2 - 64))
 
 
