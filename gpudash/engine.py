@@ -217,8 +217,8 @@ def plan_action(
         if kind is ActionKind.RECLAIM:
             # Everything of the unit's cgroup that is alive now is pinned; stop takes the
             # main, the signals take what KillMode or re-parenting left behind.
-            targets = [Target.of(p) for p in members if p.start_ticks is not None]
-            steps += [Step("signal", target=t, escalate=True) for t in targets if t.pid != 1]
+            targets = [Target.of(p) for p in members if p.start_ticks is not None and p.pid != 1]
+            steps += [Step("signal", target=t, escalate=True) for t in targets]
             expected = _mem_sum(targets)
         elif kind in (ActionKind.STOP, ActionKind.STOP_DISABLE):
             killed = members if u.kill_mode in (None, "control-group", "mixed") else [
@@ -461,7 +461,8 @@ async def _run(
             report.commands.append(result)
             if result.returncode is None:
                 report.unknown = True
-                report.summary = f"link lost during systemctl {step.verb}: outcome unknown"
+                why = result.output.strip() or "link lost"
+                report.summary = f"systemctl {step.verb} {step.unit}: {why}; outcome unknown"
                 tell("done", report.summary)
                 return report
             if not result.ok:

@@ -278,3 +278,17 @@ async def test_memory_alone_is_not_proof_a_surviving_target_is_named(demo: DemoH
     assert not report.confirmed
     assert [(lo.pid, lo.gpu, lo.reason.split()[0]) for lo in report.leftovers] == [(pid, None, "D")]
     assert "1 planned process(es) still alive" in report.summary
+
+
+async def test_systemctl_without_an_answer_is_an_unknown_outcome_that_says_why(
+    demo: DemoHost,
+) -> None:
+    class SlowStop(DroppingControl):
+        async def systemctl(self, verb: str, unit: str) -> CommandResult:
+            return CommandResult(("systemctl", verb, unit), None, "no answer within 150 s")
+
+    report = await execute(plan_action(await demo.sample(), ActionKind.STOP, unit=MINIMAX),
+                           SlowStop(demo), FAST)
+    assert report.unknown and not report.confirmed
+    assert report.summary == (f"systemctl stop {MINIMAX}: no answer within 150 s; "
+                              "outcome unknown")
