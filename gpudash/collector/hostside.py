@@ -22,7 +22,6 @@ beyond the fd budget, every process is re-read every sample.
 
 from __future__ import annotations
 
-import heapq
 import json
 import os
 import pwd
@@ -57,13 +56,6 @@ SMI_GPU_FIELDS = (
     "power.draw,power.limit"
 )
 SMI_APP_FIELDS = "gpu_uuid,pid,used_memory"
-FAST_GPU_FNS = (  # the per-GPU queries, in the order NvmlReader._read_fast calls them
-    "nvmlDeviceGetMemoryInfo",
-    "nvmlDeviceGetUtilizationRates",
-    "nvmlDeviceGetTemperature",
-    "nvmlDeviceGetPowerUsage",
-    "nvmlDeviceGetEnforcedPowerLimit",
-)
 
 if TYPE_CHECKING:  # the host may run Python 3.7: no runtime generic aliases
     from typing import TypeAlias
@@ -242,8 +234,6 @@ def parse_smi_apps(
 class NvmlReader:
     """GPUs and their holders through NVML; static facts are read once."""
 
-    stable_holders = True  # ``read`` returns the same holders map only while unchanged
-
     def __init__(self, nvml: Any) -> None:
         self.nvml = nvml
         nvml.nvmlInit()
@@ -252,7 +242,6 @@ class NvmlReader:
         self.unsupported: set[tuple[int, str]] = set()
         self.info_type: Any = None
         self.fast_lists = self._fast_process_lists()
-        self.fast_gpu = self._fast_gpu_queries()
         self.buffer: Any = None
         self.capacity = 0
         self.raw: dict[tuple[str, int], tuple[bytes, list[tuple[int, int]]]] = {}
@@ -317,85 +306,6 @@ class NvmlReader:
                 continue
         return fns
 
-    def _fast_gpu_queries(self) -> tuple[Any, ...] | None:
-        """The C entry points pynvml calls for the per-GPU queries, with preallocated
-        structs of pynvml's layouts (pynvml allocates and wraps a struct per query, most
-        of the per-GPU cost). None (use pynvml) where anything is missing or differs."""
-        import ctypes
-
-        nvml = self.nvml
-        try:
-            pointer = nvml._nvmlGetFunctionPointer
-            memory_t = nvml.c_nvmlMemory_t
-            util_t = nvml.c_nvmlUtilization_t
-            fns = tuple(pointer(fn) for fn in FAST_GPU_FNS)
-            codes = (
-                int(nvml.NVML_SUCCESS),
-                int(nvml.NVML_ERROR_GPU_IS_LOST),
-                int(nvml.NVML_ERROR_NOT_SUPPORTED),
-                int(nvml.NVML_ERROR_FUNCTION_NOT_FOUND),
-            )
-        except Exception:  # noqa: BLE001 - an older pynvml or driver: pynvml decides
-            return None
-        memory = type("Memory", (ctypes.Structure,), {"_fields_": memory_t._fields_})()
-        util = type("Utilization", (ctypes.Structure,), {"_fields_": util_t._fields_})()
-        if ctypes.sizeof(memory) != ctypes.sizeof(memory_t) or ctypes.sizeof(
-            util
-        ) != ctypes.sizeof(util_t):
-            return None
-        value = ctypes.c_uint(0)
-        refs = (ctypes.byref(memory), ctypes.byref(util), ctypes.byref(value))
-        return fns, codes, memory, util, value, refs, ctypes.c_uint(0)
-
-    def _fast_failed(self, index: int, fn: str, ret: int) -> None:
-        """A failed direct query, handled as ``_call`` handles pynvml's exception."""
-        _ok, lost, unsupported, not_found = self.fast_gpu[1]  # type: ignore[index]
-        if ret == lost:
-            raise self.nvml.NVMLError(ret)
-        if ret == unsupported or ret == not_found:
-            self.unsupported.add((index, fn))
-
-    def _read_fast(self, index: int, handle: Any, gpu: Json) -> None:
-        """memory, utilisation, temperature, power and its limit straight from the C
-        library (the same values and None/unsupported/lost handling as through pynvml)."""
-        fns, codes, memory, util, value, refs, sensor = self.fast_gpu  # type: ignore[misc]
-        ok = codes[0]
-        skip = self.unsupported
-        mem_fn, util_fn, temp_fn, power_fn, limit_fn = fns
-        mem_name, util_name, temp_name, power_name, limit_name = FAST_GPU_FNS
-        mem_ref, util_ref, value_ref = refs
-        if not skip or (index, mem_name) not in skip:
-            ret = mem_fn(handle, mem_ref)
-            if ret == ok:
-                gpu["memory_total_mib"] = memory.total // MIB
-                gpu["memory_used_mib"] = memory.used // MIB
-            else:
-                self._fast_failed(index, mem_name, ret)
-        if not skip or (index, util_name) not in skip:
-            ret = util_fn(handle, util_ref)
-            if ret == ok:
-                gpu["utilization_pct"] = util.gpu
-            else:
-                self._fast_failed(index, util_name, ret)
-        if not skip or (index, temp_name) not in skip:
-            ret = temp_fn(handle, sensor, value_ref)
-            if ret == ok:
-                gpu["temperature_c"] = value.value
-            else:
-                self._fast_failed(index, temp_name, ret)
-        if not skip or (index, power_name) not in skip:
-            ret = power_fn(handle, value_ref)
-            if ret == ok:
-                gpu["power_w"] = round(value.value / 1000.0, 1)
-            else:
-                self._fast_failed(index, power_name, ret)
-        if not skip or (index, limit_name) not in skip:
-            ret = limit_fn(handle, value_ref)
-            if ret == ok:
-                gpu["power_limit_w"] = round(value.value / 1000.0, 1)
-            else:
-                self._fast_failed(index, limit_name, ret)
-
     def _process_list(self, fn: str, handle: Any, index: int) -> list[tuple[int, int]]:
         """[(pid, used bytes or -1)] through the C entry point, as pynvml would (see above).
 
@@ -449,10 +359,22 @@ class NvmlReader:
         for index, handle in enumerate(self.handles):
             gpu = dict(self.static[index])
             try:
-                if self.fast_gpu is not None:
-                    self._read_fast(index, handle, gpu)
-                else:
-                    self._read_slow(index, handle, gpu)
+                mem = self._call(index, "nvmlDeviceGetMemoryInfo", handle)
+                if mem is not None:
+                    gpu["memory_total_mib"] = int(mem.total) // MIB
+                    gpu["memory_used_mib"] = int(mem.used) // MIB
+                util = self._call(index, "nvmlDeviceGetUtilizationRates", handle)
+                if util is not None:
+                    gpu["utilization_pct"] = int(util.gpu)
+                temp = self._call(index, "nvmlDeviceGetTemperature", handle, 0)
+                if temp is not None:
+                    gpu["temperature_c"] = int(temp)
+                power = self._call(index, "nvmlDeviceGetPowerUsage", handle)
+                if power is not None:
+                    gpu["power_w"] = round(power / 1000.0, 1)
+                limit = self._call(index, "nvmlDeviceGetEnforcedPowerLimit", handle)
+                if limit is not None:
+                    gpu["power_limit_w"] = round(limit / 1000.0, 1)
                 for fn in (
                     "nvmlDeviceGetComputeRunningProcesses",
                     "nvmlDeviceGetGraphicsRunningProcesses",
@@ -479,25 +401,6 @@ class NvmlReader:
             self.last_lists = [procs for _index, procs in lists]
             self.last_holders = holders
         return gpus, self.last_holders, errors
-
-    def _read_slow(self, index: int, handle: Any, gpu: Json) -> None:
-        """The per-GPU queries through pynvml (where ``_fast_gpu_queries`` found no way)."""
-        mem = self._call(index, "nvmlDeviceGetMemoryInfo", handle)
-        if mem is not None:
-            gpu["memory_total_mib"] = int(mem.total) // MIB
-            gpu["memory_used_mib"] = int(mem.used) // MIB
-        util = self._call(index, "nvmlDeviceGetUtilizationRates", handle)
-        if util is not None:
-            gpu["utilization_pct"] = int(util.gpu)
-        temp = self._call(index, "nvmlDeviceGetTemperature", handle, 0)
-        if temp is not None:
-            gpu["temperature_c"] = int(temp)
-        power = self._call(index, "nvmlDeviceGetPowerUsage", handle)
-        if power is not None:
-            gpu["power_w"] = round(power / 1000.0, 1)
-        limit = self._call(index, "nvmlDeviceGetEnforcedPowerLimit", handle)
-        if limit is not None:
-            gpu["power_limit_w"] = round(limit / 1000.0, 1)
 
 
 class SmiReader:
@@ -710,9 +613,6 @@ class ProcReader:
         self.owners: dict[int, _Known | _Parent] = {}  # pidfd -> what it watches
         self.signalled: dict[int, int] = {}  # pid -> last sample it is re-read every sample
         self.poller: Any = None
-        self.loud: set[int] = set()  # known pids whose ``quiet`` is False
-        self.phases: dict[int, set[int]] = {}  # known pids by pid % stat_every
-        self.dues: list[tuple[float, int]] = []  # heap of (cmdline due, pid), lazily pruned
         if fd_limit > 0 and hasattr(os, "pidfd_open") and hasattr(select, "epoll"):
             try:
                 probe = os.pidfd_open(os.getpid())
@@ -752,13 +652,11 @@ class ProcReader:
             owner = self.owners.get(fd)
             if isinstance(owner, _Known):  # exited: gone, or a zombie
                 owner.dirty, owner.quiet = True, False
-                self.loud.add(owner.pid)
             elif owner is not None:  # a parent exited: its children were re-parented
                 for pid in owner.children:
                     child = self.known.get(pid)
                     if child is not None:
                         child.dirty, child.quiet, child.parent = True, False, None
-                        self.loud.add(pid)
                 owner.children.clear()
                 self._close_parent(owner)
 
@@ -768,31 +666,6 @@ class ProcReader:
         known = self.known.get(pid)
         if known is not None:
             known.quiet = False
-            self.loud.add(pid)
-
-    def pending(self, pids: dict[int, Any]) -> set[int] | None:
-        """Which of ``pids`` ``read`` would re-read now (between ``begin_sample`` and
-        ``forget_unseen``): new, unpinned or not quiet, due for their cmdline, or at their
-        rotation turn. For every other one ``read`` would return its cached dict, so a
-        caller may skip it (``forget_unseen(kept=pids)`` keeps it). None: read them all.
-        """
-        if not self.polled:
-            return None
-        due = self.loud | self.phases.get((-self.sample_no) % self.stat_every, set())
-        dues = self.dues
-        later = []
-        while dues and dues[0][0] <= self.now:
-            entry = heapq.heappop(dues)
-            known = self.known.get(entry[1])
-            if known is not None and known.due <= self.now:
-                due.add(entry[1])
-                if entry[1] not in pids:
-                    later.append(entry)  # not asked for now: keep it for the next sample
-        for entry in later:
-            heapq.heappush(dues, entry)
-        due.intersection_update(pids.keys())
-        due.update(pids.keys() - self.known.keys())
-        return due
 
     def read(self, pid: int) -> Json | None:
         """One process as a wire dict, or None if it is gone.
@@ -845,8 +718,6 @@ class ProcReader:
                 known = _Known(pid, parsed[3], fd if keep else None)
                 self.pinned += keep
                 self.known[pid] = known
-                self.loud.add(pid)
-                self.phases.setdefault(pid % self.stat_every, set()).add(pid)
                 known.static["user"] = self._user(pid)
                 if keep and pidfd is not None:
                     known.pidfd, pidfd = pidfd, None
@@ -894,10 +765,6 @@ class ProcReader:
         known.quiet = (
             known.parent is not None and not known.hot and known.pid not in self.signalled
         )
-        if known.quiet:
-            self.loud.discard(known.pid)
-        else:
-            self.loud.add(known.pid)
         return known.out
 
     def _watch_parent(self, known: _Known) -> None:
@@ -972,17 +839,10 @@ class ProcReader:
         known.stale = False
         spread = ((pid * 2654435761) % 1024) / 2048.0  # fixed per pid, in [0, 0.5)
         known.due = self.now + CMDLINE_TTL_S * (1.0 - spread)
-        heapq.heappush(self.dues, (known.due, pid))
 
     def _drop(self, known: _Known) -> None:
         if self.known.get(known.pid) is known:
             del self.known[known.pid]
-            self.loud.discard(known.pid)
-            phase = self.phases.get(known.pid % self.stat_every)
-            if phase is not None:
-                phase.discard(known.pid)
-                if not phase:
-                    del self.phases[known.pid % self.stat_every]
         self._unwatch_parent(known)
         if known.pidfd is not None:
             self._close_pidfd(known.pidfd)
@@ -996,7 +856,6 @@ class ProcReader:
         """Re-read every known process's stat, cmdline and cgroup on its next read."""
         for known in self.known.values():
             known.stale, known.quiet = True, False
-        self.loud.update(self.known)
 
     def close(self) -> None:
         for known in list(self.known.values()):
@@ -1017,15 +876,14 @@ class ProcReader:
                         pids.add(int(line))
         return pids
 
-    def forget_unseen(self, kept: dict[int, Any] | None = None) -> None:
-        """End a sample: forget (and unpin) every process not read since the last call,
-        except those in ``kept`` that ``pending`` left out this sample."""
+    def forget_unseen(self) -> None:
+        """End a sample: forget (and unpin) every process not read since the last call."""
         self.polled = False
         gone = []
         for known in self.known.values():
             if known.seen:
                 known.seen = False
-            elif kept is None or known.pid not in kept or not known.quiet:
+            else:
                 gone.append(known)
         for known in gone:
             self._drop(known)
@@ -1123,9 +981,6 @@ class Collector:
         self.can_act, self.reason = act_permission(sudo)
         self.watched: set[str] = set()
         self.holding: dict[int, tuple[Json, dict[int, int], Json, str]] = {}
-        self.holders: Any = None  # the driver's holders map of the last sample
-        self.holder_procs: dict[str, Json] = {}  # the last sample's holders, by pid
-        self.owners: dict[str, str] = {}  # unit -> its cgroup, from the holders above
         self.host = os.uname().nodename if hasattr(os, "uname") else "localhost"
 
     def sample(self, force_units: bool = False) -> Json:
@@ -1136,30 +991,18 @@ class Collector:
             self.proc.stale_all()
         gpus, holders, errors = self.gpus.read()
         self.proc.begin_sample()  # after the driver's lists: any exit before now is seen
+        procs: dict[str, Json] = {}
         before = self.holding
-        # the same driver lists as last sample (a reader that says so by returning the
-        # same, never mutated map): only the holders ``read`` would re-read are visited
-        same = holders is self.holders and getattr(self.gpus, "stable_holders", False)
-        pending = self.proc.pending(holders) if same else None
-        if pending is None:
-            todo: Any = holders
-            holding: dict[int, tuple[Json, dict[int, int], Json, str]] = {}
-            procs: dict[str, Json] = {}
-        else:
-            todo = {pid: holders[pid] for pid in pending}
-            holding = dict(before)
-            procs = dict(self.holder_procs)
-        self.holding, self.holders = holding, holders
+        holding: dict[int, tuple[Json, dict[int, int], Json, str]] = {}
+        self.holding = holding
         read = self.proc.read
-        changed = pending is None
-        for pid, mem in todo.items():
+        for pid, mem in holders.items():
             info = read(pid)
             last = before.get(pid)
             if last is not None and last[0] is info and (last[1] is mem or last[1] == mem):
                 holding[pid] = last  # unchanged: the same dict (merge_patch skips it)
                 procs[last[3]] = last[2]
                 continue
-            changed = True
             if info is None:  # listed by the driver, gone from /proc (or another pid ns)
                 info = {"pid": pid}
             out = dict(info)
@@ -1167,16 +1010,11 @@ class Collector:
             name = str(pid)
             holding[pid] = (info, mem, out, name)
             procs[name] = out
-        self.holder_procs = procs
-        procs = dict(procs)  # unit members join this snapshot's copy only
-        owners = self.owners
-        if changed:
-            owners = {}
-            for info in procs.values():
-                unit = info.get("unit")
-                if unit and "cgroup" in info:
-                    owners[unit] = unit_cgroup(info["cgroup"], unit)
-            self.owners = owners
+        owners: dict[str, str] = {}
+        for info in list(procs.values()):
+            unit = info.get("unit")
+            if unit and "cgroup" in info:
+                owners[unit] = unit_cgroup(info["cgroup"], unit)
         membership = []
         for unit, cgroup in sorted(owners.items()):
             pids = self.proc.members(cgroup)
@@ -1186,7 +1024,7 @@ class Collector:
                     info = self.proc.read(pid)
                     if info is not None:
                         procs[str(pid)] = info
-        self.proc.forget_unseen(kept=None if pending is None else holders)
+        self.proc.forget_unseen()
         names = set(owners) | self.watched
         key = (tuple(membership), tuple(sorted(self.watched)))
         units, unit_errors = self.units.read(names, key, force_units)
