@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from itertools import count
 from pathlib import Path
+from typing import Any
 
 from rich.markup import escape
 from textual import work
@@ -138,6 +139,8 @@ class GpudashApp(App[int]):
         self.reports: list[ActionReport] = []
         self._action_ids = count(1)
         self._running_plan: tuple[int, ActionPlan] | None = None
+        # (plan, latest progress, report, error) of the action shown in the result panel
+        self._progress_state: tuple[Any, Any, Any, Any] | None = None
         self._startup_warnings: list[str] = []
         self._welcome = welcome
         self.holder_filter = ""
@@ -291,15 +294,8 @@ class GpudashApp(App[int]):
             return
         plan, view.unverified = view.unverified, None
         view.reverify_attempts += 1
-        action_id = next(self._action_ids)
-        self.running = True
-        self._running_plan = (action_id, plan)
-        self._progress_state = (plan, None, None, None)
         self._log(plan.host, plan.title, "link is back: re-verifying (nothing is re-sent)", None)
-        self.run_worker(
-            self._execute(action_id, plan, host, act=False), name=f"reverify {action_id}",
-            group="action", exit_on_error=False,
-        )
+        self._start_action(plan, host, act=False)
 
     def on_host_failed(self, message: HostFailed) -> None:
         if not self.screen_stack:  # shutting down
@@ -562,14 +558,19 @@ class GpudashApp(App[int]):
         if self.running:  # another action started while the dialog was open
             self.notify("Another action is running; not started.", severity="warning")
             return
+        self._start_action(plan, host, act=True)
+
+    def _start_action(self, plan: ActionPlan, host: int, *, act: bool) -> None:
+        """Run (or, after a lost link, only re-verify) ``plan`` in the action worker."""
         action_id = next(self._action_ids)
         self.running = True
         self._running_plan = (action_id, plan)
-        self._progress_state: tuple[object, ...] = (plan, None, None, None)
+        self._progress_state = (plan, None, None, None)
         self.result_shown = True
         self._refresh_progress()
         self.run_worker(
-            self._execute(action_id, plan, host), name=f"action {action_id}", group="action",
+            self._execute(action_id, plan, host, act=act),
+            name=f"{'action' if act else 'reverify'} {action_id}", group="action",
             exit_on_error=False,
         )
 
@@ -613,7 +614,7 @@ class GpudashApp(App[int]):
         self.running = False
         self._running_plan = None
         report = message.report
-        progress = getattr(self, "_progress_state", (None, None))[1]
+        progress = self._progress_state[1] if self._progress_state else None
         self._progress_state = (message.plan, progress, report, message.error)
         self.result_shown = True
         self._refresh_progress()
@@ -649,7 +650,7 @@ class GpudashApp(App[int]):
 
     def _refresh_progress(self) -> None:
         panel = self.progress_panel
-        state = getattr(self, "_progress_state", None)
+        state = self._progress_state
         shown = self.result_shown and state is not None
         panel.set_class(shown, "-shown")
         # On a short terminal the action panel takes the GPU table's place (it shows the
