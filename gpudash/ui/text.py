@@ -7,23 +7,11 @@ raw: control characters become a visible ``\\xNN`` escape.
 
 from __future__ import annotations
 
-import re
-
 from rich.text import Text
 
-# C0 controls (tab and newline too: every cell is one line), DEL, C1 controls, and the
-# Unicode bidi overrides that can make a command line read backwards.
-_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+from gpudash.untrusted import clean
 
-
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def clean(value: object) -> str:
-    """``value`` as one line of plain text with every control character made visible."""
-    return _UNSAFE.sub(_escape, str(value))
+__all__ = ["clean", "literal", "na", "gib", "duration"]
 
 
 def literal(value: object, style: str = "") -> Text:
