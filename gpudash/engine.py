@@ -674,6 +674,7 @@ def _explain(plan: ActionPlan, snap: HostSnapshot, gpus: list[int]) -> list[Left
     """Say, per GPU still above target, which process holds it and why."""
     out: list[Leftover] = []
     pinned = {(t.pid, t.start_ticks) for t in plan.targets}
+    pinned_pids = {t.pid for t in plan.targets}
     left_alone = {t.pid for t in plan.untouched}
     unit_now = snap.unit(plan.unit_before.name) if plan.unit_before else None
     respawned = (
@@ -695,7 +696,7 @@ def _explain(plan: ActionPlan, snap: HostSnapshot, gpus: list[int]) -> list[Left
                 explained = True
             elif p.pid in left_alone:
                 continue
-            elif p.pid in {t.pid for t in plan.targets}:
+            elif p.pid in pinned_pids:
                 out.append(Leftover(p.pid, gpu, mib, "pid reused",
                                     "another process has this pid now; it was not signalled"))
                 explained = True

@@ -10,13 +10,13 @@ from collections.abc import Iterable
 from typing import Any
 
 from gpudash.model import HostSnapshot
-from gpudash.triage import triage
+from gpudash.triage import process_flags
 
 SCHEMA = 1
 
 
-def host_to_json(snapshot: HostSnapshot, previous: HostSnapshot | None = None) -> dict[str, Any]:
-    flags = triage(snapshot, previous).flags
+def host_to_json(snapshot: HostSnapshot) -> dict[str, Any]:
+    flags = process_flags(snapshot)
     return {
         "name": snapshot.host,
         "taken_at": snapshot.taken_at,
