@@ -253,7 +253,7 @@ class DemoHost(HostControl):
             )
             for p in sorted(self.processes.values(), key=lambda p: p.pid)
         )
-        units = tuple(_unit_view(u, now) for u in self.units.values())
+        units = tuple(_unit_view(u) for u in self.units.values())
         return HostSnapshot(
             host=self.name,
             taken_at=self._boot_epoch + now,
@@ -340,7 +340,7 @@ def _cgroup(p: SimProcess) -> str | None:
     return f"/system.slice/{p.unit}"
 
 
-def _unit_view(u: SimUnit, now: float) -> Unit:
+def _unit_view(u: SimUnit) -> Unit:
     if u.active and u.restart_at is not None:
         active, sub = "activating", "auto-restart"
     elif u.active:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import shlex
 import zlib
 from pathlib import Path
 
@@ -55,13 +54,3 @@ def collector_argv(python: str, mode: str, *, interval: float | None, sudo: bool
     if sudo:
         argv.append("--sudo")
     return argv
-
-
-def remote_command(
-    python: str, mode: str, *, interval: float | None, sudo: bool, as_root: bool = False
-) -> str:
-    """The shell command line for an SSH channel (``sudo -n`` prefix when ``as_root``)."""
-    argv = collector_argv(python, mode, interval=interval, sudo=sudo)
-    if as_root:
-        argv = ["sudo", "-n", *argv]
-    return shlex.join(argv)

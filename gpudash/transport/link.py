@@ -83,7 +83,7 @@ class CollectorSource(ABC):
         """Connect (if needed) and learn the host's facts; raises ``SourceError``."""
 
     @abstractmethod
-    async def _open(self, command: list[str] | str, *, as_root: bool) -> Pipe: ...
+    async def _open(self, command: list[str] | str) -> Pipe: ...
 
     @abstractmethod
     async def _run(self, argv: list[str], limit_s: float) -> CommandResult: ...
@@ -123,7 +123,7 @@ class CollectorSource(ABC):
             raise ProtocolError("no python3 on the host")
         as_root = mode == "serve" and self.sudo and not self.is_root
         argv = collector_argv(self.python, mode, interval=interval, sudo=self.sudo)
-        pipe = await self._open(["sudo", "-n", *argv] if as_root else argv, as_root=as_root)
+        pipe = await self._open(["sudo", "-n", *argv] if as_root else argv)
         pipe.write(payload(with_pynvml=self.send_pynvml))
         for unit in sorted(self.watched):
             pipe.write(_request("watch", unit=unit))
@@ -150,7 +150,7 @@ class CollectorSource(ABC):
             await pipe.wait_closed()
 
     async def _shell_stream(self, interval: float) -> AsyncIterator[HostSnapshot]:
-        pipe = await self._open(shell.stream_command(interval), as_root=False)
+        pipe = await self._open(shell.stream_command(interval))
         self._streams.add(pipe)
         limit_s = FIRST_SAMPLE_TIMEOUT_S
         try:
@@ -276,7 +276,7 @@ class CollectorControl:
         source = self.source
         await source._ready()
         if source.python is None:
-            pipe = await source._open(shell.stream_command(1, once=True), as_root=False)
+            pipe = await source._open(shell.stream_command(1, once=True))
             try:
                 return source._shell_snapshot(
                     await source._read_frame(pipe, FIRST_SAMPLE_TIMEOUT_S)

@@ -81,7 +81,7 @@ class LocalSource(CollectorSource):
     def _link_down(self) -> bool:
         return False
 
-    async def _open(self, command: list[str] | str, *, as_root: bool) -> Pipe:
+    async def _open(self, command: list[str] | str) -> Pipe:
         argv = ["sh", "-c", command] if isinstance(command, str) else command
         try:
             proc = await asyncio.create_subprocess_exec(

@@ -230,7 +230,7 @@ class SshSource(CollectorSource):
     def _link_down(self) -> bool:
         return self.lost
 
-    async def _open(self, command: list[str] | str, *, as_root: bool) -> Pipe:
+    async def _open(self, command: list[str] | str) -> Pipe:
         line = command if isinstance(command, str) else shlex.join(command)
         try:
             proc = await self.conn.create_process(line, encoding=None)
