@@ -50,13 +50,18 @@ def ssh_source(server: SshdServer, **kw: object) -> SshSource:
     return SshSource(server.target, **kw)  # type: ignore[arg-type]
 
 
-async def first(stream: AsyncIterator[HostSnapshot], n: int = 1) -> HostSnapshot:
+async def first(
+    stream: AsyncIterator[HostSnapshot], n: int = 1, *, keep_open: bool = False
+) -> HostSnapshot:
     last = None
     async for snap in stream:
         last = snap
         n -= 1
         if n <= 0:
             break
+    if not keep_open:
+        # the stream's clean-up runs now, in this loop, not at garbage collection
+        await stream.aclose()  # type: ignore[attr-defined]
     assert last is not None
     return last
 
@@ -191,7 +196,7 @@ async def test_dropped_link_raises_link_lost_and_reconnects(
     source = ssh_source(sshd_server)
     try:
         stream = source.stream(0.2)
-        await first(stream, 2)
+        await first(stream, 2, keep_open=True)
         assert sshd_server.drop_connections() > 0
         started = time.monotonic()
         with pytest.raises(LinkLost):
