@@ -8,7 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DOMAIN = ["model", "source", "triage", "engine", "demo", "jsonfmt", "audit", "textreport",
-          "untrusted", "collector", "transport"]
+          "untrusted", "units", "collector", "transport"]
 
 
 LINT_IMPORTS = "from importlinter.cli import lint_imports_command; lint_imports_command()"
