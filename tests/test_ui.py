@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import Button
 
+from gpudash import units
 from gpudash.demo import MINIMAX, DemoHost
 from gpudash.engine import ActionKind, ExecOptions
 from gpudash.source import HostKeyError, LinkLost
@@ -103,7 +104,7 @@ async def test_incident_kill_stop_disable_reap(tmp_path: Path) -> None:
         row = [str(c) for c in table.get_row(f"p:{orphan.pid}")]
         assert "ORPHAN" in row[FLAGS]
         gpu, mib = next(iter(orphan.gpu_memory_mib.items()))
-        assert f"GPU{gpu} {mib / 1024:.1f}G" == row[MEM]
+        assert f"GPU{gpu} {units.gib(mib)}" == row[MEM]
 
         # 3. reap the unit's orphans: all eight GPUs back to baseline, confirmed.
         await select(pilot, app, f"u:{MINIMAX}")

@@ -34,3 +34,31 @@ def test_plain_snapshot_writes_memory_temperature_and_power_like_the_dashboard()
     assert "MiB" not in text
     assert "754.3 GiB" in text  # the unit's total, not 772360 MiB
     assert "GPU1 94.5 GiB" in text  # per process, as the holders table writes it
+
+
+async def test_dashboard_cells_use_the_same_spelling() -> None:
+    from gpudash.ui.app import GpudashApp
+    from gpudash.ui.widgets.gpus import GpuTable
+    from gpudash.ui.widgets.holders import HoldersTable
+
+    demo = DemoHost(seed=7)
+    app = GpudashApp([demo], interval=3600.0, read_only=False, theme=None, exec_options=None)
+    async with app.run_test(size=(160, 50)) as pilot:
+        for _ in range(200):
+            if app.view.snapshot is not None:
+                break
+            await pilot.pause(0.02)
+        await pilot.pause(0.1)
+        snap = app.view.snapshot
+        assert snap is not None
+        g0 = snap.gpus[0]
+        row = [str(c) for c in app.query_one(GpuTable).get_row("0")]
+        assert units.gib_of(g0.memory_used_mib, g0.memory_total_mib) in row[2]
+        assert units.percent(g0.utilization_pct) in row
+        assert units.celsius(g0.temperature_c) in row
+        assert units.watts(g0.power_w, g0.power_limit_w) in row
+        holders = app.query_one(HoldersTable)
+        group = [str(c) for c in holders.get_row("u:vllm-minimax-m25.service")]
+        assert group[1] == "754.3 GiB ×8"
+        tp1 = next(p for p in snap.processes if p.cmdline == "VLLM::Worker_TP1")
+        assert str(holders.get_row(f"p:{tp1.pid}")[1]) == "GPU1 94.5 GiB"

@@ -11,6 +11,8 @@ import plotext as plt
 from rich.color import Color
 from rich.text import Text
 
+from gpudash.units import MIB_PER_GIB
+
 # One colour per GPU index, readable on dark and light backgrounds.
 GPU_COLOURS = (
     "#ff5f5f", "#5fafff", "#5fd787", "#ffaf5f", "#af87ff", "#5fd7d7", "#ff87d7", "#d7d75f",
@@ -49,7 +51,7 @@ def render_history(
     drawn = False
     for gpu in gpus:
         xs = [t - last for t, used in points if used.get(gpu) is not None]
-        ys = [(used.get(gpu) or 0) / 1024 for t, used in points if used.get(gpu) is not None]
+        ys = [(used.get(gpu) or 0) / MIB_PER_GIB for t, used in points if used.get(gpu) is not None]
         if not xs:
             continue
         if len(xs) == 1:  # a single sample still shows as a short flat line

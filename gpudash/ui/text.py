@@ -11,21 +11,12 @@ from rich.text import Text
 
 from gpudash.untrusted import clean
 
-__all__ = ["clean", "literal", "na", "gib", "duration"]
+__all__ = ["clean", "literal", "duration"]
 
 
 def literal(value: object, style: str = "") -> Text:
     """A Rich ``Text`` that shows ``value`` exactly, whatever brackets it contains."""
     return Text(clean(value), style=style, no_wrap=True, overflow="ellipsis")
-
-
-def na(value: object | None, fmt: str = "{}") -> str:
-    """``N/A`` for a value the host did not report, else the formatted value."""
-    return "N/A" if value is None else fmt.format(value)
-
-
-def gib(mib: int | float | None, digits: int = 1) -> str:
-    return "N/A" if mib is None else f"{mib / 1024:.{digits}f}"
 
 
 def duration(seconds: float | None) -> str:

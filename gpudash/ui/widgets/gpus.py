@@ -8,6 +8,7 @@ from textual.widgets import DataTable
 from gpudash.model import Gpu, HostSnapshot
 from gpudash.ui.palette import Palette
 from gpudash.ui.text import literal
+from gpudash.units import NA, celsius, gib_of, percent, watts
 
 _EIGHTHS = " ▏▎▍▌▋▊▉"
 BAR_WIDTH = 20
@@ -16,23 +17,23 @@ BAR_WIDTH = 20
 def memory_bar(used: int | None, total: int | None, pal: Palette, width: int = BAR_WIDTH) -> Text:
     """``████▌░░░  94.5/95.6 GiB`` — block characters, coloured by how full the GPU is."""
     if used is None or total is None or total <= 0:
-        return Text("░" * width + "   N/A", style=pal.muted)
+        return Text("░" * width + f" {NA:>13}", style=pal.muted)
     fraction = max(0.0, min(1.0, used / total))
     eighths = round(fraction * width * 8)
     full, part = divmod(eighths, 8)
     filled = "█" * full + (_EIGHTHS[part] if part else "")
     text = Text(filled, style=pal.fullness(fraction))
     text.append("░" * (width - len(filled)), style=pal.empty)
-    text.append(f" {used / 1024:5.1f}/{total / 1024:.1f} GiB")
+    text.append(f" {gib_of(used, total):>13}")
     return text
 
 
 COLUMNS = (
     ("gpu", "GPU", 3),
     ("name", "Name", 22),
-    ("mem", "Memory (used/total)", BAR_WIDTH + 16),
+    ("mem", "Memory (used/total)", BAR_WIDTH + 14),
     ("util", "Util", 5),
-    ("temp", "Temp", 5),
+    ("temp", "Temp", 6),
     ("power", "Power/limit", 11),
 )
 
@@ -41,20 +42,14 @@ def gpu_cells(gpu: Gpu, pal: Palette) -> list[Text]:
     if gpu.error:
         name = literal(gpu.error, style=pal.error)
     else:
-        name = literal((gpu.name or "N/A").removeprefix("NVIDIA "))
-    if gpu.power_w is None:
-        power = "N/A"
-    elif gpu.power_limit_w is None:
-        power = f"{gpu.power_w:.0f} W"
-    else:
-        power = f"{gpu.power_w:.0f}/{gpu.power_limit_w:.0f} W"
+        name = literal((gpu.name or NA).removeprefix("NVIDIA "))
     return [
         Text(str(gpu.index), justify="right"),
         name,
         memory_bar(gpu.memory_used_mib, gpu.memory_total_mib, pal),
-        Text("N/A" if gpu.utilization_pct is None else f"{gpu.utilization_pct}%", justify="right"),
-        Text("N/A" if gpu.temperature_c is None else f"{gpu.temperature_c}°C", justify="right"),
-        Text(power, justify="right"),
+        Text(percent(gpu.utilization_pct), justify="right"),
+        Text(celsius(gpu.temperature_c), justify="right"),
+        Text(watts(gpu.power_w, gpu.power_limit_w), justify="right"),
     ]
 
 

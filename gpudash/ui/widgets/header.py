@@ -8,6 +8,7 @@ from textual.widgets import DataTable, Static
 from gpudash.ui.hosts import HostView
 from gpudash.ui.palette import Palette
 from gpudash.ui.text import literal
+from gpudash.units import NA, gib_of
 
 
 def _state_style(kind: str, pal: Palette) -> str:
@@ -33,10 +34,10 @@ def header_text(
     status, kind = view.status(now, stale_after)
     out.append("● ", style=_state_style(kind, pal))
     out.append_text(literal(status, style=_state_style(kind, pal)))
-    latency = "N/A" if view.latency is None else f"{view.latency * 1000:.0f} ms"
+    latency = NA if view.latency is None else f"{view.latency * 1000:.0f} ms"
     age = view.age(now)
     out.append(f"  │ latency {latency}", style="dim")
-    out.append(f"  │ last sample {'N/A' if age is None else f'{age:.1f} s ago'}", style="dim")
+    out.append(f"  │ last sample {NA if age is None else f'{age:.1f} s ago'}", style="dim")
     snap = view.snapshot
     if snap is not None:
         out.append(f"  │ source {snap.source.value}", style="dim")
@@ -73,9 +74,7 @@ class HostList(DataTable[Text]):
         for i, view in enumerate(views):
             status, kind = view.status(now, stale_after)
             used, total = view.used_total_mib()
-            mem = "N/A" if used is None or total is None else (
-                f"{used / 1024:.0f}/{total / 1024:.0f} GiB"
-            )
+            mem = gib_of(used, total)
             orphans = view.orphan_count()
             cells = (
                 Text(str(i + 1)),

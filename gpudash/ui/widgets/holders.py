@@ -14,10 +14,11 @@ from textual.widgets import DataTable
 from gpudash.triage import Flag, HostTriage, OwnerGroup, OwnerKind, ProcessNode
 from gpudash.ui.palette import Palette
 from gpudash.ui.text import duration, literal
+from gpudash.units import NA, gib
 
 COLUMNS = (
     ("who", "Owner / PID", 28),
-    ("mem", "GPU memory", 11),
+    ("mem", "GPU memory", 13),
     ("flags", "Flags", 20),
     ("st", "St", 2),
     ("age", "Age", 5),
@@ -57,7 +58,7 @@ def gpu_memory_text(memory: dict[int, int | None] | dict[int, int]) -> Text:
     for gpu, mib in sorted(memory.items()):
         if mib == 0:
             continue
-        parts.append(f"GPU{gpu} " + ("N/A" if mib is None else f"{mib / 1024:.1f}G"))
+        parts.append(f"GPU{gpu} {gib(mib)}")
     return Text(" ".join(parts), no_wrap=True, overflow="ellipsis")
 
 
@@ -67,11 +68,11 @@ def _group_row(group: OwnerGroup, pal: Palette) -> HolderRow:
     who.append_text(literal(group.key, style="bold"))
     total = group.total_gpu_memory_mib
     gpus = sum(1 for v in group.gpu_memory_mib.values() if v)
-    mem = Text(f"{total / 1024:.1f}G ×{gpus}" if total else "none", style="bold")
+    mem = Text(f"{gib(total)} ×{gpus}" if total else "none", style="bold")
     unit = group.unit
     state = ""
     if unit is not None:
-        state = f"{unit.active_state or 'N/A'}/{unit.sub_state or 'N/A'}"
+        state = f"{unit.active_state or NA}/{unit.sub_state or NA}"
     desc = Text(state + "  " if state else "", style="dim")
     desc.append_text(
         literal(unit.description if unit and unit.description else group.kind.value,
@@ -101,7 +102,7 @@ def _process_rows(
                 flags_text(node.flags - {Flag.UNIT_INACTIVE}, pal),
                 Text(p.state or "?"),
                 Text(duration(age), justify="right"),
-                literal(p.user or "N/A"),
+                literal(p.user or NA),
                 literal(p.cmdline or p.name, style="dim"),
             ),
         )

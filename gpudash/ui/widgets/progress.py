@@ -8,6 +8,7 @@ from textual.widgets import Static
 from gpudash.engine import ActionPlan, ActionReport, Progress
 from gpudash.ui.palette import Palette
 from gpudash.ui.text import literal
+from gpudash.units import gib, gib_number
 
 BAR = 24
 
@@ -47,9 +48,7 @@ def progress_text(
             ok = any(g.index == gpu and g.confirmed for g in report.gpus)
         out.append(f"GPU{gpu} ")
         out.append_text(_bar(before, target, now, pal, ok))
-        b = "N/A" if before is None else f"{before / 1024:5.1f}"
-        n = "N/A" if now is None else f"{now / 1024:5.1f}"
-        out.append(f" {b} → {target / 1024:5.1f} GiB  now {n} GiB ")
+        out.append(f" {gib_number(before):>5} → {gib(target):>9}  now {gib(now):>9} ")
         if ok:
             out.append("✓", style=f"bold {pal.success}")
         else:
@@ -71,7 +70,7 @@ def progress_text(
         out.append_text(literal(f"✘ {report.summary}", style=f"bold {pal.error}"))
         for lo in report.leftovers:
             who = "unknown holder" if lo.pid is None else f"pid {lo.pid}"
-            mib = "?" if lo.mib is None else f"{lo.mib / 1024:.1f} GiB"
+            mib = "?" if lo.mib is None else gib(lo.mib)
             out.append("\n")
             out.append_text(literal(f"  {lo.where} {mib} held by {who}: {lo.reason} {lo.detail}",
                                     style=pal.warning))

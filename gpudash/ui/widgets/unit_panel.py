@@ -10,6 +10,7 @@ from gpudash.triage import Flag, OwnerGroup, OwnerKind
 from gpudash.ui.palette import Palette
 from gpudash.ui.text import literal
 from gpudash.ui.widgets.holders import flags_text
+from gpudash.units import NA, gib
 
 _KIND_NOTE = {
     OwnerKind.SESSION: "a login session: somebody's live work; reap never touches it",
@@ -33,7 +34,7 @@ def unit_text(group: OwnerGroup | None, process: Process | None, pal: Palette) -
 
     def row(name: str, value: str | None, style: str = "") -> None:
         out.append(f"{name:<12}", style="dim")
-        out.append_text(literal("N/A" if value is None else value, style=style))
+        out.append_text(literal(NA if value is None else value, style=style))
         out.append("\n")
 
     if group.flags:
@@ -42,7 +43,7 @@ def unit_text(group: OwnerGroup | None, process: Process | None, pal: Palette) -
         out.append("\n")
     if unit is not None and group.kind is OwnerKind.SERVICE:
         down = unit.is_down
-        row("Active", f"{unit.active_state or 'N/A'} / {unit.sub_state or 'N/A'}",
+        row("Active", f"{unit.active_state or NA} / {unit.sub_state or NA}",
             pal.notice if down else pal.success)
         row("Unit file", unit.unit_file_state,
             pal.notice if unit.unit_file_state == "enabled" and down else "")
@@ -58,7 +59,7 @@ def unit_text(group: OwnerGroup | None, process: Process | None, pal: Palette) -
         out.append("\n")
     total = group.total_gpu_memory_mib
     gpus = sum(1 for v in group.gpu_memory_mib.values() if v)
-    row("GPU memory", f"{total / 1024:.1f} GiB, {gpus} GPU(s)" if total else "none", "bold")
+    row("GPU memory", f"{gib(total)} on {gpus} GPU(s)" if total else "none", "bold")
     if process is not None:
         out.append("\n")
         out.append(f"pid {process.pid}", style="bold")
