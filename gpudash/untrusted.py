@@ -1,17 +1,27 @@
 """Text that comes from a host (process names, command lines, unit names, errors).
 
-It is shown literally and never reaches the terminal raw: every control character,
-and the bidi overrides that can make a command line read backwards, become a visible
-``\\xNN`` / ``\\uNNNN`` escape. The dashboard and the plain-text output both use this.
+It is shown literally and never reaches the terminal raw: every control character, the
+bidi controls that can make a command line read backwards, the invisible characters that
+can hide part of it, and lone surrogates become a visible ``\\xNN`` / ``\\uNNNN`` escape.
+The dashboard, the plain-text output, notifications and ``--json`` all use this module.
 """
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any
 
-# C0 controls (tab and newline too: every cell is one line), DEL, C1 controls, and the
-# Unicode bidi overrides.
-_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# C0 controls (tab and newline too: every cell is one line), DEL, C1 controls; Arabic
+# letter mark, zero-width space/joiners and LRM/RLM, line/paragraph separators, bidi
+# embeddings/overrides/isolates, word joiner and invisible operators, deprecated format
+# controls, the byte-order mark, interlinear annotations; lone surrogates (they cannot
+# even be encoded as UTF-8).
+_UNSAFE_CLASS = (
+    "\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2064"
+    "\u2066-\u206f\ufeff\ufff9-\ufffb\ud800-\udfff"
+)
+_UNSAFE = re.compile(f"[{_UNSAFE_CLASS}]")
 
 
 def _escape(match: re.Match[str]) -> str:
@@ -20,5 +30,19 @@ def _escape(match: re.Match[str]) -> str:
 
 
 def clean(value: object) -> str:
-    """``value`` as one line of plain text with every control character made visible."""
+    """``value`` as one line of plain text with every unsafe character made visible."""
     return _UNSAFE.sub(_escape, str(value))
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def json_dumps(obj: Any, **kwargs: Any) -> str:
+    """JSON that keeps readable Unicode but escapes what could act on a terminal.
+
+    ``json.dumps`` already escapes C0; DEL, C1, bidi and invisible characters and lone
+    surrogates would otherwise pass raw (a lone surrogate even breaks UTF-8 output). They
+    only ever occur inside JSON strings, so escaping them keeps the document equivalent.
+    """
+    return _UNSAFE.sub(_json_escape, json.dumps(obj, ensure_ascii=False, **kwargs))

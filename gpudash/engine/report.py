@@ -1,0 +1,147 @@
+"""What an action did and what came of it: live progress, and the report at the end.
+
+The report is filled in as the action runs (every command and signal the moment it is
+sent), so whatever stops an action — a lost link, Ctrl+C, the operator quitting — leaves a
+truthful record of what reached the host.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from gpudash.engine.fmt import gib
+from gpudash.engine.plan import ActionPlan
+from gpudash.model import Unit
+from gpudash.source import CommandResult, SignalOutcome
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """What the engine is doing now, and where each GPU's memory stands (every sample)."""
+
+    phase: str  # commands | signals | waiting | verifying | done
+    message: str
+    used_mib: Mapping[int, int | None]
+    target_mib: Mapping[int, int]
+    stable: Mapping[int, int]  # consecutive samples at target, per GPU
+    alive_pids: tuple[int, ...] = ()  # planned processes still alive at the last sample
+    term_left_s: float | None = None  # while waiting after TERM: seconds until KILL
+    escalated: tuple[int, ...] = ()  # pids that ignored TERM and were sent KILL
+
+
+@dataclass(frozen=True, slots=True)
+class GpuOutcome:
+    index: int
+    before_mib: int | None
+    target_mib: int
+    after_mib: int | None
+    confirmed: bool
+
+    @property
+    def freed_mib(self) -> int | None:
+        if self.before_mib is None or self.after_mib is None:
+            return None
+        return self.before_mib - self.after_mib
+
+
+@dataclass(frozen=True, slots=True)
+class Leftover:
+    """Something that still holds memory the plan expected back, and why."""
+
+    pid: int | None
+    gpu: int | None  # None: a planned process still alive, on no GPU in particular
+    mib: int | None
+    reason: str  # alive | D state | zombie | respawned | unknown holder | not signalled ...
+    detail: str = ""
+
+    @property
+    def where(self) -> str:
+        return "no GPU named" if self.gpu is None else f"GPU{self.gpu}"
+
+    def describe(self) -> str:
+        who = "unknown holder" if self.pid is None else f"pid {self.pid}"
+        mib = "?" if self.mib is None else gib(self.mib)
+        return f"{self.where} {mib} held by {who}: {self.reason} {self.detail}".rstrip()
+
+
+@dataclass(slots=True)
+class ActionReport:
+    plan: ActionPlan
+    events: list[tuple[float, str]] = field(default_factory=list)
+    commands: list[CommandResult] = field(default_factory=list)
+    signals: list[tuple[int, str, SignalOutcome]] = field(default_factory=list)
+    escalated: list[int] = field(default_factory=list)  # pids that ignored TERM and got KILL
+    term_timeout: float = 10.0  # what the execution used, for describing the plan afterwards
+    gpus: list[GpuOutcome] = field(default_factory=list)
+    leftovers: list[Leftover] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # true, done, yet worth acting on
+    unit_after: Unit | None = None  # the unit as the last sample showed it
+    confirmed: bool = False
+    unknown: bool = False  # the link dropped: the outcome must be re-verified
+    reverified: bool = False  # this report comes from reverify(), after a link loss
+    interrupted: bool = False  # stopped by the operator (Ctrl+C, quit) before it ended
+    summary: str = ""
+
+    def log(self, text: str) -> None:
+        self.events.append((time.time(), text))
+
+    @property
+    def sent_anything(self) -> bool:
+        return bool(self.commands) or any(o is SignalOutcome.SENT for _p, _s, o in self.signals)
+
+    @property
+    def verdict(self) -> str:
+        """``confirmed`` | ``warning`` (confirmed, with something left to do) | ``failed``
+        | ``unknown`` | ``interrupted``."""
+        if self.interrupted:
+            return "interrupted"
+        if self.unknown:
+            return "unknown"
+        if not self.confirmed:
+            return "failed"
+        return "warning" if self.warnings else "confirmed"
+
+    def sent_lines(self) -> list[str]:
+        """What reached the host (or may have), in order: commands and signals."""
+        lines = []
+        for c in self.commands:
+            rc = "no answer" if c.returncode is None else f"exit {c.returncode}"
+            lines.append(f"{' '.join(c.argv)}: {rc}")
+        for pid, sig, outcome in self.signals:
+            lines.append(f"{sig} {pid}: {outcome.value}")
+        return lines
+
+    def describe(self) -> list[str]:
+        """The report as lines of plain text (host text still to be escaped by the printer)."""
+        lines = [f"{self.plan.title} on {self.plan.host}: {self.summary}"]
+        u = self.unit_after
+        if u is not None:
+            lines.append(f"  {unit_state(u)}")
+        for g in self.gpus:
+            freed = "N/A" if g.freed_mib is None else gib(g.freed_mib)
+            mark = "ok" if g.confirmed else "NOT FREED"
+            lines.append(f"  GPU{g.index}: freed {freed}, now {gib(g.after_mib)} "
+                         f"(target <= {gib(g.target_mib)})  {mark}")
+        for pid in self.escalated:
+            lines.append(f"  pid {pid} ignored SIGTERM: escalated to SIGKILL")
+        for lo in self.leftovers:
+            lines.append(f"  still held: {lo.describe()}")
+        lines += [f"  ! {w}" for w in self.warnings]
+        if self.interrupted or self.unknown:
+            sent = self.sent_lines()
+            lines.append("  sent: " + ("; ".join(sent) if sent else "nothing"))
+        return lines
+
+
+def unit_state(u: Unit) -> str:
+    """``x.service: inactive (dead), disabled, Restart=always, NRestarts 1``."""
+    parts = [f"{u.active_state or 'N/A'} ({u.sub_state or 'N/A'})"]
+    if u.unit_file_state:
+        parts.append(u.unit_file_state)
+    if u.restart:
+        parts.append(f"Restart={u.restart}")
+    if u.n_restarts:
+        parts.append(f"NRestarts {u.n_restarts}")
+    return f"{u.name}: " + ", ".join(parts)

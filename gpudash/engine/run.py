@@ -1,0 +1,463 @@
+"""Carrying out a plan and proving it: commands, pinned signals, then memory followed.
+
+Signals go out only through ``HostControl.signal``, which re-checks each (pid, start time)
+on the host itself. Verification follows per-GPU memory until it reaches the planned level
+and holds there, or explains, per PID and GPU, what still holds it. Whatever ends an action
+early (a failed command, a lost link, cancellation) the report says what was sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal as _signal
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from gpudash.engine.fmt import gib
+from gpudash.engine.plan import (
+    DISABLING,
+    PROCESS_ACTIONS,
+    STOPPING,
+    UNIT_ACTIONS,
+    ActionPlan,
+    Target,
+    mem_sum,
+)
+from gpudash.engine.report import ActionReport, GpuOutcome, Leftover, Progress, unit_state
+from gpudash.model import HostSnapshot, Process
+from gpudash.source import HostControl, SignalOutcome, SourceError
+from gpudash.triage import label
+
+NOT_SENT = {
+    SignalOutcome.MISMATCH: (
+        "pid reused", "another process has this pid now; it was not signalled"
+    ),
+    SignalOutcome.DENIED: ("permission denied", "the host refused the signal; nothing was sent"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ExecOptions:
+    term_timeout: float = 10.0  # seconds between TERM and KILL
+    verify_timeout: float = 60.0  # give up following memory after this
+    poll: float = 0.5
+    settle: int = 3  # consecutive samples at target that count as confirmed
+    slack_mib: int = 64  # driver bookkeeping noise tolerated above target
+    respawn_watch: float = 5.0  # after signalling a unit's main, watch this long for a respawn
+
+
+ProgressFn = Callable[[Progress], None]
+
+
+def _alive(snapshot: HostSnapshot, t: Target) -> Process | None:
+    p = snapshot.process(t.pid)
+    if p is None or p.start_ticks != t.start_ticks or p.state == "Z":
+        return None
+    return p
+
+
+async def execute(
+    plan: ActionPlan,
+    control: HostControl,
+    options: ExecOptions | None = None,
+    progress: ProgressFn | None = None,
+    *,
+    report: ActionReport | None = None,
+) -> ActionReport:
+    """Carry out ``plan`` and follow the memory until it is confirmed back or explained.
+
+    Pass ``report`` to keep hold of it if the task is cancelled: it is then marked
+    ``interrupted`` with everything sent so far, and ``CancelledError`` propagates.
+    """
+    run = _Run(plan, control, options or ExecOptions(), progress, report)
+    return await run.go(act=True)
+
+
+async def reverify(
+    plan: ActionPlan,
+    control: HostControl,
+    options: ExecOptions | None = None,
+    progress: ProgressFn | None = None,
+    *,
+    report: ActionReport | None = None,
+) -> ActionReport:
+    """After a link loss left ``plan``'s outcome unknown: follow the memory again, act never.
+
+    Nothing is re-sent: a signal that may or may not have arrived is not repeated on a
+    guess. The report says what the host shows now, per GPU and per pinned process.
+    """
+    run = _Run(plan, control, options or ExecOptions(), progress, report)
+    result = await run.go(act=False)
+    result.reverified = True
+    if not result.unknown:
+        result.summary = "re-verified after reconnecting: " + result.summary
+    return result
+
+
+class _Run:
+    """One execution of a plan: the report being filled and the numbers shown live."""
+
+    def __init__(
+        self,
+        plan: ActionPlan,
+        control: HostControl,
+        opts: ExecOptions,
+        progress: ProgressFn | None,
+        report: ActionReport | None,
+    ) -> None:
+        self.plan = plan
+        self.control = control
+        self.opts = opts
+        self.progress = progress
+        self.report = report if report is not None else ActionReport(plan)
+        self.report.term_timeout = opts.term_timeout
+        self.targets_mib = plan.target_used_mib()
+        self.used: dict[int, int | None] = dict(plan.used_before_mib)
+        self.stable = {g: 0 for g in self.targets_mib}
+        self.alive: tuple[int, ...] = tuple(t.pid for t in plan.targets)
+        self.term_left: float | None = None
+
+    # --- telling ---------------------------------------------------------------------
+
+    def tell(self, phase: str, message: str) -> None:
+        self.report.log(message)
+        if self.progress is not None:
+            self.progress(Progress(
+                phase, message, dict(self.used), dict(self.targets_mib), dict(self.stable),
+                self.alive, self.term_left, tuple(self.report.escalated),
+            ))
+
+    def observe(self, snap: HostSnapshot) -> None:
+        """Every sample updates what the progress shows, in every phase."""
+        self.used.update(snap.used_by_gpu())
+        self.alive = tuple(t.pid for t in self.plan.targets if _alive(snap, t))
+
+    # --- the run ---------------------------------------------------------------------
+
+    async def go(self, *, act: bool) -> ActionReport:
+        report = self.report
+        try:
+            if act and not await self._commands():
+                return report
+            if act:
+                await self._signal_targets()
+                if report.unknown:
+                    return report
+            skipped = self._not_sent()
+            if skipped:  # their memory will not come back: wait only for the rest's
+                self._expect_only(t for t in self.plan.targets if t not in skipped)
+            if act and skipped and len(skipped) == len(self.plan.targets) and not (
+                self.plan.commands
+            ):
+                snap = await self.control.sample()  # nothing went out: conclude at once
+                self.observe(snap)
+                self._finish(snap, skipped)
+            else:
+                self._finish(await self._follow_memory(), skipped)
+            self.tell("done", report.summary)
+            return report
+        except SourceError as exc:
+            report.unknown = True
+            report.summary = f"outcome unknown: {exc}; re-verify after reconnecting"
+            self.tell("done", report.summary)
+            return report
+        except asyncio.CancelledError:
+            report.interrupted = True
+            sent = report.sent_lines()
+            report.summary = (
+                "interrupted before the outcome was verified; sent: "
+                + ("; ".join(sent) if sent else "nothing")
+            )
+            report.log(report.summary)
+            raise
+
+    async def _commands(self) -> bool:
+        """systemctl verbs, in plan order. False when the action ended here."""
+        report = self.report
+        for step in self.plan.commands:
+            assert step.unit is not None
+            self.tell("commands", f"systemctl {step.verb} {step.unit}")
+            result = await self.control.systemctl(step.verb, step.unit)
+            report.commands.append(result)
+            if result.returncode is None:
+                report.unknown = True
+                why = result.output.strip() or "link lost"
+                report.summary = f"systemctl {step.verb} {step.unit}: {why}; outcome unknown"
+                self.tell("done", report.summary)
+                return False
+            if not result.ok:
+                report.summary = (
+                    f"systemctl {step.verb} {step.unit} failed ({result.returncode}): "
+                    f"{result.output.strip()[:200]}"
+                )
+                self.tell("done", report.summary)
+                return False
+        return True
+
+    def _expect_only(self, targets: Iterable[Target]) -> None:
+        expected = mem_sum(targets)
+        for gpu in list(self.targets_mib):
+            if not expected.get(gpu):
+                del self.targets_mib[gpu], self.stable[gpu]
+            else:
+                before = self.plan.used_before_mib.get(gpu) or 0
+                self.targets_mib[gpu] = max(0, before - expected[gpu])
+
+    def _not_sent(self) -> list[Target]:
+        """Planned targets whose signal was refused on the host (pid reused, denied)."""
+        outcome = {pid: o for pid, _sig, o in self.report.signals}
+        return [t for t in self.plan.targets if outcome.get(t.pid) in NOT_SENT]
+
+    async def _signal_targets(self) -> None:
+        """Each signal pinned to its planned identity; TERM escalates to KILL if ignored."""
+        plan, report, opts = self.plan, self.report, self.opts
+        steps = [s for s in plan.steps if s.target is not None]
+        if not steps:
+            return
+        if any(s.verb == "stop" for s in plan.steps):
+            # systemctl stop has returned; let the sample show who survived it.
+            snap = await self.control.sample()
+            self.observe(snap)
+            steps = [s for s in steps if s.target is not None and _alive(snap, s.target)]
+        escalate: list[Target] = []
+        for step in steps:
+            t = step.target
+            assert t is not None
+            outcome = await self.control.signal(t.pid, t.start_ticks, step.sig)
+            name = _signal.Signals(step.sig).name
+            report.signals.append((t.pid, name, outcome))
+            self.tell("signals", f"{name} {t.pid} ({t.label}): {outcome.value}")
+            if outcome is SignalOutcome.UNKNOWN:
+                report.unknown = True
+                report.summary = "link lost while signalling: outcome unknown; re-verify"
+                return
+            if outcome is SignalOutcome.SENT and step.escalate:
+                escalate.append(t)
+        waited = 0.0
+        while escalate and waited < opts.term_timeout:
+            await self.control.sleep(opts.poll)
+            waited += opts.poll
+            snap = await self.control.sample()
+            self.observe(snap)
+            escalate = [t for t in escalate if _alive(snap, t)]
+            if escalate:
+                self.term_left = max(0.0, opts.term_timeout - waited)
+                gpus = sorted({g for t in escalate for g, m in t.gpu_memory_mib.items() if m})
+                on = f" on GPU {', '.join(map(str, gpus))}" if gpus else ""
+                self.tell("waiting", f"waiting for {len(escalate)} process(es) to exit after "
+                          f"TERM: pid {', '.join(str(t.pid) for t in escalate)}{on}")
+        self.term_left = None
+        for t in escalate:
+            outcome = await self.control.signal(t.pid, t.start_ticks, _signal.SIGKILL)
+            report.signals.append((t.pid, "SIGKILL", outcome))
+            report.escalated.append(t.pid)
+            self.tell("signals", f"escalated: SIGKILL {t.pid} ({t.label}) ignored TERM for "
+                      f"{opts.term_timeout:g} s: {outcome.value}")
+            if outcome is SignalOutcome.UNKNOWN:
+                report.unknown = True
+                report.summary = "link lost while signalling: outcome unknown; re-verify"
+                return
+
+    async def _follow_memory(self) -> HostSnapshot:
+        """Follow memory until every GPU sits at its target for ``settle`` samples."""
+        opts, plan = self.opts, self.plan
+        elapsed = 0.0
+        while True:
+            snap = await self.control.sample()
+            self.observe(snap)
+            for gpu, target in self.targets_mib.items():
+                now = self.used.get(gpu)
+                ok = now is not None and now <= target + opts.slack_mib
+                self.stable[gpu] = self.stable[gpu] + 1 if ok else 0
+            settled = all(v >= opts.settle for v in self.stable.values())
+            if settled and not self.alive:
+                if _respawn_watch(plan) and not _respawned(plan, snap) and (
+                    elapsed < opts.respawn_watch
+                ):
+                    self.tell("verifying", "watching whether systemd respawns the unit")
+                else:
+                    self.tell("verifying", "memory back on every GPU")
+                    return snap
+            waiting = [g for g, v in self.stable.items() if v < opts.settle]
+            if waiting:
+                self.tell("verifying", f"waiting for GPU {', '.join(map(str, waiting))}")
+            if self.alive:
+                self.tell("verifying",
+                          f"waiting for {len(self.alive)} planned process(es) to exit")
+            if elapsed >= opts.verify_timeout:
+                return snap
+            await self.control.sleep(opts.poll)
+            elapsed += opts.poll
+
+    # --- the verdict -----------------------------------------------------------------
+
+    def _finish(self, snap: HostSnapshot, skipped: list[Target]) -> None:
+        plan, report, opts = self.plan, self.report, self.opts
+        after = snap.used_by_gpu()
+        for gpu, target in sorted(self.targets_mib.items()):
+            report.gpus.append(GpuOutcome(
+                gpu, plan.used_before_mib.get(gpu), target, after.get(gpu),
+                self.stable.get(gpu, 0) >= opts.settle,
+            ))
+        outcome = {pid: o for pid, _sig, o in report.signals}
+        not_sent = [
+            Leftover(t.pid, None, sum(m for m in t.gpu_memory_mib.values() if m) or None,
+                     *NOT_SENT[outcome[t.pid]])
+            for t in skipped
+        ]
+        bad = [g.index for g in report.gpus if not g.confirmed]
+        explained = not_sent + (_explain(plan, snap, bad) if bad else [])
+        survivors = _survivors(plan, snap, {lo.pid for lo in explained})
+        report.leftovers = explained + survivors
+        if plan.unit_before is not None:
+            report.unit_after = snap.unit(plan.unit_before.name)
+        problems = _unit_problems(plan, snap)
+        report.warnings = _left_behind(plan, snap)
+        memory_ok = not bad and not survivors and not not_sent
+        report.confirmed = memory_ok and not problems
+        parts = list(problems)
+        if not_sent:
+            parts.append(f"NOT confirmed: {len(not_sent)} planned process(es) not signalled "
+                         f"({', '.join(sorted({lo.reason for lo in not_sent}))})")
+        if bad:
+            parts.append(
+                f"NOT confirmed: GPU {', '.join(map(str, bad))} still hold memory "
+                f"({len(report.leftovers)} holder(s) explained below)"
+            )
+        if survivors:
+            parts.append(f"NOT confirmed: {len(survivors)} planned process(es) still alive")
+        if memory_ok and report.gpus:
+            freed = sum(g.freed_mib or 0 for g in report.gpus)
+            parts.append(f"confirmed: {gib(freed)} back on {len(report.gpus)} GPU(s)")
+        elif memory_ok and plan.kind in UNIT_ACTIONS and report.unit_after is not None:
+            done = " and ".join(w for k, w in ((STOPPING, "stopped"), (DISABLING, "disabled"))
+                                if plan.kind in k)
+            parts.append(f"{done}: {unit_state(report.unit_after)}")
+        elif memory_ok:
+            parts.append("done; no GPU memory was expected back")
+        parts += report.warnings
+        report.summary = "; ".join(parts)
+
+
+def _respawned(plan: ActionPlan, snap: HostSnapshot) -> bool:
+    assert plan.unit_before is not None
+    u = snap.unit(plan.unit_before.name)
+    return u is not None and u.main_pid not in (None, plan.unit_before.main_pid)
+
+
+def _respawn_watch(plan: ActionPlan) -> bool:
+    """Signalling a unit's main process with a restart policy: watch for the respawn."""
+    u = plan.unit_before
+    return (
+        plan.kind in PROCESS_ACTIONS
+        and u is not None
+        and not u.is_down
+        and u.main_pid in {t.pid for t in plan.targets}
+        and (u.restart or "no").lower() != "no"
+    )
+
+
+def _unit_problems(plan: ActionPlan, snap: HostSnapshot) -> list[str]:
+    """What the unit's state says went differently from the plan."""
+    if plan.unit_before is None:
+        return []
+    u = snap.unit(plan.unit_before.name)
+    if u is None:
+        return []
+    out: list[str] = []
+    if plan.kind in STOPPING and not u.is_down:
+        out.append(f"{u.name} is {u.active_state} after stop")
+    # static/indirect/generated/transient units cannot be disabled and do not start at
+    # boot by themselves: only an enabled (or linked) unit file is a problem.
+    if plan.kind in DISABLING and (u.unit_file_state or "").startswith(("enabled", "linked")):
+        out.append(f"{u.name} is still {u.unit_file_state} after disable")
+    if _respawn_watch(plan) and _respawned(plan, snap):
+        out.append(
+            f"systemd respawned {u.name}: new MainPID {u.main_pid}, NRestarts {u.n_restarts} "
+            "(stop the unit instead)"
+        )
+    return out
+
+
+def _left_behind(plan: ActionPlan, snap: HostSnapshot) -> list[str]:
+    """GPU memory the unit's processes still hold that this action never meant to free.
+
+    Stop + disable of a KillMode=process unit does what it says, and still leaves the
+    workers holding everything: the report must say so, not just "done".
+    """
+    if plan.kind not in UNIT_ACTIONS or plan.unit_before is None:
+        return []
+    planned = {t.identity for t in plan.targets}
+    held = [p for p in snap.processes
+            if p.unit == plan.unit_before.name and p.holds_gpu_memory
+            and p.identity not in planned]
+    if not held:
+        return []
+    total = sum(p.total_gpu_memory_mib for p in held)
+    u = snap.unit(plan.unit_before.name)
+    orphaned = u is not None and u.is_down
+    what = "orphaned process(es)" if orphaned else "process(es)"
+    advice = "reap them (or reclaim the unit)" if orphaned else "stop or reclaim the unit"
+    return [f"{len(held)} {what} of {plan.unit_before.name} still hold {gib(total)}: {advice}"]
+
+
+def _survivors(plan: ActionPlan, snap: HostSnapshot, explained: set[int | None]) -> list[Leftover]:
+    """Planned processes still alive that no GPU's shortfall already names.
+
+    Memory alone is not the proof: a target whose memory the driver cannot attribute
+    (N/A) or that holds none must still be gone.
+    """
+    out: list[Leftover] = []
+    for t in plan.targets:
+        p = _alive(snap, t)
+        if p is None or p.pid in explained:
+            continue
+        reason = {"D": "D state (uninterruptible; waits on the driver)"}.get(p.state or "", "alive")
+        out.append(Leftover(p.pid, None, p.total_gpu_memory_mib or None, reason,
+                            label(p) or p.name))
+    return out
+
+
+def _explain(plan: ActionPlan, snap: HostSnapshot, gpus: list[int]) -> list[Leftover]:
+    """Say, per GPU still above target, which process holds it and why."""
+    out: list[Leftover] = []
+    pinned = {t.identity for t in plan.targets}
+    pinned_pids = {t.pid for t in plan.targets}
+    left_alone = {t.pid for t in plan.untouched}
+    respawned = plan.unit_before is not None and _respawned(plan, snap)
+    for gpu in gpus:
+        explained = False
+        for p in snap.processes:
+            mib = p.gpu_memory_mib.get(gpu)
+            if mib == 0 or gpu not in p.gpu_memory_mib:
+                continue
+            if p.identity in pinned:
+                reason = {"D": "D state (uninterruptible; waits on the driver)", "Z": "zombie"}.get(
+                    p.state or "", "alive"
+                )
+                out.append(Leftover(p.pid, gpu, mib, reason, label(p) or p.name))
+                explained = True
+            elif p.pid in left_alone:
+                continue
+            elif p.pid in pinned_pids:
+                out.append(Leftover(p.pid, gpu, mib, *NOT_SENT[SignalOutcome.MISMATCH]))
+                explained = True
+            elif plan.unit_before is not None and p.unit == plan.unit_before.name:
+                why = "respawned" if respawned else "new process of the unit"
+                out.append(Leftover(p.pid, gpu, mib, why, label(p) or p.name))
+                explained = True
+            else:
+                out.append(Leftover(p.pid, gpu, mib, "new holder", label(p) or p.name))
+                explained = True
+        if not explained:
+            out.append(
+                Leftover(
+                    None,
+                    gpu,
+                    None,
+                    "unknown holder",
+                    "no listed process holds it: the driver has not released it yet, or a "
+                    "process outside this view (another container) holds it",
+                )
+            )
+    return out

@@ -1,0 +1,168 @@
+"""The engine's results tell the operator what happened, at once, and never lose an action."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+from gpudash.demo import MINIMAX, MODEL_MIB, NOTEBOOK_MIB, DemoHost
+from gpudash.engine import (
+    ActionKind,
+    ActionReport,
+    ExecOptions,
+    PlanError,
+    Progress,
+    execute,
+    plan_action,
+    replan,
+)
+from gpudash.model import HostSnapshot
+from gpudash.source import CommandResult, SignalOutcome
+
+FAST = ExecOptions(term_timeout=3.0, verify_timeout=30.0, poll=0.5, settle=3)
+NOTEBOOK = 90211
+
+
+def workers(s: HostSnapshot) -> list[int]:
+    return [p.pid for p in s.processes if p.cmdline.startswith("VLLM::Worker_TP")]
+
+
+class Counting:
+    """The demo host, counting the samples the engine asks for."""
+
+    def __init__(self, demo: DemoHost) -> None:
+        self.demo = demo
+        self.samples = 0
+
+    async def systemctl(self, verb: str, unit: str) -> CommandResult:
+        return await self.demo.systemctl(verb, unit)
+
+    async def signal(self, pid: int, start_ticks: int | None, sig: int) -> SignalOutcome:
+        return await self.demo.signal(pid, start_ticks, sig)
+
+    async def sample(self) -> HostSnapshot:
+        self.samples += 1
+        return await self.demo.sample()
+
+    async def sleep(self, seconds: float) -> None:
+        await self.demo.sleep(seconds)
+
+
+async def test_stop_disable_says_the_orphans_still_hold_the_memory() -> None:
+    demo = DemoHost(speed=100.0)
+    report = await execute(
+        plan_action(await demo.sample(), ActionKind.STOP_DISABLE, unit=MINIMAX), demo, FAST)
+    # The action did what it said (stopped, disabled) ...
+    assert report.confirmed, report.describe()
+    assert report.unit_after is not None and report.unit_after.active_state == "inactive"
+    assert "stopped and disabled" in report.summary
+    # ... and the report says the eight workers still hold everything, not "✔ nothing expected".
+    assert report.verdict == "warning"
+    total = (MODEL_MIB - NOTEBOOK_MIB) + 7 * MODEL_MIB
+    assert report.warnings == [
+        f"8 orphaned process(es) of {MINIMAX} still hold {total / 1024:.1f} GiB: "
+        "reap them (or reclaim the unit)"]
+    assert "no GPU memory was expected back" not in report.summary
+    assert any("still hold" in line for line in report.describe())
+
+
+async def test_a_kill_that_could_not_be_sent_concludes_at_once() -> None:
+    demo = DemoHost(speed=100.0)
+    s = await demo.sample()
+    plan = plan_action(s, ActionKind.KILL, pid=workers(s)[2])
+    demo.processes[plan.targets[0].pid].start_ticks += 1  # the pid names another process now
+    control = Counting(demo)
+    report = await execute(plan, control, ExecOptions(verify_timeout=60.0, poll=0.5))
+    assert report.signals == [(plan.targets[0].pid, "SIGKILL", SignalOutcome.MISMATCH)]
+    assert control.samples == 1  # one look to report the truth, no 60 s of waiting
+    assert not report.confirmed and not report.sent_anything
+    assert "not signalled (pid reused)" in report.summary
+    assert [(lo.pid, lo.reason) for lo in report.leftovers] == [
+        (plan.targets[0].pid, "pid reused")]
+
+
+async def test_progress_follows_every_sample_while_waiting_for_term() -> None:
+    demo = DemoHost(speed=100.0, release_delay=0.5)
+    s = await demo.sample()
+    orphans_plan = plan_action(s, ActionKind.RECLAIM, unit=MINIMAX)
+    tp5 = next(p.pid for p in s.processes if p.cmdline == "VLLM::Worker_TP5")
+    seen: list[Progress] = []
+    report = await execute(orphans_plan, demo, FAST, seen.append)
+    assert report.confirmed, report.describe()
+    waiting = [p for p in seen if p.phase == "waiting"]
+    assert waiting, [p.message for p in seen]
+    # Only the TERM ignorer is left, and the panel knows it and the time to KILL.
+    assert all(p.alive_pids == (tp5,) for p in waiting)
+    assert all(p.term_left_s is not None and 0 <= p.term_left_s < FAST.term_timeout
+               for p in waiting)
+    assert f"pid {tp5} on GPU 5" in waiting[-1].message
+    # The other seven GPUs are shown freed while TP5 still holds GPU 5.
+    last = waiting[-1].used_mib
+    assert last[5] == MODEL_MIB and all(last[g] == 0 for g in (1, 2, 3, 4, 6, 7))
+    assert any(p.escalated == (tp5,) for p in seen)
+
+
+async def test_plans_warn_before_killing_a_persons_work_or_one_tp_worker() -> None:
+    s = await DemoHost().sample()
+    kernel = plan_action(s, ActionKind.KILL, pid=NOTEBOOK)
+    assert any("alice's login session" in n and "live work" in n for n in kernel.notes)
+    worker = plan_action(s, ActionKind.TERMINATE, pid=workers(s)[3])
+    assert any(f"one of 8 GPU processes of the running {MINIMAX}" in n for n in worker.notes)
+    assert any("hang or crash" in n for n in worker.notes)
+    assert "! " in "\n".join(worker.describe())
+
+
+async def test_replan_takes_a_fresh_baseline_and_names_what_changed() -> None:
+    demo = DemoHost(speed=100.0, release_delay=0.5)
+    s = await demo.sample()
+    ws = workers(s)
+    plan = plan_action(s, ActionKind.RECLAIM, unit=MINIMAX)
+    # While the dialog is open, one worker dies and its memory goes.
+    gone = demo.processes[ws[4]]
+    await demo.signal(gone.pid, gone.start_ticks, signal.SIGKILL)
+    await demo.sleep(1.0)
+    fresh_snap = await demo.sample()
+    fresh, changes = replan(plan, fresh_snap)
+    assert fresh.used_before_mib[4] == 0 and plan.used_before_mib[4] == MODEL_MIB
+    assert any(f"no longer signalled (exited or changed): {gone.pid}" in c for c in changes)
+    # A dialog left open without any change is not news.
+    again, none = replan(fresh, await demo.sample())
+    assert none == [] and again.targets == fresh.targets
+    # Nothing left to do is a plan error, not an empty run.
+    for t in fresh.targets:
+        await demo.signal(t.pid, t.start_ticks, signal.SIGKILL)
+    await demo.sleep(1.0)
+    reap = plan_action(fresh_snap, ActionKind.KILL, pid=ws[0])
+    try:
+        replan(reap, await demo.sample())
+    except PlanError as exc:
+        assert f"pid {ws[0]} is not in the latest sample" in str(exc)
+    else:
+        raise AssertionError("replanning a kill of a dead process must fail")
+
+
+async def test_a_cancelled_action_keeps_a_report_of_what_was_sent() -> None:
+    demo = DemoHost(speed=20.0)
+    plan = plan_action(await demo.sample(), ActionKind.RECLAIM, unit=MINIMAX)
+    report = ActionReport(plan)
+    termed = asyncio.Event()
+
+    def seen(p: Progress) -> None:
+        if p.phase == "waiting":  # TERM went out; KILL escalation is pending
+            termed.set()
+
+    task = asyncio.ensure_future(execute(plan, demo, ExecOptions(term_timeout=10.0, poll=0.5),
+                                         seen, report=report))
+    await asyncio.wait_for(termed.wait(), 10)
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    else:
+        raise AssertionError("cancellation must propagate")
+    assert report.interrupted and report.verdict == "interrupted"
+    assert report.sent_anything
+    assert "systemctl stop vllm-minimax-m25.service: exit 0" in report.summary
+    assert "SIGKILL" not in report.summary  # the escalation never happened, and it says so
+    assert any(line.startswith("  sent: ") for line in report.describe())

@@ -1,0 +1,47 @@
+"""Host text can neither drive the operator's terminal nor hide part of itself."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpudash.untrusted import clean, json_dumps
+
+INVISIBLE = [
+    "\u061c",  # Arabic letter mark
+    *[chr(c) for c in range(0x200B, 0x2010)],  # zero-width space .. RLM
+    "\u2028", "\u2029",  # line / paragraph separator
+    *[chr(c) for c in range(0x202A, 0x202F)],  # bidi embeddings and overrides
+    *[chr(c) for c in range(0x2066, 0x206A)],  # bidi isolates
+    "\ufeff",  # byte-order mark / zero-width no-break space
+    "\ud800", "\udfff",  # lone surrogates
+]
+
+
+@pytest.mark.parametrize("char", INVISIBLE, ids=lambda c: f"U+{ord(c):04X}")
+def test_invisible_and_reordering_characters_are_made_visible(char: str) -> None:
+    shown = clean(f"rm{char}x")
+    assert char not in shown
+    assert shown == f"rm\\u{ord(char):04x}x"
+    shown.encode("utf-8")  # a lone surrogate must not break the terminal writer
+
+
+def test_controls_stay_escaped_and_markup_stays_text() -> None:
+    assert clean("\x1b]0;owned\x07\x9b2J") == "\\x1b]0;owned\\x07\\x9b2J"
+    assert clean("[bold]é日本[/bold]") == "[bold]é日本[/bold]"
+
+
+@given(st.text())
+def test_json_output_is_equivalent_valid_utf8_and_inert(text: str) -> None:
+    doc = json_dumps({"cmdline": text, "n": 1})
+    doc.encode("utf-8")  # never raises, lone surrogates included
+    assert json.loads(doc) == {"cmdline": text, "n": 1}
+    assert clean(doc) == doc  # nothing in it can act on a terminal
+
+
+def test_json_output_keeps_readable_unicode() -> None:
+    assert json_dumps("é日本") == '"é日本"'
+    assert json_dumps("a\x1b[2Jb\u202e") == '"a\\u001b[2Jb\\u202e"'
