@@ -75,3 +75,55 @@ async def test_help_screen_shows_the_rebound_keys() -> None:
         keys = {description: key for key, description, _ in app.screen.rows}
         assert keys["Reclaim unit (stop + disable + reap + wait)"] == "ctrl+r"
         assert keys["Stop unit"] == "s"
+
+
+def test_a_key_another_action_uses_is_refused_and_named() -> None:
+    from gpudash.ui.app import binding_table
+
+    write_keymap('"gpudash.kill" = "s"\n"gpudash.reclam" = "R"\n"gpudash.reap" = "O"\n')
+    keymap, errors = load_keymap(bindings=binding_table())
+    assert keymap == {"gpudash.reap": "O"}
+    assert len(errors) == 2
+    assert "gpudash.kill" in errors[1] and "s is already Stop (gpudash.stop_unit)" in errors[1]
+    assert "kept k" in errors[1]
+    assert "gpudash.reclam: unknown binding id (did you mean gpudash.reclaim?)" in errors[0]
+
+
+def test_swapping_two_keys_is_allowed_but_two_entries_on_one_key_are_not() -> None:
+    from gpudash.ui.app import binding_table
+
+    write_keymap('"gpudash.kill" = "s"\n"gpudash.stop_unit" = "k"\n')
+    assert load_keymap(bindings=binding_table()) == (
+        {"gpudash.kill": "s", "gpudash.stop_unit": "k"}, [])
+    write_keymap('"gpudash.kill" = "K"\n"gpudash.reap" = "K"\n"gpudash.theme" = "down"\n')
+    keymap, errors = load_keymap(bindings=binding_table())
+    assert keymap == {"gpudash.kill": "K"}
+    assert any("gpudash.reap" in e and "K is already Kill" in e for e in errors)
+    assert any("gpudash.theme" in e and "moving the cursor" in e for e in errors)
+
+
+async def test_conflicting_keymap_keeps_stop_on_s_and_warns_once() -> None:
+    from gpudash.ui.screens import HelpScreen
+
+    write_keymap('"gpudash.kill" = "s"\n"gpudash.reclam" = "R"\n')
+    app = GpudashApp([DemoHost(speed=50)], interval=0.25, read_only=False, theme=None,
+                     exec_options=ExecOptions())
+    async with app.run_test(size=(160, 50)) as pilot:
+        for _ in range(100):
+            if app.selected_key:
+                break
+            await pilot.pause(0.05)
+        warnings = [n for n in app._notifications if n.severity == "warning"]
+        assert len(warnings) == 1
+        assert "gpudash.kill" in warnings[0].message and "gpudash.reclam" in warnings[0].message
+        await pilot.press("s")
+        await pilot.pause(0.3)
+        assert isinstance(app.screen, ConfirmModal)
+        assert app.screen.lines[0].startswith("Stop unit")
+        await pilot.press("escape")
+        await pilot.pause(0.1)
+        await pilot.press("question_mark")
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, HelpScreen)
+        keys = [key for key, _d, _a in app.screen.rows]
+        assert keys.count("s") == 1 and "k" in keys

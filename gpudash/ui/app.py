@@ -84,6 +84,16 @@ ACTIONS: dict[str, tuple[ActionKind, str, str]] = {
 KEY_TO_ACTION = {key: name for name, (_, key, _) in ACTIONS.items()} | {"shift+d": "stop_disable"}
 
 
+def binding_table() -> dict[str, tuple[str, str]]:
+    """id -> (default keys, description) of every binding a keymap may rebind."""
+    out: dict[str, tuple[str, str]] = {}
+    for owner in (GpudashApp, ConfirmModal, HelpScreen, FilterScreen):
+        for binding in owner.BINDINGS:
+            if isinstance(binding, Binding) and binding.id:
+                out[binding.id] = (binding.key, binding.description)
+    return out
+
+
 class GpudashApp(App[int]):
     """The dashboard. ``clock`` gives epoch seconds; tests freeze it for snapshots."""
 
@@ -147,7 +157,7 @@ class GpudashApp(App[int]):
         self._refresh_timer: Timer | None = None
         self._available: tuple[bool | None, ...] = ()
         self._last_refresh = 0.0
-        self._keymap, keymap_errors = load_keymap()
+        self._keymap, keymap_errors = load_keymap(bindings=binding_table())
         if keymap_errors:
             self._startup_warnings.append(
                 "Keymap entries ignored:\n" + "\n".join(map(clean, keymap_errors))
