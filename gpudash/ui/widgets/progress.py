@@ -1,26 +1,101 @@
-"""Live progress of the running action: per GPU, memory from before towards the target."""
+"""The running action and its result: the verdict or what it waits for first, then per GPU
+the memory from before towards the target, the GPUs still waiting before those already back.
+
+Order is what keeps it readable when the panel is short: the line that says how it went
+is never below the GPU rows, and the GPUs that matter are the first rows.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
 
 from rich.text import Text
 from textual.widgets import Static
 
-from gpudash.engine import ActionPlan, ActionReport, Progress
+from gpudash.engine import ActionPlan, ActionReport, Progress, Target
 from gpudash.ui.palette import Palette
-from gpudash.ui.text import literal
-from gpudash.units import gib, gib_number
+from gpudash.ui.text import clean, literal
+from gpudash.units import gib, gib_number, seconds
 
 BAR = 24
+BAR_COMPACT = 10
+NAMED_AT_MOST = 3  # pids named on the waiting line; the rest are counted
 
 
-def _bar(before: int | None, target: int, now: int | None, pal: Palette, done: bool) -> Text:
+def _bar(
+    before: int | None, target: int, now: int | None, pal: Palette, done: bool, width: int
+) -> Text:
     if before is None or now is None or before <= target:
-        return Text("░" * BAR, style=pal.empty)
+        return Text("░" * width, style=pal.empty)
     fraction = max(0.0, min(1.0, (before - now) / (before - target)))
-    filled = round(fraction * BAR)
+    filled = round(fraction * width)
     text = Text("█" * filled, style=pal.success if done else pal.notice)
-    text.append("░" * (BAR - filled), style=pal.empty)
+    text.append("░" * (width - filled), style=pal.empty)
     return text
+
+
+def _who(pids: Iterable[int], targets: Mapping[int, Target]) -> str:
+    """``pid 215122 (VLLM::Worker_TP5, GPU5)``, at most ``NAMED_AT_MOST`` of them."""
+    pids = list(pids)
+    parts = []
+    for pid in pids[:NAMED_AT_MOST]:
+        t = targets.get(pid)
+        if t is None:
+            parts.append(f"pid {pid}")
+            continue
+        gpus = ", ".join(f"GPU{g}" for g, mib in sorted(t.gpu_memory_mib.items()) if mib)
+        parts.append(f"pid {pid} ({clean(t.label)}{', ' + gpus if gpus else ''})")
+    more = len(pids) - NAMED_AT_MOST
+    return ", ".join(parts) + (f" and {more} more" if more > 0 else "")
+
+
+def _running_lines(
+    plan: ActionPlan, progress: Progress | None, term_timeout: float, pal: Palette
+) -> list[Text]:
+    if progress is None:
+        return [Text("starting…", style="italic")]
+    targets = {t.pid: t for t in plan.targets}
+    alive = tuple(getattr(progress, "alive_pids", ()))
+    term_left = getattr(progress, "term_left_s", None)
+    escalated = tuple(getattr(progress, "escalated", ()))
+    lines: list[Text] = []
+    if progress.phase == "waiting" and alive:
+        line = Text(f"TERM sent; waiting for {_who(alive, targets)} to exit", style="italic")
+        if term_left is not None:
+            line.append(f"; KILL in {seconds(round(term_left, 1))}", style=f"bold {pal.warning}")
+        line.append(f" (TERM→KILL limit {seconds(term_timeout)})", style="dim")
+        lines.append(line)
+    else:
+        lines.append(literal(f"[{progress.phase}] {progress.message}", style="italic"))
+        if alive and progress.phase == "verifying":
+            lines.append(Text(f"still alive: {_who(alive, targets)}", style=pal.warning))
+    if escalated:
+        lines.append(Text(f"TERM ignored: KILL sent to {_who(escalated, targets)}",
+                          style=f"bold {pal.warning}"))
+    return lines
+
+
+_VERDICT_MARK = {"confirmed": "✔", "warning": "⚠", "failed": "✘", "unknown": "?",
+                 "interrupted": "■"}
+
+
+def _result_lines(report: ActionReport, pal: Palette) -> list[Text]:
+    verdict = getattr(report, "verdict", "confirmed" if report.confirmed else "failed")
+    style = {"confirmed": pal.success, "warning": pal.warning}.get(verdict, pal.error)
+    targets = {t.pid: t for t in report.plan.targets}
+    lines = [literal(f"{_VERDICT_MARK.get(verdict, '✘')} {report.summary}", style=f"bold {style}")]
+    if report.escalated:
+        lines.append(Text(f"TERM ignored: KILL sent to {_who(report.escalated, targets)}",
+                          style=pal.warning))
+    for warning in getattr(report, "warnings", ()):
+        if warning not in report.summary:  # said once: the summary may carry it already
+            lines.append(literal(f"! {warning}", style=pal.warning))
+    for lo in report.leftovers:
+        who = "unknown holder" if lo.pid is None else f"pid {lo.pid}"
+        mib = "?" if lo.mib is None else gib(lo.mib)
+        lines.append(literal(f"  {lo.where} {mib} held by {who}: {lo.reason} {lo.detail}",
+                             style=pal.warning))
+    return lines
 
 
 def progress_text(
@@ -30,51 +105,69 @@ def progress_text(
     error: str | None,
     pal: Palette,
     settle: int,
+    *,
+    term_timeout: float = 10.0,
+    columns: int = 1,
 ) -> Text:
-    """Title, phase, one line per GPU the plan frees memory on, then the verdict."""
+    """Title; the verdict (or what the action waits for); one row per GPU the plan frees
+    memory on, those not yet back first. ``columns=2`` packs two GPUs per line."""
     out = Text()
     out.append_text(literal(f"{plan.title}  on {plan.host}", style="bold"))
-    out.append("\n")
+    if error is not None:
+        status = [literal(f"✘ failed: {error}", style=f"bold {pal.error}")]
+    elif report is None:
+        status = _running_lines(plan, progress, term_timeout, pal)
+    else:
+        status = _result_lines(report, pal)
+    for line in status:
+        out.append("\n")
+        out.append_text(line)
+
     targets = plan.target_used_mib()
+    if progress is not None and progress.target_mib:
+        targets = dict(progress.target_mib)  # the engine may narrow what it waits for
     used = dict(plan.used_before_mib) if progress is None else dict(progress.used_mib)
     stable = {} if progress is None else dict(progress.stable)
+    done: dict[int, bool] = {g: stable.get(g, 0) >= settle for g in targets}
     if report is not None and report.gpus:
+        targets = {g.index: g.target_mib for g in report.gpus}
         used.update({g.index: g.after_mib for g in report.gpus})
-    for gpu, target in sorted(targets.items()):
-        before = plan.used_before_mib.get(gpu)
-        now = used.get(gpu)
-        ok = stable.get(gpu, 0) >= settle
-        if report is not None:
-            ok = any(g.index == gpu and g.confirmed for g in report.gpus)
-        out.append(f"GPU{gpu} ")
-        out.append_text(_bar(before, target, now, pal, ok))
-        out.append(f" {gib_number(before):>5} → {gib(target):>9}  now {gib(now):>9} ")
-        if ok:
-            out.append("✓", style=f"bold {pal.success}")
-        else:
-            out.append(f"{stable.get(gpu, 0)}/{settle}", style="dim")
-        out.append("\n")
+        done = {g.index: g.confirmed for g in report.gpus}
     if not targets:
-        out.append("no GPU memory expected back\n", style="dim")
-    if error is not None:
-        out.append_text(literal(f"✘ failed: {error}", style=f"bold {pal.error}"))
-    elif report is None:
-        message = "" if progress is None else f"[{progress.phase}] {progress.message}"
-        out.append_text(literal(message or "starting…", style="italic"))
-    elif report.confirmed and targets:
-        out.append("✔ memory back on every GPU, confirmed", style=f"bold {pal.success}")
-        out.append_text(literal(f"  ({report.summary})", style=pal.success))
-    elif report.confirmed:
-        out.append_text(literal(f"✔ {report.summary}", style=f"bold {pal.success}"))
-    else:
-        out.append_text(literal(f"✘ {report.summary}", style=f"bold {pal.error}"))
-        for lo in report.leftovers:
-            who = "unknown holder" if lo.pid is None else f"pid {lo.pid}"
-            mib = "?" if lo.mib is None else gib(lo.mib)
-            out.append("\n")
-            out.append_text(literal(f"  {lo.where} {mib} held by {who}: {lo.reason} {lo.detail}",
-                                    style=pal.warning))
+        out.append("\nno GPU memory expected back", style="dim")
+        return out
+    def rank(g: int) -> int:  # 0: memory still held, 1: at target, settling, 2: back
+        if done.get(g, False):
+            return 2
+        now = used.get(g)
+        return 0 if now is None or now > targets[g] else 1
+
+    order = sorted(targets, key=lambda g: (rank(g), g))
+    cells = [
+        _gpu_cell(g, plan.used_before_mib.get(g), targets[g], used.get(g), done.get(g, False),
+                  stable.get(g, 0), settle, pal, compact=columns > 1)
+        for g in order
+    ]
+    for i, cell in enumerate(cells):
+        out.append("\n" if i % columns == 0 else "   ")
+        out.append_text(cell)
     return out
+
+
+def _gpu_cell(
+    gpu: int, before: int | None, target: int, now: int | None, ok: bool, stable: int,
+    settle: int, pal: Palette, *, compact: bool,
+) -> Text:
+    cell = Text(f"GPU{gpu} ")
+    cell.append_text(_bar(before, target, now, pal, ok, BAR_COMPACT if compact else BAR))
+    if compact:
+        cell.append(f" {gib_number(now):>5}→{gib_number(target):<5}")
+    else:
+        cell.append(f" {gib_number(before):>5} → {gib(target):>9}  now {gib(now):>9} ")
+    mark = Text("  ✓", style=f"bold {pal.success}") if ok else Text(
+        f"{stable}/{settle}".rjust(3), style="dim")
+    cell.append_text(mark)
+    return cell
 
 
 class ActionProgressPanel(Static):
@@ -82,10 +175,32 @@ class ActionProgressPanel(Static):
 
     DEFAULT_CSS = """
     ActionProgressPanel {
-        height: auto; max-height: 14; overflow-y: auto;
+        height: auto; overflow-y: auto;
         border: round $accent; padding: 0 1; display: none;
     }
     ActionProgressPanel.-shown { display: block; }
     ActionProgressPanel.-ok { border: round $success; }
+    ActionProgressPanel.-warn { border: round $warning; }
     ActionProgressPanel.-failed { border: round $error; }
     """
+
+    def show(
+        self,
+        plan: ActionPlan,
+        progress: Progress | None,
+        report: ActionReport | None,
+        error: str | None,
+        pal: Palette,
+        *,
+        settle: int,
+        term_timeout: float,
+        columns: int,
+    ) -> None:
+        verdict = None if report is None else getattr(
+            report, "verdict", "confirmed" if report.confirmed else "failed")
+        self.set_class(verdict == "confirmed", "-ok")
+        self.set_class(verdict == "warning", "-warn")
+        self.set_class(error is not None or verdict in ("failed", "unknown", "interrupted"),
+                       "-failed")
+        self.update(progress_text(plan, progress, report, error, pal, settle,
+                                  term_timeout=term_timeout, columns=columns))
