@@ -34,14 +34,6 @@ from gpudash.source import HostSource, SourceError
 EXIT_OK, EXIT_NOT_FREED, EXIT_USAGE, EXIT_CONNECT, EXIT_UNKNOWN = 0, 1, 2, 3, 4
 SUBCOMMANDS = ("snapshot", "reclaim")
 REVERIFY_ATTEMPTS = 3
-DEMO_WALKTHROUGH = (
-    "This is a simulated 8-GPU host replaying the incident: vllm-minimax-m25 holds "
-    "~96.8 GiB on every GPU.\n"
-    "1. Select the vLLM server (down arrow) and press k: systemd respawns it.\n"
-    "2. Back on the unit row, press D (stop + disable): the TP workers stay, ORPHAN.\n"
-    "3. Press o to reap them and watch the memory come back, per GPU.\n"
-    "Or press r on a fresh start: the whole incident in one action. ? shows every key."
-)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -238,7 +230,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
             read_only=args.read_only,
             theme=args.theme,
             exec_options=None,
-            welcome=DEMO_WALKTHROUGH if args.demo and not args.read_only else None,
+            welcome=args.demo and not args.read_only,
         ))
     finally:
         asyncio.run(_close_all(sources))

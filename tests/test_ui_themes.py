@@ -66,7 +66,7 @@ async def test_unknown_theme_falls_back_with_a_warning() -> None:
         assert any("Unknown theme" in n.message for n in app._notifications)
 
 
-async def test_help_and_palette_offer_only_what_fits() -> None:
+async def test_help_and_palette_grey_what_does_not_fit() -> None:
     app = GpudashApp([DemoHost()], interval=1.0, read_only=False, theme=None,
                      exec_options=None, theme_dirs=[THEMES_DIR])
     async with app.run_test(size=(160, 50)) as pilot:
@@ -74,14 +74,22 @@ async def test_help_and_palette_offer_only_what_fits() -> None:
             if app.selected_key:
                 break
             await pilot.pause(0.05)
+
+        def offered() -> tuple[set[str], dict[str, str]]:
+            commands = app.palette_commands()
+            ready = {action for _t, _h, action, ok in commands if ok}
+            greyed = {action: why for _t, why, action, ok in commands if not ok}
+            return ready, greyed
+
         app.holders.select_key("u:session-4.scope")
         await pilot.pause(0.1)
-        offered = {action for _t, _h, action in app.palette_commands()}
-        assert "stop_unit" not in offered and "reclaim" not in offered
+        ready, greyed = offered()
+        assert "stop_unit" not in ready and "reclaim" not in ready
+        assert "select a system service" in greyed["stop_unit"]
         app.holders.select_key("u:vllm-minimax-m25.service")
         await pilot.pause(0.1)
-        offered = {action for _t, _h, action in app.palette_commands()}
-        assert {"stop_unit", "reclaim", "stop_disable"} <= offered and "kill" not in offered
+        ready, greyed = offered()
+        assert {"stop_unit", "reclaim", "stop_disable"} <= ready and "kill" in greyed
         await pilot.press("question_mark")
         await pilot.pause(0.1)
         assert type(app.screen).__name__ == "HelpScreen"

@@ -23,7 +23,7 @@ from textual.events import Key, Resize
 from textual.reactive import reactive
 from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
-from textual.widgets import DataTable, Footer
+from textual.widgets import DataTable
 
 from gpudash import audit
 from gpudash.engine import (
@@ -43,6 +43,7 @@ from gpudash.source import HostSource
 from gpudash.ui.commands import DashboardCommands
 from gpudash.ui.hosts import HostView, follow_host
 from gpudash.ui.keymap import load_keymap
+from gpudash.ui.layout import PLOT_MIN, progress_columns, size_classes
 from gpudash.ui.messages import (
     ActionFinished,
     ActionProgressed,
@@ -51,11 +52,13 @@ from gpudash.ui.messages import (
     SnapshotArrived,
 )
 from gpudash.ui.palette import palette
-from gpudash.ui.screens import ConfirmModal, FilterScreen, HelpScreen
+from gpudash.ui.screens import ConfirmModal, DetailScreen, FilterScreen, HelpScreen
 from gpudash.ui.text import clean
 from gpudash.ui.themes import VARIABLE_DEFAULTS, load_themes
 from gpudash.ui.widgets.action_log import ActionLog, LogEntry
-from gpudash.ui.widgets.gpus import GpuTable
+from gpudash.ui.widgets.footer import DashboardFooter
+from gpudash.ui.widgets.gpus import GpuGrid, GpuTable
+from gpudash.ui.widgets.guide import Guide
 from gpudash.ui.widgets.header import HeaderBar, HostList, header_text
 from gpudash.ui.widgets.holders import (
     HoldersTable,
@@ -63,9 +66,10 @@ from gpudash.ui.widgets.holders import (
     holder_rows,
     selection_of,
 )
+from gpudash.ui.widgets.notice import HostNotice
 from gpudash.ui.widgets.plotview import MemoryPlot
-from gpudash.ui.widgets.progress import ActionProgressPanel, progress_text
-from gpudash.ui.widgets.unit_panel import UnitPanel, unit_text
+from gpudash.ui.widgets.progress import ActionProgressPanel
+from gpudash.ui.widgets.unit_panel import UnitPanel, unit_gist, unit_text
 
 DEFAULT_THEME = "gpudash-night"
 REVERIFY_ATTEMPTS = 3  # re-verifications of one unknown outcome before leaving it to the log
@@ -134,7 +138,7 @@ class GpudashApp(App[int]):
         exec_options: ExecOptions | None,
         clock: Callable[[], float] = time.time,
         theme_dirs: Sequence[Path] | None = None,
-        welcome: str | None = None,
+        welcome: bool = False,
     ) -> None:
         super().__init__()
         if not sources:
@@ -157,6 +161,8 @@ class GpudashApp(App[int]):
         self._refresh_timer: Timer | None = None
         self._available: tuple[bool | None, ...] = ()
         self._last_refresh = 0.0
+        self._mounted = False
+        self._toast_until: dict[tuple[str, str], float] = {}
         self._keymap, keymap_errors = load_keymap(bindings=binding_table())
         if keymap_errors:
             self._startup_warnings.append(
@@ -189,13 +195,16 @@ class GpudashApp(App[int]):
         yield HostList(id="hosts")
         with Horizontal(id="top"):
             yield GpuTable(id="gpus")
+            yield GpuGrid(id="gpu-grid")
             yield MemoryPlot(id="plot")
+        yield HostNotice(id="notice")
         with Horizontal(id="middle"):
             yield HoldersTable(id="holders")
             yield UnitPanel(id="unit")
         yield ActionProgressPanel(id="progress")
         yield ActionLog(id="log")
-        yield Footer()
+        yield Guide(id="guide")
+        yield DashboardFooter()
 
     def on_mount(self) -> None:
         # The widgets live on the default screen; while a modal is up, ``query_one`` would
@@ -203,12 +212,16 @@ class GpudashApp(App[int]):
         self.header_bar = self.query_one(HeaderBar)
         self.host_list = self.query_one(HostList)
         self.gpu_table = self.query_one(GpuTable)
+        self.gpu_grid = self.query_one(GpuGrid)
+        self.notice = self.query_one(HostNotice)
+        self.guide = self.query_one(Guide)
         self.memory_plot = self.query_one(MemoryPlot)
         self.holders = self.query_one(HoldersTable)
         self.unit_panel = self.query_one(UnitPanel)
         self.progress_panel = self.query_one(ActionProgressPanel)
         self.action_log = self.query_one(ActionLog)
         self.query_one("#gpus").border_title = "GPUs"
+        self.gpu_grid.border_title = "GPUs"
         self.query_one("#holders").border_title = "Holders (by owner)"
         self.query_one("#unit").border_title = "Unit"
         self.query_one("#plot").border_title = "Memory history (GiB)"
@@ -229,17 +242,27 @@ class GpudashApp(App[int]):
         self.theme_changed_signal.subscribe(self, lambda _theme: self.refresh_view())
         for message in self._startup_warnings:
             self.notify(message, severity="warning", timeout=15, markup=False)
-        if self._welcome:
-            self.notify(self._welcome, title="Welcome", timeout=30, markup=False)
         for index in range(len(self.views)):
             self._follow(index)
         self.set_interval(1.0, self._tick)
+        self._mounted = True
+        self._fit(self.size.width, self.size.height)
         self.refresh_view()
 
     def on_resize(self, event: Resize) -> None:
+        self._fit(event.size.width, event.size.height)
+
+    def _fit(self, width: int, height: int) -> None:
+        """Show what the terminal has room for (gpudash/ui/layout.py has the sizes)."""
         main = self.screen_stack[0]
-        main.set_class(event.size.width < 130, "-narrow")
-        main.set_class(event.size.height < 40, "-short")
+        for name, applies in size_classes(width, height).items():
+            main.set_class(applies, name)
+        if not self._mounted:  # the first Resize comes before on_mount
+            return
+        # Under 30 rows the log's column header would leave it one row.
+        self.action_log.show_header = not main.has_class("-tiny")
+        self._refresh_unit()
+        self._refresh_progress()
 
     # --- hosts -------------------------------------------------------------------------
 
@@ -341,6 +364,7 @@ class GpudashApp(App[int]):
         self.header_bar.update(
             header_text(self.views, self.current_host, now, self.stale_after, self.read_only, pal)
         )
+        self.notice.show(self.view, now, pal)
         if len(self.views) > 1:
             self.host_list.show(self.views, now, self.stale_after, pal)
 
@@ -352,6 +376,9 @@ class GpudashApp(App[int]):
         with self.batch_update():
             self._refresh_header()
             self.gpu_table.show(view.snapshot, pal)
+            self.gpu_grid.show(view.snapshot, pal)
+            if self._welcome:
+                self.guide.show(view.triage, self.key_of)
             rows = holder_rows(view.triage, pal) if view.triage else []
             holders.show(filter_rows(rows, self.holder_filter))
             self.selected_key = holders.selected_key()
@@ -364,7 +391,18 @@ class GpudashApp(App[int]):
         owner, _unit, pid = selection_of(view.triage, self.selected_key)
         group = view.triage.group(owner) if view.triage and owner else None
         process = view.snapshot.process(pid) if view.snapshot and pid is not None else None
-        self.unit_panel.update(unit_text(group, process, palette(self)))
+        pal = palette(self)
+        self.unit_panel.update(unit_text(group, process, pal))
+        # Too thin for the unit panel: its gist goes on Holders' border, Enter shows it all.
+        thin = self.screen_stack[0].has_class("-thin")
+        self.holders.border_subtitle = unit_gist(group, pal) if thin else None
+
+    def key_of(self, action: str) -> str:
+        """The key the user presses for ``action``, after their keymap."""
+        default = {name: key for name, (_k, key, _l) in ACTIONS.items()} | {
+            "help": "question_mark", "quit": "q", "toggle_plot": "g", "filter": "slash"}
+        keys = self._keymap.get(f"gpudash.{action}", default.get(action, action))
+        return self.get_key_display(Binding(keys.split(",")[0].strip(), action))
 
     def _refresh_plot(self) -> None:
         view = self.view
@@ -394,6 +432,19 @@ class GpudashApp(App[int]):
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if isinstance(event.data_table, HostList) and event.row_key.value is not None:
             self.action_host(int(event.row_key.value))
+        elif isinstance(event.data_table, HoldersTable):
+            view = self.view
+            owner, _unit, pid = selection_of(view.triage, self.selected_key)
+            group = view.triage.group(owner) if view.triage and owner else None
+            process = view.snapshot.process(pid) if view.snapshot and pid is not None else None
+            if group is not None:
+                self.push_screen(DetailScreen(clean(owner),
+                                              unit_text(group, process, palette(self))))
+        elif isinstance(event.data_table, ActionLog):
+            entry = self.action_log.entry_at(event.cursor_row)
+            if entry is not None:
+                self.push_screen(DetailScreen(f"{entry.action} on {entry.host}",
+                                              self.action_log.detail(entry)))
 
     # --- availability ------------------------------------------------------------------
 
@@ -424,6 +475,8 @@ class GpudashApp(App[int]):
         return True, ""
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "command_palette" and isinstance(self.screen, ConfirmModal):
+            return False  # the dialog is answered first: nothing is picked behind it
         if action in ACTIONS:
             if isinstance(self.screen, ModalScreen):
                 return False
@@ -431,7 +484,8 @@ class GpudashApp(App[int]):
         if action == "next_host":
             return len(self.views) > 1
         if action == "host":
-            return len(self.views) > 1
+            index = parameters[0] if parameters else 0
+            return len(self.views) > 1 and isinstance(index, int) and index < len(self.views)
         if action == "hide_result":
             return self.result_shown
         return True
@@ -446,18 +500,37 @@ class GpudashApp(App[int]):
         available, reason = self.availability(action)
         if available is not True:
             event.stop()
-            self.notify(reason, title=ACTIONS[action][2], severity="warning", markup=False)
+            self.explain(action)
 
-    def palette_commands(self) -> list[tuple[str, str, str]]:
-        """(title, help, action) of what the command palette should offer now."""
-        out: list[tuple[str, str, str]] = []
-        for name, (kind, key, _label) in ACTIONS.items():
-            if self.availability(name)[0] is True:
-                out.append((ACTION_TITLES[kind], f"key {key}", name))
-        out.append(("Plot: toggle all GPUs / selected GPU", "key g", "toggle_plot"))
+    def explain(self, action: str) -> None:
+        """Say why ``action`` is not available now: once per reason while it shows, so a
+        key pressed eight times does not stack eight notifications."""
+        reason = self.availability(action)[1]
+        title = ACTIONS[action][2]
+        now = time.monotonic()
+        if self._toast_until.get((title, reason), 0.0) > now:
+            return
+        self._toast_until[(title, reason)] = now + self.NOTIFICATION_TIMEOUT
+        self.notify(reason, title=title, severity="warning", markup=False)
+
+    def palette_commands(self) -> list[tuple[str, str, str, bool]]:
+        """(title, help, action, available) of what the command palette offers now.
+
+        Actions that do not fit the selection are offered greyed, with the reason as
+        their help, as the footer greys their keys; read-only mode leaves them out."""
+        out: list[tuple[str, str, str, bool]] = []
+        for name, (kind, _key, _label) in ACTIONS.items():
+            available, reason = self.availability(name)
+            key = self.key_of(name)
+            if available is True:
+                out.append((ACTION_TITLES[kind], f"key {key}", name, True))
+            elif available is None:
+                out.append((ACTION_TITLES[kind], f"not now: {reason}", name, False))
+        out.append(("Plot: toggle all GPUs / selected GPU", f"key {self.key_of('toggle_plot')}",
+                    "toggle_plot", True))
         if len(self.views) > 1:
             for i, v in enumerate(self.views):
-                out.append((f"Host: {clean(v.name)}", f"key {i + 1}", f"host({i})"))
+                out.append((f"Host: {clean(v.name)}", f"key {i + 1}", f"host({i})", True))
         return out
 
     def get_system_commands(self, screen: Screen) -> object:
@@ -469,6 +542,13 @@ class GpudashApp(App[int]):
     def action_toggle_plot(self) -> None:
         self.plot_all = not self.plot_all
         self._refresh_plot()
+        if not self.memory_plot.display:
+            width, height = self.size
+            self.notify(
+                f"Plot set to {'all GPUs' if self.plot_all else 'the selected GPU'}; it shows "
+                f"on a terminal of at least {PLOT_MIN} (this one is {width}x{height}).",
+                title="Memory plot", markup=False,
+            )
 
     def action_next_host(self) -> None:
         self.action_host((self.current_host + 1) % len(self.views))
@@ -506,7 +586,13 @@ class GpudashApp(App[int]):
         rows += [
             (key("toggle_plot", "g"), "Plot: all GPUs / the selected GPU", True),
             (key("filter", "/"), "Filter the holders (pid, user, unit, command)", True),
-            (f"{key('next_host', 'h')}, 1-9", "Switch host", len(self.views) > 1 or None),
+        ]
+        if len(self.views) > 1:  # one host: nothing to switch to, no row for it
+            last = min(9, len(self.views))
+            rows.append((f"{key('next_host', 'h')}, 1-{last}", "Switch host", True))
+        rows += [
+            ("enter", "The selected owner, or log entry, in full", True),
+            ("home, end", "First / last row", True),
             ("tab", "Move focus: holders, GPUs, log", True),
             (key("hide_result", "x"), "Hide the action result panel", True),
             (key("theme", "T"), "Pick a theme", True),
@@ -539,9 +625,9 @@ class GpudashApp(App[int]):
         self._plan("reclaim")
 
     def _plan(self, action: str) -> None:
-        available, reason = self.availability(action)
+        available, _reason = self.availability(action)
         if available is not True:
-            self.notify(reason, title=ACTIONS[action][2], severity="warning", markup=False)
+            self.explain(action)
             return
         kind = ACTIONS[action][0]
         view = self.view
@@ -652,11 +738,13 @@ class GpudashApp(App[int]):
                 for lo in report.leftovers
             )
         self._log(plan.host, plan.title, outcome, report.confirmed)
+        # The verdict in full is in the Action panel and the log: a short toast covers
+        # neither on a small terminal.
         if report.confirmed:
-            self.notify(clean(report.summary), title=plan.title, markup=False)
+            self.notify("✔ confirmed: see the Action panel", title=plan.title, markup=False)
         else:
-            self.notify(clean(report.summary), title=plan.title, severity="warning",
-                        markup=False, timeout=10)
+            self.notify("✘ NOT confirmed: see the Action panel", title=plan.title,
+                        severity="warning", markup=False, timeout=10)
 
     def _refresh_progress(self) -> None:
         panel = self.progress_panel
@@ -669,11 +757,10 @@ class GpudashApp(App[int]):
         if not shown or state is None:
             return
         plan, progress, report, error = state
-        panel.set_class(report is not None and report.confirmed, "-ok")
-        panel.set_class(error is not None or (report is not None and not report.confirmed),
-                        "-failed")
-        panel.update(progress_text(plan, progress, report, error, palette(self),
-                                   self.exec_options.settle))
+        width, height = self.size
+        panel.show(plan, progress, report, error, palette(self),
+                   settle=self.exec_options.settle, term_timeout=self.exec_options.term_timeout,
+                   columns=progress_columns(width, height))
 
     def _log(self, host: str, action: str, outcome: str, ok: bool | None) -> None:
         pal = palette(self)
@@ -689,7 +776,7 @@ def run_dashboard(
     read_only: bool,
     theme: str | None,
     exec_options: ExecOptions | None,
-    welcome: str | None = None,
+    welcome: bool = False,
 ) -> int:
     """Run the dashboard until the operator quits; returns the exit status."""
     app = GpudashApp(

@@ -30,6 +30,7 @@ class HostView:
     state: str = "connecting"  # connecting | connected | reconnecting | error
     error: str | None = None
     retry_at: float | None = None
+    attempt: int = 0  # connection attempts since the last sample
     snapshot: HostSnapshot | None = None
     triage: HostTriage | None = None
     received_at: float | None = None
@@ -51,6 +52,7 @@ class HostView:
         self.state = "connected"
         self.error = None
         self.retry_at = None
+        self.attempt = 0
         self.history.append((snapshot.taken_at, snapshot.used_by_gpu()))
 
     def age(self, now: float) -> float | None:

@@ -14,13 +14,13 @@ from textual.widgets import Button, Input, Static
 from gpudash.ui.text import literal
 
 
-def plan_text(lines: Iterable[str]) -> Text:
+def plan_text(lines: Iterable[str], *, first_bold: bool = True) -> Text:
     """The plan's lines, literally, with commands, notes and the people left alone set apart."""
     out = Text()
     for i, line in enumerate(lines):
         if i:
             out.append("\n")
-        if i == 0:
+        if i == 0 and first_bold:
             style = "bold"
         elif line.startswith("  ! "):
             style = "bold yellow"
@@ -35,19 +35,28 @@ def plan_text(lines: Iterable[str]) -> Text:
 
 
 class ConfirmModal(ModalScreen[bool]):
-    """Shows a plan exactly and asks; Cancel has the focus, so Enter never kills by accident."""
+    """Shows a plan exactly and asks; Cancel has the focus, so Enter never kills by accident.
+
+    What the operator decides on (the title, the memory expected back, the warnings, who
+    is left alone) and the answer row always show; only the list of commands scrolls, so
+    a long reap still fits an 80x24 terminal. No notification is drawn over it.
+    """
 
     DEFAULT_CSS = """
     ConfirmModal { align: center middle; }
     ConfirmModal > Vertical {
-        width: 90%; max-width: 140; height: auto; max-height: 90%;
+        width: 90%; max-width: 140; height: auto; max-height: 100%;
         border: thick $error; background: $surface; padding: 0 1;
     }
-    ConfirmModal #plan { height: auto; max-height: 60vh; }
-    ConfirmModal #question { margin-top: 1; text-style: bold; }
-    ConfirmModal Horizontal { height: auto; align-horizontal: right; margin-top: 1; }
+    ConfirmModal #heading { dock: top; height: auto; }
+    ConfirmModal #plan { height: auto; min-height: 1; }
+    ConfirmModal #outcome { dock: bottom; height: auto; }
+    ConfirmModal #answer { height: 1; margin-top: 1; }
+    ConfirmModal #question { width: 1fr; text-style: bold; }
     ConfirmModal Button { margin-left: 2; }
+    ToastRack.-under-confirm ToastHolder { display: none; }
     """
+    SCOPED_CSS = False  # the rule above is for the toast racks of the screens below too
     BINDINGS = [
         Binding("y", "confirm", "Confirm", id="gpudash.confirm.yes"),
         Binding("n", "cancel", "Cancel", id="gpudash.confirm.no"),
@@ -60,17 +69,34 @@ class ConfirmModal(ModalScreen[bool]):
         self.lines = lines
 
     def compose(self) -> ComposeResult:
+        heading, *rest = self.lines or [""]
+        commands = [line for line in rest if line.startswith("  $ ")]
+        outcome = [line for line in rest if not line.startswith("  $ ")]
         with Vertical(id="dialog") as dialog:
             dialog.border_title = "Confirm"
+            yield Static(plan_text([heading]), id="heading")
+            with Vertical(id="outcome"):
+                yield Static(plan_text(outcome, first_bold=False), id="summary")
+                with Horizontal(id="answer"):
+                    yield Static("Run this plan?  y: confirm  n/Esc: cancel",
+                                 id="question")
+                    yield Button("Cancel", id="cancel", variant="primary", compact=True)
+                    yield Button("Confirm", id="confirm", variant="error", compact=True)
             with VerticalScroll(id="plan"):
-                yield Static(plan_text(self.lines), id="plan-text")
-            yield Static("Run this plan?  y = confirm   n / Esc = cancel", id="question")
-            with Horizontal():
-                yield Button("Cancel", id="cancel", variant="primary")
-                yield Button("Confirm", id="confirm", variant="error")
+                yield Static(plan_text(commands, first_bold=False), id="plan-text")
 
     def on_mount(self) -> None:
         self.query_one("#cancel", Button).focus()
+        # Toasts are drawn over everything, the dialog too: hidden (on this screen and
+        # those below) while it is up, back after it if not timed out by then.
+        screens = {*self.app.screen_stack, self}  # this one may not be on the stack yet
+        self._toasts = [rack for screen in screens for rack in screen.query("ToastRack")]
+        for rack in self._toasts:
+            rack.add_class("-under-confirm")
+
+    def on_unmount(self) -> None:
+        for rack in self._toasts:
+            rack.remove_class("-under-confirm")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "confirm")
@@ -82,13 +108,42 @@ class ConfirmModal(ModalScreen[bool]):
         self.dismiss(False)
 
 
+class DetailScreen(ModalScreen[None]):
+    """One thing in full, wrapped: an action log entry, the selected unit's facts."""
+
+    DEFAULT_CSS = """
+    DetailScreen { align: center middle; }
+    DetailScreen > VerticalScroll {
+        width: 90%; max-width: 120; height: auto; max-height: 90%;
+        border: thick $primary; background: $surface; padding: 0 1;
+    }
+    """
+    BINDINGS = [
+        Binding("escape,enter,q", "close", "Close", id="gpudash.detail.close"),
+    ]
+
+    def __init__(self, title: str, body: Text) -> None:
+        super().__init__()
+        self.title_text = title
+        self.body = body
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll() as scroll:
+            scroll.border_title = Text(self.title_text)  # a Text: never read as markup
+            scroll.border_subtitle = "Esc / Enter closes"
+            yield Static(self.body, id="detail")
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+
 class HelpScreen(ModalScreen[None]):
     """Every key of the dashboard, and whether it applies to the current selection."""
 
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
     HelpScreen > VerticalScroll {
-        width: 90; height: auto; max-height: 90%;
+        width: 100%; max-width: 92; height: auto; max-height: 100%;
         border: thick $primary; background: $surface; padding: 0 1;
     }
     """
@@ -104,14 +159,16 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         text = Text()
         text.append("Keys\n", style="bold")
+        width = max((len(d) for _k, d, _a in self.rows), default=0) + 2
         for key, description, available in self.rows:
-            text.append(f"  {key:<9}", style="bold")
-            text.append(f"{description:<44}")
-            if available is False:
-                text.append("read-only" if self.read_only else "not available", style="dim")
-            elif available is None:
-                text.append("not for this selection", style="dim")
+            # Greyed like the footer's keys; pressing one says why.
+            style = "" if available is True else "dim"
+            text.append(f"  {key:<9}", style=f"bold {style}".strip())
+            text.append(f"{description:<{width}}".rstrip(), style=style)
             text.append("\n")
+        if any(a is not True for _k, _d, a in self.rows):
+            why = "read-only mode" if self.read_only else "not for this selection"
+            text.append(f"Greyed: {why}; the key says why.\n", style="dim italic")
         text.append(
             "\nDestructive actions show their exact plan first; Cancel is focused.\n"
             "Progress is followed per GPU until the memory is back, or the report says\n"

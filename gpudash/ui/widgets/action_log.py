@@ -1,4 +1,8 @@
-"""The action log: what was done, when, on which host, with what outcome."""
+"""The action log: what was done, when, on which host, with what outcome.
+
+A row shows as much of the outcome as fits; Enter on a row opens it in full, with the
+report's lines (per GPU, escalations, what still holds memory).
+"""
 
 from __future__ import annotations
 
@@ -6,9 +10,10 @@ import time
 from dataclasses import dataclass
 
 from rich.text import Text
+from textual.binding import Binding
 from textual.widgets import DataTable
 
-from gpudash.ui.text import literal
+from gpudash.ui.text import clean, literal
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,6 +23,7 @@ class LogEntry:
     action: str
     outcome: str
     ok: bool | None  # None: not an outcome (cancelled, refused)
+    details: tuple[str, ...] = ()  # the report's lines, for the detail view
 
 
 class ActionLog(DataTable[Text]):
@@ -26,6 +32,10 @@ class ActionLog(DataTable[Text]):
     DEFAULT_CSS = """
     ActionLog { height: 7; }
     """
+    BINDINGS = [
+        Binding("home", "scroll_top", "First", show=False),
+        Binding("end", "scroll_bottom", "Last", show=False),
+    ]
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(cursor_type="row", **kwargs)  # type: ignore[arg-type]
@@ -37,6 +47,7 @@ class ActionLog(DataTable[Text]):
         self.add_column("Action", key="action", width=40)
         self.add_column("Outcome", key="outcome", width=100)
         self.border_title = "Action log"
+        self.border_subtitle = "Enter: full entry"
 
     def add(self, entry: LogEntry, ok_style: str, bad_style: str) -> None:
         self.entries.append(entry)
@@ -48,4 +59,23 @@ class ActionLog(DataTable[Text]):
             literal(entry.outcome, style=style),
             key=str(len(self.entries)),
         )
-        self.move_cursor(row=self.row_count - 1)
+        # After the next refresh: the table knows its new height only then, and a short
+        # log must scroll to the newest entry.
+        self.call_after_refresh(self.move_cursor, row=self.row_count - 1, animate=False)
+
+    def entry_at(self, row: int) -> LogEntry | None:
+        return self.entries[row] if 0 <= row < len(self.entries) else None
+
+    @staticmethod
+    def detail(entry: LogEntry) -> Text:
+        """The whole entry, wrapped; host text shown literally."""
+        out = Text()
+        out.append(time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(entry.at)), style="dim")
+        out.append(f"  {clean(entry.host)}\n", style="dim")
+        out.append(clean(entry.action), style="bold")
+        out.append("\n")
+        out.append(clean(entry.outcome))
+        for line in entry.details:
+            out.append("\n")
+            out.append(clean(line))
+        return out

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from rich.text import Text
+from textual.geometry import Size
+from textual.widget import Widget
 from textual.widgets import DataTable
 
 from gpudash.model import Gpu, HostSnapshot
@@ -88,3 +90,60 @@ class GpuTable(DataTable[Text]):
             return None
         key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
         return None if key is None else int(key)
+
+
+GRID_BAR = 10
+GRID_CELL = 5 + GRID_BAR + 1 + 13 + 2 + 6  # "GPU0 " bar " 94.5/95.6 GiB" "  45 °C"
+GRID_GAP = 2
+
+
+def grid_cell(gpu: Gpu, pal: Palette) -> Text:
+    """``GPU0 █████████▉ 94.5/95.6 GiB  45 °C``: one GPU in a line's half."""
+    cell = Text(f"GPU{gpu.index} ".ljust(5))
+    if gpu.error:
+        cell.append_text(literal(gpu.error, style=pal.error))
+        return cell
+    cell.append_text(memory_bar(gpu.memory_used_mib, gpu.memory_total_mib, pal, GRID_BAR))
+    cell.append(f"  {celsius(gpu.temperature_c):>6}", style="dim")
+    return cell
+
+
+def per_line(width: int) -> int:
+    """Grid cells that fit in ``width`` columns (at least one)."""
+    return max(1, (width + GRID_GAP) // (GRID_CELL + GRID_GAP))
+
+
+class GpuGrid(Widget):
+    """The GPUs two or more to a line, for a terminal too small for the table."""
+
+    DEFAULT_CSS = """
+    GpuGrid { height: auto; }
+    """
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self._gpus: tuple[Gpu, ...] = ()
+        self._pal: Palette | None = None
+
+    def show(self, snapshot: HostSnapshot | None, pal: Palette) -> None:
+        gpus = () if snapshot is None else snapshot.gpus
+        relayout = len(gpus) != len(self._gpus)
+        self._gpus, self._pal = gpus, pal
+        self.refresh(layout=relayout)
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        # Lines follow from the width the layout offers, not from the last drawing.
+        return max(1, -(-len(self._gpus) // per_line(width)))
+
+    def render(self) -> Text:
+        if self._pal is None:
+            return Text("")
+        cols = per_line(self.content_size.width)
+        out = Text(no_wrap=True, overflow="ellipsis")
+        for i, gpu in enumerate(self._gpus):
+            if i:
+                out.append("\n" if i % cols == 0 else " " * GRID_GAP)
+            cell = grid_cell(gpu, self._pal)
+            cell.truncate(GRID_CELL, pad=True)
+            out.append_text(cell)
+        return out

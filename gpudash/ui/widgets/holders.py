@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rich.text import Text
+from textual.binding import Binding
 from textual.widgets import DataTable
 
 from gpudash.triage import Flag, HostTriage, OwnerGroup, OwnerKind, ProcessNode
@@ -177,7 +178,13 @@ def selection_of(
 
 
 class HoldersTable(DataTable[Text]):
-    """Who holds GPU memory, grouped by owner."""
+    """Who holds GPU memory, grouped by owner; Enter opens the owner's facts in full."""
+
+    # A row cursor: Home/End go to the first/last row (DataTable scrolls sideways).
+    BINDINGS = [
+        Binding("home", "scroll_top", "First row", show=False),
+        Binding("end", "scroll_bottom", "Last row", show=False),
+    ]
 
     def on_mount(self) -> None:
         self.cursor_type = "row"

@@ -27,6 +27,12 @@ def unit_text(group: OwnerGroup | None, process: Process | None, pal: Palette) -
     out = Text()
     out.append_text(literal(group.key, style="bold"))
     out.append("\n")
+    # The warnings come first: they say what an action will really do, and a short
+    # panel must not scroll them out of sight.
+    for warning in group.warnings:
+        out.append("⚠ ", style=f"bold {pal.warning}")
+        out.append_text(literal(warning, style=f"bold {pal.warning}"))
+        out.append("\n")
     unit = group.unit
     if unit is not None and unit.description:
         out.append_text(literal(unit.description, style="italic"))
@@ -67,11 +73,26 @@ def unit_text(group: OwnerGroup | None, process: Process | None, pal: Palette) -
         out.append_text(literal(f"{process.user or '?'}  state {process.state or '?'}"))
         out.append("\n")
         out.append_text(literal(process.cmdline or process.name, style="dim"))
-        out.append("\n")
-    for warning in group.warnings:
-        out.append("\n")
-        out.append("⚠ ", style=f"bold {pal.warning}")
-        out.append_text(literal(warning, style=f"bold {pal.warning}"))
+    out.rstrip()
+    return out
+
+
+def unit_gist(group: OwnerGroup | None, pal: Palette) -> Text | None:
+    """One line for Holders' border when the unit panel has no room:
+    ``vllm.service active/running · Restart=always · ⚠ 2 · Enter: details``."""
+    if group is None:
+        return None
+    out = literal(group.key, style="bold")
+    unit = group.unit
+    if unit is not None and group.kind is OwnerKind.SERVICE:
+        out.append(f" {unit.active_state or NA}/{unit.sub_state or NA}")
+        if unit.restart and unit.restart != "no":
+            out.append_text(literal(f" · Restart={unit.restart}"))
+        if unit.kill_mode in ("process", "none"):
+            out.append_text(literal(f" · KillMode={unit.kill_mode}"))
+    if group.warnings:
+        out.append(f" · ⚠ {len(group.warnings)}", style=f"bold {pal.warning}")
+    out.append(" · Enter: details", style="dim")
     return out
 
 

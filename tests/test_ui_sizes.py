@@ -1,0 +1,243 @@
+"""The dashboard at the sizes on-call engineers use (80x24 laptop split, 120x35 tmux pane):
+what must stay on screen does, and every item of issue 10's layout list holds."""
+
+from __future__ import annotations
+
+import html
+import re
+import time
+
+from textual.widgets import Button
+from textual.widgets._footer import FooterKey
+
+from gpudash.demo import MINIMAX, DemoHost
+from gpudash.engine import ExecOptions
+from gpudash.ui.app import GpudashApp
+from gpudash.ui.screens import ConfirmModal, DetailScreen
+from gpudash.ui.widgets.action_log import ActionLog
+from gpudash.ui.widgets.holders import HoldersTable
+
+LAPTOP = (80, 24)
+PANE = (120, 35)
+
+
+def make_app(demo: DemoHost | None = None, **kw: object) -> GpudashApp:
+    return GpudashApp(
+        [demo or DemoHost(speed=50, release_delay=2)], interval=0.25, read_only=False,
+        theme=None, exec_options=ExecOptions(term_timeout=10.0, poll=0.5, verify_timeout=120.0),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+async def wait_for(pilot, predicate, within: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + within
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await pilot.pause(0.05)
+
+
+async def select(pilot, app: GpudashApp, key: str) -> None:  # type: ignore[no-untyped-def]
+    table = app.query_one(HoldersTable)
+    await wait_for(pilot, lambda: key in [str(k.value) for k in table.rows])
+    table.select_key(key)
+    await wait_for(pilot, lambda: app.selected_key == key)
+
+
+def visible(app: GpudashApp, widget) -> bool:  # type: ignore[no-untyped-def]
+    """Whether ``widget`` is what the screen shows at its own top-left cell."""
+    region = widget.region
+    if not region or region.bottom > app.size.height or region.right > app.size.width:
+        return False
+    shown, _ = app.screen.get_widget_at(region.x, region.y)
+    return shown is widget or widget in shown.ancestors_with_self
+
+
+def screen_text(app: GpudashApp) -> str:
+    """The screen as lines of plain text, from the SVG export (one <text> per styled run)."""
+    rows: dict[float, list[tuple[float, str]]] = {}
+    for x, y, text in re.findall(r'<text[^>]* x="([\d.]+)" y="([\d.]+)"[^>]*>([^<]*)</text>',
+                                 app.export_screenshot()):
+        rows.setdefault(float(y), []).append((float(x), html.unescape(text)))
+    return "\n".join("".join(t for _x, t in sorted(runs)).replace("\xa0", " ")
+                     for _y, runs in sorted(rows.items()))
+
+
+async def test_80x24_holders_get_the_rows_and_the_columns() -> None:
+    app = make_app()
+    async with app.run_test(size=LAPTOP) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.pause(0.2)
+        holders = app.query_one(HoldersTable)
+        assert holders.size.width >= 76  # the unit panel gives its columns up
+        assert holders.scrollable_content_region.height - 1 >= 7  # rows under the header
+        assert not app.query_one("#unit").display
+        # ... and the unit's gist is on Holders' border; Enter shows it in full.
+        assert "Restart=always" in str(holders.border_subtitle)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, DetailScreen))
+        assert "KillMode=process" in app.screen.body.plain
+
+
+async def test_80x24_footer_keeps_reclaim_help_and_quit() -> None:
+    app = make_app()
+    async with app.run_test(size=LAPTOP) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+
+        def shown() -> set[str]:  # keys drawn inside the terminal's width
+            return {k.key for k in app.screen.query(FooterKey)
+                    if k.region.width and k.region.right <= LAPTOP[0]}
+
+        await wait_for(pilot, lambda: {"r", "question_mark", "q"} <= shown(), within=3)
+
+
+async def test_120x35_action_panel_shows_every_gpu_and_the_verdict() -> None:
+    app = make_app()
+    async with app.run_test(size=PANE) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.press("r")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.last_report is not None, within=30)
+        await pilot.pause(0.3)
+        shown = screen_text(app)  # what is on screen, not what the panel holds
+        assert all(f"GPU{g} " in shown for g in range(8)) and "✔ confirmed" in shown
+        assert "TERM ignored: KILL sent to pid" in shown
+        assert app.query_one("#gpus").display  # the GPU table stays too
+        holders = app.query_one(HoldersTable)
+        assert holders.size.height >= 5
+
+
+async def test_g_says_why_when_the_plot_is_not_shown() -> None:
+    app = make_app()
+    async with app.run_test(size=PANE) as pilot:
+        await wait_for(pilot, lambda: app.view.snapshot is not None)
+        assert not app.query_one("#plot").display
+        await pilot.press("g")
+        await pilot.pause(0.2)
+        notes = [n.message for n in app._notifications]
+        assert any("130x30" in m and "120x35" in m for m in notes), notes
+
+
+async def test_80x24_confirm_keeps_what_is_decided_on_and_the_buttons_in_view() -> None:
+    app = make_app()
+    async with app.run_test(size=LAPTOP, notifications=True) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        app.notify("xyzzy", title="plugh", timeout=30)
+        await pilot.press("r")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.pause(0.3)
+        modal = app.screen
+        assert visible(app, modal.query_one("#confirm", Button))
+        assert visible(app, modal.query_one("#cancel", Button))
+        text = screen_text(app)
+        assert "Expected back: 754.3 GiB" in text
+        assert "Left alone: 90211" in text
+        assert "xyzzy" not in text and "plugh" not in text
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmModal))
+        await pilot.pause(0.2)
+        assert "xyzzy" in screen_text(app)  # back once the dialog is answered
+
+
+async def test_log_entry_opens_in_full_and_the_focused_log_shows_it() -> None:
+    app = make_app()
+    async with app.run_test(size=LAPTOP) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.press("r")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.press("n")
+        log = app.query_one(ActionLog)
+        await wait_for(pilot, lambda: bool(log.entries))
+        unfocused = log.styles.border_top
+        log.focus()
+        await pilot.pause(0.1)
+        assert log.styles.border_top != unfocused
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, DetailScreen))
+        body = app.screen.body.plain
+        assert "Reclaim unit" in body and "cancelled: nothing was done" in body
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, DetailScreen))
+
+
+async def test_home_and_end_jump_in_holders() -> None:
+    app = make_app()
+    async with app.run_test(size=LAPTOP) as pilot:
+        table = app.query_one(HoldersTable)
+        await wait_for(pilot, lambda: table.row_count > 10)
+        table.focus()
+        await pilot.press("end")
+        assert table.cursor_row == table.row_count - 1
+        await pilot.press("home")
+        assert table.cursor_row == 0
+
+
+async def test_a_greyed_key_pressed_eight_times_says_why_once() -> None:
+    app = make_app()
+    async with app.run_test(size=LAPTOP) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        for _ in range(8):
+            await pilot.press("o")
+        await pilot.pause(0.2)
+        reap = [n for n in app._notifications if n.title == "Reap orphans"]
+        assert len(reap) == 1 and "no orphaned processes" in reap[0].message
+
+
+async def test_palette_does_not_open_over_a_confirm_dialog() -> None:
+    from textual.command import CommandPalette
+
+    app = make_app()
+    async with app.run_test(size=PANE) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.press("s")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.press("ctrl+p")
+        await pilot.pause(0.3)
+        assert isinstance(app.screen, ConfirmModal)
+        assert not CommandPalette.is_open(app)
+
+
+async def test_palette_shows_actions_that_do_not_fit_greyed_with_the_reason() -> None:
+    from textual.command import CommandPalette
+    from textual.widgets import OptionList
+
+    app = make_app()
+    async with app.run_test(size=PANE) as pilot:
+        await select(pilot, app, "u:session-4.scope")
+        await pilot.press("ctrl+p")
+        await wait_for(pilot, lambda: CommandPalette.is_open(app))
+        await pilot.press(*"stop")
+        options = app.screen.query_one(OptionList)
+        await wait_for(pilot, lambda: options.option_count > 0)
+        await pilot.pause(0.3)
+        prompts = [str(options.get_option_at_index(i).prompt)
+                   for i in range(options.option_count)]
+        stop = next(p for p in prompts if "Stop unit" in p)
+        assert "select a system service" in stop
+
+
+async def test_help_lists_host_keys_only_for_hosts_there_are() -> None:
+    from gpudash.ui.screens import HelpScreen
+
+    app = make_app()
+    async with app.run_test(size=LAPTOP) as pilot:
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+        assert not any("1-9" in key for key, _d, _a in app.screen.rows)
+    two = GpudashApp([DemoHost("a", speed=50), DemoHost("b", speed=50, seed=3)], interval=0.25,
+                     read_only=False, theme=None, exec_options=None)
+    async with two.run_test(size=LAPTOP) as pilot:
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(two.screen, HelpScreen))
+        assert ("h, 1-2", "Switch host", True) in two.screen.rows
+
+
+async def test_120x35_unit_panel_shows_the_warnings_before_the_facts() -> None:
+    app = make_app()
+    async with app.run_test(size=PANE) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.pause(0.2)
+        shown = screen_text(app)
+        assert "⚠ Restart=always: killing the" in shown
+        assert "⚠ KillMode=process: stopping" in shown
