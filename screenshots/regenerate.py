@@ -2,7 +2,8 @@
 
 Plays the incident on the demo (kill -9 of the vLLM main process, so systemd respawns it
 and the old workers are orphaned), then saves: the main screen, the confirm dialog of a
-reclaim plan, and the confirmed result.
+reclaim plan, and the confirmed result; at 160x50 (main.svg, ...) and at a laptop's
+80x24 (main-80x24.svg, ...).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from gpudash.engine import ExecOptions  # noqa: E402
 from gpudash.ui.app import GpudashApp  # noqa: E402
 from gpudash.ui.screens import ConfirmModal  # noqa: E402
 
-SIZE = (160, 50)
+SIZES = {"": (160, 50), "-80x24": (80, 24)}  # file name suffix -> terminal size
 
 
 async def until(pilot, predicate, within: float = 20.0) -> None:  # type: ignore[no-untyped-def]
@@ -33,13 +34,13 @@ async def until(pilot, predicate, within: float = 20.0) -> None:  # type: ignore
         await pilot.pause(0.05)
 
 
-async def main(theme: str) -> None:
+async def main(theme: str, suffix: str, size: tuple[int, int]) -> None:
     demo = DemoHost(speed=20, release_delay=3)
     app = GpudashApp(
         [demo], interval=0.25, read_only=False, theme=theme,
-        exec_options=ExecOptions(term_timeout=10.0, poll=0.5),
+        exec_options=ExecOptions(term_timeout=10.0, poll=0.5), welcome=True,
     )
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=size) as pilot:
         await until(pilot, lambda: len(app.view.history) >= 8)
         main_pid = app.view.snapshot.unit(MINIMAX).main_pid
         app.holders.select_key(f"p:{main_pid}")
@@ -53,19 +54,21 @@ async def main(theme: str) -> None:
         app.action_hide_result()
         app.holders.select_key(f"u:{MINIMAX}")
         await pilot.pause(0.5)
-        app.save_screenshot("main.svg", str(HERE))
+        app.save_screenshot(f"main{suffix}.svg", str(HERE))
         await pilot.press("r")
         await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
         await pilot.pause(0.3)
-        app.save_screenshot("confirm-reclaim.svg", str(HERE))
+        app.save_screenshot(f"confirm-reclaim{suffix}.svg", str(HERE))
         await pilot.press("y")
         await until(pilot, lambda: len(app.reports) == 2)
         await pilot.pause(1.5)
-        app.save_screenshot("reclaim-confirmed.svg", str(HERE))
-    print("wrote", ", ".join(sorted(p.name for p in HERE.glob("*.svg"))))
+        app.save_screenshot(f"reclaim-confirmed{suffix}.svg", str(HERE))
 
 
 if __name__ == "__main__":
     # The demo's actions append to the audit file: keep these out of the real one.
     os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="gpudash-shots-")
-    asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else "gpudash-night"))
+    for name_suffix, terminal in SIZES.items():
+        asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else "gpudash-night", name_suffix,
+                         terminal))
+    print("wrote", ", ".join(sorted(p.name for p in HERE.glob("*.svg"))))

@@ -4,11 +4,13 @@ screen is the same on every run."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
 from gpudash.demo import MINIMAX, DemoHost
+from gpudash.engine import ExecOptions
 from gpudash.ui.app import GpudashApp
 from gpudash.ui.screens import ConfirmModal
 from gpudash.ui.widgets.holders import HoldersTable
@@ -23,13 +25,30 @@ def _isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
 
 
-def frozen_app(theme: str, *, read_only: bool = False) -> GpudashApp:
+def frozen_app(
+    theme: str, *, read_only: bool = False, demo: DemoHost | None = None,
+    exec_options: ExecOptions | None = None,
+) -> GpudashApp:
     # One sample only (a long interval): the demo's random utilisation/power are drawn per
     # sample from its seeded generator, so the first sample is always the same.
     return GpudashApp(
-        [DemoHost(seed=7, speed=1.0)], interval=3600.0, read_only=read_only, theme=theme,
-        exec_options=None, clock=lambda: FROZEN, theme_dirs=[THEMES_DIR],
+        [demo or DemoHost(seed=7, speed=1.0)], interval=3600.0, read_only=read_only,
+        theme=theme, exec_options=exec_options, clock=lambda: FROZEN, theme_dirs=[THEMES_DIR],
     )
+
+
+class HaltedDemo(DemoHost):
+    """The demo with its clock stopped after the first wait of an action: the reclaim
+    stays where it is (TERM sent, TP5 ignoring it) for as long as the snapshot takes."""
+
+    def __init__(self) -> None:
+        super().__init__(seed=7, speed=1.0, release_delay=0.0)
+        self.waits = 0
+
+    async def sleep(self, seconds: float) -> None:
+        self.waits += 1
+        if self.waits > 1:
+            await asyncio.Event().wait()  # cancelled when the app exits
 
 
 async def _first_sample(pilot) -> None:  # type: ignore[no-untyped-def]
@@ -51,17 +70,58 @@ def test_main_screen_small_read_only(snap_compare) -> None:  # type: ignore[no-u
     assert snap_compare(app, terminal_size=(100, 30), run_before=_first_sample)
 
 
+async def _open_reclaim_plan(pilot) -> None:  # type: ignore[no-untyped-def]
+    await _first_sample(pilot)
+    pilot.app.query_one(HoldersTable).select_key(f"u:{MINIMAX}")
+    await pilot.pause(0.1)
+    await pilot.press("r")
+    for _ in range(100):
+        if isinstance(pilot.app.screen, ConfirmModal):
+            break
+        await pilot.pause(0.02)
+    await pilot.pause(0.1)
+
+
+async def _reclaim_waiting_for_term(pilot) -> None:  # type: ignore[no-untyped-def]
+    await _open_reclaim_plan(pilot)
+    await pilot.press("y")
+    app = pilot.app
+    for _ in range(200):
+        state = app._progress_state
+        if state is not None and state[1] is not None and state[1].phase == "waiting":
+            break
+        await pilot.pause(0.02)
+    await pilot.pause(0.2)
+
+
 def test_confirm_reclaim_plan(snap_compare) -> None:  # type: ignore[no-untyped-def]
-    async def open_plan(pilot) -> None:  # type: ignore[no-untyped-def]
+    assert snap_compare(frozen_app("gpudash-night"), terminal_size=(160, 50),
+                        run_before=_open_reclaim_plan)
+
+
+# The sizes on-call engineers use: a laptop split and a tmux pane (issue 10).
+SMALL = [(80, 24), (120, 35)]
+
+
+@pytest.mark.parametrize("size", SMALL, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_main_screen_small(snap_compare, size: tuple[int, int]) -> None:  # type: ignore[no-untyped-def]
+    async def unit_selected(pilot) -> None:  # type: ignore[no-untyped-def]
         await _first_sample(pilot)
         pilot.app.query_one(HoldersTable).select_key(f"u:{MINIMAX}")
-        await pilot.pause(0.1)
-        await pilot.press("r")
-        for _ in range(100):
-            if isinstance(pilot.app.screen, ConfirmModal):
-                break
-            await pilot.pause(0.02)
-        await pilot.pause(0.1)
+        await pilot.pause(0.2)
 
-    assert snap_compare(frozen_app("gpudash-night"), terminal_size=(160, 50),
-                        run_before=open_plan)
+    assert snap_compare(frozen_app("gpudash-night"), terminal_size=size,
+                        run_before=unit_selected)
+
+
+@pytest.mark.parametrize("size", SMALL, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_confirm_reclaim_plan_small(snap_compare, size: tuple[int, int]) -> None:  # type: ignore[no-untyped-def]
+    assert snap_compare(frozen_app("gpudash-night"), terminal_size=size,
+                        run_before=_open_reclaim_plan)
+
+
+@pytest.mark.parametrize("size", SMALL, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_running_reclaim_small(snap_compare, size: tuple[int, int]) -> None:  # type: ignore[no-untyped-def]
+    app = frozen_app("gpudash-night", demo=HaltedDemo(),
+                     exec_options=ExecOptions(term_timeout=10.0, poll=0.5))
+    assert snap_compare(app, terminal_size=size, run_before=_reclaim_waiting_for_term)

@@ -78,7 +78,7 @@ class ConfirmModal(ModalScreen[bool]):
             with Vertical(id="outcome"):
                 yield Static(plan_text(outcome, first_bold=False), id="summary")
                 with Horizontal(id="answer"):
-                    yield Static("Run this plan?  y: confirm  n/Esc: cancel",
+                    yield Static("Run it?  y: confirm  n/Esc: cancel",
                                  id="question")
                     yield Button("Cancel", id="cancel", variant="primary", compact=True)
                     yield Button("Confirm", id="confirm", variant="error", compact=True)
