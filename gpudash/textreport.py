@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from gpudash.model import HostSnapshot
 from gpudash.triage import triage
+from gpudash.units import NA, celsius, gib, gib_of, percent, watts
 from gpudash.untrusted import clean
 
 
-def na(value: object, unit: str = "") -> str:
-    return "N/A" if value is None else f"{value}{unit}"
+def gpu_memory(per_gpu: dict[int, int | None]) -> str:
+    """``GPU1 94.5 GiB``, as the dashboard's holders table writes it."""
+    return " ".join(f"GPU{k} {gib(v)}" for k, v in sorted(per_gpu.items()))
 
 
 def snapshot_text(snap: HostSnapshot) -> str:
@@ -22,22 +24,22 @@ def snapshot_text(snap: HostSnapshot) -> str:
     lines += [f"  ! {clean(e)}" for e in snap.errors]
     for g in snap.gpus:
         lines.append(
-            f"  GPU{g.index} {clean(g.name or 'N/A'):<32} "
-            f"{na(g.memory_used_mib):>7} / {na(g.memory_total_mib)} MiB  "
-            f"util {na(g.utilization_pct, '%')}  {na(g.temperature_c, 'C')}  "
-            f"{na(g.power_w, 'W')}" + (f"  [{clean(g.error)}]" if g.error else "")
+            f"  GPU{g.index} {clean(g.name or NA):<32} "
+            f"{gib_of(g.memory_used_mib, g.memory_total_mib):>15}  "
+            f"util {percent(g.utilization_pct):>5}  {celsius(g.temperature_c):>5}  "
+            f"{watts(g.power_w, g.power_limit_w)}" + (f"  [{clean(g.error)}]" if g.error else "")
         )
     for group in t.groups:
         flags = " ".join(sorted(f.value for f in group.flags))
-        lines.append(f"  {clean(group.key)}  {group.total_gpu_memory_mib} MiB  {flags}")
+        lines.append(f"  {clean(group.key)}  {gib(group.total_gpu_memory_mib)}  {flags}".rstrip())
         for w in group.warnings:
             lines.append(f"    ! {w}")
         for node in group.nodes():
             p = node.process
-            mem = " ".join(f"GPU{k}:{na(v)}" for k, v in sorted(p.gpu_memory_mib.items()))
+            mem = gpu_memory(dict(p.gpu_memory_mib))
             f = " ".join(sorted(x.value for x in node.flags))
             lines.append(
-                f"    {p.pid:>8} {na(p.state):1} {clean(p.user or '?'):<10} {mem:<16} "
+                f"    {p.pid:>8} {p.state or NA:1} {clean(p.user or '?'):<10} {mem:<13} "
                 f"{f:<10} {clean(p.cmdline or p.name)[:80]}"
             )
     return "\n".join(lines)

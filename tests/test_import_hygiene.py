@@ -8,7 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DOMAIN = ["model", "source", "triage", "engine", "demo", "jsonfmt", "audit", "textreport",
-          "untrusted", "collector", "transport", "logfile", "cli.contract", "cli.terminal",
+          "untrusted", "units", "collector", "transport", "logfile", "cli.contract", "cli.terminal",
           "cli.reclaim"]
 
 
