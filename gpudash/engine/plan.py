@@ -12,9 +12,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from gpudash.engine.fmt import gib
 from gpudash.model import HostSnapshot, Process, SourceKind, Unit, unit_name
 from gpudash.triage import Flag, OwnerKind, label, owner_kind, process_flags
+from gpudash.units import gib, gib_number
 
 
 class ActionKind(StrEnum):
@@ -139,7 +139,7 @@ class ActionPlan:
         lines += [f"  $ {s.describe(term_timeout)}" for s in self.steps]
         if self.expected_free_mib:
             per = ", ".join(
-                f"GPU{g} {gib(m, unit=False)}"
+                f"GPU{g} {gib_number(m)}"
                 for g, m in sorted(self.expected_free_mib.items()) if m
             )
             lines.append(f"  Expected back: {gib(self.expected_free_total_mib)} ({per} GiB)")

@@ -13,7 +13,6 @@ import signal as _signal
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from gpudash.engine.fmt import gib
 from gpudash.engine.plan import (
     DISABLING,
     PROCESS_ACTIONS,
@@ -27,6 +26,7 @@ from gpudash.engine.report import ActionReport, GpuOutcome, Leftover, Progress, 
 from gpudash.model import HostSnapshot, Process
 from gpudash.source import HostControl, SignalOutcome, SourceError
 from gpudash.triage import label
+from gpudash.units import gib
 
 NOT_SENT = {
     SignalOutcome.MISMATCH: (
