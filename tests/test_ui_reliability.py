@@ -192,3 +192,24 @@ async def test_textual_logging_still_works(monkeypatch: pytest.MonkeyPatch) -> N
         monkeypatch.setattr(App, "_is_devtools_connected", property(lambda self: True))
         app.log("a", "b", key=1)
         assert main_pid(app)
+
+
+class Absurd(DemoHost):
+    """A host (compromised, or a driver gone mad) reporting impossible numbers."""
+
+    def snapshot(self) -> HostSnapshot:
+        snap = super().snapshot()
+        gpus = tuple(dataclasses.replace(g, memory_used_mib=10**400, memory_total_mib=10**400,
+                                         power_w=1e308) for g in snap.gpus)
+        return dataclasses.replace(snap, gpus=gpus, taken_at=1e308)
+
+
+async def test_no_redraw_can_end_the_app() -> None:
+    app = make_app(Absurd(speed=50))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.view.snapshot is not None)
+        await pilot.pause(0.5)
+        assert app.is_running
+        await pilot.press("down", "g", "tab")
+        await pilot.pause(0.3)
+        assert app.is_running

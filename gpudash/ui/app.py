@@ -9,6 +9,7 @@ whose progress arrives as messages, logged, and appended to the audit file.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -81,6 +82,20 @@ MAX_FPS = 5  # redraws per second at most, whatever the sample rate
 MAX_REPLANS = 3  # the host keeps changing under the confirm dialog: stop asking
 
 log = logging.getLogger("gpudash.ui")
+
+
+def drawing(method: Callable[..., None]) -> Callable[..., None]:
+    """A redraw that fails is logged and shown, never allowed to end the app: whatever a
+    host sends, the operator keeps the screen (and the actions in flight)."""
+
+    @functools.wraps(method)
+    def guarded(self: GpudashApp, *args: Any, **kwargs: Any) -> None:
+        try:
+            method(self, *args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - logged with its traceback
+            self.drawing_failed(method.__name__, exc)
+
+    return guarded
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +177,7 @@ class GpudashApp(App[int]):
         self._action_worker: Worker[None] | None = None
         self.interrupted_report: ActionReport | None = None
         self._quit_when_done = False
+        self._last_draw_error: str | None = None
         # (plan, latest progress, report, error) of the action shown in the result panel
         self._progress_state: tuple[Any, Any, Any, Any] | None = None
         self._startup_warnings: list[str] = []
@@ -354,6 +370,7 @@ class GpudashApp(App[int]):
     def view(self) -> HostView:
         return self.views[self.current_host]
 
+    @drawing
     def _refresh_header(self) -> None:
         pal = palette(self)
         now = self.clock()
@@ -363,6 +380,7 @@ class GpudashApp(App[int]):
         if len(self.views) > 1:
             self.host_list.show(self.views, now, self.stale_after, pal)
 
+    @drawing
     def refresh_view(self) -> None:
         """Redraw everything from the current host's latest snapshot, in place."""
         pal = palette(self)
@@ -378,6 +396,7 @@ class GpudashApp(App[int]):
             self._refresh_plot()
             self._refresh_progress()
 
+    @drawing
     def _refresh_unit(self) -> None:
         view = self.view
         owner, _unit, pid = selection_of(view.triage, self.selected_key)
@@ -385,6 +404,7 @@ class GpudashApp(App[int]):
         process = view.snapshot.process(pid) if view.snapshot and pid is not None else None
         self.unit_panel.update(unit_text(group, process, palette(self)))
 
+    @drawing
     def _refresh_plot(self) -> None:
         view = self.view
         snap = view.snapshot
@@ -401,6 +421,7 @@ class GpudashApp(App[int]):
         ymax = max(totals) / 1024 if totals else None
         self.memory_plot.show(view.history, gpus, ymax, title)
 
+    @drawing
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if not self.screen_stack:  # shutting down
             return
@@ -756,6 +777,7 @@ class GpudashApp(App[int]):
             title=clean(title), severity=severity, timeout=timeout, markup=False,
         )
 
+    @drawing
     def _refresh_progress(self) -> None:
         panel = self.progress_panel
         state = self._progress_state
@@ -772,6 +794,14 @@ class GpudashApp(App[int]):
                         "-failed")
         panel.update(progress_text(plan, progress, report, error, palette(self),
                                    self.exec_options.settle))
+
+    def drawing_failed(self, where: str, exc: Exception) -> None:
+        log.error("%s failed on %s", where, self.view.name, exc_info=exc)
+        message = f"{where}: {type(exc).__name__}: {exc}"
+        if message != self._last_draw_error:  # once per distinct error, not per sample
+            self._last_draw_error = message
+            self.notify(f"Could not draw {self.view.name}: {message} (details in the log file)",
+                        title="Display error", severity="error", timeout=10)
 
     def _log_action(self, host: str, action: str, outcome: str, ok: bool | None) -> None:
         pal = palette(self)
