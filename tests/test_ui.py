@@ -279,7 +279,7 @@ async def test_source_errors_show_and_retry() -> None:
         header = str(app.query_one("#header").render())
         assert "error: [b]link lost[/b] \\x1b[31m attempt 1" in header
         await wait_for(pilot, lambda: "connected" in str(app.query_one("#header").render()),
-                       within=5)
+                       within=20)
         assert source.attempts == 3
 
 

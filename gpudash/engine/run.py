@@ -13,16 +13,10 @@ import signal as _signal
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from gpudash.engine.plan import (
-    DISABLING,
-    PROCESS_ACTIONS,
-    STOPPING,
-    UNIT_ACTIONS,
-    ActionPlan,
-    Target,
-    mem_sum,
-)
+from gpudash.engine.actions import PROCESS_ACTIONS, UNIT_ACTIONS
+from gpudash.engine.plan import DISABLING, STOPPING, ActionPlan
 from gpudash.engine.report import ActionReport, GpuOutcome, Leftover, Progress, unit_state
+from gpudash.engine.target import Target, mem_sum
 from gpudash.model import HostSnapshot, Process
 from gpudash.source import HostControl, SignalOutcome, SourceError
 from gpudash.triage import label
@@ -175,7 +169,6 @@ class _Run:
         """systemctl verbs, in plan order. False when the action ended here."""
         report = self.report
         for step in self.plan.commands:
-            assert step.unit is not None
             self.tell("commands", f"systemctl {step.verb} {step.unit}")
             result = await self.control.systemctl(step.verb, step.unit)
             report.commands.append(result)
@@ -211,20 +204,19 @@ class _Run:
     async def _signal_targets(self) -> None:
         """Each signal pinned to its planned identity; TERM escalates to KILL if ignored."""
         plan, report, opts = self.plan, self.report, self.opts
-        steps = [s for s in plan.steps if s.target is not None]
+        steps = list(plan.signals)
         if not steps:
             return
-        if any(s.verb == "stop" for s in plan.steps):
+        if any(c.verb == "stop" for c in plan.commands):
             # systemctl stop has returned; let the sample show who survived it.
             snap = await self.control.sample()
             self.observe(snap)
-            steps = [s for s in steps if s.target is not None and _alive(snap, s.target)]
+            steps = [s for s in steps if _alive(snap, s.target)]
         escalate: list[Target] = []
         for step in steps:
             t = step.target
-            assert t is not None
             outcome = await self.control.signal(t.pid, t.start_ticks, step.sig)
-            name = _signal.Signals(step.sig).name
+            name = step.name
             report.signals.append((t.pid, name, outcome))
             self.tell("signals", f"{name} {t.pid} ({t.label}): {outcome.value}")
             if outcome is SignalOutcome.UNKNOWN:
