@@ -1,6 +1,13 @@
-"""The audit file on the operator's machine: one JSON line per action, appended.
+"""The audit file on the operator's machine: what every action meant to do and what it did.
 
-``$XDG_STATE_HOME/gpudash/audit.jsonl`` (``~/.local/state/gpudash/audit.jsonl``).
+``$XDG_STATE_HOME/gpudash/audit.jsonl`` (``~/.local/state/gpudash/audit.jsonl``), one JSON
+line per record. Each action writes an ``intent`` record (its plan) *before* anything is
+sent and an ``outcome`` record (its report, also when interrupted) after, linked by the
+action id, so an action that dies half-way still left its trace. Lines are ASCII-only
+JSON (host text with lone surrogates or escapes cannot break the writer nor a reader's
+terminal), appended with ``O_APPEND`` to a 0600 file in a 0700 directory. Actions on the
+demo host go to ``audit-demo.jsonl``: they touched nothing real.
+
 An audit that cannot be written is reported by the caller, never fatal.
 """
 
@@ -9,10 +16,12 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
-from gpudash.engine import ActionReport
+from gpudash.engine import ActionPlan, ActionReport
 
 
 def state_dir() -> Path:
@@ -20,21 +29,35 @@ def state_dir() -> Path:
     return Path(base) / "gpudash"
 
 
-def audit_path() -> Path:
-    return state_dir() / "audit.jsonl"
+def audit_path(*, simulated: bool = False) -> Path:
+    return state_dir() / ("audit-demo.jsonl" if simulated else "audit.jsonl")
 
 
-def record_of(report: ActionReport) -> dict[str, Any]:
-    """The report as a JSON-ready record."""
-    plan = report.plan
+def _plan_fields(plan: ActionPlan, term_timeout: float) -> dict[str, Any]:
     return {
-        "time": report.events[0][0] if report.events else None,
         "operator": _operator(),
         "host": plan.host,
+        "demo": plan.simulated,
         "action": plan.kind.value,
         "subject": plan.subject,
-        "plan": plan.describe(report.term_timeout),
+        "plan": plan.describe(term_timeout),
         "targets": [{"pid": t.pid, "start_ticks": t.start_ticks} for t in plan.targets],
+    }
+
+
+def intent_record(plan: ActionPlan, action_id: str, term_timeout: float) -> dict[str, Any]:
+    """What is about to be sent, written before the first command."""
+    return {"record": "intent", "id": action_id, "time": time.time(),
+            **_plan_fields(plan, term_timeout)}
+
+
+def outcome_record(report: ActionReport, action_id: str | None = None) -> dict[str, Any]:
+    """The report as a JSON-ready record (also the CLI's ``--json`` output)."""
+    return {
+        "record": "outcome",
+        "id": action_id,
+        "time": report.events[-1][0] if report.events else time.time(),
+        **_plan_fields(report.plan, report.term_timeout),
         "commands": [{"argv": list(c.argv), "rc": c.returncode} for c in report.commands],
         "signals": [{"pid": p, "signal": s, "outcome": o.value} for p, s, o in report.signals],
         "gpus": [
@@ -51,19 +74,41 @@ def record_of(report: ActionReport) -> dict[str, Any]:
             {"pid": lo.pid, "gpu": lo.gpu, "mib": lo.mib, "reason": lo.reason}
             for lo in report.leftovers
         ],
+        "warnings": list(report.warnings),
+        "verdict": report.verdict,
         "confirmed": report.confirmed,
         "unknown": report.unknown,
+        "interrupted": report.interrupted,
         "summary": report.summary,
     }
 
 
-def append(report: ActionReport, path: Path | None = None) -> Path:
-    """Append one record; returns the file written. Raises OSError if it cannot."""
-    target = path or audit_path()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with target.open("a", encoding="utf-8") as fh:
-        fh.write(json.dumps(record_of(report), ensure_ascii=False) + "\n")
-    return target
+def write(record: dict[str, Any], path: Path) -> Path:
+    """Append one record as one line; returns ``path``. Raises OSError if it cannot."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    line = (json.dumps(record, ensure_ascii=True) + "\n").encode("ascii")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, line)  # one write of one line: appends from two gpudash never interleave
+    finally:
+        os.close(fd)
+    return path
+
+
+class AuditTrail:
+    """The two records of one action, to the file its plan belongs in."""
+
+    def __init__(self, plan: ActionPlan, term_timeout: float, path: Path | None = None) -> None:
+        self.plan = plan
+        self.term_timeout = term_timeout
+        self.id = uuid.uuid4().hex
+        self.path = path or audit_path(simulated=plan.simulated)
+
+    def intent(self) -> Path:
+        return write(intent_record(self.plan, self.id, self.term_timeout), self.path)
+
+    def outcome(self, report: ActionReport) -> Path:
+        return write(outcome_record(report, self.id), self.path)
 
 
 def _operator() -> str:

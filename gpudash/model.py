@@ -94,6 +94,7 @@ class SourceKind(StrEnum):
     NVIDIA_SMI = "nvidia-smi"
     DEMO = "demo"
     SHELL = "shell"  # plain-shell fallback on a host without python3: degraded
+    NONE = "none"  # neither NVML nor nvidia-smi: no GPU can be seen (degraded)
 
 
 @dataclass(frozen=True, slots=True)

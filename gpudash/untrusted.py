@@ -17,11 +17,14 @@ from typing import Any
 # embeddings/overrides/isolates, word joiner and invisible operators, deprecated format
 # controls, the byte-order mark, interlinear annotations; lone surrogates (they cannot
 # even be encoded as UTF-8).
-_UNSAFE_CLASS = (
-    "\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2064"
+_C0 = "\x00-\x1f"
+_UNSAFE_BEYOND_C0 = (
+    "\x7f-\x9f\u061c\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2064"
     "\u2066-\u206f\ufeff\ufff9-\ufffb\ud800-\udfff"
 )
-_UNSAFE = re.compile(f"[{_UNSAFE_CLASS}]")
+_UNSAFE = re.compile(f"[{_C0}{_UNSAFE_BEYOND_C0}]")
+# json.dumps escapes C0 inside strings itself; outside them only indentation whitespace.
+_JSON_UNSAFE = re.compile(f"[{_UNSAFE_BEYOND_C0}]")
 
 
 def _escape(match: re.Match[str]) -> str:
@@ -45,4 +48,4 @@ def json_dumps(obj: Any, **kwargs: Any) -> str:
     surrogates would otherwise pass raw (a lone surrogate even breaks UTF-8 output). They
     only ever occur inside JSON strings, so escaping them keeps the document equivalent.
     """
-    return _UNSAFE.sub(_json_escape, json.dumps(obj, ensure_ascii=False, **kwargs))
+    return _JSON_UNSAFE.sub(_json_escape, json.dumps(obj, ensure_ascii=False, **kwargs))

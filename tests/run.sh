@@ -22,10 +22,12 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   fi
 fi
 
-PY=${PYTHON:-python3}
-"$PY" -m pip install -q --disable-pip-version-check -e '.[test]'
+# A virtual environment (.venv) so this works where pip refuses the system Python
+# (PEP 668); PYTHON picks the interpreter it is made from.
+bash scripts/bootstrap.sh test
+PY=.venv/bin/python
 
-echo "== ruff";         "$PY" -m ruff check gpudash tests bench screenshots
+echo "== ruff";         "$PY" -m ruff check gpudash tests bench screenshots scripts
 echo "== mypy --strict (domain)"; "$PY" -m mypy
 echo "== import contract"
 "$PY" -c "from importlinter.cli import lint_imports_command; lint_imports_command()" --no-cache >/dev/null \

@@ -68,7 +68,7 @@ def test_reclaim_cli_frees_every_gpu(lab_host) -> None:
         assert line is not None and line.rstrip().endswith("ok"), out
     assert "NOT FREED" not in out
     # the plan named alice's kernel as left alone
-    assert f"{alice} (alice" in out
+    assert f"{alice} (alice" in cp.stderr  # in the plan, shown to the operator on stderr
     # the host agrees
     s = h.unit_show(VLLM, ["ActiveState", "UnitFileState"])
     assert s == {"ActiveState": "inactive", "UnitFileState": "disabled"}

@@ -1,40 +1,49 @@
 """The action engine: plan, execute, verify.
 
-``plan`` builds the exact plan from one snapshot; ``run`` carries it out through
-``HostControl`` and follows the memory; ``report`` is what came of it. Nothing here knows
-of Textual: the dashboard, the CLI and tests drive it the same way.
+``actions`` holds every action's spec (title, key, what it needs, precheck, planner);
+``plan`` and ``steps`` are what a plan is; ``run`` carries it out through ``HostControl``
+and follows the memory; ``report`` is what came of it. Nothing here knows of Textual: the
+dashboard, the CLI and tests drive it the same way.
 """
 
-from gpudash.engine.plan import (
+from gpudash.engine.actions import (
     ACTION_TITLES,
     PROCESS_ACTIONS,
+    SPECS,
+    SPECS_BY_NAME,
     UNIT_ACTIONS,
-    ActionKind,
-    ActionPlan,
-    PlanError,
-    Step,
-    Target,
+    ActionSpec,
+    Needs,
     plan_action,
-    plan_changes,
     replan,
 )
+from gpudash.engine.plan import ActionKind, ActionPlan, PlanError, Selection, plan_changes
 from gpudash.engine.report import ActionReport, GpuOutcome, Leftover, Progress, unit_state
 from gpudash.engine.run import ExecOptions, ProgressFn, execute, reverify
+from gpudash.engine.steps import Signal, Step, Systemctl
+from gpudash.engine.target import Target
 
 __all__ = [
     "ACTION_TITLES",
     "PROCESS_ACTIONS",
+    "SPECS",
+    "SPECS_BY_NAME",
     "UNIT_ACTIONS",
     "ActionKind",
     "ActionPlan",
     "ActionReport",
+    "ActionSpec",
     "ExecOptions",
     "GpuOutcome",
     "Leftover",
+    "Needs",
     "PlanError",
     "Progress",
     "ProgressFn",
+    "Selection",
+    "Signal",
     "Step",
+    "Systemctl",
     "Target",
     "execute",
     "plan_action",

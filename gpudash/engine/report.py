@@ -11,10 +11,10 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from gpudash.engine.fmt import gib
 from gpudash.engine.plan import ActionPlan
 from gpudash.model import Unit
 from gpudash.source import CommandResult, SignalOutcome
+from gpudash.units import gib
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,32 +1,39 @@
-"""Carrying out a plan and proving it: commands, pinned signals, then memory followed.
+"""Carrying out a plan and proving it: commands, pinned signals, then goals checked.
 
 Signals go out only through ``HostControl.signal``, which re-checks each (pid, start time)
-on the host itself. Verification follows per-GPU memory until it reaches the planned level
-and holds there, or explains, per PID and GPU, what still holds it. Whatever ends an action
-early (a failed command, a lost link, cancellation) the report says what was sent.
+on the host itself. Verification checks the plan's goals (``gpudash.engine.goals``) on
+every sample until they hold, or explains, per PID and GPU, what still holds memory.
+Whatever ends an action early (a failed command, a lost link, cancellation) the report
+says what was sent.
 """
 
 from __future__ import annotations
 
 import asyncio
 import signal as _signal
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpudash.engine.fmt import gib
-from gpudash.engine.plan import (
-    DISABLING,
-    PROCESS_ACTIONS,
-    STOPPING,
-    UNIT_ACTIONS,
-    ActionPlan,
-    Target,
-    mem_sum,
+from gpudash.engine.actions import PROCESS_ACTIONS, UNIT_ACTIONS
+from gpudash.engine.goals import (
+    Goal,
+    GoalState,
+    GoalStatus,
+    MemoryAtMost,
+    NoRespawn,
+    ProcessesGone,
+    UnitDown,
+    UnitNotEnabled,
+    alive,
+    respawned,
 )
+from gpudash.engine.plan import DISABLING, STOPPING, ActionPlan
 from gpudash.engine.report import ActionReport, GpuOutcome, Leftover, Progress, unit_state
-from gpudash.model import HostSnapshot, Process
+from gpudash.engine.target import Target, mem_sum
+from gpudash.model import HostSnapshot
 from gpudash.source import HostControl, SignalOutcome, SourceError
 from gpudash.triage import label
+from gpudash.units import gib
 
 NOT_SENT = {
     SignalOutcome.MISMATCH: (
@@ -47,13 +54,6 @@ class ExecOptions:
 
 
 ProgressFn = Callable[[Progress], None]
-
-
-def _alive(snapshot: HostSnapshot, t: Target) -> Process | None:
-    p = snapshot.process(t.pid)
-    if p is None or p.start_ticks != t.start_ticks or p.state == "Z":
-        return None
-    return p
 
 
 async def execute(
@@ -94,6 +94,18 @@ async def reverify(
     return result
 
 
+def _respawn_watch(plan: ActionPlan) -> bool:
+    """Signalling a unit's main process with a restart policy: watch for the respawn."""
+    u = plan.unit_before
+    return (
+        plan.kind in PROCESS_ACTIONS
+        and u is not None
+        and not u.is_down
+        and u.main_pid in {t.pid for t in plan.targets}
+        and (u.restart or "no").lower() != "no"
+    )
+
+
 class _Run:
     """One execution of a plan: the report being filled and the numbers shown live."""
 
@@ -111,11 +123,23 @@ class _Run:
         self.progress = progress
         self.report = report if report is not None else ActionReport(plan)
         self.report.term_timeout = opts.term_timeout
-        self.targets_mib = plan.target_used_mib()
+        self.memory = MemoryAtMost(plan.target_used_mib(), opts.settle, opts.slack_mib)
+        self.gone = ProcessesGone(plan.targets)
         self.used: dict[int, int | None] = dict(plan.used_before_mib)
-        self.stable = {g: 0 for g in self.targets_mib}
         self.alive: tuple[int, ...] = tuple(t.pid for t in plan.targets)
         self.term_left: float | None = None
+        self.statuses: list[GoalStatus] = []
+
+    def goals(self) -> list[Goal]:
+        plan = self.plan
+        goals: list[Goal] = [self.memory, self.gone]
+        if _respawn_watch(plan) and plan.unit_before is not None:
+            goals.append(NoRespawn(plan.unit_before, self.opts.respawn_watch))
+        if plan.unit_before is not None and plan.kind in STOPPING:
+            goals.append(UnitDown(plan.unit_before.name))
+        if plan.unit_before is not None and plan.kind in DISABLING:
+            goals.append(UnitNotEnabled(plan.unit_before.name))
+        return goals
 
     # --- telling ---------------------------------------------------------------------
 
@@ -123,14 +147,15 @@ class _Run:
         self.report.log(message)
         if self.progress is not None:
             self.progress(Progress(
-                phase, message, dict(self.used), dict(self.targets_mib), dict(self.stable),
-                self.alive, self.term_left, tuple(self.report.escalated),
+                phase, message, dict(self.used), dict(self.memory.targets_mib),
+                dict(self.memory.stable), self.alive, self.term_left,
+                tuple(self.report.escalated),
             ))
 
     def observe(self, snap: HostSnapshot) -> None:
         """Every sample updates what the progress shows, in every phase."""
         self.used.update(snap.used_by_gpu())
-        self.alive = tuple(t.pid for t in self.plan.targets if _alive(snap, t))
+        self.alive = tuple(t.pid for t in self.plan.targets if alive(snap, t))
 
     # --- the run ---------------------------------------------------------------------
 
@@ -145,15 +170,16 @@ class _Run:
                     return report
             skipped = self._not_sent()
             if skipped:  # their memory will not come back: wait only for the rest's
-                self._expect_only(t for t in self.plan.targets if t not in skipped)
+                self._expect_only([t for t in self.plan.targets if t not in skipped])
             if act and skipped and len(skipped) == len(self.plan.targets) and not (
                 self.plan.commands
             ):
                 snap = await self.control.sample()  # nothing went out: conclude at once
                 self.observe(snap)
+                self.statuses = [g.check(snap, 0.0) for g in self.goals()]
                 self._finish(snap, skipped)
             else:
-                self._finish(await self._follow_memory(), skipped)
+                self._finish(await self._verify(self.goals()), skipped)
             self.tell("done", report.summary)
             return report
         except SourceError as exc:
@@ -175,7 +201,6 @@ class _Run:
         """systemctl verbs, in plan order. False when the action ended here."""
         report = self.report
         for step in self.plan.commands:
-            assert step.unit is not None
             self.tell("commands", f"systemctl {step.verb} {step.unit}")
             result = await self.control.systemctl(step.verb, step.unit)
             report.commands.append(result)
@@ -194,14 +219,16 @@ class _Run:
                 return False
         return True
 
-    def _expect_only(self, targets: Iterable[Target]) -> None:
+    def _expect_only(self, targets: list[Target]) -> None:
+        """Wait for the memory of ``targets`` alone (the others were never signalled)."""
         expected = mem_sum(targets)
-        for gpu in list(self.targets_mib):
-            if not expected.get(gpu):
-                del self.targets_mib[gpu], self.stable[gpu]
-            else:
-                before = self.plan.used_before_mib.get(gpu) or 0
-                self.targets_mib[gpu] = max(0, before - expected[gpu])
+        before = self.plan.used_before_mib
+        self.memory = MemoryAtMost(
+            {g: max(0, (before.get(g) or 0) - expected[g])
+             for g in self.memory.targets_mib if expected.get(g)},
+            self.opts.settle, self.opts.slack_mib,
+        )
+        self.gone = ProcessesGone(targets)
 
     def _not_sent(self) -> list[Target]:
         """Planned targets whose signal was refused on the host (pid reused, denied)."""
@@ -211,22 +238,20 @@ class _Run:
     async def _signal_targets(self) -> None:
         """Each signal pinned to its planned identity; TERM escalates to KILL if ignored."""
         plan, report, opts = self.plan, self.report, self.opts
-        steps = [s for s in plan.steps if s.target is not None]
+        steps = list(plan.signals)
         if not steps:
             return
-        if any(s.verb == "stop" for s in plan.steps):
+        if any(c.verb == "stop" for c in plan.commands):
             # systemctl stop has returned; let the sample show who survived it.
             snap = await self.control.sample()
             self.observe(snap)
-            steps = [s for s in steps if s.target is not None and _alive(snap, s.target)]
+            steps = [s for s in steps if alive(snap, s.target)]
         escalate: list[Target] = []
         for step in steps:
             t = step.target
-            assert t is not None
             outcome = await self.control.signal(t.pid, t.start_ticks, step.sig)
-            name = _signal.Signals(step.sig).name
-            report.signals.append((t.pid, name, outcome))
-            self.tell("signals", f"{name} {t.pid} ({t.label}): {outcome.value}")
+            report.signals.append((t.pid, step.name, outcome))
+            self.tell("signals", f"{step.name} {t.pid} ({t.label}): {outcome.value}")
             if outcome is SignalOutcome.UNKNOWN:
                 report.unknown = True
                 report.summary = "link lost while signalling: outcome unknown; re-verify"
@@ -239,7 +264,7 @@ class _Run:
             waited += opts.poll
             snap = await self.control.sample()
             self.observe(snap)
-            escalate = [t for t in escalate if _alive(snap, t)]
+            escalate = [t for t in escalate if alive(snap, t)]
             if escalate:
                 self.term_left = max(0.0, opts.term_timeout - waited)
                 gpus = sorted({g for t in escalate for g, m in t.gpu_memory_mib.items() if m})
@@ -258,47 +283,38 @@ class _Run:
                 report.summary = "link lost while signalling: outcome unknown; re-verify"
                 return
 
-    async def _follow_memory(self) -> HostSnapshot:
-        """Follow memory until every GPU sits at its target for ``settle`` samples."""
-        opts, plan = self.opts, self.plan
+    async def _verify(self, goals: list[Goal]) -> HostSnapshot:
+        """Check every goal on each sample until the waited ones are met, one fails for
+        good, or ``verify_timeout`` passes. Every goal's last status is kept."""
         elapsed = 0.0
         while True:
             snap = await self.control.sample()
             self.observe(snap)
-            for gpu, target in self.targets_mib.items():
-                now = self.used.get(gpu)
-                ok = now is not None and now <= target + opts.slack_mib
-                self.stable[gpu] = self.stable[gpu] + 1 if ok else 0
-            settled = all(v >= opts.settle for v in self.stable.values())
-            if settled and not self.alive:
-                if _respawn_watch(plan) and not _respawned(plan, snap) and (
-                    elapsed < opts.respawn_watch
-                ):
-                    self.tell("verifying", "watching whether systemd respawns the unit")
-                else:
-                    self.tell("verifying", "memory back on every GPU")
-                    return snap
-            waiting = [g for g, v in self.stable.items() if v < opts.settle]
-            if waiting:
-                self.tell("verifying", f"waiting for GPU {', '.join(map(str, waiting))}")
-            if self.alive:
-                self.tell("verifying",
-                          f"waiting for {len(self.alive)} planned process(es) to exit")
-            if elapsed >= opts.verify_timeout:
+            self.statuses = [g.check(snap, elapsed) for g in goals]
+            waited = [s for g, s in zip(goals, self.statuses, strict=True) if g.waited]
+            if any(s.state is GoalState.FAILED for s in waited):
                 return snap
-            await self.control.sleep(opts.poll)
-            elapsed += opts.poll
+            pending = [s for s in waited if s.state is not GoalState.MET]
+            if not pending:
+                self.tell("verifying", "every goal met")
+                return snap
+            for status in pending:
+                self.tell("verifying", status.detail or status.title)
+            if elapsed >= self.opts.verify_timeout:
+                return snap
+            await self.control.sleep(self.opts.poll)
+            elapsed += self.opts.poll
 
     # --- the verdict -----------------------------------------------------------------
 
     def _finish(self, snap: HostSnapshot, skipped: list[Target]) -> None:
-        plan, report, opts = self.plan, self.report, self.opts
+        plan, report = self.plan, self.report
         after = snap.used_by_gpu()
-        for gpu, target in sorted(self.targets_mib.items()):
-            report.gpus.append(GpuOutcome(
-                gpu, plan.used_before_mib.get(gpu), target, after.get(gpu),
-                self.stable.get(gpu, 0) >= opts.settle,
-            ))
+        before = plan.used_before_mib
+        report.gpus = [
+            GpuOutcome(gpu, before.get(gpu), target, after.get(gpu), self.memory.confirmed(gpu))
+            for gpu, target in sorted(self.memory.targets_mib.items())
+        ]
         outcome = {pid: o for pid, _sig, o in report.signals}
         not_sent = [
             Leftover(t.pid, None, sum(m for m in t.gpu_memory_mib.values() if m) or None,
@@ -311,7 +327,10 @@ class _Run:
         report.leftovers = explained + survivors
         if plan.unit_before is not None:
             report.unit_after = snap.unit(plan.unit_before.name)
-        problems = _unit_problems(plan, snap)
+        # What the unit's goals say went differently from the plan.
+        problems = [s.detail for s in self.statuses
+                    if s.state is not GoalState.MET and s.title not in (
+                        MemoryAtMost.title, ProcessesGone.title)]
         report.warnings = _left_behind(plan, snap)
         memory_ok = not bad and not survivors and not not_sent
         report.confirmed = memory_ok and not problems
@@ -337,46 +356,6 @@ class _Run:
             parts.append("done; no GPU memory was expected back")
         parts += report.warnings
         report.summary = "; ".join(parts)
-
-
-def _respawned(plan: ActionPlan, snap: HostSnapshot) -> bool:
-    assert plan.unit_before is not None
-    u = snap.unit(plan.unit_before.name)
-    return u is not None and u.main_pid not in (None, plan.unit_before.main_pid)
-
-
-def _respawn_watch(plan: ActionPlan) -> bool:
-    """Signalling a unit's main process with a restart policy: watch for the respawn."""
-    u = plan.unit_before
-    return (
-        plan.kind in PROCESS_ACTIONS
-        and u is not None
-        and not u.is_down
-        and u.main_pid in {t.pid for t in plan.targets}
-        and (u.restart or "no").lower() != "no"
-    )
-
-
-def _unit_problems(plan: ActionPlan, snap: HostSnapshot) -> list[str]:
-    """What the unit's state says went differently from the plan."""
-    if plan.unit_before is None:
-        return []
-    u = snap.unit(plan.unit_before.name)
-    if u is None:
-        return []
-    out: list[str] = []
-    if plan.kind in STOPPING and not u.is_down:
-        out.append(f"{u.name} is {u.active_state} after stop")
-    # static/indirect/generated/transient units cannot be disabled and do not start at
-    # boot by themselves: only an enabled (or linked) unit file is a problem.
-    if plan.kind in DISABLING and (u.unit_file_state or "").startswith(("enabled", "linked")):
-        out.append(f"{u.name} is still {u.unit_file_state} after disable")
-    if _respawn_watch(plan) and _respawned(plan, snap):
-        out.append(
-            f"systemd respawned {u.name}: new MainPID {u.main_pid}, NRestarts {u.n_restarts} "
-            "(stop the unit instead)"
-        )
-    return out
 
 
 def _left_behind(plan: ActionPlan, snap: HostSnapshot) -> list[str]:
@@ -409,7 +388,7 @@ def _survivors(plan: ActionPlan, snap: HostSnapshot, explained: set[int | None])
     """
     out: list[Leftover] = []
     for t in plan.targets:
-        p = _alive(snap, t)
+        p = alive(snap, t)
         if p is None or p.pid in explained:
             continue
         reason = {"D": "D state (uninterruptible; waits on the driver)"}.get(p.state or "", "alive")
@@ -424,7 +403,9 @@ def _explain(plan: ActionPlan, snap: HostSnapshot, gpus: list[int]) -> list[Left
     pinned = {t.identity for t in plan.targets}
     pinned_pids = {t.pid for t in plan.targets}
     left_alone = {t.pid for t in plan.untouched}
-    respawned = plan.unit_before is not None and _respawned(plan, snap)
+    unit_now = snap.unit(plan.unit_before.name) if plan.unit_before is not None else None
+    was_respawned = (plan.unit_before is not None and unit_now is not None
+                     and respawned(plan.unit_before, unit_now))
     for gpu in gpus:
         explained = False
         for p in snap.processes:
@@ -443,7 +424,7 @@ def _explain(plan: ActionPlan, snap: HostSnapshot, gpus: list[int]) -> list[Left
                 out.append(Leftover(p.pid, gpu, mib, *NOT_SENT[SignalOutcome.MISMATCH]))
                 explained = True
             elif plan.unit_before is not None and p.unit == plan.unit_before.name:
-                why = "respawned" if respawned else "new process of the unit"
+                why = "respawned" if was_respawned else "new process of the unit"
                 out.append(Leftover(p.pid, gpu, mib, why, label(p) or p.name))
                 explained = True
             else:

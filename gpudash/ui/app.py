@@ -8,8 +8,12 @@ whose progress arrives as messages, logged, and appended to the audit file.
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from itertools import count
 from pathlib import Path
 from typing import Any
@@ -24,8 +28,9 @@ from textual.reactive import reactive
 from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
 from textual.widgets import DataTable
+from textual.worker import Worker, WorkerCancelled, WorkerFailed
 
-from gpudash import audit
+from gpudash.audit import AuditTrail
 from gpudash.engine import (
     ACTION_TITLES,
     PROCESS_ACTIONS,
@@ -37,9 +42,12 @@ from gpudash.engine import (
     PlanError,
     execute,
     plan_action,
+    replan,
     reverify,
 )
-from gpudash.source import HostSource
+from gpudash.model import HostSnapshot
+from gpudash.source import HostSource, SourceError
+from gpudash.triage import HostTriage
 from gpudash.ui.commands import DashboardCommands
 from gpudash.ui.hosts import HostView, follow_host
 from gpudash.ui.keymap import load_keymap
@@ -49,9 +57,10 @@ from gpudash.ui.messages import (
     ActionProgressed,
     HostConnecting,
     HostFailed,
-    SnapshotArrived,
+    HostUpdated,
 )
 from gpudash.ui.palette import palette
+from gpudash.ui.quit import AFTER, NOW, QuitWhileActing
 from gpudash.ui.screens import ConfirmModal, DetailScreen, FilterScreen, HelpScreen
 from gpudash.ui.text import clean
 from gpudash.ui.themes import VARIABLE_DEFAULTS, load_themes
@@ -74,6 +83,31 @@ from gpudash.ui.widgets.unit_panel import UnitPanel, unit_gist, unit_text
 DEFAULT_THEME = "gpudash-night"
 REVERIFY_ATTEMPTS = 3  # re-verifications of one unknown outcome before leaving it to the log
 MAX_FPS = 5  # redraws per second at most, whatever the sample rate
+MAX_REPLANS = 3  # the host keeps changing under the confirm dialog: stop asking
+
+log = logging.getLogger("gpudash.ui")
+
+
+def drawing(method: Callable[..., None]) -> Callable[..., None]:
+    """A redraw that fails is logged and shown, never allowed to end the app: whatever a
+    host sends, the operator keeps the screen (and the actions in flight)."""
+
+    @functools.wraps(method)
+    def guarded(self: GpudashApp, *args: Any, **kwargs: Any) -> None:
+        try:
+            method(self, *args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - logged with its traceback
+            self.drawing_failed(method.__name__, exc)
+
+    return guarded
+
+
+@dataclass(frozen=True, slots=True)
+class DashboardOutcome:
+    """How the dashboard ended: its exit status and an action the operator interrupted."""
+
+    code: int
+    interrupted: ActionReport | None = None
 
 # action name -> (engine action, key, footer label)
 ACTIONS: dict[str, tuple[ActionKind, str, str]] = {
@@ -153,6 +187,11 @@ class GpudashApp(App[int]):
         self.reports: list[ActionReport] = []
         self._action_ids = count(1)
         self._running_plan: tuple[int, ActionPlan] | None = None
+        self._running_report: ActionReport | None = None
+        self._action_worker: Worker[None] | None = None
+        self.interrupted_report: ActionReport | None = None
+        self._quit_when_done = False
+        self._last_draw_error: str | None = None
         # (plan, latest progress, report, error) of the action shown in the result panel
         self._progress_state: tuple[Any, Any, Any, Any] | None = None
         self._startup_warnings: list[str] = []
@@ -273,7 +312,7 @@ class GpudashApp(App[int]):
             await follow_host(
                 view.source,
                 self.interval,
-                on_snapshot=lambda s, t, lat: self.post_message(SnapshotArrived(index, s, t, lat)),
+                on_snapshot=lambda s, t, lat: self._record(index, s, t, lat),
                 on_error=lambda err, wait: self.post_message(HostFailed(index, err, wait)),
                 on_connecting=lambda n: self.post_message(HostConnecting(index, n)),
                 clock=self.clock,
@@ -284,12 +323,17 @@ class GpudashApp(App[int]):
             exit_on_error=False,
         )
 
-    def on_snapshot_arrived(self, message: SnapshotArrived) -> None:
+    def _record(
+        self, index: int, snapshot: HostSnapshot, result: HostTriage, latency: float | None
+    ) -> None:
+        """Every sample is recorded as it arrives (history and triage miss none); only the
+        redraw it asks for may be merged with the next one's."""
+        self.views[index].record(snapshot, result, latency, self.clock())
+        self.post_message(HostUpdated(index))
+
+    def on_host_updated(self, message: HostUpdated) -> None:
         if not self.screen_stack:  # shutting down
             return
-        self.views[message.host].record(
-            message.snapshot, message.triage, message.latency, self.clock()
-        )
         if message.host == self.current_host:
             self._schedule_refresh()
         else:
@@ -327,7 +371,8 @@ class GpudashApp(App[int]):
             return
         plan, view.unverified = view.unverified, None
         view.reverify_attempts += 1
-        self._log(plan.host, plan.title, "link is back: re-verifying (nothing is re-sent)", None)
+        self._log_action(plan.host, plan.title, "link is back: re-verifying (nothing is re-sent)",
+                         None)
         self._start_action(plan, host, act=False)
 
     def on_host_failed(self, message: HostFailed) -> None:
@@ -358,6 +403,7 @@ class GpudashApp(App[int]):
     def view(self) -> HostView:
         return self.views[self.current_host]
 
+    @drawing
     def _refresh_header(self) -> None:
         pal = palette(self)
         now = self.clock()
@@ -368,6 +414,7 @@ class GpudashApp(App[int]):
         if len(self.views) > 1:
             self.host_list.show(self.views, now, self.stale_after, pal)
 
+    @drawing
     def refresh_view(self) -> None:
         """Redraw everything from the current host's latest snapshot, in place."""
         pal = palette(self)
@@ -386,6 +433,7 @@ class GpudashApp(App[int]):
             self._refresh_plot()
             self._refresh_progress()
 
+    @drawing
     def _refresh_unit(self) -> None:
         view = self.view
         owner, _unit, pid = selection_of(view.triage, self.selected_key)
@@ -404,6 +452,7 @@ class GpudashApp(App[int]):
         keys = self._keymap.get(f"gpudash.{action}", default.get(action, action))
         return self.get_key_display(Binding(keys.split(",")[0].strip(), action))
 
+    @drawing
     def _refresh_plot(self) -> None:
         view = self.view
         snap = view.snapshot
@@ -420,6 +469,7 @@ class GpudashApp(App[int]):
         ymax = max(totals) / 1024 if totals else None
         self.memory_plot.show(view.history, gpus, ymax, title)
 
+    @drawing
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if not self.screen_stack:  # shutting down
             return
@@ -639,52 +689,96 @@ class GpudashApp(App[int]):
             else:
                 plan = plan_action(view.snapshot, kind, unit=unit)
         except PlanError as exc:
-            self.notify(clean(exc), title=ACTION_TITLES[kind], severity="warning", markup=False)
+            self.notify(str(exc), title=ACTION_TITLES[kind], severity="warning")
             return
         self._confirm_and_run(plan, self.current_host)
 
     @work(exclusive=True, group="confirm", exit_on_error=False)
     async def _confirm_and_run(self, plan: ActionPlan, host: int) -> None:
-        lines = plan.describe(self.exec_options.term_timeout)
-        confirmed = await self.push_screen_wait(ConfirmModal(plan.title, lines))
-        if not confirmed:
-            self._log(plan.host, plan.title, "cancelled: nothing was done", None)
-            self.notify("Cancelled: nothing was done.", markup=False)
-            return
-        if self.running:  # another action started while the dialog was open
-            self.notify("Another action is running; not started.", severity="warning")
-            return
-        self._start_action(plan, host, act=True)
+        """Ask; then plan again from a fresh sample, so a dialog left open never runs on a
+        stale baseline, and ask again if what would be sent changed meanwhile."""
+        news: list[str] = []
+        for _ in range(MAX_REPLANS):
+            lines = plan.describe(self.exec_options.term_timeout)
+            confirmed = await self.push_screen_wait(ConfirmModal(plan.title, news + lines))
+            if not confirmed:
+                self._log_action(plan.host, plan.title, "cancelled: nothing was done", None)
+                self.notify("Cancelled: nothing was done.")
+                return
+            try:
+                fresh = await self.views[host].source.control.sample()
+                plan, changes = replan(plan, fresh)
+            except (PlanError, SourceError) as exc:
+                why = f"not started: the host could not be checked again: {exc}" if isinstance(
+                    exc, SourceError) else f"not started: the host changed: {exc}"
+                self._log_action(plan.host, plan.title, why, None)
+                self.notify(why, title=plan.title, severity="warning")
+                return
+            if self.running:  # another action started while the dialog was open
+                self.notify("Another action is running; not started.", severity="warning")
+                return
+            if not changes:
+                self._start_action(plan, host, act=True)
+                return
+            news = ["  ! The host changed while this dialog was open:",
+                    *[f"  !   {c}" for c in changes], "  ! Confirm the plan as it is now:", ""]
+        self.notify("The plan keeps changing on the host; not started.", severity="warning")
 
     def _start_action(self, plan: ActionPlan, host: int, *, act: bool) -> None:
         """Run (or, after a lost link, only re-verify) ``plan`` in the action worker."""
         action_id = next(self._action_ids)
         self.running = True
         self._running_plan = (action_id, plan)
+        self._running_report = ActionReport(plan)
         self._progress_state = (plan, None, None, None)
         self.result_shown = True
         self._refresh_progress()
-        self.run_worker(
-            self._execute(action_id, plan, host, act=act),
+        self._action_worker = self.run_worker(
+            self._execute(action_id, plan, host, self._running_report, act=act),
             name=f"{'action' if act else 'reverify'} {action_id}", group="action",
             exit_on_error=False,
         )
 
     async def _execute(
-        self, action_id: int, plan: ActionPlan, host: int, *, act: bool = True
+        self, action_id: int, plan: ActionPlan, host: int, report: ActionReport, *,
+        act: bool = True,
     ) -> None:
+        """The action worker: intent audited before anything is sent, outcome after —
+        also when the operator interrupts it by quitting."""
         control = self.views[host].source.control
+        trail = AuditTrail(plan, self.exec_options.term_timeout)
+        audit_error: str | None = None
+        if act:
+            try:
+                await asyncio.to_thread(trail.intent)
+            except OSError as exc:
+                audit_error = str(exc)
         run = execute if act else reverify
         try:
             report = await run(
                 plan, control, self.exec_options,
-                lambda p: self.post_message(ActionProgressed(action_id, p)),
+                lambda p: self.post_message(ActionProgressed(action_id, p)), report=report,
             )
+        except asyncio.CancelledError:
+            self.interrupted_report = report
+            try:
+                trail.outcome(report)  # synchronously: the app is going away
+            except OSError:
+                log.exception("audit outcome of an interrupted action not written")
+            raise
         except Exception as exc:  # the engine must never take the screen down
+            log.exception("action %s failed", plan.title)
             self.post_message(
                 ActionFinished(action_id, host, plan, None, f"{type(exc).__name__}: {exc}")
             )
             return
+        try:
+            await asyncio.to_thread(trail.outcome, report)
+        except OSError as exc:
+            audit_error = str(exc)
+        if audit_error is not None:
+            self.notify(f"Could not write the audit file: {audit_error}", title="Audit",
+                        severity="warning")
         self.post_message(ActionFinished(action_id, host, plan, report))
 
     def on_action_progressed(self, message: ActionProgressed) -> None:
@@ -696,29 +790,23 @@ class GpudashApp(App[int]):
         self._refresh_progress()
 
     def on_action_finished(self, message: ActionFinished) -> None:
-        audit_error: OSError | None = None
-        if message.report is not None:
-            try:
-                audit.append(message.report)
-            except OSError as exc:
-                audit_error = exc
-        if not self.screen_stack:  # shutting down: the audit record is what matters
+        if not self.screen_stack:  # shutting down: the audit record is written already
             return
-        if audit_error is not None:
-            self.notify(f"Could not write the audit file: {audit_error}", title="Audit",
-                        severity="warning", markup=False)
         self.running = False
         self._running_plan = None
+        self._running_report = None
+        self._action_worker = None
         report = message.report
         progress = self._progress_state[1] if self._progress_state else None
         self._progress_state = (message.plan, progress, report, message.error)
         self.result_shown = True
         self._refresh_progress()
         plan = message.plan
+        if self._quit_when_done:
+            self.exit(0)
         if report is None:
-            self._log(plan.host, plan.title, f"failed: {message.error}", False)
-            self.notify(clean(message.error), title="Action failed", severity="error",
-                        markup=False)
+            self._log_action(plan.host, plan.title, f"failed: {message.error}", False)
+            self.notify(str(message.error), title="Action failed", severity="error")
             return
         self.last_report = report
         self.reports.append(report)
@@ -728,24 +816,68 @@ class GpudashApp(App[int]):
         elif not report.unknown:
             view.reverify_attempts = 0
         outcome = report.summary
-        escalated = [pid for pid, sig, _o in report.signals if sig == "SIGKILL"] if any(
-            s.escalate for s in plan.steps) else []
-        if escalated:
-            outcome += "; TERM ignored, escalated to SIGKILL: " + ", ".join(map(str, escalated))
+        if report.escalated:
+            outcome += "; TERM ignored, escalated to SIGKILL: " + ", ".join(
+                map(str, report.escalated))
         if report.leftovers:
             outcome += "; still held: " + "; ".join(
                 f"{lo.where} by {'?' if lo.pid is None else lo.pid} ({lo.reason})"
                 for lo in report.leftovers
             )
-        self._log(plan.host, plan.title, outcome, report.confirmed)
+        self._log_action(plan.host, plan.title, outcome, report.verdict == "confirmed",
+                         report.describe()[1:])  # line 0 repeats the title and summary
         # The verdict in full is in the Action panel and the log: a short toast covers
         # neither on a small terminal.
-        if report.confirmed:
-            self.notify("✔ confirmed: see the Action panel", title=plan.title, markup=False)
+        if report.verdict == "confirmed":
+            self.notify("✔ confirmed: see the Action panel", title=plan.title)
         else:
-            self.notify("✘ NOT confirmed: see the Action panel", title=plan.title,
-                        severity="warning", markup=False, timeout=10)
+            self.notify(f"{report.verdict}: see the Action panel", title=plan.title,
+                        severity="warning", timeout=10)
 
+    # --- quitting ----------------------------------------------------------------------
+
+    async def action_quit(self) -> None:
+        if not self.running:
+            self.exit(0)
+            return
+        self._ask_quit()
+
+    @work(exclusive=True, group="quit", exit_on_error=False)
+    async def _ask_quit(self) -> None:
+        running = self._running_plan
+        report = self._running_report
+        if running is None or report is None:
+            self.exit(0)
+            return
+        choice = await self.push_screen_wait(QuitWhileActing(running[1].title,
+                                                             report.sent_lines()))
+        if not self.running:  # it ended while the question was open
+            self.exit(0)
+        elif choice == AFTER:
+            self._quit_when_done = True
+            self.notify("gpudash quits as soon as the action has ended.")
+        elif choice == NOW:
+            worker = self._action_worker
+            if worker is not None:
+                worker.cancel()
+                try:
+                    await worker.wait()
+                except (WorkerCancelled, WorkerFailed):
+                    pass  # cancelled as asked: _execute audited what was sent
+            self.exit(6)
+
+    def notify(  # type: ignore[override]
+        self, message: str, *, title: str = "", severity: Any = "information",
+        timeout: float | None = None, markup: bool = False,
+    ) -> None:
+        """Every notification shows host text literally: reasons and unit names come from
+        hosts, so control sequences are escaped and markup is never interpreted."""
+        super().notify(
+            "\n".join(clean(line) for line in str(message).split("\n")),
+            title=clean(title), severity=severity, timeout=timeout, markup=False,
+        )
+
+    @drawing
     def _refresh_progress(self) -> None:
         panel = self.progress_panel
         state = self._progress_state
@@ -762,10 +894,22 @@ class GpudashApp(App[int]):
                    settle=self.exec_options.settle, term_timeout=self.exec_options.term_timeout,
                    columns=progress_columns(width, height))
 
-    def _log(self, host: str, action: str, outcome: str, ok: bool | None) -> None:
+    def drawing_failed(self, where: str, exc: Exception) -> None:
+        log.error("%s failed on %s", where, self.view.name, exc_info=exc)
+        message = f"{where}: {type(exc).__name__}: {exc}"
+        if message != self._last_draw_error:  # once per distinct error, not per sample
+            self._last_draw_error = message
+            self.notify(f"Could not draw {self.view.name}: {message} (details in the log file)",
+                        title="Display error", severity="error", timeout=10)
+
+    def _log_action(
+        self, host: str, action: str, outcome: str, ok: bool | None,
+        details: Sequence[str] = (),
+    ) -> None:
         pal = palette(self)
         self.action_log.add(
-            LogEntry(self.clock(), host, action, outcome, ok), pal.success, pal.error
+            LogEntry(self.clock(), host, action, outcome, ok, tuple(details)),
+            pal.success, pal.error
         )
 
 
@@ -776,12 +920,13 @@ def run_dashboard(
     read_only: bool,
     theme: str | None,
     exec_options: ExecOptions | None,
-    welcome: bool = False,
-) -> int:
-    """Run the dashboard until the operator quits; returns the exit status."""
+    demo: bool = False,
+) -> DashboardOutcome:
+    """Run the dashboard until the operator quits."""
     app = GpudashApp(
         sources, interval=interval, read_only=read_only, theme=theme, exec_options=exec_options,
-        welcome=welcome,
+        welcome=demo and not read_only,
     )
     result = app.run()
-    return result if isinstance(result, int) else (app.return_code or 0)
+    code = result if isinstance(result, int) else (app.return_code or 0)
+    return DashboardOutcome(code, app.interrupted_report)

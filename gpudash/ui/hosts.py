@@ -8,6 +8,7 @@ failed until the stream is back. Nothing here draws anything.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -19,6 +20,8 @@ from gpudash.transport.reconnect import BACKOFF_MAX_S, LinkState, reconnecting_s
 from gpudash.triage import HostTriage, triage
 
 HISTORY = 300  # samples of memory history kept per host
+
+log = logging.getLogger("gpudash.ui.hosts")
 
 
 @dataclass
@@ -128,6 +131,7 @@ async def follow_host(
             on_error(str(exc), None)
             return
         except Exception as exc:  # a bug in a source must not freeze the screen
-            message = f"{type(exc).__name__}: {exc}"
+            log.exception("following %s failed", source.name)
+            message = f"{type(exc).__name__}: {exc} (details in the log file)"
         on_error(message, BACKOFF_MAX_S)
         await sleep(BACKOFF_MAX_S)

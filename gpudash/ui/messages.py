@@ -5,25 +5,21 @@ from __future__ import annotations
 from textual.message import Message
 
 from gpudash.engine import ActionPlan, ActionReport, Progress
-from gpudash.model import HostSnapshot
-from gpudash.triage import HostTriage
 
 
-class SnapshotArrived(Message):
-    """A host sent a new snapshot (already triaged against the previous one)."""
+class HostUpdated(Message):
+    """A host's view has a new sample (recorded already): redraw it.
 
-    def __init__(
-        self, host: int, snapshot: HostSnapshot, triage: HostTriage, latency: float | None
-    ) -> None:
+    Only the redraw may be merged with a later one: the sample itself was recorded in the
+    view before this was posted, so history and triage never miss one.
+    """
+
+    def __init__(self, host: int) -> None:
         super().__init__()
         self.host = host
-        self.snapshot = snapshot
-        self.triage = triage
-        self.latency = latency
 
     def can_replace(self, message: Message) -> bool:
-        # Only the latest snapshot of a host matters to the screen.
-        return isinstance(message, SnapshotArrived) and message.host == self.host
+        return isinstance(message, HostUpdated) and message.host == self.host
 
 
 class HostFailed(Message):

@@ -28,6 +28,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -274,8 +275,36 @@ def check_available() -> None:
         raise LabUnavailable("lab needs systemd installed on this machine's root")
     if not Path("/sys/fs/cgroup").is_dir() or not os.listdir("/sys/fs/cgroup"):
         raise LabUnavailable("lab needs a cgroup hierarchy mounted at /sys/fs/cgroup")
-    if "overlay" not in Path("/proc/filesystems").read_text():
-        raise LabUnavailable("lab needs overlayfs")
+    problem = overlay_problem()
+    if problem:
+        raise LabUnavailable(problem)
+
+
+def overlay_problem(filesystems: Path = Path("/proc/filesystems")) -> str | None:
+    """Why overlay mounts cannot work here, or None.
+
+    /proc/filesystems lists overlay only once its module is loaded, which on a fresh
+    machine happens at the first overlay mount: so try one for real before giving up.
+    """
+    if "overlay" in filesystems.read_text():
+        return None
+    if shutil.which("modprobe"):
+        subprocess.run(["modprobe", "overlay"], capture_output=True, timeout=30)
+    probe = Path(tempfile.mkdtemp(prefix="gpudash-overlay-probe-"))
+    try:
+        for d in ("lower", "upper", "work", "merged"):
+            (probe / d).mkdir()
+        opts = f"lowerdir={probe / 'lower'},upperdir={probe / 'upper'},workdir={probe / 'work'}"
+        cp = subprocess.run(
+            ["mount", "-t", "overlay", "overlay", "-o", opts, str(probe / "merged")],
+            capture_output=True, text=True, timeout=30,
+        )
+        if cp.returncode != 0:
+            return f"lab needs overlayfs (a test mount failed: {cp.stderr.strip()[:200]})"
+        subprocess.run(["umount", str(probe / "merged")], capture_output=True, timeout=30)
+        return None
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
 
 
 def _free_port() -> int:

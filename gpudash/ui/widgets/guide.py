@@ -1,67 +1,17 @@
-"""The demo's walkthrough: one line above the footer that says the next step of the
-incident, with the keys as the user's keymap has them. It covers nothing (the welcome
-toast it replaces hid the unit panel and the log for half a minute) and follows the
-demo host's state, so it is never a step behind."""
+"""The demo's walkthrough line above the footer (gpudash/ui/walkthrough.py words it)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from rich.text import Text
 from textual.widgets import Static
 
-from gpudash.demo import MINIMAX
-from gpudash.triage import Flag, HostTriage
-
-KeyOf = Callable[[str], str]  # action name -> the key the user presses for it
-
-
-def demo_step(result: HostTriage | None) -> int:
-    """0 before the first sample; 1 kill the server; 2 stop + disable; 3 reap; 4 done."""
-    if result is None:
-        return 0
-    group = result.group(MINIMAX)
-    unit = result.snapshot.unit(MINIMAX)
-    if group is None or unit is None or not group.total_gpu_memory_mib:
-        return 4
-    if unit.is_down:
-        return 3 if any(p.unit == MINIMAX for p in result.orphans()) else 4
-    if unit.n_restarts or Flag.RESPAWNED in group.flags:
-        return 2
-    return 1
-
-
-def guide_text(result: HostTriage | None, key: KeyOf) -> Text:
-    step = demo_step(result)
-    out = Text()
-    if step == 0:
-        out.append("Demo: waiting for the first sample…", style="dim")
-        return out
-    if step == 4:
-        out.append("Demo done ", style="bold")
-        out.append(f"· the memory is back. {key('help')} shows every key, {key('quit')} quits.")
-        return out
-    out.append(f"Demo {step}/3: ", style="bold")
-    if step == 1:
-        out.append("select the vLLM server (↓) and press ")
-        out.append(key("kill"), style="bold reverse")
-        out.append("; systemd respawns it. Or ")
-        out.append(key("reclaim"), style="bold reverse")
-        out.append(" on the unit: all in one.")
-    elif step == 2:
-        out.append("on the unit row press ")
-        out.append(key("stop_disable"), style="bold reverse")
-        out.append(" (stop + disable); its TP workers stay, ORPHAN.")
-    else:
-        out.append("on the unit row press ")
-        out.append(key("reap"), style="bold reverse")
-        out.append(" to reap the orphans; watch each GPU's memory come back.")
-    return out
+from gpudash.triage import HostTriage
+from gpudash.ui.walkthrough import KeyOf, guide_text
 
 
 class Guide(Static):
     """Shown only in the demo (not read-only)."""
 
     def show(self, result: HostTriage | None, key: KeyOf) -> None:
+        """The step the demo is at, with the user's keys."""
         self.add_class("-shown")
         self.update(guide_text(result, key))

@@ -1,0 +1,100 @@
+"""Command-line arguments, checked before anything is contacted or done (exit 2 if bad)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+from gpudash import __version__
+from gpudash.cli.contract import EXIT_CODES_HELP
+from gpudash.logfile import LEVELS
+
+SUBCOMMANDS = ("snapshot", "reclaim")
+
+
+def seconds(low: float, high: float, *, low_inclusive: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite number of seconds in (low, high] (or [low, high])."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+        above = value >= low if low_inclusive else value > low
+        if not math.isfinite(value) or not above or value > high:
+            bound = ">=" if low_inclusive else ">"
+            raise argparse.ArgumentTypeError(f"must be {bound} {low:g} and <= {high:g} seconds, "
+                                             f"not {text}")
+        return value
+
+    return parse
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("hosts", nargs="*", metavar="HOST",
+                   help="user@host, ssh://user@host:port or a ~/.ssh/config alias; "
+                   "none: this machine")
+    p.add_argument("--demo", action="store_true", help="the simulated incident host")
+    p.add_argument("--interval", type=seconds(0.05, 3600, low_inclusive=True), default=1.0,
+                   metavar="S", help="seconds between samples (default 1; 0.05 to 3600)")
+    p.add_argument("--sudo", action="store_true",
+                   help="act through `sudo -n` when the login is not root")
+    p.add_argument("--accept-new-host-key", action="store_true",
+                   help="accept and remember an unknown host key (like OpenSSH accept-new); "
+                   "a changed key is always refused")
+    p.add_argument("--ssh-config", type=Path, default=None, metavar="FILE",
+                   help="ssh config file (default ~/.ssh/config)")
+    p.add_argument("--known-hosts", type=Path, default=None, metavar="FILE",
+                   help="known_hosts file (default: as OpenSSH, from the ssh config)")
+    p.add_argument("--log-level", choices=LEVELS, default="warning",
+                   help="what goes to $XDG_STATE_HOME/gpudash/gpudash.log (default warning)")
+
+
+def build_parser(command: str | None) -> argparse.ArgumentParser:
+    epilog = EXIT_CODES_HELP
+    fmt = argparse.RawDescriptionHelpFormatter
+    if command == "snapshot":
+        p = argparse.ArgumentParser(prog="gpudash snapshot", epilog=epilog, formatter_class=fmt,
+                                    description="Print one snapshot of each host.")
+        _common(p)
+        p.add_argument("--json", action="store_true", help="JSON (schema 1) instead of text")
+        return p
+    if command == "reclaim":
+        p = argparse.ArgumentParser(
+            prog="gpudash reclaim", epilog=epilog, formatter_class=fmt,
+            description="Stop and disable a unit, reap what is left of it, wait until its "
+            "GPU memory is back, print a per-GPU report. Exit 0 only if confirmed free.",
+        )
+        _common(p)
+        p.add_argument("--unit", required=True, help="the systemd unit (e.g. vllm-minimax-m25)")
+        p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+        p.add_argument("--timeout", type=seconds(0, 86400), default=120.0, metavar="S",
+                       help="give up waiting for the memory after S seconds (default 120)")
+        p.add_argument("--term-timeout", type=seconds(0, 3600), default=10.0, metavar="S",
+                       help="seconds between SIGTERM and SIGKILL (default 10)")
+        p.add_argument("--json", action="store_true", help="print the report as JSON")
+        return p
+    p = argparse.ArgumentParser(
+        prog="gpudash", epilog=epilog, formatter_class=fmt,
+        description="Who holds the GPU memory, which systemd unit owns it, and getting it "
+        "back with proof. Subcommands: snapshot, reclaim (see `gpudash reclaim -h`).",
+    )
+    _common(p)
+    p.add_argument("--read-only", action="store_true", help="disable every action")
+    p.add_argument("--theme", default=None, help="a Textual theme or one from themes/")
+    p.add_argument("--version", action="version", version=f"gpudash {__version__}")
+    return p
+
+
+def parse(argv: list[str]) -> tuple[str | None, argparse.Namespace]:
+    """(subcommand or None for the dashboard, arguments); argparse exits 2 on bad input."""
+    command = argv[0] if argv and argv[0] in SUBCOMMANDS else None
+    parser = build_parser(command)
+    args = parser.parse_args(argv[1:] if command else argv)
+    if args.demo and args.hosts:
+        parser.error("--demo takes no HOST")
+    if command == "reclaim" and len(args.hosts) > 1:
+        parser.error("reclaim acts on one host at a time")
+    return command, args

@@ -1,0 +1,34 @@
+"""The command line's contract with scripts: what goes where, and what each exit code means.
+
+stdout carries only the result (the snapshot, the report; JSON with ``--json``). Plans,
+prompts, progress, warnings and errors go to stderr, so ``gpudash reclaim --json > out``
+is always valid JSON and a pipe never waits on a prompt it cannot see.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class Exit(IntEnum):
+    OK = 0  # memory confirmed free (reclaim); every host read (snapshot)
+    NOT_FREED = 1  # reclaim: not confirmed (the report says why); snapshot: a host has no GPUs
+    USAGE = 2  # bad arguments or a plan that makes no sense: nothing was done
+    CONNECT = 3  # a host could not be reached or refused us (auth, host key, sudo -n)
+    UNKNOWN = 4  # the link dropped mid-action and re-verification could not reach the host
+    CANCELLED = 5  # declined at the prompt, or interrupted before anything was sent
+    INTERRUPTED = 6  # interrupted (Ctrl+C, SIGTERM, quit) after something was sent
+    INTERNAL = 70  # a bug in gpudash (EX_SOFTWARE): the log file has the traceback
+
+
+EXIT_CODES_HELP = """exit codes:
+  0  memory confirmed free (reclaim) / every host read (snapshot)
+  1  not confirmed: the report names what still holds memory and why (reclaim);
+     a host was read but could not report its GPUs (snapshot)
+  2  usage or plan error: nothing was done
+  3  a host could not be reached or refused us (auth, host key, sudo -n)
+  4  outcome unknown: the link dropped mid-action and re-verification failed
+  5  cancelled: declined at the prompt or interrupted before anything was sent
+  6  interrupted after something was sent: the report lists what reached the host
+ 70  internal error (a bug): $XDG_STATE_HOME/gpudash/gpudash.log has the traceback
+stdout carries only the result; plan, prompt, progress and errors go to stderr."""

@@ -1,0 +1,163 @@
+"""Command line: the dashboard, ``snapshot`` and ``reclaim``.
+
+    gpudash [HOST ...]                 dashboard (this machine when no host is given)
+    gpudash --demo                     dashboard on the simulated incident host
+    gpudash snapshot [HOST ...] --json one snapshot per host
+    gpudash reclaim [HOST] --unit U    stop + disable U, reap its leftovers, wait, report
+
+What goes to stdout and stderr, and the exit codes: ``gpudash.cli.contract``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from gpudash import logfile
+from gpudash.cli.args import parse
+from gpudash.cli.contract import Exit
+from gpudash.cli.terminal import Terminal
+from gpudash.model import HostSnapshot, SourceKind
+from gpudash.source import HostSource, SourceError
+from gpudash.untrusted import json_dumps
+
+log = logging.getLogger("gpudash.cli")
+
+
+def open_sources(args: argparse.Namespace, *, demo_speed: float = 1.0) -> list[HostSource]:
+    """The hosts named on the command line, as sources (not yet connected)."""
+    read_only = getattr(args, "read_only", False)
+    if args.demo:
+        from gpudash.demo import DemoHost
+
+        return [DemoHost(speed=demo_speed, read_only=read_only)]
+    from gpudash.transport import open_source  # live hosts: local or SSH
+
+    targets: list[str | None] = list(args.hosts) or [None]
+    return [
+        open_source(
+            t,
+            interval=args.interval,
+            sudo=args.sudo,
+            accept_new_host_key=args.accept_new_host_key,
+            ssh_config=args.ssh_config,
+            known_hosts=args.known_hosts,
+            read_only=read_only,
+        )
+        for t in targets
+    ]
+
+
+async def _sample_all(sources: Sequence[HostSource]) -> tuple[list[HostSnapshot], dict[str, str]]:
+    async def one(s: HostSource) -> HostSnapshot | str:
+        try:
+            return await s.control.sample()
+        except SourceError as exc:
+            return str(exc)
+        finally:
+            await s.close()
+
+    results = await asyncio.gather(*(one(s) for s in sources))
+    snaps = [r for r in results if isinstance(r, HostSnapshot)]
+    errors = {s.name: r for s, r in zip(sources, results, strict=True) if isinstance(r, str)}
+    return snaps, errors
+
+
+def no_gpu_source(snap: HostSnapshot) -> bool:
+    """Read, but unable to say anything about its GPUs (no NVML, no nvidia-smi)."""
+    return snap.source is SourceKind.NONE
+
+
+def cmd_snapshot(args: argparse.Namespace, term: Terminal) -> int:
+    from gpudash import jsonfmt
+    from gpudash.textreport import snapshot_text
+
+    try:
+        snaps, errors = asyncio.run(_sample_all(open_sources(args)))
+    except KeyboardInterrupt:
+        term.error("interrupted: nothing printed")
+        return Exit.CANCELLED
+    if args.json:
+        term.result_json(json_dumps(jsonfmt.document(snaps, errors), indent=2))
+    else:
+        for snap in snaps:
+            term.result(snapshot_text(snap))
+    for name, message in errors.items():
+        term.error(f"{name}: {message}")
+    blind = [s for s in snaps if no_gpu_source(s)]
+    for snap in blind:
+        term.error(f"{snap.host}: no GPU source: " + "; ".join(snap.errors))
+    if errors:
+        return Exit.CONNECT
+    return Exit.NOT_FREED if blind else Exit.OK
+
+
+def cmd_reclaim(args: argparse.Namespace, term: Terminal) -> int:
+    from gpudash.cli.reclaim import run_reclaim
+
+    # The demo runs 20x faster than real time so the incident plays out in seconds.
+    return run_reclaim(args, open_sources(args, demo_speed=20.0)[0], term)
+
+
+def cmd_dashboard(args: argparse.Namespace, term: Terminal) -> int:
+    from gpudash.ui.app import run_dashboard
+
+    sources = open_sources(args)
+    try:
+        outcome = run_dashboard(
+            sources,
+            interval=args.interval,
+            read_only=args.read_only,
+            theme=args.theme,
+            exec_options=None,
+            demo=args.demo,
+        )
+    finally:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(_close_all(sources))
+    if outcome.interrupted is not None:
+        term.error("quit while an action was running; what it had sent:")
+        term.say(outcome.interrupted.describe())
+        return Exit.INTERRUPTED
+    return outcome.code
+
+
+async def _close_all(sources: Sequence[HostSource]) -> None:
+    for s in sources:
+        try:
+            await s.close()
+        except (SourceError, OSError):
+            pass  # closing a dead link has nothing left to report
+        except Exception:  # noqa: BLE001 - logged: closing must not hide the real outcome
+            log.exception("closing %s failed", s.name)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    term = Terminal()
+    command, args = parse(list(sys.argv[1:] if argv is None else argv))
+    logfile.setup(args.log_level)
+    try:
+        if command == "snapshot":
+            return cmd_snapshot(args, term)
+        if command == "reclaim":
+            return cmd_reclaim(args, term)
+        return cmd_dashboard(args, term)
+    except SourceError as exc:
+        term.error(str(exc))
+        return Exit.CONNECT
+    except KeyboardInterrupt:
+        term.error("interrupted")
+        return Exit.CANCELLED
+    except Exception as exc:  # a bug: one line here, the traceback in the log
+        log.exception("internal error")
+        term.error(f"internal error: {type(exc).__name__}: {exc} "
+                   f"(traceback in {logfile.log_path()})")
+        return Exit.INTERNAL
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

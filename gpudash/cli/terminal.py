@@ -1,0 +1,105 @@
+"""Where the command line writes: the result to stdout, everything else to stderr.
+
+Every line that can hold host text goes through ``gpudash.untrusted.clean`` here, in one
+place: a process named ``\\x1b[3A\\x1b[J`` cannot erase the plan above the prompt.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Iterable
+from typing import TextIO
+
+from gpudash.engine import Progress
+from gpudash.untrusted import clean
+
+
+class Terminal:
+    """The CLI's three streams, with the contract of gpudash.cli.contract."""
+
+    def __init__(
+        self, stdout: TextIO | None = None, stderr: TextIO | None = None,
+        stdin: TextIO | None = None,
+    ) -> None:
+        self.stdout = stdout or sys.stdout
+        self.stderr = stderr or sys.stderr
+        self.stdin = stdin or sys.stdin
+
+    def say(self, lines: str | Iterable[str]) -> None:
+        """Plans, notices, errors: to stderr, one escaped line each."""
+        for line in [lines] if isinstance(lines, str) else lines:
+            self._write(self.stderr, clean(line) + "\n")
+
+    def error(self, message: str) -> None:
+        self.say(f"gpudash: {message}")
+
+    def result(self, text: str) -> None:
+        """The result, to stdout. Text results are escaped line by line; JSON already is."""
+        self._write(self.stdout, "\n".join(clean(line) for line in text.split("\n")) + "\n")
+
+    def result_json(self, document: str) -> None:
+        self._write(self.stdout, document + "\n")
+
+    def confirm(self, question: str = "Proceed? [y/N] ") -> bool | None:
+        """Ask on the terminal. None: no terminal to ask on. Ctrl+C propagates at once."""
+        if not self.stdin.isatty():
+            return None
+        self._write(self.stderr, question)
+        answer = self.stdin.readline()
+        if not answer:  # EOF (Ctrl+D)
+            self._write(self.stderr, "\n")
+            return False
+        return answer.strip().lower() in ("y", "yes")
+
+    def progress(self) -> ProgressLine:
+        return ProgressLine(self.stderr)
+
+    def _write(self, stream: TextIO, text: str) -> None:
+        try:
+            stream.write(text)
+            stream.flush()
+        except BrokenPipeError:
+            # The reader went away (`| head`): stop writing there, quietly, for good.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, stream.fileno())
+            except (OSError, ValueError):
+                pass
+            finally:
+                os.close(devnull)
+
+
+class ProgressLine:
+    """Progress on stderr: one updating line on a terminal, a line per change in a pipe."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.tty = stream.isatty()
+        self.last: str | None = None
+        self.shown = False
+
+    def __call__(self, p: Progress) -> None:
+        text = f"  .. [{p.phase}] {p.message}"
+        try:
+            if self.tty:
+                if p.term_left_s is not None:
+                    text += f"  (KILL in {p.term_left_s:.0f} s)"
+                width = shutil.get_terminal_size().columns
+                self.stream.write("\r\x1b[K" + clean(text)[: max(10, width - 1)])
+                self.shown = True
+            elif text != self.last:
+                self.stream.write(clean(text) + "\n")
+            self.last = text
+            self.stream.flush()
+        except (BrokenPipeError, ValueError):
+            self.tty = False
+
+    def close(self) -> None:
+        if self.tty and self.shown:
+            try:
+                self.stream.write("\r\x1b[K")
+                self.stream.flush()
+            except (BrokenPipeError, ValueError):
+                pass

@@ -1,0 +1,289 @@
+"""Every action, written once: its title, key, what it needs selected, whether it fits
+(``precheck``) and its plan.
+
+The dashboard's keys, footer, palette and help, the greyed-out reasons and the CLI all
+read this registry; none of them re-derives what an action needs. Adding an action means
+adding one ``ActionSpec`` here.
+"""
+
+from __future__ import annotations
+
+import signal as _signal
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from gpudash.engine.plan import (
+    DISABLING,
+    STOPPING,
+    ActionKind,
+    ActionPlan,
+    PlanError,
+    Selection,
+    plan_changes,
+)
+from gpudash.engine.steps import Signal, Step, Systemctl
+from gpudash.engine.target import Target, mem_sum
+from gpudash.model import HostSnapshot, Process, SourceKind, Unit, unit_name
+from gpudash.triage import Flag, HostTriage, OwnerKind, owner_kind, process_flags
+from gpudash.units import gib
+
+
+class Needs(StrEnum):
+    UNIT = "unit"  # a system service: a unit row or one of its processes
+    PROCESS = "process"  # one process
+    ORPHANS = "orphans"  # orphans of the selected unit, else of the whole host
+
+
+@dataclass(frozen=True, slots=True)
+class ActionSpec:
+    kind: ActionKind
+    name: str  # the action's name in the UI: binding id ``gpudash.<name>``, ``action_<name>``
+    title: str
+    key: str  # default key
+    label: str  # short footer label
+    needs: Needs
+    planner: Callable[[ActionSpec, HostSnapshot, Selection], ActionPlan]
+
+    @property
+    def binding_id(self) -> str:
+        return f"gpudash.{self.name}"
+
+    def precheck(self, result: HostTriage, sel: Selection) -> str | None:
+        """Why this action does not fit the selection now, or None. Cheap: no planning."""
+        snap = result.snapshot
+        if not snap.can_act:
+            return snap.cannot_act_reason or f"cannot act on {snap.host}"
+        if self.needs is Needs.UNIT and sel.unit is None:
+            return "select a system service (a unit row or one of its processes)"
+        if self.needs is Needs.PROCESS and (sel.pid is None or sel.pid == 1):
+            return "select a process"
+        if self.needs is Needs.ORPHANS:
+            orphans = result.orphans()
+            if sel.unit is not None:
+                orphans = tuple(p for p in orphans if p.unit == sel.unit)
+            if not orphans:
+                where = f" of {sel.unit}" if sel.unit else ""
+                return f"no orphaned processes{where} hold GPU memory"
+        return None
+
+    def plan(self, snapshot: HostSnapshot, sel: Selection) -> ActionPlan:
+        """The exact plan for ``sel`` on ``snapshot``; ``PlanError`` says why not."""
+        if not snapshot.can_act:
+            raise PlanError(snapshot.cannot_act_reason or f"cannot act on {snapshot.host}")
+        return self.planner(self, snapshot, sel)
+
+
+# --- planners ------------------------------------------------------------------------------
+
+
+def _new_plan(
+    spec: ActionSpec, snapshot: HostSnapshot, sel: Selection, subject: str, **parts: Any
+) -> ActionPlan:
+    return ActionPlan(
+        kind=spec.kind,
+        title=f"{spec.title}: {subject}",
+        host=snapshot.host,
+        subject=subject,
+        selection=sel,
+        used_before_mib=snapshot.used_by_gpu(),
+        simulated=snapshot.source is SourceKind.DEMO,
+        **parts,
+    )
+
+
+def _left_alone(snapshot: HostSnapshot, pinned: Iterable[Target]) -> tuple[Target, ...]:
+    pids = {t.pid for t in pinned}
+    return tuple(
+        Target.of(p) for p in snapshot.processes if p.holds_gpu_memory and p.pid not in pids
+    )
+
+
+def _require_unit(snapshot: HostSnapshot, name: str | None) -> Unit:
+    if not name:
+        raise PlanError("select a unit first")
+    full = unit_name(name)
+    if owner_kind(full) is not OwnerKind.SERVICE:
+        raise PlanError(f"{full} is not a system service; signal its processes instead")
+    unit = snapshot.unit(full)
+    if unit is None:
+        raise PlanError(f"unit {full} is not known on {snapshot.host}")
+    return unit
+
+
+def _require_process(snapshot: HostSnapshot, pid: int | None) -> Process:
+    if pid is None:
+        raise PlanError("select a process first")
+    p = snapshot.process(pid)
+    if p is None:
+        raise PlanError(f"pid {pid} is not in the latest sample of {snapshot.host}")
+    if p.start_ticks is None:
+        raise PlanError(f"pid {pid}: start time unknown, cannot pin its identity")
+    if p.pid == 1:
+        raise PlanError("refusing to signal PID 1")
+    return p
+
+
+def _members(snapshot: HostSnapshot, unit: Unit) -> list[Process]:
+    return [p for p in snapshot.processes if p.unit == unit.name]
+
+
+def plan_unit(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> ActionPlan:
+    """stop / disable / stop+disable / reclaim of one system service."""
+    u = _require_unit(snapshot, sel.unit)
+    kind = spec.kind
+    members = _members(snapshot, u)
+    steps: list[Step] = []
+    notes: list[str] = []
+    if kind in STOPPING:
+        steps.append(Systemctl("stop", u.name))
+    if kind in DISABLING:
+        steps.append(Systemctl("disable", u.name))
+    targets: list[Target] = []
+    expected: dict[int, int] = {}
+    if kind is ActionKind.RECLAIM:
+        # Everything of the unit's cgroup that is alive now is pinned; stop takes the
+        # main, the signals take what KillMode or re-parenting left behind.
+        targets = [Target.of(p) for p in members if p.start_ticks is not None and p.pid != 1]
+        steps += [Signal(t, escalate=True) for t in targets]
+        expected = mem_sum(targets)
+    elif kind in STOPPING:
+        killed = members if u.kill_mode in (None, "control-group", "mixed") else [
+            p for p in members if p.pid == u.main_pid
+        ]
+        expected = mem_sum(Target.of(p) for p in killed)
+        left = [p for p in members if p not in killed and p.holds_gpu_memory]
+        if left:
+            notes.append(
+                f"KillMode={u.kill_mode}: stop signals only the main process; "
+                f"{len(left)} worker(s) holding "
+                f"{gib(sum(p.total_gpu_memory_mib for p in left))} will stay. "
+                "Use reclaim, or reap orphans afterwards."
+            )
+    if u.is_down and kind is not ActionKind.DISABLE and kind is not ActionKind.RECLAIM:
+        notes.append(f"{u.name} is already {u.active_state}.")
+    if kind is ActionKind.DISABLE:
+        notes.append("Disable changes only what happens at boot; nothing stops now.")
+    return _new_plan(
+        spec, snapshot, Selection(unit=u.name), u.name,
+        steps=tuple(steps),
+        expected_free_mib=expected,
+        notes=tuple(notes),
+        untouched=_left_alone(snapshot, targets or [Target.of(p) for p in members]),
+        unit_before=u,
+    )
+
+
+def _process_notes(snapshot: HostSnapshot, p: Process, owner: Unit | None) -> list[str]:
+    """What signalling one process will do beyond it: respawn, a person's work, a TP group."""
+    notes: list[str] = []
+    if owner is not None and owner.main_pid == p.pid and not owner.is_down:
+        if (owner.restart or "no").lower() != "no":
+            notes.append(
+                f"pid {p.pid} is the main process of {owner.name} "
+                f"(Restart={owner.restart}): systemd will respawn it. Stop the unit instead."
+            )
+    kind = owner_kind(p.unit)
+    if kind is OwnerKind.SESSION:
+        notes.append(
+            f"pid {p.pid} belongs to {p.user or '?'}'s login session ({p.unit}): "
+            "this is a person's live work, not a service. Make sure they know."
+        )
+    elif kind is OwnerKind.SERVICE and owner is not None and not owner.is_down:
+        flags = process_flags(snapshot)
+        peers = [
+            q for q in _members(snapshot, owner)
+            if q.pid != p.pid and q.holds_gpu_memory and Flag.ORPHAN not in flags[q.pid]
+        ]
+        if p.holds_gpu_memory and peers and Flag.ORPHAN not in flags[p.pid]:
+            notes.append(
+                f"pid {p.pid} is one of {len(peers) + 1} GPU processes of the running "
+                f"{owner.name}: killing one worker of a tensor-parallel group makes the others "
+                "hang or crash. Stop or reclaim the unit instead."
+            )
+    return notes
+
+
+def plan_process(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> ActionPlan:
+    """terminate / kill of one pinned process."""
+    p = _require_process(snapshot, sel.pid)
+    t = Target.of(p)
+    kill = spec.kind is ActionKind.KILL
+    owner = snapshot.unit(p.unit) if p.unit else None
+    return _new_plan(
+        spec, snapshot, Selection(pid=p.pid), f"pid {p.pid}",
+        steps=(Signal(t, _signal.SIGKILL if kill else _signal.SIGTERM, escalate=not kill),),
+        expected_free_mib=mem_sum([t]),
+        notes=tuple(_process_notes(snapshot, p, owner)),
+        untouched=_left_alone(snapshot, [t]),
+        unit_before=owner,
+    )
+
+
+def plan_reap(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> ActionPlan:
+    """TERM (then KILL) every orphan holding GPU memory, of one unit or of the host."""
+    unit = unit_name(sel.unit) if sel.unit else None
+    flags = process_flags(snapshot)
+    orphans = [
+        p for p in snapshot.processes
+        if Flag.ORPHAN in flags[p.pid] and p.start_ticks is not None
+        and (unit is None or p.unit == unit)
+    ]
+    where = f" of {unit}" if unit else ""
+    if not orphans:
+        raise PlanError(f"no orphaned processes{where} hold GPU memory on {snapshot.host}")
+    targets = [Target.of(p) for p in orphans]
+    return _new_plan(
+        spec, snapshot, Selection(unit=unit), f"{len(targets)} orphan(s){where}",
+        steps=tuple(Signal(t, escalate=True) for t in targets),
+        expected_free_mib=mem_sum(targets),
+        untouched=_left_alone(snapshot, targets),
+        unit_before=snapshot.unit(unit) if unit else None,
+    )
+
+
+# --- the registry --------------------------------------------------------------------------
+
+SPECS: dict[ActionKind, ActionSpec] = {
+    spec.kind: spec
+    for spec in (
+        ActionSpec(ActionKind.STOP, "stop_unit", "Stop unit", "s", "Stop", Needs.UNIT,
+                   plan_unit),
+        ActionSpec(ActionKind.DISABLE, "disable_unit", "Disable unit", "d", "Disable",
+                   Needs.UNIT, plan_unit),
+        ActionSpec(ActionKind.STOP_DISABLE, "stop_disable", "Stop + disable unit", "D",
+                   "Stop+disable", Needs.UNIT, plan_unit),
+        ActionSpec(ActionKind.TERMINATE, "terminate", "Terminate process (TERM, then KILL)",
+                   "t", "Terminate", Needs.PROCESS, plan_process),
+        ActionSpec(ActionKind.KILL, "kill", "Kill process (KILL)", "k", "Kill", Needs.PROCESS,
+                   plan_process),
+        ActionSpec(ActionKind.REAP, "reap", "Reap orphans", "o", "Reap orphans", Needs.ORPHANS,
+                   plan_reap),
+        ActionSpec(ActionKind.RECLAIM, "reclaim", "Reclaim unit (stop + disable + reap + wait)",
+                   "r", "Reclaim", Needs.UNIT, plan_unit),
+    )
+}
+SPECS_BY_NAME = {spec.name: spec for spec in SPECS.values()}
+UNIT_ACTIONS = frozenset(k for k, s in SPECS.items() if s.needs is Needs.UNIT)
+PROCESS_ACTIONS = frozenset(k for k, s in SPECS.items() if s.needs is Needs.PROCESS)
+ACTION_TITLES = {k: s.title for k, s in SPECS.items()}
+
+
+def plan_action(
+    snapshot: HostSnapshot, kind: ActionKind, *, unit: str | None = None, pid: int | None = None
+) -> ActionPlan:
+    """Build the exact plan for ``kind`` on the given unit or pid, from one snapshot."""
+    return SPECS[kind].plan(snapshot, Selection(unit=unit, pid=pid))
+
+
+def replan(plan: ActionPlan, snapshot: HostSnapshot) -> tuple[ActionPlan, list[str]]:
+    """``plan`` built again from a fresh ``snapshot``, and what changed that matters.
+
+    A plan confirmed in a dialog left open for a while must not run on a stale baseline
+    (memory that moved meanwhile would read as "NOT confirmed"), nor signal a set of
+    processes the operator did not see. Raises ``PlanError`` when the action no longer
+    makes sense (the process is gone, nothing left to reap).
+    """
+    fresh = SPECS[plan.kind].plan(snapshot, plan.selection)
+    return fresh, plan_changes(plan, fresh)

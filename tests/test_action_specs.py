@@ -1,0 +1,61 @@
+"""Every action is written once: its spec says when it fits, and then it plans."""
+
+from __future__ import annotations
+
+import signal
+
+from gpudash.demo import MINIMAX, DemoHost
+from gpudash.engine import SPECS, ActionKind, Needs, PlanError, Selection
+from gpudash.model import HostSnapshot
+from gpudash.triage import triage
+
+
+def test_every_action_has_one_spec_with_its_own_key_and_binding() -> None:
+    assert set(SPECS) == set(ActionKind)
+    assert len({s.key for s in SPECS.values()}) == len(SPECS)
+    assert len({s.binding_id for s in SPECS.values()}) == len(SPECS)
+    # binding ids are what users' keymap files name: they must not change
+    assert {s.binding_id for s in SPECS.values()} == {
+        "gpudash.stop_unit", "gpudash.disable_unit", "gpudash.stop_disable",
+        "gpudash.terminate", "gpudash.kill", "gpudash.reap", "gpudash.reclaim"}
+
+
+def selections(snap: HostSnapshot) -> list[Selection]:
+    out = [Selection(), Selection(unit=MINIMAX), Selection(unit="session-4.scope")]
+    out += [Selection(pid=p.pid) for p in snap.processes]
+    out += [Selection(unit=p.unit, pid=p.pid) for p in snap.processes if p.unit == MINIMAX]
+    return out
+
+
+async def check_precheck_agrees_with_planning(snap: HostSnapshot) -> None:
+    result = triage(snap)
+    for spec in SPECS.values():
+        for sel in selections(snap):
+            if sel.unit == "session-4.scope" and spec.needs is Needs.UNIT:
+                continue  # the UI never offers a session as a unit (selection_of)
+            reason = spec.precheck(result, sel)
+            try:
+                spec.plan(snap, sel)
+            except PlanError as exc:
+                assert reason is not None, f"{spec.name} {sel}: precheck passed, plan: {exc}"
+            else:
+                assert reason is None, f"{spec.name} {sel}: plan works, precheck: {reason}"
+
+
+async def test_precheck_says_yes_exactly_when_a_plan_can_be_made() -> None:
+    demo = DemoHost(speed=100.0)
+    await check_precheck_agrees_with_planning(await demo.sample())  # the incident at start
+    main = demo.units[MINIMAX].main_pid
+    assert main is not None
+    await demo.signal(main, demo.processes[main].start_ticks, signal.SIGKILL)
+    await demo.sleep(3.0)
+    await check_precheck_agrees_with_planning(await demo.sample())  # respawned, orphans
+    await demo.systemctl("stop", MINIMAX)
+    await check_precheck_agrees_with_planning(await demo.sample())  # stopped, 16 orphans
+
+
+async def test_read_only_host_explains_itself_for_every_action() -> None:
+    snap = await DemoHost(read_only=True).sample()
+    result = triage(snap)
+    for spec in SPECS.values():
+        assert spec.precheck(result, Selection(unit=MINIMAX, pid=90211)) == "read-only mode"

@@ -1,0 +1,58 @@
+"""Host text printed by the CLI can neither move the cursor nor reorder what it shows."""
+
+from __future__ import annotations
+
+import io
+import json
+
+from gpudash import jsonfmt
+from gpudash.cli.args import parse
+from gpudash.cli.reclaim import run_reclaim
+from gpudash.cli.terminal import Terminal
+from gpudash.demo import DemoHost
+from gpudash.textreport import snapshot_text
+from gpudash.untrusted import json_dumps
+
+ERASE = "\x1b[3A\x1b[J"  # up three lines, erase to the end: the plan above the prompt vanishes
+BIDI = "evil\u202eexe.sh"
+
+
+def hostile_demo() -> DemoHost:
+    demo = DemoHost(speed=50)
+    demo.spawn(ppid=1, user="mallory", name=ERASE, cmdline=f"{ERASE} {BIDI}", unit=None,
+               gpu_memory_mib={1: 100})
+    return demo
+
+
+def run(*extra: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    _cmd, args = parse(["reclaim", "--demo", "--unit", "vllm-minimax-m25", "--yes",
+                        "--term-timeout", "1", *extra])
+    code = run_reclaim(args, hostile_demo(), Terminal(out, err, io.StringIO()))
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_reclaim_plan_progress_and_report_escape_host_text() -> None:
+    code, out, err = run()
+    assert code == 0, out + err
+    assert "\x1b" not in out + err and "\u202e" not in out + err
+    # the hostile holder is named in the plan's "Left alone", visibly
+    assert "(mallory, \\x1b[3A\\x1b[J)" in err
+
+
+def test_reclaim_json_escapes_controls_and_bidi() -> None:
+    code, out, _err = run("--json")
+    assert code == 0
+    assert "\x1b" not in out and "\u202e" not in out
+    record = json.loads(out)
+    assert any(ERASE in line for line in record["plan"])  # the data itself is intact
+
+
+async def test_snapshot_text_and_json_escape_host_text() -> None:
+    snap = await hostile_demo().sample()
+    text = snapshot_text(snap)
+    assert "\x1b" not in text and "\u202e" not in text and "\\u202e" in text
+    doc = json_dumps(jsonfmt.document([snap]), indent=2)
+    assert "\x1b" not in doc and "\u202e" not in doc
+    (host,) = json.loads(doc)["hosts"]
+    assert any(p["cmdline"] == f"{ERASE} {BIDI}" for p in host["processes"])
