@@ -119,6 +119,9 @@ ACTIONS: dict[str, tuple[ActionKind, str, str]] = {
     "reap": (ActionKind.REAP, "o", "Reap orphans"),
     "reclaim": (ActionKind.RECLAIM, "r", "Reclaim"),
 }
+# The one-line toast of a result; the Action panel and the log have the whole verdict.
+VERDICT_TOAST = {"warning": "⚠ done, something is left to do", "failed": "✘ NOT confirmed",
+                 "unknown": "? outcome unknown", "interrupted": "■ interrupted"}
 KEY_TO_ACTION = {key: name for name, (_, key, _) in ACTIONS.items()} | {"shift+d": "stop_disable"}
 
 
@@ -831,8 +834,8 @@ class GpudashApp(App[int]):
         if report.verdict == "confirmed":
             self.notify("✔ confirmed: see the Action panel", title=plan.title)
         else:
-            self.notify(f"{report.verdict}: see the Action panel", title=plan.title,
-                        severity="warning", timeout=10)
+            self.notify(f"{VERDICT_TOAST.get(report.verdict, report.verdict)}: see the "
+                        "Action panel", title=plan.title, severity="warning", timeout=10)
 
     # --- quitting ----------------------------------------------------------------------
 

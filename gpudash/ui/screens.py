@@ -159,11 +159,12 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         text = Text()
         text.append("Keys\n", style="bold")
+        keys = max((len(k) for k, _d, _a in self.rows), default=0) + 2
         width = max((len(d) for _k, d, _a in self.rows), default=0) + 2
         for key, description, available in self.rows:
             # Greyed like the footer's keys; pressing one says why.
             style = "" if available is True else "dim"
-            text.append(f"  {key:<9}", style=f"bold {style}".strip())
+            text.append(f"  {key:<{keys}}", style=f"bold {style}".strip())
             text.append(f"{description:<{width}}".rstrip(), style=style)
             text.append("\n")
         if any(a is not True for _k, _d, a in self.rows):
@@ -189,7 +190,7 @@ class FilterScreen(ModalScreen[str | None]):
 
     DEFAULT_CSS = """
     FilterScreen { align: center bottom; }
-    FilterScreen > Input { width: 80; margin-bottom: 4; border: thick $primary; }
+    FilterScreen > Input { width: 100%; max-width: 80; margin-bottom: 4; border: thick $primary; }
     """
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="gpudash.filter.cancel")]
 
