@@ -3,6 +3,10 @@
 ``open_source`` picks one from what the operator typed; ``reconnecting_stream`` keeps a
 source's snapshots coming across dropped links. Nothing here prints or notifies: errors
 are typed ``SourceError``s and state changes go to a callback.
+
+Inside: a source is a ``Connection`` (``link``: SSH or local; how to reach the host and
+run programs there) plus the ``Collector`` its probe chose (``collectors``: Python or
+the shell fallback; how to read and act on the host).
 """
 
 from __future__ import annotations
