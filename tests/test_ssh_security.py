@@ -7,9 +7,13 @@ so a check that silently read (or wrote) it instead of the files the config name
 
 from __future__ import annotations
 
+import subprocess
 import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 from sshd.fixture import (  # noqa: F401
     SshdServer,
@@ -147,3 +151,53 @@ async def test_known_hosts_files_as_openssh_reads_them(
         r"not in any known_hosts",
     )
     assert not (home / ".ssh" / "known_hosts").exists()
+
+
+def collector_environments(server: SshdServer) -> list[dict[str, str]]:
+    """The environment of every collector process the sshd's sessions run now."""
+    found = []
+    for proc in psutil.Process(server.proc.pid).children(recursive=True):
+        try:
+            if any("gpudash_hostside" in arg for arg in proc.cmdline()):
+                found.append(proc.environ())
+        except psutil.Error:
+            pass
+    return found
+
+
+@pytest.fixture
+def agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A running ssh-agent, named by ``$SSH_AUTH_SOCK``."""
+    sock = tmp_path / "agent.sock"
+    proc = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while not sock.exists():
+        assert time.monotonic() < deadline, "ssh-agent did not start"
+        time.sleep(0.02)
+    monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
+    yield str(sock)
+    proc.terminate()
+    proc.wait(5)
+
+
+async def test_agent_and_x11_are_never_forwarded(
+    sshd_server: SshdServer, tmp_path: Path, agent: str, gpus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DISPLAY", ":0")
+    config = sshd_server.write_config(
+        tmp_path / "config",
+        {
+            "gpu-a": f"UserKnownHostsFile {sshd_server.known_hosts}\nForwardAgent yes\n"
+            "ForwardX11 yes\nForwardX11Trusted yes"
+        },
+    )
+    source = SshSource("gpu-a", ssh_config=config)
+    stream = source.stream(0.2)
+    try:
+        await first(stream, 1, keep_open=True)
+        envs = collector_environments(sshd_server)
+    finally:
+        await stream.aclose()
+        await source.close()
+    assert envs, "the collector's session was not found"
+    assert all("SSH_AUTH_SOCK" not in env and "DISPLAY" not in env for env in envs)

@@ -1,7 +1,8 @@
 """A remote host over one asyncssh connection.
 
 Everything OpenSSH's config says about reaching a host is honoured (HostName, Port, User,
-IdentityFile, ProxyJump, ProxyCommand ...). Host keys: see ``hostkeys``.
+IdentityFile, ProxyJump, ProxyCommand ...) except what gpudash never needs and must not
+pass on: agent and X11 forwarding are always off. Host keys: see ``hostkeys``.
 """
 
 from __future__ import annotations
@@ -141,6 +142,9 @@ async def dial(target: Target, settings: SshSettings, name: str) -> SshLink:
         "connect_timeout": settings.connect_timeout,
         "keepalive_interval": KEEPALIVE_INTERVAL_S,
         "keepalive_count_max": KEEPALIVE_COUNT_MAX,
+        # gpudash never needs them; a host (or whoever is root there) must not get them
+        "agent_forwarding": False,
+        "x11_forwarding": False,
     }
     try:
         # asyncssh reads the config (and keys) in a worker thread
@@ -259,7 +263,7 @@ class SshConnection(Connection):
             # The window bounds how much of a line asyncssh buffers: a smaller one than
             # the longest line would cut a big snapshot in two.
             proc = await link.conn.create_process(
-                line, encoding=None, window=self.line_limit
+                line, encoding=None, window=self.line_limit, x11_forwarding=False
             )
         except (OSError, asyncssh.Error) as exc:
             raise LinkLost(f"{self.name}: cannot open a channel: {exc}") from None
