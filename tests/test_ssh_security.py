@@ -7,6 +7,8 @@ so a check that silently read (or wrote) it instead of the files the config name
 
 from __future__ import annotations
 
+import asyncio
+import os
 import subprocess
 import threading
 import time
@@ -25,6 +27,7 @@ from sshd.fixture import (  # noqa: F401
 )
 
 from gpudash.source import HostKeyError
+from gpudash.transport import open_source
 from gpudash.transport.hostkeys import KnownHosts
 from gpudash.transport.ssh import SshSource
 
@@ -201,3 +204,62 @@ async def test_agent_and_x11_are_never_forwarded(
         await source.close()
     assert envs, "the collector's session was not found"
     assert all("SSH_AUTH_SOCK" not in env and "DISPLAY" not in env for env in envs)
+
+
+def jump_config(server: SshdServer, path: Path) -> Path:
+    # One sshd plays both hosts; the bastion's key is looked up under its own name
+    # (HostKeyAlias), so each host's key can be right or wrong on its own.
+    return server.write_config(
+        path,
+        {
+            "bastion": "HostKeyAlias bastion-key",
+            "gpu-behind": "ProxyJump bastion",
+        },
+    )
+
+
+async def test_jump_host_key_is_checked_against_the_same_files(
+    sshd_server: SshdServer, tmp_path: Path, home: Path, gpus
+) -> None:
+    config = jump_config(sshd_server, tmp_path / "config")
+    known = tmp_path / "known_hosts"
+    target_line = sshd_server.key_line(entry(sshd_server))
+    # both keys in --known-hosts, nothing in ~/.ssh/known_hosts: the jump works
+    known.write_text(target_line + sshd_server.key_line("bastion-key"))
+    await sample_ok(SshSource("gpu-behind", ssh_config=config, known_hosts=known))
+
+    other = keygen(tmp_path / "old_host_key")
+    known.write_text(target_line + sshd_server.key_line("bastion-key", other))
+    error = await refused(
+        SshSource("gpu-behind", ssh_config=config, known_hosts=known, accept_new_host_key=True),
+        r"HOST KEY FOR bastion\b.* HAS CHANGED",
+    )
+    assert "jump host" in str(error) and "ssh-keygen -R 'bastion-key'" in str(error)
+
+    known.write_text(target_line)
+    await refused(
+        SshSource("gpu-behind", ssh_config=config, known_hosts=known),
+        r"host key for bastion\b.*not in any known_hosts",
+    )
+    await sample_ok(
+        SshSource("gpu-behind", ssh_config=config, known_hosts=known, accept_new_host_key=True)
+    )
+    assert known.read_text() == target_line + sshd_server.key_line("bastion-key")
+    assert not (home / ".ssh" / "known_hosts").exists()
+
+
+async def test_open_source_passes_known_hosts_to_the_jump(
+    sshd_server: SshdServer, tmp_path: Path, home: Path, gpus
+) -> None:
+    config = jump_config(sshd_server, tmp_path / "config")
+    known = tmp_path / "known_hosts"
+    known.write_text(
+        sshd_server.key_line(entry(sshd_server)) + sshd_server.key_line("bastion-key")
+    )
+    source = open_source("gpu-behind", ssh_config=config, known_hosts=known)
+    try:
+        snap = await asyncio.wait_for(source.control.sample(), 30)
+    finally:
+        await source.close()
+    assert len(snap.gpus) == 4
+    assert os.environ["HOME"] == str(home)

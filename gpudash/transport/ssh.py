@@ -1,4 +1,4 @@
-"""A remote host over one asyncssh connection.
+"""A remote host over one asyncssh connection (through jump hosts if the config says so).
 
 Everything OpenSSH's config says about reaching a host is honoured (HostName, Port, User,
 IdentityFile, ProxyJump, ProxyCommand ...) except what gpudash never needs and must not
@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,6 +28,7 @@ log = logging.getLogger("gpudash.transport")
 CONNECT_TIMEOUT_S = 10.0
 KEEPALIVE_INTERVAL_S = 5.0
 KEEPALIVE_COUNT_MAX = 3
+MAX_JUMPS = 8  # ProxyJump chains (and loops) end here
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +56,28 @@ def parse_target(target: str) -> Target:
     if not host or any(c.isspace() for c in text) or host.startswith("-"):
         raise ConnectError(f"not a host: {target!r} (use host, user@host or ssh://user@host:port)")
     return Target(host, user if at else None, None)
+
+
+def parse_jump(hop: str) -> Target:
+    """One ProxyJump hop: ``[user@]host[:port]``, ``[user@][v6addr]:port`` or an ssh:// URI."""
+    text = hop.strip()
+    if text.startswith("ssh://"):
+        return parse_target(text)
+    user, at, rest = text.rpartition("@")
+    port: int | None = None
+    if rest.startswith("["):
+        host, _, tail = rest[1:].partition("]")
+        if tail.startswith(":") and tail[1:].isdigit():
+            port = int(tail[1:])
+    else:
+        host, colon, number = rest.rpartition(":")
+        if colon and number.isdigit() and ":" not in host:
+            port = int(number)
+        else:
+            host = rest
+    if not host or any(c.isspace() for c in host) or host.startswith("-"):
+        raise ConnectError(f"not a ProxyJump host: {hop!r}")
+    return Target(host, user if at else None, port)
 
 
 class SshPipe(Pipe):
@@ -110,7 +133,7 @@ class _Client(asyncssh.SSHClient):
 
 @dataclass(frozen=True, slots=True)
 class SshSettings:
-    """What the operator said about reaching hosts."""
+    """What the operator said about reaching hosts (the same for every jump host)."""
 
     config: Path | None
     known_hosts: Path | None  # replaces the config's UserKnownHostsFile everywhere
@@ -120,21 +143,34 @@ class SshSettings:
 
 @dataclass(slots=True)
 class SshLink:
-    """One live link: the connection to the host."""
+    """One live link: the connection to the host and those to its jump hosts."""
 
     conn: Any
-    clients: list[_Client]
+    clients: list[_Client]  # the host's first, then the jump hosts'
+    jumps: list[Any] = field(default_factory=list)  # innermost last
 
     def down(self) -> bool:
         return any(client.lost for client in self.clients)
 
     def close(self) -> None:
-        self.conn.close()
+        for conn in [self.conn, *reversed(self.jumps)]:
+            conn.close()
 
 
-async def dial(target: Target, settings: SshSettings, name: str) -> SshLink:
-    """Connect to ``target`` (``name`` to the operator) as its config says."""
-    label = name
+async def dial(
+    target: Target,
+    settings: SshSettings,
+    name: str,
+    *,
+    jump_for: str | None = None,
+    via: SshLink | None = None,
+    depth: int = 0,
+) -> SshLink:
+    """Connect to ``target`` (``name`` to the operator) as its config says, through
+    ``via`` or its own ProxyJump. ``jump_for``: the host this one is a jump host for."""
+    label = name if jump_for is None else f"{name} (jump host for {jump_for})"
+    if depth > MAX_JUMPS:
+        raise ConnectError(f"{label}: more than {MAX_JUMPS} jump hosts (a ProxyJump loop?)")
     common: dict[str, Any] = {
         "config": [str(settings.config)] if settings.config is not None else (),
         "port": target.port or (),
@@ -142,7 +178,6 @@ async def dial(target: Target, settings: SshSettings, name: str) -> SshLink:
         "connect_timeout": settings.connect_timeout,
         "keepalive_interval": KEEPALIVE_INTERVAL_S,
         "keepalive_count_max": KEEPALIVE_COUNT_MAX,
-        # gpudash never needs them; a host (or whoever is root there) must not get them
         "agent_forwarding": False,
         "x11_forwarding": False,
     }
@@ -160,11 +195,20 @@ async def dial(target: Target, settings: SshSettings, name: str) -> SshLink:
     except (OSError, ValueError, asyncssh.Error) as exc:
         raise ConnectError(f"{label}: cannot read the ssh config: {exc}") from None
     known = await asyncio.to_thread(KnownHosts.load, files)
+    jumps: list[Any] = []
+    clients: list[_Client] = []
+    if via is None and options.tunnel:  # ProxyJump: ours to make, so its keys are checked
+        for hop in str(options.tunnel).split(","):
+            jump = parse_jump(hop)
+            via = await _through(jump, settings, jump.host, name, via, depth + 1)
+        assert via is not None
+    if via is not None:
+        jumps, clients = [*via.jumps, via.conn], list(via.clients)
     check = HostKeyCheck(
         known,
         accept_new=settings.accept_new_host_key,
         name=name,
-        jump_for=None,
+        jump_for=jump_for,
         alias=options.host_key_alias,
     )
     client = _Client(check)
@@ -172,6 +216,7 @@ async def dial(target: Target, settings: SshSettings, name: str) -> SshLink:
         conn = await asyncio.wait_for(
             asyncssh.connect(
                 target.host,
+                tunnel=via.conn if via is not None else None,
                 known_hosts=known.trusted,
                 client_factory=lambda: client,
                 **common,
@@ -179,8 +224,10 @@ async def dial(target: Target, settings: SshSettings, name: str) -> SshLink:
             settings.connect_timeout + 5,
         )
     except BaseException as exc:
+        if via is not None:
+            via.close()
         raise _connect_error(exc, check, label, settings.connect_timeout) from None
-    link = SshLink(conn, [client])
+    link = SshLink(conn, [client, *clients], jumps)
     if check.new_key is not None:
         host, port, key = check.new_key
         try:
@@ -191,6 +238,23 @@ async def dial(target: Target, settings: SshSettings, name: str) -> SshLink:
                 f"{label}: cannot record its new host key in {known.files.user[0]}: {exc}"
             ) from None
     return link
+
+
+async def _through(
+    target: Target,
+    settings: SshSettings,
+    name: str,
+    jump_for: str,
+    via: SshLink | None,
+    depth: int,
+) -> SshLink:
+    """The link to one jump host (``via`` the previous one, if any)."""
+    try:
+        return await dial(target, settings, name, jump_for=jump_for, via=via, depth=depth)
+    except BaseException:
+        if via is not None:
+            via.close()
+        raise
 
 
 def _connect_error(
