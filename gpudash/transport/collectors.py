@@ -214,16 +214,12 @@ class ShellCollector(Collector):
         return outcome(words[0] if words else "unknown")
 
     async def _frame(self, pipe: Pipe, limit_s: float) -> list[str]:
-        frame: list[str] = []
+        reader = shell.FrameReader()
         while True:
-            line = (await pipe.readline(limit_s)).decode("utf-8", "replace").rstrip("\n")
-            if line.startswith("@frame "):
-                frame = []
-            frame.append(line)
-            if line == "@end":
+            line = await pipe.readline(limit_s)
+            frame = reader.feed(line.decode("utf-8", "replace").removesuffix("\n"))
+            if frame is not None:
                 return frame
-            if len(frame) > 200_000:
-                raise ProtocolError("shell collector: frame too long")
 
     def _snapshot(self, frame: list[str]) -> HostSnapshot:
         state = shell.parse_frame(frame)
