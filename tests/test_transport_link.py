@@ -1,11 +1,15 @@
-"""The link to a host: line sizes, per-connection state, typed errors."""
+"""The link to a host: line sizes, per-connection state, round trips, typed errors."""
 # ruff: noqa: F811  (fixtures imported from sshd.fixture are redefined as parameters)
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
+import statistics
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +23,9 @@ from sshd.fixture import (  # noqa: F401
     sshd_server,
 )
 
+from gpudash.demo import DemoHost
 from gpudash.source import LinkLost, ProtocolError
-from gpudash.transport import LocalSource
+from gpudash.transport import LocalSource, round_trip_s
 from gpudash.transport import ssh as ssh_transport
 from gpudash.transport.link import Connection, Pipe
 from gpudash.transport.local import LocalConnection
@@ -107,6 +112,62 @@ async def test_lines_are_read_whole_up_to_the_limit_and_refused_past_it(
             past.close()
         finally:
             await connection.close()
+
+
+@pytest.mark.ssh
+async def test_round_trip_is_measured_on_the_stream(sshd_server: SshdServer, gpus) -> None:
+    source = ssh_source(sshd_server)
+    try:
+        assert round_trip_s(source) is None
+        stream = source.stream(0.1)
+        await first(stream, 15, keep_open=True)  # 1.5 s: a ping answered at least once
+        rtt = round_trip_s(source)
+        await stream.aclose()
+    finally:
+        await source.close()
+    assert rtt is not None and 0 < rtt < 1.0
+    assert round_trip_s(DemoHost()) is None
+
+
+RELAY = """
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable] + sys.argv[1:], stdin=subprocess.PIPE)
+header = sys.stdin.buffer.readline()
+sizes = [int(word) for word in header.split()]
+child.stdin.write(header + sys.stdin.buffer.read(sum(sizes)))
+child.stdin.flush()
+for line in sys.stdin.buffer:  # every request after the collector itself: delayed
+    time.sleep(DELAY)
+    child.stdin.write(line)
+    child.stdin.flush()
+child.stdin.close()
+sys.exit(child.wait())
+"""
+
+
+async def test_round_trip_is_the_requests_not_the_arrival_jitter(tmp_path: Path) -> None:
+    """Requests take 0.4 s to reach the collector; snapshots still come every 0.1 s."""
+    relay = tmp_path / "relay.py"
+    relay.write_text(RELAY.replace("DELAY", "0.4"))
+    python = tmp_path / "slow-python3"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} {relay} "$@"\n')
+    python.chmod(0o755)
+    source = LocalSource(python=str(python))
+    arrivals = []
+    stream = source.stream(0.1)
+    try:
+        async for _snap in stream:
+            arrivals.append(time.monotonic())
+            if len(arrivals) == 20:
+                break
+        rtt = round_trip_s(source)
+        await stream.aclose()  # type: ignore[attr-defined]
+        assert round_trip_s(source) is None  # no stream, no round trip to show
+    finally:
+        await source.close()
+    gaps = [b - a for a, b in itertools.pairwise(arrivals[1:])]
+    assert statistics.median(gaps) < 0.2  # the samples themselves were not slow
+    assert rtt is not None and 0.4 <= rtt < 1.5
 
 
 class BrokenPipe(Pipe):

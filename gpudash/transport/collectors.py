@@ -13,8 +13,9 @@ import itertools
 import json
 import logging
 import shlex
+import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,7 @@ FIRST_SAMPLE_TIMEOUT_S = 20.0  # python start + pynvml load + first systemctl on
 MIN_READ_TIMEOUT_S = 1.5
 SHELL_EXTRA_S = 5.0  # nvidia-smi is slow
 REQUEST_TIMEOUT_S = 30.0
+PING_EVERY_S = 1.0  # a stream measures its request round trip at most this often
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +73,7 @@ class Collector(ABC):
         self.facts = facts
         self.options = options
         self.pipes: set[Pipe] = set()
+        self.round_trip: RoundTrip | None = None  # the newest stream's
 
     @abstractmethod
     def stream(self, interval: float) -> AsyncIterator[HostSnapshot]: ...
@@ -84,6 +87,9 @@ class Collector(ABC):
 
     def poke(self, message: bytes) -> None:  # noqa: B027 - the shell collector takes no requests
         """Send ``message`` to every running program that takes requests."""
+
+    def round_trip_s(self) -> float | None:
+        return None if self.round_trip is None else self.round_trip.seconds()
 
     async def open(self, command: list[str] | str) -> Pipe:
         pipe = await self.connection.open(command)
@@ -102,6 +108,52 @@ class Collector(ABC):
         self.pipes.clear()
         for pipe in pipes:
             await pipe.wait_closed()
+
+
+class RoundTrip:
+    """A stream's request round trip: from writing a ``ping`` to reading its ``pong``.
+
+    Taken while the collector waits for its next sample, this is what any request
+    costs: the network both ways plus the collector's turnaround. A ping still
+    unanswered counts for as long as it has been out, so a hung host shows as slow.
+    """
+
+    def __init__(self, every_s: float = PING_EVERY_S, clock: Callable[[], float] = time.monotonic):
+        self.every_s = every_s
+        self.clock = clock
+        self.last_s: float | None = None
+        self._ids = itertools.count(1)
+        self._out: tuple[int, float] | None = None  # (id, sent at) of the unanswered ping
+        self._sent_at = -float("inf")
+
+    def ping(self) -> bytes | None:
+        """The request to write now, or None when one is out or the last was recent."""
+        now = self.clock()
+        if self._out is not None or now - self._sent_at < self.every_s:
+            return None
+        self._out = (next(self._ids), now)
+        self._sent_at = now
+        return request("ping", id=self._out[0])
+
+    def answered(self, line: bytes) -> bool:
+        """Whether ``line`` is our pong (then it is counted), not a snapshot."""
+        if self._out is None or len(line) > 100 or b'"pong"' not in line:
+            return False
+        message = parse_message(line)
+        if message.get("k") != "pong":
+            return False
+        if message.get("id") == self._out[0]:
+            self.last_s = self.clock() - self._out[1]
+            self._out = None
+        return True
+
+    def seconds(self) -> float | None:
+        """The last round trip, or longer while a ping is out for longer than that."""
+        if self._out is not None:
+            waited = self.clock() - self._out[1]
+            if waited > max(self.last_s or 0.0, self.every_s):
+                return waited
+        return self.last_s
 
 
 class PythonCollector(Collector):
@@ -132,13 +184,23 @@ class PythonCollector(Collector):
     async def stream(self, interval: float) -> AsyncIterator[HostSnapshot]:
         pipe = await self._start("stream", interval)
         decoder = SnapshotDecoder(self.options.name)
+        self.round_trip = round_trip = RoundTrip()
         limit_s = FIRST_SAMPLE_TIMEOUT_S
         try:
             while True:
+                # Pinged as the consumer asks for the next snapshot: the collector is
+                # then waiting for its next sample and answers at once.
+                ping = round_trip.ping()
+                if ping is not None:
+                    pipe.write(ping)
                 line = await pipe.readline(limit_s)
+                if round_trip.answered(line):
+                    continue
                 limit_s = max(3 * interval, MIN_READ_TIMEOUT_S)
                 yield decoder.feed(line)
         finally:
+            if self.round_trip is round_trip:
+                self.round_trip = None  # no stream, no current round trip
             await self.release(pipe)
 
     async def _ask(self, op: str, limit_s: float, **fields: Any) -> dict[str, Any]:

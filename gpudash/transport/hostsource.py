@@ -54,6 +54,14 @@ class CollectorSource:
     def control(self) -> HostControl:
         return self._control
 
+    @property
+    def round_trip_s(self) -> float | None:
+        """Seconds from writing a request to the host to reading its answer, measured on
+        the running stream about once a second; None before the first answer and for
+        the shell fallback (it takes no requests)."""
+        collector = self._collector
+        return None if collector is None else collector.round_trip_s()
+
     async def collector(self) -> Collector:
         """The collector of the live link, connecting (again) if needed."""
         async with self._choosing:
