@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import itertools
 import json
-import logging
 import shlex
 import time
 from abc import ABC, abstractmethod
@@ -25,8 +24,6 @@ from gpudash.collector.wire import SnapshotDecoder, parse_message, to_snapshot
 from gpudash.model import HostSnapshot, SourceKind
 from gpudash.source import LinkLost, ProtocolError, SignalOutcome, SourceError
 from gpudash.transport.link import Connection, HostFacts, Pipe
-
-log = logging.getLogger("gpudash.transport")
 
 FIRST_SAMPLE_TIMEOUT_S = 20.0  # python start + pynvml load + first systemctl on a busy host
 MIN_READ_TIMEOUT_S = 1.5

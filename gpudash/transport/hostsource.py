@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import logging
 from collections.abc import AsyncIterator
 
 from gpudash.model import HostSnapshot
@@ -23,8 +22,6 @@ from gpudash.transport.collectors import (
     request,
 )
 from gpudash.transport.link import Connection
-
-log = logging.getLogger("gpudash.transport")
 
 SYSTEMCTL_TIMEOUT_S = 150.0  # `systemctl stop` waits for TimeoutStopSec (90 s by default)
 READ_ONLY_REASON = "opened read-only (--read-only)"
