@@ -15,6 +15,7 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   command -v gcc >/dev/null || need+=(gcc)
   command -v make >/dev/null || need+=(make)
   command -v tmux >/dev/null || need+=(tmux)
+  command -v xauth >/dev/null || need+=(xauth)  # the no-X11-forwarding test needs a real one
   if [ ${#need[@]} -gt 0 ]; then
     echo "run.sh: installing ${need[*]}"
     apt-get update -q >/dev/null

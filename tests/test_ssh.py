@@ -5,65 +5,25 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import subprocess
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from sshd.fixture import SshdServer, keygen, sshd_fakegpu, sshd_server  # noqa: F401
+from sshd.fixture import (  # noqa: F401
+    SshdServer,
+    first,
+    gpus,
+    keygen,
+    ssh_source,
+    sshd_fakegpu,
+    sshd_server,
+)
 
 from gpudash.model import HostSnapshot, SourceKind
 from gpudash.source import HostKeyError, LinkLost, SignalOutcome
 from gpudash.transport import LinkState, LocalSource, open_source, reconnecting_stream
-from gpudash.transport.ssh import SshSource
 
 pytestmark = pytest.mark.ssh
-
-
-@pytest.fixture
-def gpus(sshd_fakegpu: tuple[Path, Path]):
-    """Fresh stand-in state (4 GPUs) shared with the sshd sessions; holders killed after."""
-    from fakegpu import harness
-
-    out, state = sshd_fakegpu
-    harness.init_state(state, gpus=4, total_mib=40960, teardown_ms=100, out_dir=out)
-    env = harness.env(out, state)
-    holders: list[subprocess.Popen[str]] = []
-
-    class Gpus:
-        def hold(self, gpu: int | list[int], mib: int, name: str) -> subprocess.Popen[str]:
-            p = harness.spawn_holder(gpu, mib, name=name, env=env)
-            holders.append(p)
-            return p
-
-        local_env = {k: env[k] for k in ("FAKEGPU_STATE", "LD_LIBRARY_PATH", "PATH")}
-
-    yield Gpus()
-    for p in holders:
-        harness.kill_holder(p)
-
-
-def ssh_source(server: SshdServer, **kw: object) -> SshSource:
-    kw.setdefault("known_hosts", server.known_hosts)
-    kw.setdefault("ssh_config", server.ssh_config)
-    return SshSource(server.target, **kw)  # type: ignore[arg-type]
-
-
-async def first(
-    stream: AsyncIterator[HostSnapshot], n: int = 1, *, keep_open: bool = False
-) -> HostSnapshot:
-    last = None
-    async for snap in stream:
-        last = snap
-        n -= 1
-        if n <= 0:
-            break
-    if not keep_open:
-        # the stream's clean-up runs now, in this loop, not at garbage collection
-        await stream.aclose()  # type: ignore[attr-defined]
-    assert last is not None
-    return last
 
 
 async def test_remote_snapshot_equals_local(sshd_server: SshdServer, gpus) -> None:

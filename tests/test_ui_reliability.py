@@ -213,3 +213,18 @@ async def test_no_redraw_can_end_the_app() -> None:
         await pilot.press("down", "g", "tab")
         await pilot.pause(0.3)
         assert app.is_running
+
+
+class Measured(DemoHost):
+    """A host whose transport measured a 250 ms request round trip."""
+
+    round_trip_s = 0.25
+
+
+async def test_header_shows_the_measured_round_trip_not_arrival_jitter() -> None:
+    app = make_app(Measured(speed=50))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: "rtt 250 ms" in str(app.query_one("#header").render()))
+    demo = make_app(DemoHost(speed=50))
+    async with demo.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: "rtt N/A" in str(demo.query_one("#header").render()))

@@ -1134,6 +1134,8 @@ def _command(line: bytes, collector: Collector) -> Json | None:
         return None
     if op == "refresh":
         return None
+    if op == "ping":  # gpudash measures its request round trip
+        return {"k": "pong", "id": request.get("id")}
     if op == "sample":
         return {"k": "full", "s": collector.sample(force_units=True), "id": request.get("id")}
     if op == "signal":
@@ -1184,7 +1186,10 @@ def main(argv: list[str], nvml_source: str | None = None) -> int:
                     break
                 if line is None:  # gpudash went away
                     return 0
-                _command(line, collector)
+                reply = _command(line, collector)
+                if reply is not None and reply.get("k") == "pong":
+                    _emit(reply)  # answered at once; a ping asks for no fresh sample
+                    continue
                 force = True
     except (BrokenPipeError, KeyboardInterrupt):
         return 0

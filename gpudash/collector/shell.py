@@ -3,6 +3,11 @@
 The script prints frames of marked sections; this module turns a frame into the same
 wire dict the Python collector writes, so one decoder serves both. Snapshots from it
 are ``SourceKind.SHELL`` and ``degraded``: holders only, no NVML, no unit members.
+
+Framing: a line that starts with ``@`` is a marker the script itself wrote; every line
+of text read from the host (``/proc``, nvidia-smi, systemctl) is quoted with a leading
+``|``. A process named ``"\n@end\n"`` therefore arrives as ``|... (``, ``|@end``, ``|) S``
+and can never end a section or start a frame; unquoting restores the text exactly.
 """
 
 from __future__ import annotations
@@ -25,6 +30,9 @@ from gpudash.source import ProtocolError
 
 STREAM_SCRIPT = (
     r"""
+set -f  # unit names from cgroup paths are words, never globs
+LC_ALL=C; export LC_ALL  # awk copies bytes, whatever the host's encoding
+q() { awk '{ print "|" $0 }'; }  # host text: quoted line by line, never a marker
 interval=$1; once=$2
 while :; do
   echo "@frame $(date +%s)"
@@ -32,26 +40,26 @@ while :; do
   pids=
   if command -v nvidia-smi >/dev/null 2>&1; then
     echo "@gpus"
-    nvidia-smi --query-gpu=GPU_FIELDS --format=csv,noheader,nounits 2>&1
+    nvidia-smi --query-gpu=GPU_FIELDS --format=csv,noheader,nounits 2>&1 | q
     apps=$(nvidia-smi --query-compute-apps=APP_FIELDS --format=csv,noheader,nounits 2>&1)
     echo "@apps"
-    printf '%s\n' "$apps"
+    printf '%s\n' "$apps" | q
     pids=$(printf '%s\n' "$apps" | awk -F', *' '$2 ~ /^[0-9]+$/ {print $2}' | sort -u)
   else
     echo "@nosmi"
   fi
   for pid in $pids; do
-    echo "@stat $pid"; cat /proc/$pid/stat 2>/dev/null; echo
-    echo "@user $pid"; stat -c %U /proc/$pid 2>/dev/null
-    echo "@cmdline $pid"; tr '\000\n' '  ' </proc/$pid/cmdline 2>/dev/null; echo
-    echo "@cgroup $pid"; cat /proc/$pid/cgroup 2>/dev/null
+    echo "@stat $pid"; cat /proc/$pid/stat 2>/dev/null | q
+    echo "@user $pid"; stat -c %U /proc/$pid 2>/dev/null | q
+    echo "@cmdline $pid"; cat /proc/$pid/cmdline 2>/dev/null | tr '\000\n' '  ' | q
+    echo "@cgroup $pid"; cat /proc/$pid/cgroup 2>/dev/null | q
   done
   if [ -d /run/systemd/system ]; then
     units=$(for pid in $pids; do sed -n 's/^0:://p' /proc/$pid/cgroup 2>/dev/null; done |
       awk -F/ '{for (i = 1; i <= NF; i++) if ($i ~ /\.(service|scope)$/) {print $i; break}}' |
       sort -u)
     echo "@units"
-    [ -n "$units" ] && systemctl show --no-pager -p PROPS -- $units 2>/dev/null
+    [ -n "$units" ] && systemctl show --no-pager -p PROPS -- $units 2>/dev/null | q
   else
     echo "@nosystemd"
   fi
@@ -102,14 +110,42 @@ def signal_command(pid: int, start_ticks: int, sig: int) -> str:
     return shlex.join(["sh", "-c", SIGNAL_SCRIPT, "sh", str(pid), str(start_ticks), str(sig)])
 
 
+MAX_FRAME_LINES = 200_000
+
+
+class FrameReader:
+    """Gathers the script's output lines into frames (``@frame`` .. ``@end``)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def feed(self, line: str) -> list[str] | None:
+        """Take one line (without its newline); a whole frame once it is complete."""
+        if not line.startswith(("@", "|")):
+            raise ProtocolError("shell collector: a line that is neither marker nor quoted")
+        if line.startswith("@frame "):
+            self.lines = []  # a frame starts afresh (one cut short before it is dropped)
+        self.lines.append(line)
+        if line == "@end":
+            frame, self.lines = self.lines, []
+            return frame
+        if len(self.lines) > MAX_FRAME_LINES:
+            raise ProtocolError("shell collector: frame too long")
+        return None
+
+
 def _sections(frame: list[str]) -> list[tuple[str, str, list[str]]]:
     out: list[tuple[str, str, list[str]]] = []
     for line in frame:
+        if line.startswith("|"):
+            if not out:
+                raise ProtocolError("shell collector: host text before any marker")
+            out[-1][2].append(line[1:])
+            continue
         head, _, arg = line.partition(" ")
-        if head in _MARKERS:
-            out.append((head, arg, []))
-        elif out:
-            out[-1][2].append(line)
+        if head not in _MARKERS:
+            raise ProtocolError(f"shell collector: unknown line {line[:40]!r}")
+        out.append((head, arg, []))
     return out
 
 

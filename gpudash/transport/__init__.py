@@ -1,8 +1,13 @@
 """Reaching hosts: this machine (``LocalSource``) or a remote one over SSH.
 
 ``open_source`` picks one from what the operator typed; ``reconnecting_stream`` keeps a
-source's snapshots coming across dropped links. Nothing here prints or notifies: errors
-are typed ``SourceError``s and state changes go to a callback.
+source's snapshots coming across dropped links; ``round_trip_s`` says how long a request
+to a host takes now. Nothing here prints or notifies: errors are typed ``SourceError``s
+and state changes go to a callback.
+
+Inside: a source is a ``Connection`` (``link``: SSH or local; how to reach the host and
+run programs there) plus the ``Collector`` its probe chose (``collectors``: Python or
+the shell fallback; how to read and act on the host).
 """
 
 from __future__ import annotations
@@ -21,7 +26,16 @@ __all__ = [
     "open_source",
     "parse_target",
     "reconnecting_stream",
+    "round_trip_s",
 ]
+
+
+def round_trip_s(source: HostSource) -> float | None:
+    """The host's request round trip in seconds (writing a request to reading its
+    answer, measured on the running stream about once a second), or None where it is
+    not known: before the first answer, for the shell fallback, for the demo."""
+    value = getattr(source, "round_trip_s", None)
+    return value if isinstance(value, float) else None
 
 
 def open_source(

@@ -8,7 +8,7 @@ import signal
 from gpudash.model import UNIT_SUFFIXES
 
 SYSTEMCTL_VERBS = frozenset({"stop", "disable", "start", "enable"})
-_UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.\\@-]{1,250}\.([a-z]+)$")
+_UNIT_NAME = re.compile(r"[A-Za-z0-9:_.\\@-]{1,250}\.([a-z]+)")
 _SIGNALS = frozenset(int(s) for s in signal.Signals)
 
 
@@ -18,7 +18,9 @@ def validate_unit(unit: str) -> str:
     Names come from hosts (untrusted) and from operators; neither may smuggle in an
     option (``--now``) or a shell word.
     """
-    match = _UNIT_NAME.match(unit) if isinstance(unit, str) else None
+    # fullmatch: with match and `$`, "x.service\n" would pass (`$` matches before a
+    # final newline)
+    match = _UNIT_NAME.fullmatch(unit) if isinstance(unit, str) else None
     if match is None or unit.startswith("-") or match.group(1) not in UNIT_SUFFIXES:
         raise ValueError(f"not a systemd unit name: {unit!r}")
     return unit

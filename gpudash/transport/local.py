@@ -9,15 +9,16 @@ import socket
 import sys
 from collections.abc import Mapping
 
-from gpudash.collector.wire import MAX_LINE
-from gpudash.source import CommandResult, ConnectError
-from gpudash.transport.link import CollectorSource, Pipe
+from gpudash.source import CommandResult, ConnectError, LinkLost, ProtocolError
+from gpudash.transport.hostsource import CollectorSource
+from gpudash.transport.link import LINE_LIMIT, Connection, HostFacts, Pipe
 
 
 class ProcessPipe(Pipe):
     """A local subprocess with piped stdin/stdout; stderr kept for error messages."""
 
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+    def __init__(self, name: str, proc: asyncio.subprocess.Process, line_limit: int) -> None:
+        super().__init__(name, lambda: False, line_limit)
         self.proc = proc
         self._stderr = bytearray()
         self._drain = asyncio.ensure_future(self._collect_stderr())
@@ -28,13 +29,23 @@ class ProcessPipe(Pipe):
             self._stderr += chunk
             del self._stderr[:-4096]
 
-    async def readline(self) -> bytes:
+    async def _readline(self) -> bytes:
         assert self.proc.stdout is not None
-        return await self.proc.stdout.readline()
+        try:
+            return await self.proc.stdout.readline()
+        except ValueError:  # asyncio's "chunk exceeds the limit"
+            raise ProtocolError(
+                f"{self.name}: collector sent a line longer than {self.line_limit} bytes"
+            ) from None
+        except OSError as exc:
+            raise LinkLost(f"{self.name}: collector pipe failed ({exc})") from None
 
     def write(self, data: bytes) -> None:
         assert self.proc.stdin is not None
-        self.proc.stdin.write(data)
+        try:
+            self.proc.stdin.write(data)
+        except (OSError, RuntimeError) as exc:  # closed transport
+            raise LinkLost(f"{self.name}: collector stdin closed ({exc})") from None
 
     def close(self) -> None:
         if self.proc.stdin is not None:
@@ -48,40 +59,28 @@ class ProcessPipe(Pipe):
         return self._stderr.decode("utf-8", "replace")
 
     async def wait_closed(self) -> None:
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(TimeoutError, ProcessLookupError, ChildProcessError):
             await asyncio.wait_for(self.proc.wait(), 5)
 
 
-class LocalSource(CollectorSource):
-    """``HostSource`` for the machine gpudash runs on (no SSH).
-
-    ``env`` adds variables to the collector's environment (tests point
-    ``LD_LIBRARY_PATH`` at a stand-in libnvidia-ml this way).
-    """
-
-    send_pynvml = False  # the installed pynvml is importable here
+class LocalConnection(Connection):
+    """Runs programs here. The link never drops; the facts are known without a probe."""
 
     def __init__(
-        self,
-        name: str | None = None,
-        *,
-        sudo: bool = False,
-        read_only: bool = False,
-        env: Mapping[str, str] | None = None,
-        python: str = sys.executable,
+        self, name: str, env: Mapping[str, str], python: str | None, line_limit: int = LINE_LIMIT
     ) -> None:
-        super().__init__(name or socket.gethostname(), sudo=sudo, read_only=read_only)
-        self.env = {**os.environ, **(env or {})}
-        self.python = python
-        self.is_root = os.geteuid() == 0
+        self.name = name
+        self.env = dict(env)
+        self.line_limit = line_limit
+        self.facts = HostFacts(is_root=os.geteuid() == 0, python=python)
 
-    async def _ready(self) -> None:
-        return None
+    async def connect(self) -> HostFacts:
+        return self.facts
 
-    def _link_down(self) -> bool:
+    def link_down(self) -> bool:
         return False
 
-    async def _open(self, command: list[str] | str) -> Pipe:
+    async def open(self, command: list[str] | str) -> Pipe:
         argv = ["sh", "-c", command] if isinstance(command, str) else command
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -90,13 +89,13 @@ class LocalSource(CollectorSource):
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 env=self.env,
-                limit=MAX_LINE,
+                limit=self.line_limit,
             )
         except OSError as exc:
             raise ConnectError(f"cannot start the local collector: {exc}") from exc
-        return ProcessPipe(proc)
+        return ProcessPipe(self.name, proc, self.line_limit)
 
-    async def _run(self, argv: list[str], limit_s: float) -> CommandResult:
+    async def run(self, argv: list[str], limit_s: float) -> CommandResult:
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
@@ -114,3 +113,30 @@ class LocalSource(CollectorSource):
                 proc.kill()
             return CommandResult(tuple(argv), None, f"no answer within {limit_s:g} s")
         return CommandResult(tuple(argv), proc.returncode, out.decode("utf-8", "replace"))
+
+    async def close(self) -> None:
+        return None
+
+
+class LocalSource(CollectorSource):
+    """``HostSource`` for the machine gpudash runs on (no SSH).
+
+    ``env`` adds variables to the collector's environment (tests point
+    ``LD_LIBRARY_PATH`` at a stand-in libnvidia-ml this way). ``python`` None runs the
+    shell fallback.
+    """
+
+    def __init__(
+        self,
+        name: str | None = None,
+        *,
+        sudo: bool = False,
+        read_only: bool = False,
+        env: Mapping[str, str] | None = None,
+        python: str | None = sys.executable,
+    ) -> None:
+        connection = LocalConnection(
+            name or socket.gethostname(), {**os.environ, **(env or {})}, python
+        )
+        # the installed pynvml is importable here: nothing to send
+        super().__init__(connection, sudo=sudo, read_only=read_only, send_pynvml=False)

@@ -1,25 +1,34 @@
-"""A remote host over one asyncssh connection, host keys verified like OpenSSH does."""
+"""A remote host over one asyncssh connection (through jump hosts if the config says so).
+
+Everything OpenSSH's config says about reaching a host is honoured (HostName, Port, User,
+IdentityFile, ProxyJump, ProxyCommand ...) except what gpudash never needs and must not
+pass on: agent and X11 forwarding are always off. Host keys: see ``hostkeys``.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
+import logging
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import asyncssh
 
-from gpudash.source import CommandResult, ConnectError, HostKeyError, LinkLost
-from gpudash.transport.link import CollectorSource, Pipe
+from gpudash.source import CommandResult, ConnectError, LinkLost, SourceError
+from gpudash.transport.hostkeys import HostKeyCheck, KnownHosts, known_hosts_files, local_tokens
+from gpudash.transport.hostsource import CollectorSource
+from gpudash.transport.link import LINE_LIMIT, Connection, HostFacts, Pipe
+
+log = logging.getLogger("gpudash.transport")
 
 CONNECT_TIMEOUT_S = 10.0
 KEEPALIVE_INTERVAL_S = 5.0
 KEEPALIVE_COUNT_MAX = 3
-DEFAULT_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
+MAX_JUMPS = 8  # ProxyJump chains (and loops) end here
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,30 +58,58 @@ def parse_target(target: str) -> Target:
     return Target(host, user if at else None, None)
 
 
+def parse_jump(hop: str) -> Target:
+    """One ProxyJump hop: ``[user@]host[:port]``, ``[user@][v6addr]:port`` or an ssh:// URI."""
+    text = hop.strip()
+    if text.startswith("ssh://"):
+        return parse_target(text)
+    user, at, rest = text.rpartition("@")
+    port: int | None = None
+    if rest.startswith("["):
+        host, _, tail = rest[1:].partition("]")
+        if tail.startswith(":") and tail[1:].isdigit():
+            port = int(tail[1:])
+    else:
+        host, colon, number = rest.rpartition(":")
+        if colon and number.isdigit() and ":" not in host:
+            port = int(number)
+        else:
+            host = rest
+    if not host or any(c.isspace() for c in host) or host.startswith("-"):
+        raise ConnectError(f"not a ProxyJump host: {hop!r}")
+    return Target(host, user if at else None, port)
+
+
 class SshPipe(Pipe):
-    def __init__(self, proc: Any) -> None:
+    def __init__(self, name: str, proc: Any, link_down: Any, line_limit: int) -> None:
+        super().__init__(name, link_down, line_limit)
         self.proc = proc
         self._stderr = bytearray()
         self._drain = asyncio.ensure_future(self._collect_stderr())
 
     async def _collect_stderr(self) -> None:
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(asyncssh.Error, OSError):
             while chunk := await self.proc.stderr.read(4096):
                 self._stderr += chunk
                 del self._stderr[:-4096]
 
-    async def readline(self) -> bytes:
-        line: bytes = await self.proc.stdout.readline()
+    async def _readline(self) -> bytes:
+        try:
+            line: bytes = await self.proc.stdout.readline()
+        except (asyncssh.Error, OSError) as exc:
+            raise LinkLost(f"{self.name}: link lost ({exc})") from None
         return line
 
     def write(self, data: bytes) -> None:
-        self.proc.stdin.write(data)
+        try:
+            self.proc.stdin.write(data)
+        except (asyncssh.Error, OSError) as exc:
+            raise LinkLost(f"{self.name}: link lost ({exc})") from None
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(asyncssh.Error, OSError):
             self.proc.stdin.write_eof()
-        with contextlib.suppress(Exception):
-            self.proc.close()
+        self.proc.close()
         self._drain.cancel()
 
     def stderr_tail(self) -> str:
@@ -80,19 +117,243 @@ class SshPipe(Pipe):
 
 
 class _Client(asyncssh.SSHClient):
-    """Classifies a key that known_hosts did not vouch for: unknown, or changed."""
+    """asyncssh's callbacks for one connection: its host key decision and whether *this*
+    connection was lost (a late callback of an old connection touches only its own)."""
 
-    def __init__(self, source: SshSource) -> None:
-        self.source = source
+    def __init__(self, check: HostKeyCheck) -> None:
+        self.check = check
+        self.lost = False
 
     def validate_host_public_key(self, host: str, addr: str, port: int, key: Any) -> bool:
-        source = self.source
-        listed = source.known_hosts_entries(host, addr, port)
-        source.key_verdict = ("changed" if listed else "unknown", host, port, key)
-        return not listed and source.accept_new_host_key
+        return self.check.judge(host, addr, port, key)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.source.lost = True
+        self.lost = True
+
+
+@dataclass(frozen=True, slots=True)
+class SshSettings:
+    """What the operator said about reaching hosts (the same for every jump host)."""
+
+    config: Path | None
+    known_hosts: Path | None  # replaces the config's UserKnownHostsFile everywhere
+    accept_new_host_key: bool
+    connect_timeout: float
+
+
+@dataclass(slots=True)
+class SshLink:
+    """One live link: the connection to the host and those to its jump hosts."""
+
+    conn: Any
+    clients: list[_Client]  # the host's first, then the jump hosts'
+    jumps: list[Any] = field(default_factory=list)  # innermost last
+
+    def down(self) -> bool:
+        return any(client.lost for client in self.clients)
+
+    def close(self) -> None:
+        for conn in [self.conn, *reversed(self.jumps)]:
+            conn.close()
+
+
+async def dial(
+    target: Target,
+    settings: SshSettings,
+    name: str,
+    *,
+    jump_for: str | None = None,
+    via: SshLink | None = None,
+    depth: int = 0,
+) -> SshLink:
+    """Connect to ``target`` (``name`` to the operator) as its config says, through
+    ``via`` or its own ProxyJump. ``jump_for``: the host this one is a jump host for."""
+    label = name if jump_for is None else f"{name} (jump host for {jump_for})"
+    if depth > MAX_JUMPS:
+        raise ConnectError(f"{label}: more than {MAX_JUMPS} jump hosts (a ProxyJump loop?)")
+    common: dict[str, Any] = {
+        "config": [str(settings.config)] if settings.config is not None else (),
+        "port": target.port or (),
+        "username": target.user or (),
+        "connect_timeout": settings.connect_timeout,
+        "keepalive_interval": KEEPALIVE_INTERVAL_S,
+        "keepalive_count_max": KEEPALIVE_COUNT_MAX,
+        "agent_forwarding": False,
+        "x11_forwarding": False,
+    }
+    try:
+        # asyncssh reads the config (and keys) in a worker thread
+        options = await asyncssh.SSHClientConnectionOptions.construct(host=target.host, **common)
+        tokens = local_tokens(
+            host=options.host,
+            original=target.host,
+            port=options.port,
+            user=options.username,
+            alias=options.host_key_alias,
+        )
+        files = known_hosts_files(options.config.get, settings.known_hosts, tokens)
+    except (OSError, ValueError, asyncssh.Error) as exc:
+        raise ConnectError(f"{label}: cannot read the ssh config: {exc}") from None
+    known = await asyncio.to_thread(KnownHosts.load, files)
+    jumps: list[Any] = []
+    clients: list[_Client] = []
+    if via is None and options.tunnel:  # ProxyJump: ours to make, so its keys are checked
+        for hop in str(options.tunnel).split(","):
+            jump = parse_jump(hop)
+            via = await _through(jump, settings, jump.host, name, via, depth + 1)
+        assert via is not None
+    if via is not None:
+        jumps, clients = [*via.jumps, via.conn], list(via.clients)
+    check = HostKeyCheck(
+        known,
+        accept_new=settings.accept_new_host_key,
+        name=name,
+        jump_for=jump_for,
+        alias=options.host_key_alias,
+    )
+    client = _Client(check)
+    try:
+        conn = await asyncio.wait_for(
+            asyncssh.connect(
+                target.host,
+                tunnel=via.conn if via is not None else None,
+                known_hosts=known.trusted,
+                client_factory=lambda: client,
+                **common,
+            ),
+            settings.connect_timeout + 5,
+        )
+    except BaseException as exc:
+        if via is not None:
+            via.close()
+        raise _connect_error(exc, check, label, settings.connect_timeout) from None
+    link = SshLink(conn, [client, *clients], jumps)
+    if check.new_key is not None:
+        host, port, key = check.new_key
+        try:
+            await asyncio.to_thread(known.record, host, port, key)  # accept-new, as OpenSSH
+        except OSError as exc:
+            link.close()
+            raise ConnectError(
+                f"{label}: cannot record its new host key in {known.files.user[0]}: {exc}"
+            ) from None
+    return link
+
+
+async def _through(
+    target: Target,
+    settings: SshSettings,
+    name: str,
+    jump_for: str,
+    via: SshLink | None,
+    depth: int,
+) -> SshLink:
+    """The link to one jump host (``via`` the previous one, if any)."""
+    try:
+        return await dial(target, settings, name, jump_for=jump_for, via=via, depth=depth)
+    except BaseException:
+        if via is not None:
+            via.close()
+        raise
+
+
+def _connect_error(
+    exc: BaseException, check: HostKeyCheck, label: str, timeout_s: float
+) -> BaseException:
+    """The typed error for a failed connect, naming the host that failed."""
+    if isinstance(exc, SourceError | asyncio.CancelledError | KeyboardInterrupt):
+        return exc
+    if isinstance(exc, asyncssh.HostKeyNotVerifiable):
+        return check.error(exc.reason)
+    if isinstance(exc, asyncssh.PermissionDenied):
+        return ConnectError(
+            f"{label}: authentication refused ({exc.reason}); check ssh-agent / "
+            f"IdentityFile and the login name"
+        )
+    if isinstance(exc, TimeoutError):
+        return ConnectError(f"{label}: no answer within {timeout_s:g} s")
+    if isinstance(exc, OSError | asyncssh.Error | ValueError):
+        return ConnectError(f"cannot connect to {label}: {exc}")
+    log.error("%s: connecting failed unexpectedly", label, exc_info=exc)
+    return ConnectError(f"cannot connect to {label}: {type(exc).__name__}: {exc}")
+
+
+class SshConnection(Connection):
+    """One host over SSH: one link at a time, opened on first use, again after a drop."""
+
+    def __init__(
+        self,
+        name: str,
+        settings: SshSettings,
+        python: str = "python3",
+        line_limit: int = LINE_LIMIT,
+    ) -> None:
+        self.name = name
+        self.target = parse_target(name)
+        self.settings = settings
+        self.python = python
+        self.line_limit = line_limit
+        self.link: SshLink | None = None
+        self._facts: HostFacts | None = None
+        self._connecting = asyncio.Lock()
+
+    async def connect(self) -> HostFacts:
+        async with self._connecting:
+            if self.link is not None and not self.link.down() and self._facts is not None:
+                return self._facts
+            self._drop()
+            self.link = await dial(self.target, self.settings, self.name)
+            try:
+                self._facts = await self.probe(self.python)
+            except SourceError:
+                self._drop()
+                raise
+            return self._facts
+
+    def _drop(self) -> None:
+        link, self.link, self._facts = self.link, None, None
+        if link is not None:
+            link.close()
+
+    def link_down(self) -> bool:
+        return self.link is None or self.link.down()
+
+    async def open(self, command: list[str] | str) -> Pipe:
+        link = self.link
+        if link is None:
+            raise LinkLost(f"{self.name}: not connected")
+        line = command if isinstance(command, str) else shlex.join(command)
+        try:
+            # The window bounds how much of a line asyncssh buffers: a smaller one than
+            # the longest line would cut a big snapshot in two.
+            proc = await link.conn.create_process(
+                line, encoding=None, window=self.line_limit, x11_forwarding=False
+            )
+        except (OSError, asyncssh.Error) as exc:
+            raise LinkLost(f"{self.name}: cannot open a channel: {exc}") from None
+        return SshPipe(self.name, proc, link.down, self.line_limit)
+
+    async def run(self, argv: list[str], limit_s: float) -> CommandResult:
+        link = self.link
+        if link is None:
+            return CommandResult(tuple(argv), None, "not connected")
+        try:
+            done = await asyncio.wait_for(
+                link.conn.run(shlex.join(argv), check=False, stderr=asyncssh.STDOUT), limit_s
+            )
+        except TimeoutError:
+            return CommandResult(tuple(argv), None, f"no answer within {limit_s:g} s")
+        except (OSError, asyncssh.Error) as exc:
+            return CommandResult(tuple(argv), None, f"link lost: {exc}")
+        output = done.stdout if isinstance(done.stdout, str) else ""
+        return CommandResult(tuple(argv), done.exit_status, output)
+
+    async def close(self) -> None:
+        link = self.link
+        self._drop()
+        if link is not None:
+            with contextlib.suppress(asyncssh.Error, OSError):
+                await link.conn.wait_closed()
 
 
 class SshSource(CollectorSource):
@@ -110,156 +371,11 @@ class SshSource(CollectorSource):
         python: str = "python3",
         connect_timeout: float = CONNECT_TIMEOUT_S,
     ) -> None:
-        super().__init__(target, sudo=sudo, read_only=read_only)
-        self.target = parse_target(target)
-        self.accept_new_host_key = accept_new_host_key
-        self.ssh_config = ssh_config
-        self.known_hosts = known_hosts
-        self.wanted_python = python
-        self.connect_timeout = connect_timeout
-        self.conn: Any = None
-        self.lost = False
-        self.key_verdict: tuple[str, str, int, Any] | None = None
-        self._connecting = asyncio.Lock()
-
-    # -- host keys
-
-    def _known_hosts_path(self) -> Path:
-        return (self.known_hosts or DEFAULT_KNOWN_HOSTS).expanduser()
-
-    def known_hosts_entries(self, host: str, addr: str, port: int) -> bool:
-        path = self._known_hosts_path()
-        if not path.exists():
-            return False
-        try:
-            matched = asyncssh.read_known_hosts(str(path)).match(host, addr, port)
-        except (OSError, ValueError, asyncssh.Error):
-            return True  # unreadable: never treat as "unknown, accept"
-        return any(matched[:3])
-
-    def _store_host_key(self, host: str, port: int, key: Any) -> None:
-        path = self._known_hosts_path()
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        entry = host if port == 22 else f"[{host}]:{port}"
-        words = key.export_public_key("openssh").decode().split()
-        with path.open("a") as known:
-            known.write(f"{entry} {words[0]} {words[1]}\n")
-
-    def _host_key_error(self) -> HostKeyError:
-        verdict, host, port, _key = self.key_verdict or ("unknown", self.target.host, 22, None)
-        where = str(self.known_hosts or "~/.ssh/known_hosts")
-        entry = host if port == 22 else f"[{host}]:{port}"
-        if verdict == "changed":
-            return HostKeyError(
-                f"HOST KEY FOR {host} HAS CHANGED: it does not match {where}. This may be "
-                f"an attack, or the host was reinstalled. Verify the new key out of band, "
-                f"then remove the old one with `ssh-keygen -R '{entry}'`. Refusing to connect."
-            )
-        return HostKeyError(
-            f"host key for {host} is not in {where}; verify it and run `ssh {self.name}` "
-            f"once, or pass --accept-new-host-key"
+        settings = SshSettings(
+            config=ssh_config,
+            known_hosts=known_hosts.expanduser() if known_hosts is not None else None,
+            accept_new_host_key=accept_new_host_key,
+            connect_timeout=connect_timeout,
         )
-
-    # -- connection
-
-    async def _ready(self) -> None:
-        async with self._connecting:
-            if self.conn is not None and not self.lost:
-                return
-            if self.conn is not None:  # the old connection dropped: start afresh
-                self.conn.close()
-                self.conn = None
-                self._control.drop()
-            await self._connect()
-
-    async def _connect(self) -> None:
-        target = self.target
-        options: dict[str, Any] = {
-            "known_hosts": str(self._known_hosts_path()) if self.known_hosts else (),
-            "connect_timeout": self.connect_timeout,
-            "keepalive_interval": KEEPALIVE_INTERVAL_S,
-            "keepalive_count_max": KEEPALIVE_COUNT_MAX,
-            "client_factory": lambda: _Client(self),
-        }
-        if self.known_hosts and not self.known_hosts.expanduser().exists():
-            options["known_hosts"] = asyncssh.import_known_hosts("")
-        if self.ssh_config is not None:
-            options["config"] = [str(self.ssh_config)]
-        if target.user:
-            options["username"] = target.user
-        if target.port:
-            options["port"] = target.port
-        self.key_verdict = None
-        self.lost = False
-        try:
-            conn = await asyncio.wait_for(
-                asyncssh.connect(target.host, **options), self.connect_timeout + 5
-            )
-        except asyncssh.HostKeyNotVerifiable:
-            raise self._host_key_error() from None
-        except asyncssh.PermissionDenied as exc:
-            raise ConnectError(
-                f"{self.name}: authentication refused ({exc.reason}); check ssh-agent / "
-                f"IdentityFile and the login name"
-            ) from None
-        except TimeoutError:
-            raise ConnectError(
-                f"{self.name}: no answer within {self.connect_timeout:g} s"
-            ) from None
-        except (OSError, asyncssh.Error) as exc:
-            raise ConnectError(f"cannot connect to {self.name}: {exc}") from None
-        if self.key_verdict is not None and self.key_verdict[0] == "unknown":
-            _verdict, host, port, key = self.key_verdict
-            self._store_host_key(host, port, key)  # accept-new, as OpenSSH does
-        self.conn = conn
-        await self._probe()
-
-    async def _probe(self) -> None:
-        """Learn the login's uid and whether the host has the wanted python."""
-        probe = (
-            "id -u; command -v " + shlex.quote(self.wanted_python) + " >/dev/null 2>&1 "
-            "&& echo python || echo no-python"
-        )
-        result = await self._run(["sh", "-c", probe], 15)
-        words = result.output.split()
-        if result.returncode != 0 or len(words) < 2 or not words[0].isdigit():
-            raise ConnectError(f"{self.name}: cannot run commands ({result.output.strip()[:200]})")
-        self.is_root = words[0] == "0"
-        self.python = self.wanted_python if words[-1] == "python" else None
-
-    def _link_down(self) -> bool:
-        return self.lost
-
-    async def _open(self, command: list[str] | str) -> Pipe:
-        line = command if isinstance(command, str) else shlex.join(command)
-        try:
-            proc = await self.conn.create_process(line, encoding=None)
-        except (OSError, asyncssh.Error) as exc:
-            self.lost = self.lost or isinstance(exc, asyncssh.ConnectionLost | OSError)
-            raise LinkLost(f"{self.name}: cannot open a channel: {exc}") from None
-        return SshPipe(proc)
-
-    async def _run(self, argv: list[str], limit_s: float) -> CommandResult:
-        try:
-            done = await asyncio.wait_for(
-                self.conn.run(shlex.join(argv), check=False, stderr=asyncssh.STDOUT), limit_s
-            )
-        except TimeoutError:
-            return CommandResult(tuple(argv), None, f"no answer within {limit_s:g} s")
-        except (OSError, asyncssh.Error) as exc:
-            return CommandResult(tuple(argv), None, f"link lost: {exc}")
-        output = done.stdout if isinstance(done.stdout, str) else ""
-        return CommandResult(tuple(argv), done.exit_status, output)
-
-    async def close(self) -> None:
-        await super().close()
-        if self.conn is not None:
-            self.conn.close()
-            with contextlib.suppress(Exception):
-                await self.conn.wait_closed()
-            self.conn = None
-
-
-def default_ssh_config() -> Path | None:
-    path = Path(os.path.expanduser("~/.ssh/config"))
-    return path if path.exists() else None
+        connection = SshConnection(target, settings, python=python)
+        super().__init__(connection, sudo=sudo, read_only=read_only, send_pynvml=True)

@@ -318,7 +318,6 @@ class GpudashApp(App[int]):
                 on_snapshot=lambda s, t, lat: self._record(index, s, t, lat),
                 on_error=lambda err, wait: self.post_message(HostFailed(index, err, wait)),
                 on_connecting=lambda n: self.post_message(HostConnecting(index, n)),
-                clock=self.clock,
             )
 
         self.run_worker(
@@ -327,11 +326,11 @@ class GpudashApp(App[int]):
         )
 
     def _record(
-        self, index: int, snapshot: HostSnapshot, result: HostTriage, latency: float | None
+        self, index: int, snapshot: HostSnapshot, result: HostTriage, rtt: float | None
     ) -> None:
         """Every sample is recorded as it arrives (history and triage miss none); only the
         redraw it asks for may be merged with the next one's."""
-        self.views[index].record(snapshot, result, latency, self.clock())
+        self.views[index].record(snapshot, result, rtt, self.clock())
         self.post_message(HostUpdated(index))
 
     def on_host_updated(self, message: HostUpdated) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from gpudash.engine import ActionPlan
 from gpudash.model import HostSnapshot
 from gpudash.source import HostKeyError, HostSource
+from gpudash.transport import round_trip_s
 from gpudash.transport.reconnect import BACKOFF_MAX_S, LinkState, reconnecting_stream
 from gpudash.triage import HostTriage, triage
 
@@ -37,7 +38,7 @@ class HostView:
     snapshot: HostSnapshot | None = None
     triage: HostTriage | None = None
     received_at: float | None = None
-    latency: float | None = None
+    rtt: float | None = None  # request round trip to the host, seconds (None: not known)
     history: deque[tuple[float, dict[int, int | None]]] = field(
         default_factory=lambda: deque(maxlen=HISTORY)
     )
@@ -46,11 +47,11 @@ class HostView:
     reverify_attempts: int = 0
 
     def record(
-        self, snapshot: HostSnapshot, result: HostTriage, latency: float | None, now: float
+        self, snapshot: HostSnapshot, result: HostTriage, rtt: float | None, now: float
     ) -> None:
         self.snapshot = snapshot
         self.triage = result
-        self.latency = latency
+        self.rtt = rtt
         self.received_at = now
         self.state = "connected"
         self.error = None
@@ -97,35 +98,28 @@ async def follow_host(
     on_snapshot: Callable[[HostSnapshot, HostTriage, float | None], None],
     on_error: Callable[[str, float | None], None],
     on_connecting: Callable[[int], None],
-    clock: Callable[[], float],
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> None:
     """Follow ``source`` until cancelled; the reconnect policy is the transport's.
 
+    ``on_snapshot(snapshot, triage, rtt)``: ``rtt`` is the host's request round trip as
+    the transport measures it (None where it is not known, e.g. the demo).
     ``on_error(message, retry_in)``: ``retry_in`` None means it will not be retried
     (an unknown or changed host key needs the operator).
     """
     previous: HostSnapshot | None = None
-    asked = clock()
-    first = True
 
     def on_state(state: LinkState) -> None:
-        nonlocal asked, first
         if state.state == "connecting":
             on_connecting(state.attempt)
-            asked, first = clock(), True
         elif state.state == "reconnecting":
             on_error(state.error or "link lost", state.retry_in)
 
     while True:
         try:
             async for snapshot in reconnecting_stream(source, interval, on_state, sleep=sleep):
-                got = clock()
-                # The stream sleeps ``interval`` between samples: what is left is the
-                # time the host took to sample and send.
-                latency = max(0.0, got - asked - (0.0 if first else interval))
-                on_snapshot(snapshot, triage(snapshot, previous), latency)
-                previous, first, asked = snapshot, False, clock()
+                on_snapshot(snapshot, triage(snapshot, previous), round_trip_s(source))
+                previous = snapshot
             message = "the host closed the stream"
         except HostKeyError as exc:
             on_error(str(exc), None)

@@ -16,9 +16,10 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -72,6 +73,24 @@ class SshdServer:
         algo, blob = key.split()[:2]
         self.known_hosts.write_text(f"[127.0.0.1]:{self.port} {algo} {blob}\n")
 
+    def key_line(self, name: str, public_key: str | None = None) -> str:
+        """A known_hosts line for ``name`` with this server's key (or ``public_key``)."""
+        key = public_key or self.host_key.with_suffix(".pub").read_text()
+        algo, blob = key.split()[:2]
+        return f"{name} {algo} {blob}\n"
+
+    def write_config(self, path: Path, hosts: dict[str, str]) -> Path:
+        """An ssh config at ``path``: one ``Host`` block per alias, each reaching this
+        server as root with the client key, plus the block's extra lines."""
+        blocks = [
+            f"Host {alias}\n    HostName 127.0.0.1\n    Port {self.port}\n    User root\n"
+            f"    IdentityFile {self.client_key}\n    IdentitiesOnly yes\n"
+            + "".join(f"    {line.strip()}\n" for line in extra.strip().splitlines())
+            for alias, extra in hosts.items()
+        ]
+        path.write_text("\n".join(blocks))
+        return path
+
     def connection_processes(self) -> list[psutil.Process]:
         """The per-connection sshd processes (children of the listener)."""
         return [
@@ -114,6 +133,8 @@ KbdInteractiveAuthentication no
 UsePAM no
 StrictModes no
 MaxSessions 50
+X11Forwarding yes
+X11UseLocalhost yes
 MaxStartups 50
 LogLevel ERROR
 {"SetEnv " + setenv if setenv else ""}
@@ -189,3 +210,61 @@ def sshd_server(
         yield server
     finally:
         stop_sshd(server)
+
+
+class SshGpus:
+    """The stand-in GPUs the sshd's sessions see; holders are killed at teardown."""
+
+    def __init__(self, out: Path, state: Path) -> None:
+        from fakegpu import harness
+
+        self.env = harness.env(out, state)
+        self.local_env = {k: self.env[k] for k in ("FAKEGPU_STATE", "LD_LIBRARY_PATH", "PATH")}
+        self.holders: list[subprocess.Popen[str]] = []
+
+    def hold(
+        self, gpu: int | list[int], mib: int, name: str, *, binary: str | None = None
+    ) -> subprocess.Popen[str]:
+        """A holder; ``binary`` (a link to the stand-in) sets its comm, as exec would."""
+        from fakegpu import harness
+
+        env = self.env if binary is None else {**self.env, "FAKEGPU_BIN": binary}
+        p = harness.spawn_holder(gpu, mib, name=name, env=env)
+        self.holders.append(p)
+        return p
+
+
+@pytest.fixture
+def gpus(sshd_fakegpu: tuple[Path, Path]) -> Iterator[SshGpus]:
+    """Fresh stand-in state (4 GPUs of 40 GiB) shared with the sshd sessions."""
+    from fakegpu import harness
+
+    out, state = sshd_fakegpu
+    harness.init_state(state, gpus=4, total_mib=40960, teardown_ms=100, out_dir=out)
+    g = SshGpus(out, state)
+    yield g
+    for p in g.holders:
+        harness.kill_holder(p)
+
+
+def ssh_source(server: SshdServer, **kw: Any) -> Any:
+    """An ``SshSource`` for the test sshd (its known_hosts and config unless given)."""
+    from gpudash.transport.ssh import SshSource
+
+    kw.setdefault("known_hosts", server.known_hosts)
+    kw.setdefault("ssh_config", server.ssh_config)
+    return SshSource(server.target, **kw)
+
+
+async def first(stream: AsyncIterator[Any], n: int = 1, *, keep_open: bool = False) -> Any:
+    """The ``n``-th item of ``stream``; closes it (in this loop) unless ``keep_open``."""
+    last = None
+    async for item in stream:
+        last = item
+        n -= 1
+        if n <= 0:
+            break
+    if not keep_open:
+        await stream.aclose()  # type: ignore[attr-defined]
+    assert last is not None
+    return last

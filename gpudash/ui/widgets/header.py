@@ -19,7 +19,7 @@ def header_text(
     views: list[HostView], current: int, now: float, stale_after: float, read_only: bool,
     pal: Palette,
 ) -> Text:
-    """``gpudash │ host ● connected │ sample 3 ms │ age 0.4 s │ READ-ONLY``."""
+    """``gpudash │ host ● connected │ rtt 3 ms │ last sample 0.4 s ago │ READ-ONLY``."""
     view = views[current]
     out = Text()
     out.append(" gpudash ", style="bold reverse")
@@ -34,9 +34,9 @@ def header_text(
     status, kind = view.status(now, stale_after)
     out.append("● ", style=_state_style(kind, pal))
     out.append_text(literal(status, style=_state_style(kind, pal)))
-    latency = NA if view.latency is None else f"{view.latency * 1000:.0f} ms"
+    rtt = NA if view.rtt is None else f"{view.rtt * 1000:.0f} ms"
     age = view.age(now)
-    out.append(f"  │ latency {latency}", style="dim")
+    out.append(f"  │ rtt {rtt}", style="dim")
     out.append(f"  │ last sample {NA if age is None else f'{age:.1f} s ago'}", style="dim")
     snap = view.snapshot
     if snap is not None:
