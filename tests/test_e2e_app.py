@@ -23,6 +23,7 @@ from gpudash.ui.screens import ConfirmModal
 from gpudash.ui.widgets.action_log import ActionLog
 from gpudash.ui.widgets.holders import HoldersTable
 from gpudash.ui.widgets.unit_panel import UnitPanel
+from gpudash.units import gib
 
 pytestmark = pytest.mark.lab
 
@@ -173,7 +174,7 @@ async def test_stop_disable_shows_orphans_then_reap_frees(lab_host) -> None:
                 assert "ORPHAN" in row[FLAGS], row
                 [(gpu, mib)] = orphan.gpu_memory_mib.items()
                 assert mib == WORKER_MIB
-                assert row[MEM] == f"GPU{gpu} {WORKER_MIB / 1024:.1f}G" == f"GPU{gpu} 94.5G"
+                assert row[MEM] == f"GPU{gpu} {gib(WORKER_MIB)}" == f"GPU{gpu} 94.5 GiB"
                 seen_gpus.add(gpu)
             assert seen_gpus == set(range(8))
             # the host agrees
@@ -193,7 +194,7 @@ async def test_stop_disable_shows_orphans_then_reap_frees(lab_host) -> None:
             assert sorted(g.index for g in report.gpus) == list(range(8))
             assert all(g.confirmed for g in report.gpus)
             progress = str(app.query_one("#progress").render())
-            assert "memory back on every GPU, confirmed" in progress, progress
+            assert "✔ confirmed: " in progress and progress.count("confirmed") == 1, progress
             assert "Reap orphans" in log_text(app) and "confirmed" in log_text(app)
             await wait_for(pilot, lambda: app.view.snapshot.used_by_gpu()
                            == dict(enumerate(BASELINE_WITHOUT_VLLM)), what="baseline on screen")

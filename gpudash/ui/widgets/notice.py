@@ -41,14 +41,17 @@ def advice(error: str, name: str) -> str:
 
 def tried(source: HostSource) -> str:
     """How gpudash reaches this host, in the words of the command line."""
-    target = getattr(source, "target", None)
+    # A collector source reaches its host through a connection (transport/ssh.py,
+    # transport/local.py); read what it was told, never anything secret.
+    connection = getattr(source, "connection", source)
+    target = getattr(connection, "target", None)
     if target is not None and hasattr(target, "host"):
         login = f"{target.user}@" if target.user else ""
         port = f" port {target.port}" if target.port else ""
-        config = getattr(source, "ssh_config", None)
+        config = getattr(getattr(connection, "settings", None), "config", None)
         return (f"SSH to {login}{target.host}{port} with "
                 f"{'ssh config ' + str(config) if config else 'your ~/.ssh/config'} and agent")
-    if type(source).__name__ == "LocalSource":
+    if "Local" in type(connection).__name__ or type(source).__name__ == "LocalSource":
         return "the collector on this machine"
     return f"the source {source.name}"
 

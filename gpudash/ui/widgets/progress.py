@@ -55,9 +55,7 @@ def _running_lines(
     if progress is None:
         return [Text("starting…", style="italic")]
     targets = {t.pid: t for t in plan.targets}
-    alive = tuple(getattr(progress, "alive_pids", ()))
-    term_left = getattr(progress, "term_left_s", None)
-    escalated = tuple(getattr(progress, "escalated", ()))
+    alive, term_left, escalated = progress.alive_pids, progress.term_left_s, progress.escalated
     lines: list[Text] = []
     if progress.phase == "waiting" and alive:
         line = Text(f"TERM sent; waiting for {_who(alive, targets)} to exit", style="italic")
@@ -80,14 +78,14 @@ _VERDICT_MARK = {"confirmed": "✔", "warning": "⚠", "failed": "✘", "unknown
 
 
 def _result_lines(report: ActionReport, pal: Palette) -> list[Text]:
-    verdict = getattr(report, "verdict", "confirmed" if report.confirmed else "failed")
+    verdict = report.verdict
     style = {"confirmed": pal.success, "warning": pal.warning}.get(verdict, pal.error)
     targets = {t.pid: t for t in report.plan.targets}
     lines = [literal(f"{_VERDICT_MARK.get(verdict, '✘')} {report.summary}", style=f"bold {style}")]
     if report.escalated:
         lines.append(Text(f"TERM ignored: KILL sent to {_who(report.escalated, targets)}",
                           style=pal.warning))
-    for warning in getattr(report, "warnings", ()):
+    for warning in report.warnings:
         if warning not in report.summary:  # said once: the summary may carry it already
             lines.append(literal(f"! {warning}", style=pal.warning))
     for lo in report.leftovers:
@@ -196,8 +194,7 @@ class ActionProgressPanel(Static):
         term_timeout: float,
         columns: int,
     ) -> None:
-        verdict = None if report is None else getattr(
-            report, "verdict", "confirmed" if report.confirmed else "failed")
+        verdict = None if report is None else report.verdict
         self.set_class(verdict == "confirmed", "-ok")
         self.set_class(verdict == "warning", "-warn")
         self.set_class(error is not None or verdict in ("failed", "unknown", "interrupted"),
