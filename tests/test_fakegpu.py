@@ -16,7 +16,6 @@ import textwrap
 import time
 
 import pytest
-
 from fakegpu.fixtures import fakegpu_build, fakegpu_state  # noqa: F401  (fixtures)
 
 MIB = 1024 * 1024
