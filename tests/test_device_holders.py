@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lab.fixtures import HostSpec
+from lab.probes import wait_host
 
 from gpudash.collector import hostside
 from gpudash.collector.hostside import Collector, DeviceHolders, ProcReader, UnitReader
@@ -352,3 +354,49 @@ def test_device_holder_in_a_live_tree_or_no_unit_is_a_holder_not_an_orphan() -> 
     assert t.group("no unit") is not None  # a no-unit group appears only while it holds
     assert [p.pid for p, _m in t.holders_by_gpu[0]] == [10, 11]
     assert [p.pid for p, _m in t.holders_by_gpu[1]] == [30]
+
+
+# ------------------------------------------ end to end: a unit's child on a lab host
+
+
+COMPILE_JOB = "compile-job.service"
+COMPILE_UNIT = """[Unit]
+Description=Training job whose compile worker outlives it
+
+[Service]
+ExecStart=/usr/local/bin/fakegpu hold --gpu 3 --mib 20000 --fork-child torch_compile_worker
+KillMode=process
+"""
+
+
+@pytest.mark.lab
+@pytest.mark.parametrize("lab_host", [HostSpec(units=(), session_procs=())], indirect=True)
+def test_lab_child_of_a_dead_unit_main_is_a_device_holder_orphan(lab_host) -> None:
+    """systemd host, real SSH: the unit's main (the CUDA process) is SIGKILLed, its forked
+    compile worker stays in the unit's cgroup with the device files; NVML lists nobody,
+    gpudash shows the worker as a device holder of GPU 3, an orphan of the failed unit."""
+    h = lab_host
+    h.sh(f"cat > /etc/systemd/system/{COMPILE_JOB} <<'EOF'\n{COMPILE_UNIT}EOF\n"
+         f"systemctl daemon-reload && systemctl start {COMPILE_JOB}")
+    [child] = wait_host(lambda: h.pids_of("^torch_compile_worker __child"), what="compile worker")
+    main = int(h.unit_show(COMPILE_JOB, ["MainPID"])["MainPID"])
+    assert h.proc(child)["ppid"] == str(main)  # type: ignore[index]
+    h.systemctl("kill", "-s", "KILL", "--kill-who=main", COMPILE_JOB)
+    wait_host(lambda: not h.alive(main), what="main gone")
+    assert h.gpu_used_mib()[3] == 20000  # the child keeps it
+    assert h.exec(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"]).stdout == ""
+
+    cp = subprocess.run(
+        [sys.executable, "-m", "gpudash", "snapshot", h.alias, "--json",
+         "--ssh-config", str(h.ssh_config_path), "--known-hosts", str(h.known_hosts_path)],
+        capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL,
+    )
+    assert cp.returncode == 0, cp.stderr
+    [snap] = json.loads(cp.stdout)["hosts"]
+    [shown] = [p for p in snap["processes"] if p["pid"] == child]
+    assert shown["unit"] == COMPILE_JOB and shown["cgroup"].endswith("/" + COMPILE_JOB)
+    assert shown["gpu_memory_mib"] == {"3": None}
+    assert {"DEVICE HOLDER", "ORPHAN"} <= set(shown["flags"])
+    assert not any(p["pid"] == main for p in snap["processes"])
+    [unit] = [u for u in snap["units"] if u["name"] == COMPILE_JOB]
+    assert unit["active_state"] in ("failed", "inactive")
