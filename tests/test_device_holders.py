@@ -262,6 +262,29 @@ def test_a_request_scans_at_once_despite_the_rate_limit(dev_holder, tmp_path: Pa
         c.proc.close()
 
 
+NOT_ROOT = """
+    import sys
+    sys.path.insert(0, sys.argv[1])
+    import hostside  # the file as sent to a host: standalone
+    d = hostside.DeviceHolders(dev_dir="/nonexistent")
+    procs, problem = d.sample([{"index": 2, "memory_used_mib": 5000}], {}, lambda pid: None, False)
+    print(problem)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as another user")
+def test_without_root_the_snapshot_says_holders_may_be_missing() -> None:
+    here = Path(hostside.__file__).parent
+    cp = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3",
+         "-c", textwrap.dedent(NOT_ROOT), str(here)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert cp.returncode == 0, cp.stderr
+    assert cp.stdout.startswith("memory on GPU 2 has no listed holder and the open files of ")
+    assert "without root (--sudo)" in cp.stdout
+
+
 def _fake_pid(root: Path, pid: int, links: list[str], maps: list[str]) -> None:
     d = root / str(pid)
     (d / "fd").mkdir(parents=True)

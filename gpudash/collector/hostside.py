@@ -931,7 +931,8 @@ class DeviceHolders:
         self.queue: list[int] = []  # pids the rotating scan has still to read
         self.scanned_for: object = None  # the shortfall the last full scan looked at
         self.full_at = -DEV_RESCAN_MIN_S
-        self.denied = 0
+        self.denied = 0  # processes whose fds the last full scan could not read
+        self.was_denied = False  # the last process read had unreadable fds
         self.memo: tuple[Any, Any, tuple[tuple[int, int], ...]] = (None, None, ())
         self.outs: dict[int, tuple[Json, Json]] = {}
 
@@ -999,8 +1000,9 @@ class DeviceHolders:
         problem = None
         if self.denied:
             problem = (
-                f"GPU memory no listed process holds; the open files of {self.denied} "
-                "processes were not readable (not root), so holders may be missing"
+                f"memory on GPU {', '.join(str(g) for g in sorted(short_gpus))} has no listed "
+                f"holder and the open files of {self.denied} processes are not readable "
+                "without root (--sudo): some of its holders may not be shown"
             )
         return procs, problem
 
@@ -1012,13 +1014,16 @@ class DeviceHolders:
 
     def _full_scan(self, short: set[int], listed: dict[int, Any]) -> None:
         """Every process NVML does not list: fds, then maps if fds leave a GPU unexplained."""
-        self.denied = 0
         found: dict[int, tuple[int, tuple[int, ...]]] = {}
         pids = [pid for pid in self._pids() if pid not in listed]
+        denied = 0
         for pid in pids:
+            self.was_denied = False
             hit = self._held(pid, maps=False)
+            denied += self.was_denied
             if hit is not None:
                 found[pid] = hit
+        self.denied = denied
         covered = {self._index(m) for _start, minors in found.values() for m in minors}
         if not short <= covered:  # no fd explains a short GPU: look for mappings too
             for pid in pids:
@@ -1076,7 +1081,7 @@ class DeviceHolders:
         try:
             fd_dir = os.open("fd", os.O_RDONLY | os.O_DIRECTORY, dir_fd=base)
         except PermissionError:
-            self.denied += 1
+            self.was_denied = True
             return minors
         try:
             prefix, cut = self.prefix, len(self.prefix)
