@@ -1,7 +1,11 @@
 """Per-sample cost of the streaming collector vs polling tools, on the stand-in driver.
 
     python bench/collector_bench.py [--holders 500] [--samples 30] [--interval 0.2]
-                                    [--sleepers 0]
+                                    [--sleepers 0] [--detached 0]
+
+--detached N: N holders whose forked child keeps their memory after they are killed, so
+the collector looks for device-file holders every sample (the steady state of a host
+with leftovers NVML does not list).
 
 Prints a table: CPU per sample on the GPU host (collector process + its children), bytes
 per sample on the wire, and release-to-snapshot latency. Not a test; see docs/BENCHMARKS.md.
@@ -88,6 +92,8 @@ def main() -> None:
     parser.add_argument("--teardown-ms", type=int, default=0)
     parser.add_argument("--sleepers", type=int, default=0,
                         help="extra processes on the host that hold no GPU")
+    parser.add_argument("--detached", type=int, default=0,
+                        help="killed holders whose forked children keep their memory")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="gpudash-bench-"))
     out = harness.build(work / "build")
@@ -98,6 +104,10 @@ def main() -> None:
                for i in range(args.holders)]
     victim = harness.spawn_holder(7, 4000, name="victim", env=env)
     sleepers = [subprocess.Popen(["sleep", "3600"]) for _ in range(args.sleepers)]
+    detached = [harness.spawn_holder(i % 7, 2000, env=env, fork_child=f"compile-{i}")
+                for i in range(args.detached)]
+    for p in detached:
+        harness.kill_holder(p)
     try:
         cpu, avg, peak, latency, _ = bench_collector(env, args.samples, args.interval, victim)
         smi = bench_command(["nvidia-smi", "--query-gpu=index,uuid,name,memory.total,memory.used,"
@@ -110,10 +120,13 @@ def main() -> None:
     finally:
         for p in holders:
             harness.kill_holder(p)
+        for p in detached:
+            harness.kill_child(p)
         for p in sleepers:
             p.kill()
             p.wait()
-    print(f"8 GPUs, {args.holders + 1} GPU processes (+{args.sleepers} without a GPU), "
+    print(f"8 GPUs, {args.holders + 1} GPU processes (+{args.sleepers} without a GPU, "
+          f"+{args.detached} forked children holding dead holders' memory), "
           f"interval {args.interval:g} s, "
           f"teardown {args.teardown_ms} ms, {args.samples} samples")
     print(f"{'method':38} {'CPU ms/sample':>14} {'wire B/sample':>14}")

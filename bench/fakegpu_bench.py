@@ -87,7 +87,8 @@ def main() -> None:
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--samples", type=int, default=200)
     a = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
+    # watchers still rename and unlink entries of the holders just killed: ignore that
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         out = harness.build(Path(tmp) / "build")
         state = Path(tmp) / "state"
         harness.init_state(state, gpus=a.gpus, out_dir=out, total_mib=10**7)

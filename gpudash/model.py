@@ -55,6 +55,10 @@ class Process:
     cgroup: str | None = None  # e.g. /system.slice/vllm-minimax-m25.service
     unit: str | None = None  # e.g. vllm-minimax-m25.service, session-4.scope
     gpu_memory_mib: Mapping[int, int | None] = field(default_factory=dict)
+    # GPUs whose device files (/dev/nvidia<N>) it holds open or mapped while NVML does not
+    # list it: a forked child keeping a dead CUDA process's memory. Its memory there is
+    # unknown (None in gpu_memory_mib), not attributed by the driver.
+    device_gpus: tuple[int, ...] = ()
 
     @property
     def holds_gpu_memory(self) -> bool:

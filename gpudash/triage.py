@@ -20,6 +20,8 @@ class Flag(StrEnum):
     ZOMBIE = "ZOMBIE"
     D_STATE = "D-STATE"
     UNIT_INACTIVE = "UNIT INACTIVE"
+    # holds a GPU's device files without NVML listing it (memory there unknown)
+    DEVICE_HOLDER = "DEVICE HOLDER"
 
 
 class OwnerKind(StrEnum):
@@ -148,6 +150,11 @@ def label(process: Process) -> str | None:
 # --- flags ----------------------------------------------------------------------------
 
 
+def holds(p: Process) -> bool:
+    """Holds GPU memory as NVML says, or may through device files NVML does not list."""
+    return p.holds_gpu_memory or bool(p.device_gpus)
+
+
 def unit_respawned(unit: Unit, previous: Unit | None) -> bool:
     """True when systemd restarted the unit by itself.
 
@@ -180,6 +187,10 @@ def process_flags(snapshot: HostSnapshot) -> dict[int, frozenset[Flag]]:
     (to PID 1 or a subreaper) and is older than the unit's current main process. Processes
     of login sessions and of no unit are never ORPHAN: a re-parented notebook kernel or a
     nohup'd job is somebody's live work, and reaping must not touch it.
+
+    DEVICE_HOLDER means "holds a GPU's device files although the driver does not list it"
+    (a forked child that keeps a dead CUDA process's memory); such a process is a holder
+    for every other rule, ORPHAN included.
     """
     units = {u.name: u for u in snapshot.units}
     by_pid = {p.pid: p for p in snapshot.processes}
@@ -200,11 +211,13 @@ def process_flags(snapshot: HostSnapshot) -> dict[int, frozenset[Flag]]:
             f.add(Flag.ZOMBIE)
         elif p.state == "D":
             f.add(Flag.D_STATE)
+        if p.device_gpus:
+            f.add(Flag.DEVICE_HOLDER)
         unit = units.get(p.unit or "")
         if unit is not None and owner_kind(unit.name) is OwnerKind.SERVICE:
             if unit.is_down:
                 f.add(Flag.UNIT_INACTIVE)
-            if p.holds_gpu_memory and _is_orphan(p, unit, by_pid, live_trees):
+            if holds(p) and _is_orphan(p, unit, by_pid, live_trees):
                 f.add(Flag.ORPHAN)
             if unit.main_pid == p.pid and unit_respawned(unit, None):
                 f.add(Flag.RESPAWNED)
@@ -266,12 +279,16 @@ def unit_warnings(unit: Unit, group_flags: frozenset[Flag], orphan_count: int) -
 
 
 def holders_by_gpu(snapshot: HostSnapshot) -> dict[int, tuple[tuple[Process, int | None], ...]]:
-    """For each GPU, the processes holding memory on it, biggest first."""
+    """For each GPU, the processes holding memory on it, biggest first (device holders,
+    whose memory is unknown, last)."""
     out: dict[int, list[tuple[Process, int | None]]] = {g.index: [] for g in snapshot.gpus}
     for p in snapshot.processes:
         for gpu, mib in p.gpu_memory_mib.items():
             if mib is None or mib > 0:
                 out.setdefault(gpu, []).append((p, mib))
+        for gpu in p.device_gpus:
+            if gpu not in p.gpu_memory_mib:
+                out.setdefault(gpu, []).append((p, None))
     return {
         gpu: tuple(sorted(items, key=lambda pm: -(pm[1] or 0))) for gpu, items in out.items()
     }
@@ -313,7 +330,7 @@ def triage(snapshot: HostSnapshot, previous: HostSnapshot | None = None) -> Host
     for key, procs in members.items():
         # A service holding nothing is still shown (its main process, its state); other
         # owners appear only while they hold memory.
-        if not any(p.holds_gpu_memory for p in procs) and (
+        if not any(holds(p) for p in procs) and (
             key == NO_UNIT or owner_kind(key) is not OwnerKind.SERVICE
         ):
             continue
@@ -332,6 +349,8 @@ def triage(snapshot: HostSnapshot, previous: HostSnapshot | None = None) -> Host
         for p in procs:
             for gpu, mib in p.gpu_memory_mib.items():
                 mem[gpu] = mem.get(gpu, 0) + (mib or 0)
+            for gpu in p.device_gpus:
+                mem.setdefault(gpu, 0)
         warnings = unit_warnings(unit, frozenset(gflags), orphan_count) if unit else ()
         groups.append(
             OwnerGroup(

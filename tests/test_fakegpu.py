@@ -15,6 +15,7 @@ import sys
 import textwrap
 import time
 
+import pytest
 from fakegpu.fixtures import fakegpu_build, fakegpu_state  # noqa: F401  (fixtures)
 
 MIB = 1024 * 1024
@@ -376,6 +377,147 @@ def test_library_hold_via_ctypes(fakegpu_state):
         p.wait()
     time.sleep(0.4)
     assert used_mib(st, 1) == 0
+
+
+# ---------------------------------- memory kept through device files by forked children
+
+
+def dev_links(pid: int) -> set[str]:
+    out = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            out.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:
+            continue
+    return out
+
+
+def dev_maps(pid: int) -> set[str]:
+    with open(f"/proc/{pid}/maps") as f:
+        return {line.split(None, 5)[5].strip() for line in f if len(line.split(None, 5)) == 6}
+
+
+def gpu_status(st, gpu: int) -> dict:
+    return json.loads(st.cli("status", "--json").stdout)["gpus"][gpu]
+
+
+def test_holder_opens_device_files_like_cuda(fakegpu_state):
+    st = fakegpu_state.init(gpus=3, teardown_ms=100)
+    p = st.hold([0, 2], 100)
+    dev = st.dir / "dev"
+    want = {str(dev / n) for n in ("nvidiactl", "nvidia-uvm", "nvidia0", "nvidia2")}
+    assert want <= dev_links(p.pid) and want <= dev_maps(p.pid)
+    assert str(dev / "nvidia1") not in dev_links(p.pid)
+    assert sorted(os.listdir(dev)) == ["nvidia-uvm", "nvidia0", "nvidia1", "nvidia2", "nvidiactl"]
+
+
+def test_forked_child_keeps_memory_until_it_dies_too(fakegpu_state):
+    """nvitop #134: a child forked from a CUDA process inherits /dev/nvidia* and keeps the
+    memory after the process NVML listed is gone; NVML never lists the child."""
+    st = fakegpu_state.init(gpus=2, teardown_ms=300)
+    p = st.hold(1, 5000, name="VLLM::Worker_TP1", fork_child="compile_worker")
+    child = p.child_pid
+    assert app_pids(st) == [p.pid]
+    assert str(st.dir / "dev" / "nvidia1") in dev_links(child)
+    with open(f"/proc/{child}/cmdline") as f:
+        assert f.read().split("\0")[0] == "compile_worker"
+    st.kill(p, signal.SIGKILL)
+    time.sleep(0.6)  # twice the teardown: the holder alone would have released by now
+    assert app_pids(st) == []
+    assert used_mib(st, 1) == 5000
+    s = gpu_status(st, 1)
+    assert (s["processes"], s["detached"], s["tearing_down"]) == (0, 1, 0)
+    st.kill_child(p)
+    assert used_mib(st, 1) == 5000  # the teardown starts when the last copy is closed
+    time.sleep(0.6)
+    assert used_mib(st, 1) == 0 and gpu_status(st, 1)["detached"] == 0
+
+
+FORKING_HOLDER = """
+    import ctypes, os, sys, time
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    lib.fakegpu_hold.argtypes = [ctypes.c_uint, ctypes.c_ulonglong]
+    assert lib.fakegpu_hold(0, 2048) == 0
+    child = os.fork()  # no exec: a dataloader / compile worker
+    if child == 0:
+        if sys.argv[1] == "map-only":
+            os.closerange(0, 65536)  # every fd closed; the driver's mappings remain
+        time.sleep(120)
+        os._exit(0)
+    print(child, flush=True)
+    time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("keeps", ["fds", "map-only"])
+def test_child_forked_without_exec_keeps_memory_by_fd_or_mapping(fakegpu_state, keeps):
+    st = fakegpu_state.init(gpus=1, teardown_ms=200)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(FORKING_HOLDER), keeps],
+        env=st.env, stdout=subprocess.PIPE, text=True,
+    )
+    child = int(holder.stdout.readline())
+    pidfd = os.pidfd_open(child)
+    try:
+        time.sleep(0.1)  # the child has closed its fds (map-only)
+        ctl = str(st.dir / "dev" / "nvidiactl")
+        assert ctl in dev_maps(child)
+        assert (ctl in dev_links(child)) == (keeps == "fds")
+        assert app_pids(st) == [holder.pid]
+        holder.kill()
+        holder.wait()
+        time.sleep(0.5)
+        assert app_pids(st) == [] and used_mib(st, 0) == 2048
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        time.sleep(0.5)
+        assert used_mib(st, 0) == 0
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+        try:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.close(pidfd)
+
+
+def watcher_of(holder_pid: int) -> int:
+    """The pidfd of the `fakegpu __watch` process watching this holder (proved by its
+    cmdline after the pidfd is open)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            pidfd = os.pidfd_open(int(entry))
+        except OSError:
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            argv = []
+        if argv[1:2] == [b"__watch"] and argv[3].startswith(b"h.%d." % holder_pid):
+            return pidfd
+        os.close(pidfd)
+    raise AssertionError(f"no watcher for {holder_pid}")
+
+
+def test_detached_memory_without_watcher_readers_decide(fakegpu_state):
+    """The watcher was killed: readers see the holder dead, find its device file still
+    locked by the child (detached), and release once the child is gone too."""
+    st = fakegpu_state.init(gpus=1, teardown_ms=100)
+    p = st.hold(0, 700, fork_child="dataloader")
+    w = watcher_of(p.pid)
+    signal.pidfd_send_signal(w, signal.SIGKILL)
+    os.close(w)
+    st.kill(p)
+    assert app_pids(st) == [] and used_mib(st, 0) == 700
+    assert [n[0] for n in os.listdir(st.dir / "holders")] == ["o"]
+    st.kill_child(p)
+    assert used_mib(st, 0) == 700  # "first observed dead", then the teardown
+    time.sleep(0.3)
+    assert used_mib(st, 0) == 0
 
 
 FAULT_PROBE = """

@@ -103,6 +103,9 @@ def _process(d: dict[str, Any]) -> Process:
         if not key.lstrip("-").isdigit() or isinstance(value, bool) or not isinstance(value, int):
             raise ProtocolError("process.gpu_memory_mib: bad entry")
         memory[int(key)] = None if value < 0 else value
+    dev = d.get("dev", [])
+    if not isinstance(dev, list) or not all(type(i) is int and i >= 0 for i in dev):
+        raise ProtocolError("process.dev: expected a list of GPU indices")
     return Process(
         pid=pid,
         ppid=_int(d, "ppid", "process"),
@@ -115,6 +118,7 @@ def _process(d: dict[str, Any]) -> Process:
         cgroup=_str(d, "cgroup", "process"),
         unit=_str(d, "unit", "process"),
         gpu_memory_mib=memory,
+        device_gpus=tuple(sorted(set(dev))),
     )
 
 

@@ -3,7 +3,10 @@
  *
  *   fakegpu init --gpus N [--name NAME] [--total-mib M] [--teardown-ms T]
  *                [--baseline-mib B] [--reserved-mib R] [--driver-version V]
- *   fakegpu hold --gpu K[,K2...] --mib M     hold until this process dies
+ *   fakegpu hold --gpu K[,K2...] --mib M [--fork-child NAME]
+ *                                            hold until this process dies; with
+ *                                            --fork-child also start a child NAME that
+ *                                            inherits the device files (never calls NVML)
  *   fakegpu status [--json]
  *   fakegpu set [--gpu K|all] key=value...   e.g. util_gpu=85 temp=71 teardown_ms=0
  *   fakegpu fault lost --gpu K | noperm [--gpu K] | procmem-na [--gpu K]
@@ -13,12 +16,15 @@
  * holder may be started as `exec -a "VLLM::Worker_TP0" fakegpu hold ...`.
  */
 #define _GNU_SOURCE
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "fakegpu.h"
@@ -37,7 +43,7 @@ static void usage(void)
 {
     fputs("usage: fakegpu init --gpus N [--name NAME] [--total-mib M] [--teardown-ms T]\n"
           "                    [--baseline-mib B] [--reserved-mib R] [--driver-version V]\n"
-          "       fakegpu hold --gpu K[,K...] --mib M\n"
+          "       fakegpu hold --gpu K[,K...] --mib M [--fork-child NAME]\n"
           "       fakegpu status [--json]\n"
           "       fakegpu set [--gpu K|all] key=value...\n"
           "       fakegpu fault lost --gpu K | noperm [--gpu K] | procmem-na [--gpu K]\n"
@@ -116,12 +122,61 @@ static int cmd_init(int argc, char **argv)
     if (d) {
         struct dirent *de;
         while ((de = readdir(d)))
-            if (de->d_name[0] == 'h' || de->d_name[0] == 'd')
+            if (strchr("hod", de->d_name[0]) && de->d_name[1] == '.')
                 unlinkat(dirfd(d), de->d_name, 0);
+        closedir(d);
+    }
+    /* a GPU that is gone has no device file; nvidiactl stays (holders' locks live on it) */
+    snprintf(hdir, sizeof hdir, "%s/dev", dir);
+    d = opendir(hdir);
+    if (d) {
+        struct dirent *de;
+        while ((de = readdir(d))) {
+            char *end;
+            if (strncmp(de->d_name, "nvidia", 6) || !isdigit((unsigned char)de->d_name[6]))
+                continue;
+            unsigned long minor = strtoul(de->d_name + 6, &end, 10);
+            if (!*end && minor >= s.ngpus)
+                unlinkat(dirfd(d), de->d_name, 0);
+        }
         closedir(d);
     }
     fakegpu_state_unlock(fd);
     return 0;
+}
+
+/* A child that inherits the holder's device files and then exec()s `fakegpu __child`
+ * as NAME (a compile worker, a dataloader): it never calls NVML, so the driver never
+ * lists it, yet it keeps the holder's memory alive after the holder dies. Returns its
+ * pid once it has exec()ed (so its name is NAME by then). */
+static pid_t fork_child(const char *name)
+{
+    char self[4096];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    int sync[2];
+    if (len <= 0 || pipe2(sync, O_CLOEXEC))
+        die("cannot fork a child%s", "");
+    self[len] = 0;
+    signal(SIGCHLD, SIG_IGN); /* the holder never waits: let the kernel reap it */
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork failed: %s", strerror(errno));
+    if (pid == 0) {
+        char *av[] = {(char *)name, "__child", NULL};
+        close(sync[0]);
+        int null = open("/dev/null", O_RDWR);
+        for (int i = 0; i < 3 && null >= 0; i++)
+            dup2(null, i); /* do not keep the test's pipes open */
+        if (fakegpu_keep_across_exec() == 0)
+            execv(self, av);
+        _exit(127);
+    }
+    close(sync[1]);
+    char c;
+    while (read(sync[0], &c, 1) < 0 && errno == EINTR) {
+    } /* EOF once the child has exec()ed (or died) */
+    close(sync[0]);
+    return pid;
 }
 
 static int cmd_hold(int argc, char **argv)
@@ -148,8 +203,13 @@ static int cmd_hold(int argc, char **argv)
     }
     if (fakegpu_hold_multi(gpus, mib, n))
         die("hold failed: %s", strerror(errno));
+    const char *child_name = opt(argc, argv, "--fork-child");
+    pid_t child = child_name ? fork_child(child_name) : 0;
     /* "ready" tells a supervising test that the hold is registered */
-    printf("ready %d\n", (int)getpid());
+    if (child_name)
+        printf("ready %d child %d\n", (int)getpid(), (int)child);
+    else
+        printf("ready %d\n", (int)getpid());
     fflush(stdout);
     for (;;)
         pause();
@@ -189,24 +249,24 @@ static int cmd_status(int argc, char **argv)
     for (unsigned i = 0; i < s.ngpus; i++) {
         const fg_gpu *g = &s.g[i];
         unsigned long long used = 0;
-        unsigned np = 0, nt = 0;
+        unsigned np = 0, nt = 0, nd = 0;
         char bus[32], faults[512];
-        fakegpu_gpu_usage(i, &used, &np, &nt);
+        fakegpu_gpu_usage(i, &used, &np, &nt, &nd);
         fakegpu_bus_id_legacy(g, bus, sizeof bus);
         fault_list(g, faults, sizeof faults);
         if (json)
             printf("%s{\"index\": %u, \"name\": \"%s\", \"uuid\": \"%s\", \"pci_bus_id\": "
                    "\"0000%s\", \"total_mib\": %llu, \"used_mib\": %llu, \"baseline_mib\": "
                    "%llu, \"reserved_mib\": %llu, \"processes\": %u, \"tearing_down\": %u, "
-                   "\"util_gpu\": %u, \"temp\": %u, \"power_mw\": %u, \"power_limit_mw\": %u, "
-                   "\"faults\": \"%s\"}",
+                   "\"detached\": %u, \"util_gpu\": %u, \"temp\": %u, \"power_mw\": %u, "
+                   "\"power_limit_mw\": %u, \"faults\": \"%s\"}",
                    i ? ", " : "", i, g->name, g->uuid, bus, g->total_mib, used, g->baseline_mib,
-                   g->reserved_mib, np, nt, g->util_gpu, g->temp, g->power_mw,
+                   g->reserved_mib, np, nt, nd, g->util_gpu, g->temp, g->power_mw,
                    g->power_limit_mw, faults);
         else
             printf("GPU %u  %s  %s  0000%s  %llu/%llu MiB used  %u procs  %u tearing down  "
-                   "util %u%%  %uC  %.2f/%.2f W%s%s\n",
-                   i, g->name, g->uuid, bus, used, g->total_mib, np, nt, g->util_gpu, g->temp,
+                   "%u detached  util %u%%  %uC  %.2f/%.2f W%s%s\n",
+                   i, g->name, g->uuid, bus, used, g->total_mib, np, nt, nd, g->util_gpu, g->temp,
                    g->power_mw / 1000.0, g->power_limit_mw / 1000.0, *faults ? "  faults: " : "",
                    faults);
     }
@@ -308,6 +368,11 @@ int main(int argc, char **argv)
         if (argc != 4)
             return 2;
         return fakegpu_watch_main(3, argv[2], argv[3]);
+    }
+    if (!strcmp(argv[1], "__child")) { /* internal: a --fork-child child, see fork_child */
+        prctl(PR_SET_NAME, argv[0], 0, 0, 0);
+        for (;;)
+            pause();
     }
     dir = fakegpu_state_dir();
     if (!dir)

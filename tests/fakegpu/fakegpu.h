@@ -13,9 +13,19 @@
  *   holders/          one EMPTY file per holder; all data is in the name so a
  *                     full scan is a single readdir, no opens:
  *                       h.<pid>.<starttime>.<seq>.0.<gpu>:<mib>[_<gpu>:<mib>...]
- *                     when the holder dies it is renamed (atomic) to
+ *                     when the holder dies while another process (a forked child)
+ *                     still has its device files open it is renamed (atomic) to
+ *                       o.<pid>.<starttime>.<seq>.0.<allocs>   (not listed, still used)
+ *                     and once no process has them open any more to
  *                       d.<pid>.<starttime>.<seq>.<death_ns>.<allocs>
- *                     and unlinked once the teardown delay has passed.
+ *                     which is unlinked once the teardown delay has passed.
+ *   dev/              the device files holders open, as CUDA opens /dev/nvidia*:
+ *                     nvidiactl, nvidia-uvm, nvidia<N> (one per GPU; minor = index).
+ *                     Each holder takes an OFD write lock on one byte of
+ *                     dev/nvidiactl (offset: fg_client_key) through its own open
+ *                     file description, and maps it: the lock lasts exactly as long
+ *                     as some process still has that description open or mapped
+ *                     (fork shares it), which is when the real driver frees memory.
  */
 #ifndef FAKEGPU_H
 #define FAKEGPU_H
@@ -84,9 +94,13 @@ int fakegpu_state_set(fg_state *s, int gpu, const char *key, const char *value);
 /* Hold `mib` MiB on each GPU in gpus[0..n) until the calling process dies. */
 int fakegpu_hold_multi(const unsigned *gpus, const unsigned long long *mib, unsigned n);
 int fakegpu_hold(unsigned gpu, unsigned long long mib);
-/* Snapshot helpers (no nvmlInit needed). used_mib includes baseline + teardown. */
+/* Let this process's device-file fds (opened by holds) survive exec: a child that is
+ * forked and then exec()s something else keeps the memory alive, as with CUDA. */
+int fakegpu_keep_across_exec(void);
+/* Snapshot helpers (no nvmlInit needed). used_mib includes baseline, detached holders
+ * (dead, device files still open elsewhere) and teardown. */
 int fakegpu_gpu_usage(unsigned gpu, unsigned long long *used_mib, unsigned *nprocs,
-                      unsigned *ntearing);
+                      unsigned *ntearing, unsigned *ndetached);
 void fakegpu_bus_id_legacy(const fg_gpu *g, char *buf, unsigned len);
 int fakegpu_watch_main(int fd, const char *dir, const char *entry);
 /* Process name as real NVML reports it (argv[0] from /proc/PID/cmdline). */

@@ -40,13 +40,19 @@ class FakeGpuState:
         harness.init_state(self.dir, out_dir=self.out, **kw)
         return self
 
-    def hold(self, gpu, mib: int, name: str | None = None) -> subprocess.Popen:
-        p = harness.spawn_holder(gpu, mib, name=name, env=self.env)
+    def hold(
+        self, gpu, mib: int, name: str | None = None, fork_child: str | None = None
+    ) -> subprocess.Popen:
+        p = harness.spawn_holder(gpu, mib, name=name, env=self.env, fork_child=fork_child)
         self.holders.append(p)
         return p
 
     def kill(self, p: subprocess.Popen, sig: int = 9) -> None:
         harness.kill_holder(p, sig)
+
+    def kill_child(self, p: subprocess.Popen, sig: int = 9) -> None:
+        """Kill the child a `hold(..., fork_child=NAME)` forked (it keeps the memory)."""
+        harness.kill_child(p, sig)
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         return harness.fakegpu(self.out, self.dir, *args, check=check)
@@ -60,6 +66,7 @@ class FakeGpuState:
     def close(self) -> None:
         for p in self.holders:
             harness.kill_holder(p)
+            harness.kill_child(p)
         self.holders.clear()
 
 

@@ -6,12 +6,15 @@ out = build(tmp_dir)                       # make -C tests/fakegpu OUT=tmp_dir (
 e = env(out, state_dir)                    # LD_LIBRARY_PATH / FAKEGPU_STATE / PATH
 init_state(state_dir, gpus=8, out_dir=out)  # fresh state
 p = spawn_holder(0, 96801, name="VLLM::Worker_TP0", env=e)  # returns once registered
+p = spawn_holder(0, 500, env=e, fork_child="compile_worker")  # p.child_pid keeps the memory
+kill_child(p)                              # ... until it is killed too
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -52,6 +55,9 @@ def env(out_dir: os.PathLike | str, state_dir: os.PathLike | str, base: dict | N
     )
     e["PATH"] = out + os.pathsep + e.get("PATH", "")
     e["FAKEGPU_BIN"] = os.path.join(out, "fakegpu")
+    # gpudash's collector looks for /dev/nvidia* held by processes NVML does not list;
+    # here the stand-in's device files are the ones holders open
+    e["GPUDASH_NVIDIA_DEV_DIR"] = os.path.join(e["FAKEGPU_STATE"], "dev")
     return e
 
 
@@ -106,20 +112,26 @@ def spawn_holder(
     name: str | None = None,
     env: dict | None = None,
     timeout: float = 10.0,
+    fork_child: str | None = None,
 ) -> subprocess.Popen:
     """Start `fakegpu hold` (argv[0] = name, like `exec -a`) and wait until it is registered.
 
     env must come from env(); the holder holds until it dies (kill it to release,
     the memory returns teardown_ms after death). The process is its own session
     leader so killing it never hits the test runner.
+
+    fork_child: the holder also forks a child of that name that inherits its device
+    files and never calls NVML (``p.child_pid``; ``p.child_pidfd`` names exactly it):
+    the memory then stays until both are gone; the driver lists only the holder.
     """
     if env is None or "FAKEGPU_BIN" not in env:
         raise ValueError("pass env=harness.env(out_dir, state_dir)")
     if isinstance(gpu, (list, tuple)):
         gpu = ",".join(map(str, gpu))
     binary = env["FAKEGPU_BIN"]
+    extra = ["--fork-child", fork_child] if fork_child else []
     p = subprocess.Popen(
-        [name or binary, "hold", "--gpu", str(gpu), "--mib", str(mib)],
+        [name or binary, "hold", "--gpu", str(gpu), "--mib", str(mib), *extra],
         executable=binary,
         env=env,
         stdout=subprocess.PIPE,
@@ -134,11 +146,41 @@ def spawn_holder(
         raise RuntimeError(f"holder failed: {line!r} {p.stderr.read()!r}")
     if time.monotonic() > deadline:
         raise TimeoutError("holder did not register in time")
+    p.child_pid = p.child_pidfd = None  # type: ignore[attr-defined]
+    words = line.split()
+    if fork_child:
+        child = int(words[3])
+        pidfd = os.pidfd_open(child)
+        # the pidfd names whatever has this pid now: prove it is the holder's child
+        with open(f"/proc/{child}/stat") as f:
+            ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        if ppid != p.pid:
+            os.close(pidfd)
+            p.kill()
+            raise RuntimeError(f"pid {child} is not the holder's child")
+        p.child_pid, p.child_pidfd = child, pidfd  # type: ignore[attr-defined]
     return p
 
 
+def kill_child(p: subprocess.Popen, sig: int = signal.SIGKILL, timeout: float = 10.0) -> None:
+    """Signal the holder's forked child (through its pidfd); with SIGKILL, wait until it is
+    gone (its device files closed)."""
+    pidfd = getattr(p, "child_pidfd", None)
+    if pidfd is None:
+        return
+    try:
+        signal.pidfd_send_signal(pidfd, sig)
+    except ProcessLookupError:
+        pass
+    if sig == signal.SIGKILL:
+        select.select([pidfd], [], [], timeout)  # readable once it has exited
+        os.close(pidfd)
+        p.child_pidfd = None  # type: ignore[attr-defined]
+
+
 def kill_holder(p: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
-    """Kill a holder by pid and reap it (so it does not stay a zombie)."""
+    """Kill a holder by pid and reap it (so it does not stay a zombie). Its forked child,
+    if any, lives on (that is the point of it): see kill_child."""
     if p.poll() is None:
         os.kill(p.pid, sig)
     p.wait()

@@ -18,14 +18,28 @@
  *     read() returns EOF at the exact death time even if nobody queries.
  *     The watcher renames the file to d.<...>.<death_ns>.<allocs> (atomic)
  *     and unlinks it after the teardown delay. A stopped (T) holder keeps its
- *     pipe open and therefore keeps holding.
+ *     pipe open and therefore keeps holding. Forked children never keep the
+ *     pipe (a pthread_atfork handler closes it in them; exec closes it too), so
+ *     EOF is the death of the holder process itself.
+ *   - Memory outlives the holder while its device files stay open elsewhere
+ *     (a child forked from a CUDA process inherits /dev/nvidia* and keeps the
+ *     memory; NVML never lists that child). A holder opens dev/nvidiactl,
+ *     dev/nvidia-uvm and dev/nvidia<N> like CUDA and takes an OFD write lock
+ *     on its own byte of dev/nvidiactl (fg_client_key), and maps it: the lock
+ *     belongs to the open file description, is shared by every fork, and goes
+ *     away only when the last fd or mapping of it does. On EOF the watcher
+ *     tries a read lock on that byte: if it is taken, the entry becomes
+ *     o.* (detached: not listed, still used) and the watcher blocks in
+ *     F_OFD_SETLKW until the last copy is closed, which is the death time.
  *   - Fallback if a watcher was killed: readers verify each entry the first
  *     time they see it (/proc/PID/stat: exists, state not Z/X, field 22
  *     starttime matches, so a recycled pid never inherits memory) and once a
  *     second probe a rotating window of 64 entries (kill(pid,0), every 8th
  *     with the full /proc check), so such a death is noticed within
  *     ~N/64 seconds; a dead one is renamed to d.* with "first observed
- *     dead" as death time.  Readers also unlink expired d.* entries.
+ *     dead" as death time (or o.* if the device files are still open, see
+ *     above; o.* entries are probed the same way with F_OFD_GETLK).  Readers
+ *     also unlink expired d.* entries.
  *   - Readers cache one readdir snapshot per process and rescan only when
  *     the holders directory changes (mtime/inode; rescans again while the
  *     mtime is too recent to trust, because fs timestamps are coarse).
@@ -50,6 +64,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -274,12 +289,39 @@ EXPORT int fakegpu_state_load(const char *dir, fg_state *s)
     return 0;
 }
 
+static void dev_path(const char *dir, const char *name, char *buf, size_t len);
+
+/* dev/nvidiactl, dev/nvidia-uvm, dev/nvidia<N>: created once and never replaced, since
+ * holders' locks live on these very inodes. One page long so that they can be mapped. */
+static void make_dev_files(const char *dir, unsigned ngpus)
+{
+    char path[PATH_MAX], name[32];
+    dev_path(dir, "", path, sizeof path);
+    mkdir(path, 0777);
+    for (unsigned i = 0; i < ngpus + 2; i++) {
+        if (i == 0)
+            snprintf(name, sizeof name, "nvidiactl");
+        else if (i == 1)
+            snprintf(name, sizeof name, "nvidia-uvm");
+        else
+            snprintf(name, sizeof name, "nvidia%u", i - 2);
+        dev_path(dir, name, path, sizeof path);
+        int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd < 0)
+            continue; /* exists already (or cannot be made: holds then work without) */
+        if (fchmod(fd, 0666) || ftruncate(fd, 4096)) {
+        }
+        close(fd);
+    }
+}
+
 EXPORT int fakegpu_state_save(const char *dir, const fg_state *s)
 {
     char path[PATH_MAX], tmp[PATH_MAX + 32];
     mkdir(dir, 0777);
     snprintf(path, sizeof path, "%s/holders", dir);
     mkdir(path, 0777);
+    make_dev_files(dir, s->ngpus);
     snprintf(path, sizeof path, "%s/config", dir);
     snprintf(tmp, sizeof tmp, "%s/.config.tmp.%d", dir, (int)getpid());
     FILE *f = fopen(tmp, "we");
@@ -401,6 +443,7 @@ typedef struct {
     unsigned pid, seq;
     unsigned long long start;
     long long death_ns; /* 0 while alive */
+    int detached;       /* o.*: holder dead, its device files still open somewhere */
     unsigned n;
     unsigned char gpu[FG_MAX_ALLOCS];
     unsigned long long mib[FG_MAX_ALLOCS];
@@ -414,10 +457,11 @@ static int parse_entry(const char *name, fg_entry *e)
     int off = 0;
     memset(e, 0, sizeof *e);
     if (sscanf(name, "%c.%u.%llu.%u.%lld.%n", &kind, &e->pid, &e->start, &e->seq, &e->death_ns,
-               &off) != 5 || !off || (kind != 'h' && kind != 'd'))
+               &off) != 5 || !off || (kind != 'h' && kind != 'o' && kind != 'd'))
         return -1;
     if ((kind == 'd') != (e->death_ns != 0))
         return -1;
+    e->detached = kind == 'o';
     const char *p = name + off;
     while (*p && e->n < FG_MAX_ALLOCS) {
         unsigned g;
@@ -439,22 +483,74 @@ static int parse_entry(const char *name, fg_entry *e)
 
 static void format_entry(const fg_entry *e, char *buf, size_t len)
 {
-    int k = snprintf(buf, len, "%c.%u.%llu.%u.%lld.", e->death_ns ? 'd' : 'h', e->pid, e->start,
-                     e->seq, e->death_ns);
+    char kind = e->death_ns ? 'd' : e->detached ? 'o' : 'h';
+    int k = snprintf(buf, len, "%c.%u.%llu.%u.%lld.", kind, e->pid, e->start, e->seq,
+                     e->death_ns);
     for (unsigned i = 0; i < e->n && k > 0 && (size_t)k < len; i++)
         k += snprintf(buf + k, len - (size_t)k, "%s%u:%llu", i ? "_" : "", e->gpu[i], e->mib[i]);
 }
 
-/* Mark a dead h-entry as dead: rename h.* -> d.* (atomic; losers get ENOENT). */
-static void mark_dead(const char *hdir, fg_entry *e, long long death)
+/* Move an entry to its next state (h -> o -> d, atomic renames; losers get ENOENT).
+ * Another process may have moved it already (h -> o), so both earlier names are tried. */
+static void move_entry(const char *hdir, fg_entry *e, int detached, long long death)
 {
-    char from[PATH_MAX], to[PATH_MAX], nm[NAME_MAX + 1];
-    snprintf(from, sizeof from, "%s/%s", hdir, e->name);
-    e->death_ns = death;
-    format_entry(e, nm, sizeof nm);
+    char from[PATH_MAX + NAME_MAX + 2], to[PATH_MAX + NAME_MAX + 2], nm[NAME_MAX + 1];
+    fg_entry t = *e;
+    t.detached = detached, t.death_ns = death;
+    format_entry(&t, nm, sizeof nm);
     snprintf(to, sizeof to, "%s/%s", hdir, nm);
-    rename(from, to);
+    snprintf(from, sizeof from, "%s/%s", hdir, e->name);
+    if (rename(from, to) && errno == ENOENT && !e->death_ns) {
+        t.death_ns = 0;
+        t.detached = !e->detached; /* the other live name */
+        char other[NAME_MAX + 1];
+        format_entry(&t, other, sizeof other);
+        snprintf(from, sizeof from, "%s/%s", hdir, other);
+        rename(from, to);
+    }
+    e->detached = detached, e->death_ns = death;
     copy_str(e->name, sizeof e->name, nm);
+}
+
+/* Byte of dev/nvidiactl a holder locks: unique per (pid, start time, seq) among live
+ * holders (a pid is < 2^22; start times of one pid equal mod 2^24 ticks only ~46 h
+ * apart), and < 2^62 so it fits off_t. */
+static off_t fg_client_key(const fg_entry *e)
+{
+    return (off_t)(((unsigned long long)e->pid << 40) | ((e->start & 0xffffffULL) << 16) |
+                   (e->seq & 0xffffU));
+}
+
+static void dev_path(const char *dir, const char *name, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/dev/%s", dir, name);
+}
+
+/* Is the holder's client (its dev/nvidiactl description) still open anywhere?
+ * `ctl` is a descriptor of dev/nvidiactl, or -1 (no device files: never held). */
+static int client_open(int ctl, const fg_entry *e)
+{
+    struct flock fl = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = fg_client_key(e),
+                       .l_len = 1};
+    if (ctl < 0 || fcntl(ctl, F_OFD_GETLK, &fl))
+        return 0;
+    return fl.l_type != F_UNLCK;
+}
+
+static int open_ctl(const char *dir)
+{
+    char path[PATH_MAX];
+    dev_path(dir, "nvidiactl", path, sizeof path);
+    return open(path, O_RDONLY | O_CLOEXEC);
+}
+
+/* A dead holder: detached while a child still holds its device files, else dead now. */
+static void settle_dead(const char *hdir, int ctl, fg_entry *e, long long now)
+{
+    if (client_open(ctl, e))
+        move_entry(hdir, e, 1, 0);
+    else
+        move_entry(hdir, e, 0, now);
 }
 
 /* Watcher: block on the pipe until the holder dies, then record the death. */
@@ -483,7 +579,20 @@ EXPORT int fakegpu_watch_main(int fd, const char *dir, const char *entry)
     }
     long long death = now_ns();
     snprintf(hdir, sizeof hdir, "%s/holders", dir);
-    mark_dead(hdir, &e, death);
+    /* A read lock on the holder's byte is granted once no copy of its client is left;
+     * our own read lock never looks "held" to readers, who test for a read lock too. */
+    int ctl = open_ctl(dir);
+    struct flock fl = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = fg_client_key(&e),
+                       .l_len = 1};
+    if (ctl >= 0 && fcntl(ctl, F_OFD_SETLK, &fl) == -1 && (errno == EAGAIN || errno == EACCES)) {
+        move_entry(hdir, &e, 1, 0); /* a forked child keeps the device files: detached */
+        while (fcntl(ctl, F_OFD_SETLKW, &fl) == -1 && errno == EINTR) {
+        }
+        death = now_ns();
+    }
+    if (ctl >= 0)
+        close(ctl);
+    move_entry(hdir, &e, 0, death);
     fg_state s;
     unsigned teardown = 1000;
     if (!fakegpu_state_load(dir, &s))
@@ -523,6 +632,92 @@ static int watcher_path(char *buf, size_t len)
 
 static pthread_mutex_t hold_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* What this process holds: the write ends of its watchers' pipes (the holder process's
+ * own life) and its device-file fds (the memory's life, shared with forked children). */
+static pthread_mutex_t fds_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static int *pipe_fds, *dev_fds;
+static unsigned n_pipe_fds, n_dev_fds, cap_pipe_fds, cap_dev_fds;
+
+static void remember_fd(int **arr, unsigned *n, unsigned *cap, int fd)
+{
+    if (*n == *cap) {
+        unsigned c = *cap ? *cap * 2 : 16;
+        int *a = realloc(*arr, c * sizeof(int));
+        if (!a)
+            return;
+        *arr = a, *cap = c;
+    }
+    (*arr)[(*n)++] = fd;
+}
+
+static void atfork_prepare(void) { pthread_mutex_lock(&fds_lock); }
+static void atfork_parent(void) { pthread_mutex_unlock(&fds_lock); }
+
+/* In a forked child: the holder is not this process, so the child must not keep the
+ * pipe that tells the watcher the holder is alive. Device fds are inherited as usual. */
+static void atfork_child(void)
+{
+    for (unsigned i = 0; i < n_pipe_fds; i++)
+        close(pipe_fds[i]);
+    n_pipe_fds = 0;
+    pthread_mutex_unlock(&fds_lock);
+}
+
+static void register_atfork(void) { pthread_atfork(atfork_prepare, atfork_parent, atfork_child); }
+
+EXPORT int fakegpu_keep_across_exec(void)
+{
+    int rc = 0;
+    pthread_mutex_lock(&fds_lock);
+    for (unsigned i = 0; i < n_dev_fds; i++)
+        if (fcntl(dev_fds[i], F_SETFD, 0))
+            rc = -1;
+    pthread_mutex_unlock(&fds_lock);
+    return rc;
+}
+
+/* Open (and map) the device files a CUDA context keeps open, and lock this holder's
+ * byte of dev/nvidiactl. The fds stay open for the rest of the process's life. Returns
+ * 0, or -1 if the state has no device files (an old state dir: memory then dies with
+ * the holder, as before). */
+static int open_device_files(const char *dir, const fg_entry *e)
+{
+    char path[PATH_MAX], name[32];
+    int fds[FG_MAX_ALLOCS + 2], n = 0;
+    dev_path(dir, "nvidiactl", path, sizeof path);
+    int ctl = open(path, O_RDWR | O_CLOEXEC);
+    if (ctl < 0)
+        return -1;
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = fg_client_key(e),
+                       .l_len = 1};
+    if (fcntl(ctl, F_OFD_SETLK, &fl)) {
+        close(ctl);
+        return -1;
+    }
+    fds[n++] = ctl;
+    dev_path(dir, "nvidia-uvm", path, sizeof path);
+    int uvm = open(path, O_RDWR | O_CLOEXEC);
+    if (uvm >= 0)
+        fds[n++] = uvm;
+    for (unsigned i = 0; i < e->n; i++) {
+        snprintf(name, sizeof name, "nvidia%u", e->gpu[i]);
+        dev_path(dir, name, path, sizeof path);
+        int g = open(path, O_RDWR | O_CLOEXEC);
+        if (g >= 0)
+            fds[n++] = g;
+    }
+    /* mapped like CUDA maps them: a child that closes every fd but keeps the mapping
+     * (fork without exec) still holds the description, and with it the lock */
+    for (int i = 0; i < n; i++)
+        mmap(NULL, 4096, PROT_READ, MAP_SHARED, fds[i], 0);
+    pthread_mutex_lock(&fds_lock);
+    for (int i = 0; i < n; i++)
+        remember_fd(&dev_fds, &n_dev_fds, &cap_dev_fds, fds[i]);
+    pthread_mutex_unlock(&fds_lock);
+    return 0;
+}
+
 EXPORT int fakegpu_hold_multi(const unsigned *gpus, const unsigned long long *mib, unsigned n)
 {
     const char *dir = fakegpu_state_dir();
@@ -538,6 +733,7 @@ EXPORT int fakegpu_hold_multi(const unsigned *gpus, const unsigned long long *mi
         errno = ENOENT;
         return -1;
     }
+    pthread_once(&atfork_once, register_atfork);
     memset(&e, 0, sizeof e);
     e.pid = (unsigned)getpid();
     if (proc_stat(e.pid, &st, &e.start))
@@ -554,6 +750,8 @@ EXPORT int fakegpu_hold_multi(const unsigned *gpus, const unsigned long long *mi
     pthread_mutex_lock(&hold_lock);
     e.seq = seq++;
     pthread_mutex_unlock(&hold_lock);
+    /* before the entry exists, so that any reader who sees it can test the lock */
+    open_device_files(dir, &e);
     format_entry(&e, nm, sizeof nm);
     snprintf(hdir, sizeof hdir, "%s/holders", dir);
     mkdir(dir, 0777);
@@ -591,7 +789,11 @@ EXPORT int fakegpu_hold_multi(const unsigned *gpus, const unsigned long long *mi
     while (waitpid(child, NULL, 0) == -1 && errno == EINTR) {
     }
     close(p[0]);
-    /* p[1] is intentionally kept open for the rest of this process's life. */
+    /* p[1] is intentionally kept open for the rest of this process's life (not in its
+     * forked children: see atfork_child). */
+    pthread_mutex_lock(&fds_lock);
+    remember_fd(&pipe_fds, &n_pipe_fds, &cap_pipe_fds, p[1]);
+    pthread_mutex_unlock(&fds_lock);
     return 0;
 }
 
@@ -619,8 +821,9 @@ typedef struct {
     int h_valid, h_racy;
     long long last_probe_ns;
     unsigned probe_cursor;
-    /* derived per-gpu data (alive holders only) */
-    unsigned long long alive_mib[FG_MAX_GPUS];
+    /* derived per-gpu data (alive holders only; detached ones are used, never listed) */
+    unsigned long long alive_mib[FG_MAX_GPUS], detached_mib[FG_MAX_GPUS];
+    unsigned ndetached[FG_MAX_GPUS];
     fg_proc *procs[FG_MAX_GPUS];
     unsigned nprocs[FG_MAX_GPUS];
 } fg_cache;
@@ -677,21 +880,28 @@ static int cmp_proc(const void *a, const void *b)
 static void rebuild_derived(void)
 {
     for (unsigned g = 0; g < FG_MAX_GPUS; g++) {
-        C.alive_mib[g] = 0;
-        C.nprocs[g] = 0;
+        C.alive_mib[g] = C.detached_mib[g] = 0;
+        C.nprocs[g] = C.ndetached[g] = 0;
     }
     unsigned cnt[FG_MAX_GPUS] = {0};
-    for (unsigned i = 0; i < C.nent; i++)
-        if (!C.ent[i].death_ns)
-            for (unsigned k = 0; k < C.ent[i].n; k++)
-                cnt[C.ent[i].gpu[k]]++;
+    for (unsigned i = 0; i < C.nent; i++) {
+        const fg_entry *e = &C.ent[i];
+        for (unsigned k = 0; k < e->n && !e->death_ns; k++) {
+            if (e->detached) {
+                C.detached_mib[e->gpu[k]] += e->mib[k];
+                C.ndetached[e->gpu[k]]++;
+            } else {
+                cnt[e->gpu[k]]++;
+            }
+        }
+    }
     for (unsigned g = 0; g < FG_MAX_GPUS; g++) {
         free(C.procs[g]);
         C.procs[g] = cnt[g] ? malloc(cnt[g] * sizeof(fg_proc)) : NULL;
     }
     for (unsigned i = 0; i < C.nent; i++) {
         const fg_entry *e = &C.ent[i];
-        if (e->death_ns)
+        if (e->death_ns || e->detached)
             continue;
         for (unsigned k = 0; k < e->n; k++) {
             unsigned g = e->gpu[k];
@@ -724,7 +934,7 @@ static void scan_holders(const char *hdir, const struct stat *sb)
     if (d) {
         struct dirent *de;
         while ((de = readdir(d))) {
-            if (de->d_name[0] != 'h' && de->d_name[0] != 'd')
+            if (de->d_name[0] != 'h' && de->d_name[0] != 'o' && de->d_name[0] != 'd')
                 continue;
             if (C.nent == C.cap) {
                 C.cap = C.cap ? C.cap * 2 : 256;
@@ -737,20 +947,30 @@ static void scan_holders(const char *hdir, const struct stat *sb)
     }
     qsort(C.ent, C.nent, sizeof(fg_entry), cmp_entry);
     long long now = now_ns();
+    int ctl = -2; /* opened on first need */
     for (unsigned i = 0; i < C.nent; i++) {
         fg_entry *e = &C.ent[i];
         if (e->death_ns)
             continue;
         fg_entry *prev = nold ? bsearch(e, old, nold, sizeof(fg_entry), cmp_entry) : NULL;
-        if (prev && prev->verified && !prev->death_ns) {
+        if (prev && prev->verified && !prev->death_ns && prev->detached == e->detached) {
             e->verified = 1;
             continue;
         }
-        /* first sight: full check (also catches pid reuse and zombies) */
-        if (!proc_alive(e->pid, e->start))
-            mark_dead(hdir, e, now);
+        /* first sight: full check (also catches pid reuse and zombies); a detached
+         * entry: are its device files still open somewhere? */
+        if (e->detached || !proc_alive(e->pid, e->start)) {
+            if (ctl == -2)
+                ctl = open_ctl(C.dir);
+            if (!e->detached)
+                settle_dead(hdir, ctl, e, now);
+            else if (!client_open(ctl, e))
+                move_entry(hdir, e, 0, now);
+        }
         e->verified = 1;
     }
+    if (ctl >= 0)
+        close(ctl);
     free(old);
     C.h_mtim = sb->st_mtim;
     C.h_ino = sb->st_ino;
@@ -768,19 +988,30 @@ static void scan_holders(const char *hdir, const struct stat *sb)
 static void probe_holders(const char *hdir)
 {
     long long now = now_ns();
-    int changed = 0;
+    int changed = 0, ctl = -2;
     for (unsigned k = 0; k < 64 && k < C.nent; k++) {
         fg_entry *e = &C.ent[C.probe_cursor++ % C.nent];
         if (e->death_ns)
             continue;
-        /* cheap kill(0) for most, full /proc check (zombie, pid reuse) for every 8th */
-        int dead = (k % 8 == 0) ? !proc_alive(e->pid, e->start)
-                                : (kill((pid_t)e->pid, 0) == -1 && errno == ESRCH);
+        /* cheap kill(0) for most, full /proc check (zombie, pid reuse) for every 8th;
+         * detached: the lock on the device file tells whether anyone still holds it */
+        if (ctl == -2 && e->detached)
+            ctl = open_ctl(C.dir);
+        int dead = e->detached         ? !client_open(ctl, e)
+                   : (k % 8 == 0) ? !proc_alive(e->pid, e->start)
+                                  : (kill((pid_t)e->pid, 0) == -1 && errno == ESRCH);
         if (dead) {
-            mark_dead(hdir, e, now);
+            if (ctl == -2)
+                ctl = open_ctl(C.dir);
+            if (e->detached)
+                move_entry(hdir, e, 0, now);
+            else
+                settle_dead(hdir, ctl, e, now);
             changed = 1;
         }
     }
+    if (ctl >= 0)
+        close(ctl);
     if (changed)
         rebuild_derived();
     C.last_probe_ns = now;
@@ -830,11 +1061,11 @@ static unsigned long long tearing_mib(unsigned g, unsigned *ntearing)
 
 static unsigned long long used_mib(unsigned g)
 {
-    return C.st.g[g].baseline_mib + C.alive_mib[g] + tearing_mib(g, NULL);
+    return C.st.g[g].baseline_mib + C.alive_mib[g] + C.detached_mib[g] + tearing_mib(g, NULL);
 }
 
 EXPORT int fakegpu_gpu_usage(unsigned gpu, unsigned long long *used, unsigned *nprocs,
-                             unsigned *ntearing)
+                             unsigned *ntearing, unsigned *ndetached)
 {
     pthread_mutex_lock(&api_lock);
     int rc = -1;
@@ -843,9 +1074,12 @@ EXPORT int fakegpu_gpu_usage(unsigned gpu, unsigned long long *used, unsigned *n
         if (ntearing)
             *ntearing = 0;
         if (used)
-            *used = C.st.g[gpu].baseline_mib + C.alive_mib[gpu] + tearing_mib(gpu, ntearing);
+            *used = C.st.g[gpu].baseline_mib + C.alive_mib[gpu] + C.detached_mib[gpu] +
+                    tearing_mib(gpu, ntearing);
         if (nprocs)
             *nprocs = C.nprocs[gpu];
+        if (ndetached)
+            *ndetached = C.ndetached[gpu];
         rc = 0;
     }
     pthread_mutex_unlock(&api_lock);

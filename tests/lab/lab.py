@@ -44,7 +44,13 @@ DEFAULT_PARENT = Path("/var/tmp")
 LOOPBACK = "127.0.0.1"  # the only address anything here ever uses
 FAKEGPU_STATE = "/run/fakegpu"  # inside the container: tmpfs, so every boot starts clean
 FAKEGPU_BIN = "/usr/local/bin/fakegpu"  # the lib's holders exec it as their watcher
-FAKEGPU_ENV = {"FAKEGPU_STATE": FAKEGPU_STATE, "FAKEGPU_BIN": FAKEGPU_BIN}
+FAKEGPU_ENV = {
+    "FAKEGPU_STATE": FAKEGPU_STATE,
+    "FAKEGPU_BIN": FAKEGPU_BIN,
+    # the collector looks for /dev/nvidia* held by processes NVML does not list: here the
+    # stand-in's device files are the ones holders open
+    "GPUDASH_NVIDIA_DEV_DIR": FAKEGPU_STATE + "/dev",
+}
 CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PYPATH = "/opt/gpulab/py"
 

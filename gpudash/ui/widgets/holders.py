@@ -26,7 +26,9 @@ COLUMNS = (
     ("user", "User", 8),
     ("cmd", "Command", 200),
 )
-FLAG_ORDER = (Flag.ORPHAN, Flag.RESPAWNED, Flag.UNIT_INACTIVE, Flag.ZOMBIE, Flag.D_STATE)
+FLAG_ORDER = (
+    Flag.ORPHAN, Flag.RESPAWNED, Flag.UNIT_INACTIVE, Flag.ZOMBIE, Flag.D_STATE, Flag.DEVICE_HOLDER,
+)
 
 
 @dataclass(frozen=True, slots=True)
