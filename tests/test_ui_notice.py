@@ -122,3 +122,20 @@ async def test_walkthrough_covers_nothing_follows_the_keymap_and_the_incident() 
         await pilot.press("y")
         await wait_for(pilot, lambda: "Demo 2/3" in guide.render().plain, within=20)
         assert "press D" in guide.render().plain
+
+
+def test_walkthrough_steps_follow_the_demo_state() -> None:
+    from gpudash.triage import triage
+    from gpudash.ui.walkthrough import demo_step, guide_text
+
+    demo = DemoHost(seed=7)
+    keys = {"kill": "K", "reclaim": "r", "stop_disable": "D", "reap": "o"}.get
+    first = triage(demo.snapshot())
+    assert demo_step(first) == 1 and "press K" in guide_text(first, keys).plain  # type: ignore[arg-type]
+    assert "the action runs" in guide_text(first, keys, running=True).plain  # type: ignore[arg-type]
+    demo.units[MINIMAX].kill_mode = "control-group"
+    demo.units[MINIMAX].active = False
+    for p in list(demo.processes.values()):
+        if p.unit == MINIMAX:
+            demo.processes.pop(p.pid)
+    assert demo_step(triage(demo.snapshot())) == 4

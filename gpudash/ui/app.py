@@ -427,7 +427,7 @@ class GpudashApp(App[int]):
             self.gpu_table.show(view.snapshot, pal)
             self.gpu_grid.show(view.snapshot, pal)
             if self._welcome:
-                self.guide.show(view.triage, self.key_of)
+                self.guide.show(view.triage, self.key_of, self.running)
             rows = holder_rows(view.triage, pal) if view.triage else []
             holders.show(filter_rows(rows, self.holder_filter))
             self.selected_key = holders.selected_key()

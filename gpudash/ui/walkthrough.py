@@ -30,9 +30,14 @@ def demo_step(result: HostTriage | None) -> int:
     return 1
 
 
-def guide_text(result: HostTriage | None, key: KeyOf) -> Text:
+def guide_text(result: HostTriage | None, key: KeyOf, running: bool = False) -> Text:
     step = demo_step(result)
     out = Text()
+    if running:
+        out.append("Demo: ", style="bold")
+        out.append("the action runs; the Action panel follows each GPU's memory until it "
+                   "is back, or says what holds it.")
+        return out
     if step == 0:
         out.append("Demo: waiting for the first sample…", style="dim")
         return out

@@ -11,7 +11,7 @@ from gpudash.ui.walkthrough import KeyOf, guide_text
 class Guide(Static):
     """Shown only in the demo (not read-only)."""
 
-    def show(self, result: HostTriage | None, key: KeyOf) -> None:
+    def show(self, result: HostTriage | None, key: KeyOf, running: bool = False) -> None:
         """The step the demo is at, with the user's keys."""
         self.add_class("-shown")
-        self.update(guide_text(result, key))
+        self.update(guide_text(result, key, running))
