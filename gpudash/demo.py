@@ -48,6 +48,11 @@ class SimProcess:
     gpu_memory_mib: dict[int, int] = field(default_factory=dict)
     ignores_term: bool = False
     state: str = "S"
+    # A child forked from a CUDA process (a compile or dataloader worker) that inherited
+    # /dev/nvidia*: when its parent dies, the parent's memory stays, held through it,
+    # and the driver lists neither.
+    inherits_device: bool = False
+    device_mib: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -120,6 +125,7 @@ class DemoHost(HostControl):
         age: float = 0.0,
         ignores_term: bool = False,
         pid: int | None = None,
+        inherits_device: bool = False,
     ) -> SimProcess:
         """Start a simulated process (tests use this to add odd ones)."""
         p = SimProcess(
@@ -132,6 +138,7 @@ class DemoHost(HostControl):
             unit=unit,
             gpu_memory_mib=dict(gpu_memory_mib or {}),
             ignores_term=ignores_term,
+            inherits_device=inherits_device,
         )
         self.processes[p.pid] = p
         return p
@@ -184,8 +191,16 @@ class DemoHost(HostControl):
     def _die(self, p: SimProcess) -> None:
         now = self.now()
         self.processes.pop(p.pid, None)
-        for gpu, mib in p.gpu_memory_mib.items():
-            self._releases.append((now + self.release_delay, gpu, mib))
+        heirs = [c for c in self.processes.values() if c.ppid == p.pid and c.inherits_device]
+        held = {**p.gpu_memory_mib}
+        for gpu, mib in p.device_mib.items():
+            held[gpu] = held.get(gpu, 0) + mib
+        if heirs:  # the device files are still open in a child: nothing is released
+            for gpu, mib in held.items():
+                heirs[0].device_mib[gpu] = heirs[0].device_mib.get(gpu, 0) + mib
+        else:
+            for gpu, mib in held.items():
+                self._releases.append((now + self.release_delay, gpu, mib))
         for child in self.processes.values():
             if child.ppid == p.pid:
                 child.ppid = 1  # re-parented, still holding its CUDA context
@@ -216,7 +231,7 @@ class DemoHost(HostControl):
         now = self.now()
         used = dict.fromkeys(range(8), 0)
         for p in self.processes.values():
-            for gpu, mib in p.gpu_memory_mib.items():
+            for gpu, mib in [*p.gpu_memory_mib.items(), *p.device_mib.items()]:
                 used[gpu] += mib
         for _, gpu, mib in self._releases:
             used[gpu] += mib
@@ -249,7 +264,9 @@ class DemoHost(HostControl):
                 cmdline=p.cmdline,
                 cgroup=_cgroup(p),
                 unit=p.unit,
-                gpu_memory_mib=dict(p.gpu_memory_mib),
+                # what the driver lists; a device holder's memory is N/A, as on a real host
+                gpu_memory_mib={**p.gpu_memory_mib, **dict.fromkeys(p.device_mib)},
+                device_gpus=tuple(sorted(p.device_mib)),
             )
             for p in sorted(self.processes.values(), key=lambda p: p.pid)
         )

@@ -24,9 +24,9 @@ from gpudash.engine.plan import (
     plan_changes,
 )
 from gpudash.engine.steps import Signal, Step, Systemctl
-from gpudash.engine.target import Target, mem_sum
+from gpudash.engine.target import Target, expected_free
 from gpudash.model import HostSnapshot, Process, SourceKind, Unit, unit_name
-from gpudash.triage import Flag, HostTriage, OwnerKind, owner_kind, process_flags
+from gpudash.triage import Flag, HostTriage, OwnerKind, holds, owner_kind, process_flags
 from gpudash.units import gib
 
 
@@ -95,9 +95,7 @@ def _new_plan(
 
 def _left_alone(snapshot: HostSnapshot, pinned: Iterable[Target]) -> tuple[Target, ...]:
     pids = {t.pid for t in pinned}
-    return tuple(
-        Target.of(p) for p in snapshot.processes if p.holds_gpu_memory and p.pid not in pids
-    )
+    return tuple(Target.of(p) for p in snapshot.processes if holds(p) and p.pid not in pids)
 
 
 def _require_unit(snapshot: HostSnapshot, name: str | None) -> Unit:
@@ -147,12 +145,12 @@ def plan_unit(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Actio
         # main, the signals take what KillMode or re-parenting left behind.
         targets = [Target.of(p) for p in members if p.start_ticks is not None and p.pid != 1]
         steps += [Signal(t, escalate=True) for t in targets]
-        expected = mem_sum(targets)
+        expected = expected_free(snapshot, targets)
     elif kind in STOPPING:
         killed = members if u.kill_mode in (None, "control-group", "mixed") else [
             p for p in members if p.pid == u.main_pid
         ]
-        expected = mem_sum(Target.of(p) for p in killed)
+        expected = expected_free(snapshot, (Target.of(p) for p in killed))
         left = [p for p in members if p not in killed and p.holds_gpu_memory]
         if left:
             notes.append(
@@ -214,7 +212,7 @@ def plan_process(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Ac
     return _new_plan(
         spec, snapshot, Selection(pid=p.pid), f"pid {p.pid}",
         steps=(Signal(t, _signal.SIGKILL if kill else _signal.SIGTERM, escalate=not kill),),
-        expected_free_mib=mem_sum([t]),
+        expected_free_mib=expected_free(snapshot, [t]),
         notes=tuple(_process_notes(snapshot, p, owner)),
         untouched=_left_alone(snapshot, [t]),
         unit_before=owner,
@@ -237,7 +235,7 @@ def plan_reap(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Actio
     return _new_plan(
         spec, snapshot, Selection(unit=unit), f"{len(targets)} orphan(s){where}",
         steps=tuple(Signal(t, escalate=True) for t in targets),
-        expected_free_mib=mem_sum(targets),
+        expected_free_mib=expected_free(snapshot, targets),
         untouched=_left_alone(snapshot, targets),
         unit_before=snapshot.unit(unit) if unit else None,
     )

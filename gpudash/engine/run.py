@@ -423,6 +423,11 @@ def _explain(plan: ActionPlan, snap: HostSnapshot, gpus: list[int]) -> list[Left
             elif p.pid in pinned_pids:
                 out.append(Leftover(p.pid, gpu, mib, *NOT_SENT[SignalOutcome.MISMATCH]))
                 explained = True
+            elif gpu in p.device_gpus:
+                out.append(Leftover(p.pid, gpu, mib, f"holds /dev/nvidia{gpu}",
+                                    f"{label(p) or p.name}: a process forked from a CUDA "
+                                    "process keeps its memory; the driver does not list it"))
+                explained = True
             elif plan.unit_before is not None and p.unit == plan.unit_before.name:
                 why = "respawned" if was_respawned else "new process of the unit"
                 out.append(Leftover(p.pid, gpu, mib, why, label(p) or p.name))
@@ -437,8 +442,9 @@ def _explain(plan: ActionPlan, snap: HostSnapshot, gpus: list[int]) -> list[Left
                     gpu,
                     None,
                     "unknown holder",
-                    "no listed process holds it: the driver has not released it yet, or a "
-                    "process outside this view (another container) holds it",
+                    "no process holds it that gpudash can see: the driver has not released "
+                    "it yet, or a process outside this view holds it (another container, or "
+                    "a device holder gpudash could not read without root)",
                 )
             )
     return out

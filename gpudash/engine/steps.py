@@ -35,6 +35,9 @@ class Signal:
         t = self.target
         text = (f"kill -{self.name.removeprefix('SIG')} {t.pid}  "
                 f"(start {t.start_ticks}, {t.user or '?'}, {t.label})")
+        if t.device_gpus:
+            files = ", ".join(f"/dev/nvidia{g}" for g in t.device_gpus)
+            text += f" [holds {files}; not listed by the driver]"
         if self.escalate:
             text += f"; -KILL after {term_timeout:g} s if alive"
         return text

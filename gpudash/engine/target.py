@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gpudash.model import Process
+from gpudash.model import HostSnapshot, Process
 from gpudash.triage import label
 
 
@@ -19,6 +19,7 @@ class Target:
     label: str
     cmdline: str
     gpu_memory_mib: Mapping[int, int | None]
+    device_gpus: tuple[int, ...] = ()  # holds these GPUs' device files; the driver lists it not
 
     @classmethod
     def of(cls, p: Process) -> Target:
@@ -29,6 +30,7 @@ class Target:
             label(p) or p.name or "?",
             p.cmdline,
             dict(p.gpu_memory_mib),
+            p.device_gpus,
         )
 
     @property
@@ -43,4 +45,29 @@ def mem_sum(targets: Iterable[Target]) -> dict[int, int]:
         for gpu, mib in t.gpu_memory_mib.items():
             if mib:
                 out[gpu] = out.get(gpu, 0) + mib
+    return out
+
+
+DEVICE_SLACK_MIB = 1024  # what the driver itself may keep on a GPU nobody holds
+
+
+def expected_free(snapshot: HostSnapshot, targets: Iterable[Target]) -> dict[int, int]:
+    """Memory per GPU that signalling ``targets`` should bring back.
+
+    Listed memory adds up. A process that holds a GPU only through its device files has
+    no listed memory; the GPU's unlisted memory (used less every listed holder's, less a
+    driver slack) is expected back only when every such process on that GPU is a target.
+    """
+    targets = list(targets)
+    out = mem_sum(targets)
+    pinned = {t.pid for t in targets}
+    for gpu in sorted({g for t in targets for g in t.device_gpus}):
+        holders = [p for p in snapshot.processes if gpu in p.device_gpus]
+        g = snapshot.gpu(gpu)
+        if g is None or g.memory_used_mib is None or any(p.pid not in pinned for p in holders):
+            continue
+        listed = sum(p.gpu_memory_mib.get(gpu) or 0 for p in snapshot.processes)
+        unlisted = g.memory_used_mib - listed - DEVICE_SLACK_MIB
+        if unlisted > 0:
+            out[gpu] = out.get(gpu, 0) + unlisted
     return out
