@@ -166,3 +166,13 @@ async def test_a_cancelled_action_keeps_a_report_of_what_was_sent() -> None:
     assert "systemctl stop vllm-minimax-m25.service: exit 0" in report.summary
     assert "SIGKILL" not in report.summary  # the escalation never happened, and it says so
     assert any(line.startswith("  sent: ") for line in report.describe())
+
+
+async def test_a_respawn_is_the_result_not_followed_by_done() -> None:
+    demo = DemoHost(speed=100.0)
+    s = await demo.sample()
+    u = s.unit(MINIMAX)
+    assert u is not None
+    report = await execute(plan_action(s, ActionKind.KILL, pid=u.main_pid), demo, FAST)
+    assert report.summary.startswith(f"systemd respawned {MINIMAX}")
+    assert "done" not in report.summary and "confirmed" not in report.summary

@@ -347,7 +347,10 @@ class _Run:
             parts.append(f"NOT confirmed: {len(survivors)} planned process(es) still alive")
         if memory_ok and report.gpus:
             freed = sum(g.freed_mib or 0 for g in report.gpus)
-            parts.append(f"confirmed: {gib(freed)} back on {len(report.gpus)} GPU(s)")
+            word = "memory" if problems else "confirmed"  # never "confirmed" beside a problem
+            parts.append(f"{word}: {gib(freed)} back on {len(report.gpus)} GPU(s)")
+        elif problems:
+            pass  # the problem is the result: nothing "done" to add to it
         elif memory_ok and plan.kind in UNIT_ACTIONS and report.unit_after is not None:
             done = " and ".join(w for k, w in ((STOPPING, "stopped"), (DISABLING, "disabled"))
                                 if plan.kind in k)
