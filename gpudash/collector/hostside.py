@@ -109,6 +109,7 @@ SIGNAL_WATCH = 2 * STAT_EVERY  # samples a signalled process's stat is re-read e
 HOT_STATES = (b"D", b"Z", b"T", b"t", b"X")  # states whose process is re-read every sample
 FD_CACHE_MAX = 4096  # most /proc/PID/stat fds kept open (also <= half of RLIMIT_NOFILE)
 STAT_BYTES = 4096  # /proc/PID/stat is one line of at most ~1 KB
+HOST_STATS_S = 1.0  # the host's CPU % and RAM are re-read at most this often (seconds)
 NA_MARKERS = ("[N/A]", "[Not Supported]", "[Insufficient Permissions]", "N/A", "[Unknown Error]")
 SMI_GPU_FIELDS = (
     "index,uuid,name,memory.total,memory.used,utilization.gpu,temperature.gpu,"
@@ -1150,20 +1151,29 @@ class HostStats:
         self.proc = proc
         self.last: tuple[float, float] | None = None  # (busy, total) CPU time, /proc path
         self.primed = False
+        self.read_at = -HOST_STATS_S
+        self.values: Json = {}
 
     @property
     def uses_psutil(self) -> bool:
         return self.psutil is not None
 
     def read(self) -> Json:
+        """{"cpu_pct", "mem_used_mib", "mem_total_mib"}: the same values (and dict) for
+        ``HOST_STATS_S`` after each reading (a CPU % over less than that is noise)."""
+        now = time.monotonic()
+        if now - self.read_at < HOST_STATS_S:
+            return self.values
+        self.read_at = now
         cpu = self._cpu_psutil() if self.psutil is not None else self._cpu_proc()
         used, total = self._mem_psutil() if self.psutil is not None else self._mem_proc()
         primed, self.primed = self.primed, True
-        return {
+        self.values = {
             "cpu_pct": round(cpu, 1) if primed and cpu is not None else None,
             "mem_used_mib": used,
             "mem_total_mib": total,
         }
+        return self.values
 
     def _cpu_psutil(self) -> float | None:
         try:
