@@ -289,7 +289,7 @@ def mutated(draw: st.DrawFn) -> dict[str, Any]:
     return state
 
 
-@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.one_of(mutated().map(full), mutated().map(patch), st.binary(max_size=50))))
 def test_decoder_gives_a_bounded_snapshot_or_a_protocol_error(lines: list[bytes]) -> None:
     decoder = SnapshotDecoder("h")
