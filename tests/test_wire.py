@@ -122,6 +122,7 @@ def test_object_keys_must_name_their_object(section: str, key: str, entry: dict)
         (("units", "v.service", "main_pid"), 2**63),
         (("boot_id",), "x" * 500),
         (("boot_id",), "not a uuid; rm -rf /"),
+        (("boot_id",), BOOT + "\n"),
     ],
 )
 def test_identities_out_of_range_are_refused(where: tuple[str, ...], value: object) -> None:

@@ -97,7 +97,7 @@ ERROR_MAX = 512
 
 MIB = 1024 * 1024
 UNIT_COMPONENT = re.compile(r"^[A-Za-z0-9:_.\\@-]{1,240}\.(service|scope)$")
-BOOT_ID = re.compile(r"^[0-9a-fA-F-]{1,64}$")
+BOOT_ID = re.compile(r"[0-9a-fA-F-]{1,64}")  # fullmatch
 UNIT_PROPERTIES = (
     "Id,ActiveState,SubState,UnitFileState,Restart,KillMode,NRestarts,MainPID,"
     "ControlGroup,Description"
@@ -1129,7 +1129,7 @@ class UnitReader:
 def read_boot_id(proc: str = "/proc") -> str | None:
     """This boot's id: a (pid, start ticks) identity holds within one boot only."""
     text = (_read(proc + "/sys/kernel/random/boot_id", 128) or "").strip()
-    return text if BOOT_ID.match(text) else None
+    return text if BOOT_ID.fullmatch(text) else None
 
 
 def load_psutil() -> Any:

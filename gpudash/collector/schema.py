@@ -173,7 +173,7 @@ def value(d: dict[str, Any], field: Field, where: str, notes: list[str]) -> Any:
     if isinstance(bound, Text):
         if not isinstance(raw, str):
             raise ProtocolError(f"{where}.{field.name}: expected text, got {type(raw).__name__}")
-        if len(raw) <= bound.limit and (bound.pattern is None or bound.pattern.match(raw)):
+        if len(raw) <= bound.limit and (bound.pattern is None or bound.pattern.fullmatch(raw)):
             return raw
         if bound.identity:
             raise ProtocolError(f"{where}.{field.name}: not a valid value: {show(raw)}")
