@@ -202,3 +202,36 @@ def test_unreadable_requests_get_an_error_reply_and_the_collector_stays() -> Non
         collector_run.stop(proc)
         victim.kill()
         victim.wait()
+
+
+def test_idle_holder_that_wakes_up_shows_its_cpu(tmp_path: Path) -> None:
+    """An idle process's stat is re-read as the same bytes (nothing parsed): once it
+    starts spinning the next read shows it."""
+    waker = subprocess.Popen(
+        [sys.executable, "-c", "import time\ntime.sleep(1.5)\nwhile True: pass"]
+    )
+
+    class Gpus:
+        def read(self):  # type: ignore[no-untyped-def]
+            return [], {waker.pid: {0: 1}}, []
+
+    collector = Collector(
+        gpus=Gpus(),
+        proc=ProcReader(stat_every=1),
+        units=UnitReader("systemctl", str(tmp_path / "no-systemd")),
+    )
+    try:
+        time.sleep(0.3)
+        seen = []
+        for _ in range(4):  # asleep: 0 % once its start-up is behind the first reading
+            seen.append(collector.sample()["procs"][str(waker.pid)]["cpu_pct"])
+            time.sleep(0.2)
+        assert seen[-1] == 0 and seen[-2] == 0, seen
+        time.sleep(1.2)  # now spinning
+        collector.sample()
+        time.sleep(0.5)
+        assert collector.sample()["procs"][str(waker.pid)]["cpu_pct"] >= 30
+    finally:
+        waker.kill()
+        waker.wait()
+        collector.proc.close()

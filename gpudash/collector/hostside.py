@@ -612,6 +612,7 @@ class _Known:
     __slots__ = (
         "pid", "start", "fd", "pidfd", "parent", "static", "sig", "out", "seen", "stale",
         "dirty", "hot", "quiet", "due", "ticks", "ticks_at", "cpu", "cost", "squeezed",
+        "data",
     )
 
     def __init__(self, pid: int, start: int, fd: int | None) -> None:
@@ -634,6 +635,7 @@ class _Known:
         self.cpu: int | None = None  # % of one CPU between the last two reads
         self.cost = 0  # JSON bytes of its cmdline if longer than CMDLINE_SHORT, else 0
         self.squeezed = False  # its cmdline was cut to CMDLINE_SHORT: the budget was spent
+        self.data = b""  # its stat as last parsed
 
 
 class _Parent:
@@ -855,6 +857,23 @@ class ProcReader:
 
     def _update(self, known: _Known, data: bytes) -> Json | None:
         """``known``'s wire dict after reading ``data`` from its stat (same dict if unchanged)."""
+        if data == known.data and known.cpu == 0 and not known.stale and known.due > self.now:
+            # an idle process's stat is the same bytes: no CPU spent, nothing to parse
+            known.ticks_at = time.monotonic()
+            known.seen = True
+            known.dirty = False
+        else:
+            out = self._parse(known, data)
+            if out is None:
+                return None
+        if known.pidfd is not None and known.parent != known.out["ppid"]:
+            self._watch_parent(known)
+        known.quiet = (
+            known.parent is not None and not known.hot and known.pid not in self.signalled
+        )
+        return known.out
+
+    def _parse(self, known: _Known, data: bytes) -> Json | None:
         open_at = data.find(b"(")
         close_at = data.rfind(b")")
         # fields after comm: state ppid ... utime stime (14, 15) ... rss (24): rest[0, 1,
@@ -896,11 +915,7 @@ class ProcReader:
                 out["rss_mib"] = rss
             known.out, known.sig = out, sig
             known.hot = sig[1] in HOT_STATES
-        if known.pidfd is not None and known.parent != known.out["ppid"]:
-            self._watch_parent(known)
-        known.quiet = (
-            known.parent is not None and not known.hot and known.pid not in self.signalled
-        )
+        known.data = data
         return known.out
 
     def _watch_parent(self, known: _Known) -> None:
