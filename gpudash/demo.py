@@ -93,6 +93,7 @@ class DemoHost(HostControl):
         self.processes: dict[int, SimProcess] = {}
         self.units: dict[str, SimUnit] = {}
         self._releases: list[tuple[float, int, int]] = []  # (at, gpu, mib)
+        self.boot_id = f"5e1f0c2a-8d3a-4b71-9f0e-{random.Random(-seed).getrandbits(48):012x}"
         self._build_incident()
 
     # --- simulated clock ------------------------------------------------------------
@@ -278,6 +279,7 @@ class DemoHost(HostControl):
             processes=procs,
             units=units,
             source=SourceKind.DEMO,
+            boot_id=self.boot_id,
             can_act=not self.read_only,
             cannot_act_reason="read-only mode" if self.read_only else None,
         )
@@ -327,9 +329,13 @@ class DemoHost(HostControl):
             return CommandResult(argv, 0, "")
         return CommandResult(argv, 1, f"unsupported verb {verb}")
 
-    async def signal(self, pid: int, start_ticks: int | None, sig: int) -> SignalOutcome:
+    async def signal(
+        self, pid: int, start_ticks: int | None, sig: int, *, boot_id: str | None = None
+    ) -> SignalOutcome:
         if self.read_only:
             return SignalOutcome.DENIED
+        if boot_id is not None and boot_id != self.boot_id:
+            return SignalOutcome.MISMATCH  # planned before a reboot: the pid is someone else
         self._advance()
         p = self.processes.get(pid)
         if p is None:

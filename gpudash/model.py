@@ -55,6 +55,8 @@ class Process:
     cgroup: str | None = None  # e.g. /system.slice/vllm-minimax-m25.service
     unit: str | None = None  # e.g. vllm-minimax-m25.service, session-4.scope
     gpu_memory_mib: Mapping[int, int | None] = field(default_factory=dict)
+    cpu_pct: float | None = None  # % of one CPU since the collector last read it (or lifetime)
+    rss_mib: int | None = None  # resident memory
     # GPUs whose device files (/dev/nvidia<N>) it holds open or mapped while NVML does not
     # list it: a forked child keeping a dead CUDA process's memory. Its memory there is
     # unknown (None in gpu_memory_mib), not attributed by the driver.
@@ -98,7 +100,7 @@ class SourceKind(StrEnum):
     NVIDIA_SMI = "nvidia-smi"
     DEMO = "demo"
     SHELL = "shell"  # plain-shell fallback on a host without python3: degraded
-    NONE = "none"  # neither NVML nor nvidia-smi: no GPU can be seen (degraded)
+    NONE = "none"  # neither NVML nor nvidia-smi: no GPU facts at all (degraded)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +117,10 @@ class HostSnapshot:
     errors: tuple[str, ...] = ()  # problems the collector met but survived
     can_act: bool = True  # the login may run systemctl / signal processes
     cannot_act_reason: str | None = None
+    boot_id: str | None = None  # the host's boot: a process identity holds within one boot
+    cpu_pct: float | None = None  # host CPU busy, % of all CPUs, since the previous sample
+    mem_used_mib: int | None = None  # host RAM in use: total less what is available
+    mem_total_mib: int | None = None
 
     def process(self, pid: int) -> Process | None:
         for p in self.processes:

@@ -63,8 +63,11 @@ class HostControl(Protocol):
         """Run ``systemctl VERB UNIT`` (verb: stop, disable, start, enable)."""
         ...
 
-    async def signal(self, pid: int, start_ticks: int | None, sig: int) -> SignalOutcome:
-        """Send ``sig`` to ``pid`` only if its start time on the host is ``start_ticks``."""
+    async def signal(
+        self, pid: int, start_ticks: int | None, sig: int, *, boot_id: str | None = None
+    ) -> SignalOutcome:
+        """Send ``sig`` to ``pid`` only if its start time on the host is ``start_ticks``,
+        and, given ``boot_id``, the host has not rebooted since (``MISMATCH`` otherwise)."""
         ...
 
     async def sample(self) -> HostSnapshot:

@@ -30,6 +30,13 @@ PY=.venv/bin/python
 
 echo "== ruff";         "$PY" -m ruff check gpudash tests bench screenshots scripts
 echo "== mypy --strict (domain)"; "$PY" -m mypy
+# the collector runs on GPU hosts' own python3: 3.7 at the oldest (novermin marks guarded calls)
+echo "== vermin (hostside.py: Python 3.7+)"
+if ! out=$("$PY" -c "import sys, vermin; sys.exit(vermin.main())" \
+    --no-tips --violations -t=3.7- gpudash/collector/hostside.py 2>&1); then
+  echo "$out"; exit 1
+fi
+echo "3.7 kept"
 echo "== import contract"
 "$PY" -c "from importlinter.cli import lint_imports_command; lint_imports_command()" --no-cache >/dev/null \
   && echo "contract kept"

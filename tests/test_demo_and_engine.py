@@ -202,7 +202,9 @@ class DroppingControl:
     async def systemctl(self, verb: str, unit: str) -> CommandResult:
         return await self.demo.systemctl(verb, unit)
 
-    async def signal(self, pid: int, start_ticks: int | None, sig: int) -> SignalOutcome:
+    async def signal(
+        self, pid: int, start_ticks: int | None, sig: int, *, boot_id: str | None = None
+    ) -> SignalOutcome:
         raise LinkLost("connection to demo lost")
 
     async def sample(self) -> HostSnapshot:
@@ -252,8 +254,10 @@ async def test_a_unit_still_enabled_after_disable_is_not_confirmed(demo: DemoHos
                 return CommandResult(("systemctl", verb, unit), 0, "")  # says ok, did nothing
             return await self.demo.systemctl(verb, unit)
 
-        async def signal(self, pid: int, start_ticks: int | None, sig: int) -> SignalOutcome:
-            return await self.demo.signal(pid, start_ticks, sig)
+        async def signal(
+            self, pid: int, start_ticks: int | None, sig: int, *, boot_id: str | None = None
+        ) -> SignalOutcome:
+            return await self.demo.signal(pid, start_ticks, sig, boot_id=boot_id)
 
     report = await execute(plan_action(await demo.sample(), ActionKind.STOP_DISABLE, unit=MINIMAX),
                            DisableFails(demo), FAST)

@@ -37,8 +37,10 @@ class Counting:
     async def systemctl(self, verb: str, unit: str) -> CommandResult:
         return await self.demo.systemctl(verb, unit)
 
-    async def signal(self, pid: int, start_ticks: int | None, sig: int) -> SignalOutcome:
-        return await self.demo.signal(pid, start_ticks, sig)
+    async def signal(
+        self, pid: int, start_ticks: int | None, sig: int, *, boot_id: str | None = None
+    ) -> SignalOutcome:
+        return await self.demo.signal(pid, start_ticks, sig, boot_id=boot_id)
 
     async def sample(self) -> HostSnapshot:
         self.samples += 1
@@ -176,3 +178,15 @@ async def test_a_respawn_is_the_result_not_followed_by_done() -> None:
     report = await execute(plan_action(s, ActionKind.KILL, pid=u.main_pid), demo, FAST)
     assert report.summary.startswith(f"systemd respawned {MINIMAX}")
     assert "done" not in report.summary and "confirmed" not in report.summary
+
+
+async def test_a_plan_made_before_a_reboot_signals_nothing() -> None:
+    demo = DemoHost(speed=100.0)
+    s = await demo.sample()
+    pid = workers(s)[1]
+    plan = plan_action(s, ActionKind.KILL, pid=pid)
+    assert plan.targets[0].boot_id == s.boot_id is not None
+    demo.boot_id = "0c4c1e2e-0000-4000-8000-000000000001"  # the host rebooted meanwhile
+    report = await execute(plan, demo, FAST)
+    assert report.signals == [(pid, "SIGKILL", SignalOutcome.MISMATCH)]
+    assert pid in demo.processes and not report.confirmed

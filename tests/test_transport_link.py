@@ -23,6 +23,7 @@ from sshd.fixture import (  # noqa: F401
     sshd_server,
 )
 
+from gpudash.collector.hostside import PROTOCOL
 from gpudash.demo import DemoHost
 from gpudash.source import LinkLost, ProtocolError
 from gpudash.transport import LocalSource, round_trip_s
@@ -30,8 +31,6 @@ from gpudash.transport import ssh as ssh_transport
 from gpudash.transport.link import Connection, Pipe
 from gpudash.transport.local import LocalConnection
 from gpudash.transport.ssh import SshConnection, SshSettings
-
-BIG = 5 * 1024 * 1024  # well past asyncssh's default 2 MiB channel window
 
 
 def fake_python(tmp_path: Path, body: str) -> str:
@@ -42,9 +41,11 @@ def fake_python(tmp_path: Path, body: str) -> str:
     return str(script)
 
 
+PROCS = 1300  # with 4000-byte cmdlines (within the decoder's bounds): about 5.3 MB
 BIG_SNAPSHOT = f"""
 import json, sys
-snap = {{"taken_at": 1.0, "errors": ["x" * {BIG}]}}
+procs = {{str(pid): {{"pid": pid, "cmdline": "x" * 4000}} for pid in range(2, {PROCS} + 2)}}
+snap = {{"v": {PROTOCOL}, "taken_at": 1.0, "procs": procs}}
 sys.stdout.write(json.dumps({{"k": "full", "s": snap}}) + "\\n")
 sys.stdout.flush()
 sys.stdin.buffer.read()
@@ -61,7 +62,8 @@ async def test_a_snapshot_bigger_than_the_default_window_arrives_whole(
             snap = await asyncio.wait_for(first(source.stream(0.5)), 30)
         finally:
             await source.close()
-        assert snap.errors == ("x" * BIG,)
+        assert len(snap.processes) == PROCS
+        assert all(p.cmdline == "x" * 4000 for p in snap.processes)
 
 
 @pytest.mark.ssh

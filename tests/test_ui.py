@@ -340,8 +340,9 @@ class LinkDropsAfterSignal(DemoHost):
         super().__init__(**kw)  # type: ignore[arg-type]
         self.dropped = False
 
-    async def signal(self, pid: int, start_ticks: int | None, sig: int):  # type: ignore[no-untyped-def]
-        outcome = await super().signal(pid, start_ticks, sig)
+    async def signal(self, pid: int, start_ticks: int | None, sig: int, *,  # type: ignore[no-untyped-def]
+                     boot_id: str | None = None):
+        outcome = await super().signal(pid, start_ticks, sig, boot_id=boot_id)
         if not self.dropped:
             self.dropped = True
             raise LinkLost("connection reset by peer")

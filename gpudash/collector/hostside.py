@@ -1,13 +1,17 @@
 """The collector that runs on the GPU host and writes snapshots as JSON lines.
 
 This one file is what gpudash sends to a remote host and runs with the host's
-``python3`` (3.7 or later): it imports only the standard library, plus ``pynvml`` (sent
-along with it) and the host's own ``psutil`` when present. It must never import gpudash.
-Locally the same file runs as a subprocess, so both paths share one code path.
+``python3`` (3.7 or later), isolated (``-I``): it imports only the standard library,
+plus ``pynvml`` (sent along with it) and the host's own ``psutil`` when present (for the
+host's CPU and RAM only; ``/proc`` serves the same numbers without it). It must never
+import gpudash. Locally the same file runs as a subprocess, so both paths share one code
+path. CI checks it with ``vermin -t=3.7-`` and runs it on a real Python 3.7.
 
 A snapshot on the wire is a dict with ``None`` values left out (so a JSON merge patch,
 RFC 7386, can describe every change: ``null`` means "now unknown"); a process's GPU
-memory of unknown size is written ``-1`` for the same reason.
+memory of unknown size is written ``-1`` for the same reason. Lines are UTF-8 as is.
+Every text from the host is cut to a limit and counts are capped (see "Limits" below),
+so no process a GPU user starts can make a snapshot larger than ``snapshot_bound()``.
 
 What a snapshot promises about processes (stream mode; see ``ProcReader``): GPU memory
 per process is read from the driver every sample. With pidfds (Python >= 3.9, Linux >=
@@ -36,9 +40,67 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-PROTOCOL = 1
+# ------------------------------------------------------------------------ the protocol
+# The one definition of what travels between gpudash and this collector. gpudash's
+# decoder (gpudash/collector/wire.py) imports these names, and a test holds the key lists
+# equal to the fields of gpudash's model (Gpu, Process, Unit, HostSnapshot).
+
+PROTOCOL = 2  # 2: boot_id, CPU and memory of the host and of each process, source "none"
+
+# gpudash -> collector, one JSON object a line: {"op": OP_..., ...}
+OP_WATCH = "watch"  # {"unit": NAME}: report this unit from now on; re-read everything
+OP_REFRESH = "refresh"  # re-read everything in the next sample
+OP_SAMPLE = "sample"  # serve: {"id"} -> K_FULL with a fresh snapshot and the same "id"
+OP_SIGNAL = "signal"  # serve: {"id", "pid", "start", "sig", "boot"?} -> K_SIGNAL, same "id"
+OP_PING = "ping"  # {"id"} -> K_PONG with the same "id" at once: the request round trip
+
+# collector -> gpudash, one JSON object a line (UTF-8 as is): {"k": K_..., ...}
+K_READY = "ready"  # serve: the first line, {"v": PROTOCOL}
+K_FULL = "full"  # {"s": snapshot}
+K_PATCH = "patch"  # {"s": RFC 7386 merge patch from the previous snapshot to this one}
+K_SIGNAL = "signal"  # {"outcome": one of SIGNAL_OUTCOMES}
+K_ERROR = "error"  # {"msg": text}: a request that could not be read
+K_PONG = "pong"  # the answer to OP_PING
+SIGNAL_OUTCOMES = ("sent", "gone", "mismatch", "denied", "unknown")
+
+# A snapshot has SNAPSHOT_KEYS; "gpus", "procs" and "units" are objects keyed by GPU index,
+# pid and unit name whose values have the keys below. Keys whose value is None are left out.
+SNAPSHOT_KEYS = (
+    "v", "host", "taken_at", "boot_id", "source", "degraded", "errors", "can_act",
+    "cannot_act_reason", "cpu_pct", "mem_used_mib", "mem_total_mib", "gpus", "procs", "units",
+)
+GPU_KEYS = (
+    "index", "uuid", "name", "memory_total_mib", "memory_used_mib", "memory_reserved_mib",
+    "utilization_pct", "temperature_c", "power_w", "power_limit_w", "error",
+)
+PROC_KEYS = (  # gpu_memory_mib: {"INDEX": MiB, or -1 where the driver cannot tell}
+    "pid", "ppid", "start_ticks", "started_at", "state", "user", "name", "cmdline", "cgroup",
+    "unit", "gpu_memory_mib", "cpu_pct", "rss_mib",
+    "device_gpus",  # [INDEX]: holds these GPUs' /dev/nvidia* although the driver lists it not
+)
+UNIT_KEYS = (
+    "name", "active_state", "sub_state", "unit_file_state", "restart", "kill_mode",
+    "n_restarts", "main_pid", "control_group", "description",
+)
+SOURCES = ("nvml", "nvidia-smi", "none")  # "none": no GPU facts at all (degraded)
+
+# Limits. A host's text is anybody's (a GPU user picks their cmdline): this collector
+# never writes more than these, and gpudash refuses larger counts and cuts longer text.
+MAX_GPUS = 64
+MAX_PROCS = 2048  # GPU holders first, then the other processes of their units
+MAX_UNITS = 256
+MAX_ERRORS = 32
+TRUNCATED = "\u2026[truncated]"  # ends every text that was cut
+CMDLINE_MAX = 4096  # bytes of one cmdline as JSON text (escapes counted), mark included
+CMDLINE_SHORT = 256  # the same, once CMDLINE_BUDGET is spent
+CMDLINE_BUDGET = 1 << 20  # bytes of all cmdlines longer than CMDLINE_SHORT in a snapshot
+CGROUP_MAX = 512
+TEXT_MAX = 256  # every other text: names, states, users, units, descriptions, GPU names
+ERROR_MAX = 512
+
 MIB = 1024 * 1024
-UNIT_COMPONENT = re.compile(r"^[A-Za-z0-9:_.\\@-]+\.(service|scope)$")
+UNIT_COMPONENT = re.compile(r"[A-Za-z0-9:_.\\@-]{1,240}\.(service|scope)")  # fullmatch
+BOOT_ID = re.compile(r"[0-9a-fA-F-]{1,64}")  # fullmatch
 UNIT_PROPERTIES = (
     "Id,ActiveState,SubState,UnitFileState,Restart,KillMode,NRestarts,MainPID,"
     "ControlGroup,Description"
@@ -50,6 +112,7 @@ SIGNAL_WATCH = 2 * STAT_EVERY  # samples a signalled process's stat is re-read e
 HOT_STATES = (b"D", b"Z", b"T", b"t", b"X")  # states whose process is re-read every sample
 FD_CACHE_MAX = 4096  # most /proc/PID/stat fds kept open (also <= half of RLIMIT_NOFILE)
 STAT_BYTES = 4096  # /proc/PID/stat is one line of at most ~1 KB
+HOST_STATS_S = 1.0  # the host's CPU % and RAM are re-read at most this often (seconds)
 NA_MARKERS = ("[N/A]", "[Not Supported]", "[Insufficient Permissions]", "N/A", "[Unknown Error]")
 SMI_GPU_FIELDS = (
     "index,uuid,name,memory.total,memory.used,utilization.gpu,temperature.gpu,"
@@ -58,9 +121,52 @@ SMI_GPU_FIELDS = (
 SMI_APP_FIELDS = "gpu_uuid,pid,used_memory"
 
 if TYPE_CHECKING:  # the host may run Python 3.7: no runtime generic aliases
-    from typing import TypeAlias
+    from typing import TypeAlias  # novermin: type checking only
 
     Json: TypeAlias = dict[str, Any]
+
+
+# ------------------------------------------------------------------------ host text
+
+
+def text_cost(text: str) -> int:
+    """Bytes ``text`` takes in a JSON line: UTF-8 as is, control characters escaped."""
+    return len(json.dumps(text, ensure_ascii=False).encode("utf-8", "replace")) - 2
+
+
+def cap_text(text: str, limit: int) -> str:
+    """``text`` within ``limit`` bytes of JSON, ending in ``TRUNCATED`` if it was cut."""
+    if len(text) * 6 <= limit:  # even if every character were a \u escape
+        return text
+    if len(text) <= limit and text_cost(text) <= limit:
+        return text
+    room = limit - text_cost(TRUNCATED)
+    low, high = 0, min(len(text), room)  # every character costs at least one byte
+    while low < high:  # the longest prefix that fits: a dozen json.dumps at most
+        mid = (low + high + 1) // 2
+        if text_cost(text[:mid]) <= room:
+            low = mid
+        else:
+            high = mid - 1
+    return text[:low] + TRUNCATED
+
+
+def snapshot_bound() -> int:
+    """Bytes of the largest full-snapshot line this collector writes, given the limits."""
+    number = 26  # a key with a number or a boolean: '"memory_total_mib":16777215,'
+    gpu = len(GPU_KEYS) * number + 2 * TEXT_MAX + ERROR_MAX
+    proc = (
+        len(PROC_KEYS) * number
+        + CMDLINE_SHORT  # longer ones share CMDLINE_BUDGET
+        + CGROUP_MAX
+        + 4 * TEXT_MAX  # state, user, name, unit
+        + MAX_GPUS * 16  # gpu_memory_mib: '"63":16777215,'
+    )
+    unit = len(UNIT_KEYS) * number + CGROUP_MAX + 7 * TEXT_MAX
+    top = len(SNAPSHOT_KEYS) * number + 3 * TEXT_MAX + ERROR_MAX + MAX_ERRORS * (ERROR_MAX + 3)
+    return (
+        top + MAX_GPUS * gpu + MAX_PROCS * proc + CMDLINE_BUDGET + CMDLINE_MAX + MAX_UNITS * unit
+    )
 
 
 # ---------------------------------------------------------------------------- parsing
@@ -108,7 +214,7 @@ def unit_of_cgroup(path: str | None) -> str | None:
     if not path:
         return None
     for part in path.split("/"):
-        if UNIT_COMPONENT.match(part):
+        if UNIT_COMPONENT.fullmatch(part):
             return part
     return None
 
@@ -129,20 +235,20 @@ def parse_systemctl_show(text: str) -> list[Json]:
             if sep:
                 props[key] = value
         name = props.get("Id")
-        if not name:
+        if not name or len(name) > TEXT_MAX:  # systemd's own limit is 255
             continue
         unit: Json = {"name": name}
-        for key, field in (
-            ("ActiveState", "active_state"),
-            ("SubState", "sub_state"),
-            ("UnitFileState", "unit_file_state"),
-            ("Restart", "restart"),
-            ("KillMode", "kill_mode"),
-            ("ControlGroup", "control_group"),
-            ("Description", "description"),
+        for key, field, limit in (
+            ("ActiveState", "active_state", TEXT_MAX),
+            ("SubState", "sub_state", TEXT_MAX),
+            ("UnitFileState", "unit_file_state", TEXT_MAX),
+            ("Restart", "restart", TEXT_MAX),
+            ("KillMode", "kill_mode", TEXT_MAX),
+            ("ControlGroup", "control_group", CGROUP_MAX),
+            ("Description", "description", TEXT_MAX),
         ):
             if props.get(key):
-                unit[field] = props[key]
+                unit[field] = cap_text(props[key], limit)
         for key, field in (("NRestarts", "n_restarts"), ("MainPID", "main_pid")):
             try:
                 number = int(props.get(key, ""))
@@ -186,13 +292,14 @@ def parse_smi_gpus(text: str) -> tuple[list[Json], list[str]]:
         if not line.strip():
             continue
         cells = [c.strip() for c in line.split(",")]
-        if len(cells) != 9 or _smi_int(cells[0]) is None:
+        index = _smi_int(cells[0]) if len(cells) == 9 else None
+        if index is None or not 0 <= index < MAX_GPUS:
             errors.append("nvidia-smi: " + line.strip()[:200])
             continue
         gpu: Json = {
-            "index": _smi_int(cells[0]),
-            "uuid": _smi_value(cells[1]),
-            "name": _smi_value(cells[2]),
+            "index": index,
+            "uuid": cap_text(_smi_value(cells[1]) or "", TEXT_MAX) or None,
+            "name": cap_text(_smi_value(cells[2]) or "", TEXT_MAX) or None,
             "memory_total_mib": _smi_int(cells[3]),
             "memory_used_mib": _smi_int(cells[4]),
             "utilization_pct": _smi_int(cells[5]),
@@ -247,16 +354,18 @@ class NvmlReader:
         self.raw: dict[tuple[str, int], tuple[bytes, list[tuple[int, int]]]] = {}
         self.last_lists: list[list[tuple[int, int]]] = []
         self.last_holders: dict[int, dict[int, int]] = {}
-        for index in range(nvml.nvmlDeviceGetCount()):
+        count = nvml.nvmlDeviceGetCount()
+        self.unlisted = max(0, count - MAX_GPUS)
+        for index in range(count - self.unlisted):
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
             self.handles.append(handle)
             facts: Json = {"index": index}
-            name = self._call(index, "nvmlDeviceGetName", handle)
-            uuid = self._call(index, "nvmlDeviceGetUUID", handle)
-            if name is not None:
-                facts["name"] = name.decode() if isinstance(name, bytes) else str(name)
-            if uuid is not None:
-                facts["uuid"] = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+            for key, fn in (("name", "nvmlDeviceGetName"), ("uuid", "nvmlDeviceGetUUID")):
+                value = self._call(index, fn, handle)
+                if isinstance(value, bytes):
+                    value = value.decode("utf-8", "replace")
+                if value is not None:
+                    facts[key] = cap_text(str(value), TEXT_MAX)
             self.static.append(facts)
 
     def _call(self, index: int, fn: str, *args: Any, impl: Any = None) -> Any:
@@ -356,6 +465,8 @@ class NvmlReader:
         gpus: list[Json] = []
         lists: list[tuple[int, list[tuple[int, int]]]] = []
         errors: list[str] = []
+        if self.unlisted:
+            errors.append(f"{self.unlisted} GPUs beyond the first {MAX_GPUS} not listed")
         for index, handle in enumerate(self.handles):
             gpu = dict(self.static[index])
             try:
@@ -415,6 +526,8 @@ class SmiReader:
                 [self.smi, query, "--format=csv,noheader,nounits"],
                 capture_output=True,
                 text=True,
+                encoding="utf-8",
+                errors="replace",
                 timeout=10,
             )
         except (OSError, subprocess.SubprocessError) as exc:
@@ -443,6 +556,8 @@ class SmiReader:
 
 
 class NoGpuReader:
+    """A host with neither NVML nor nvidia-smi: no GPU facts, and every snapshot says why."""
+
     def __init__(self, why: str) -> None:
         self.why = why
 
@@ -461,7 +576,7 @@ def gpu_reader(nvml_source: str | None) -> tuple[Any, str]:
     smi = shutil.which("nvidia-smi")
     if smi:
         return SmiReader(smi), "nvidia-smi"
-    return NoGpuReader(why), "nvml"
+    return NoGpuReader(why), "none"
 
 
 def load_pynvml(source: str | None) -> Any:
@@ -481,13 +596,13 @@ def load_pynvml(source: str | None) -> Any:
 # -------------------------------------------------------------------------- processes
 
 
-def _read(path: str) -> str | None:
+def _read(path: str, size: int = 65536) -> str | None:
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
         return None
     try:
-        return os.read(fd, 65536).decode("utf-8", "replace")
+        return os.read(fd, size).decode("utf-8", "replace")
     except OSError:
         return None
     finally:
@@ -499,7 +614,8 @@ class _Known:
 
     __slots__ = (
         "pid", "start", "fd", "pidfd", "parent", "static", "sig", "out", "seen", "stale",
-        "dirty", "hot", "quiet", "due",
+        "dirty", "hot", "quiet", "due", "ticks", "ticks_at", "cpu", "cost", "squeezed",
+        "data",
     )
 
     def __init__(self, pid: int, start: int, fd: int | None) -> None:
@@ -509,7 +625,7 @@ class _Known:
         self.pidfd: int | None = None  # readable once this process has exited
         self.parent: int | None = None  # the ppid whose pidfd is watched for it, if any
         self.static: Json = {}
-        self.sig: tuple[bytes, bytes, bytes] | None = None
+        self.sig: tuple[bytes, bytes, bytes, int | None, int | None] | None = None
         self.out: Json = {}
         self.seen = True
         self.stale = True
@@ -517,6 +633,12 @@ class _Known:
         self.hot = False  # D, Z, T: re-read every sample
         self.quiet = False  # its stat may be skipped until its rotation turn (see ProcReader)
         self.due = 0.0  # monotonic time its cmdline and cgroup are next re-read
+        self.ticks = -1  # utime + stime when last read (-1: never), and when that was
+        self.ticks_at = 0.0
+        self.cpu: int | None = None  # % of one CPU between the last two reads
+        self.cost = 0  # JSON bytes of its cmdline if longer than CMDLINE_SHORT, else 0
+        self.squeezed = False  # its cmdline was cut to CMDLINE_SHORT: the budget was spent
+        self.data = b""  # its stat as last parsed
 
 
 class _Parent:
@@ -591,6 +713,9 @@ class ProcReader:
         self.known: dict[int, _Known] = {}
         self.users: dict[int, str] = {}
         self.clk_tck = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self.page_size = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+        self.long_cmdlines = 0  # JSON bytes of known cmdlines longer than CMDLINE_SHORT
+        self.squeezed = 0  # known processes whose cmdline was cut to CMDLINE_SHORT
         self.boot_time = 0.0
         for line in (_read(proc + "/stat") or "").splitlines():
             if line.startswith("btime "):
@@ -615,7 +740,7 @@ class ProcReader:
         self.poller: Any = None
         if fd_limit > 0 and hasattr(os, "pidfd_open") and hasattr(select, "epoll"):
             try:
-                probe = os.pidfd_open(os.getpid())
+                probe = os.pidfd_open(os.getpid())  # novermin: hasattr above
             except OSError:  # kernel < 5.3 (ENOSYS) or seccomp: re-read every sample
                 pass
             else:
@@ -633,7 +758,7 @@ class ProcReader:
             return None
         if uid not in self.users:
             try:
-                self.users[uid] = pwd.getpwuid(uid).pw_name
+                self.users[uid] = cap_text(pwd.getpwuid(uid).pw_name, TEXT_MAX)
             except KeyError:
                 self.users[uid] = str(uid)
         return self.users[uid]
@@ -694,7 +819,7 @@ class ProcReader:
         pidfd = None
         if keep and self.poller is not None and self.pidfds < self.fd_limit:
             try:  # before the stat fd: if the pid is recycled in between, the pidfd fires
-                pidfd = os.pidfd_open(pid)
+                pidfd = os.pidfd_open(pid)  # novermin: only with self.poller (3.9+)
             except OSError:
                 pidfd = None
         try:
@@ -735,12 +860,41 @@ class ProcReader:
 
     def _update(self, known: _Known, data: bytes) -> Json | None:
         """``known``'s wire dict after reading ``data`` from its stat (same dict if unchanged)."""
+        if data == known.data and known.cpu == 0 and not known.stale and known.due > self.now:
+            # an idle process's stat is the same bytes: no CPU spent, nothing to parse
+            known.ticks_at = time.monotonic()
+            known.seen = True
+            known.dirty = False
+        else:
+            out = self._parse(known, data)
+            if out is None:
+                return None
+        if known.pidfd is not None and known.parent != known.out["ppid"]:
+            self._watch_parent(known)
+        known.quiet = (
+            known.parent is not None and not known.hot and known.pid not in self.signalled
+        )
+        return known.out
+
+    def _parse(self, known: _Known, data: bytes) -> Json | None:
         open_at = data.find(b"(")
         close_at = data.rfind(b")")
-        rest = data[close_at + 2 :].split(b" ", 2)
+        # fields after comm: state ppid ... utime stime (14, 15) ... rss (24): rest[0, 1,
+        # 11, 12, 21]. The numbers shown are compared, not the ticks: an idle process's
+        # dict stays the same object (nothing to send), a busy one's changes.
+        rest = data[close_at + 2 :].split(b" ", 22)
         if open_at < 0 or close_at < open_at or len(rest) < 3:
             return None
-        sig = (data[open_at + 1 : close_at], rest[0], rest[1])
+        cpu = rss = None
+        if len(rest) > 21:
+            try:
+                ticks = int(rest[11]) + int(rest[12])
+                rss = int(rest[21]) * self.page_size >> 20
+            except ValueError:
+                ticks = -1
+            if ticks >= 0:
+                cpu = self._cpu(known, ticks)
+        sig = (data[open_at + 1 : close_at], rest[0], rest[1], cpu, rss)
         known.seen = True
         known.dirty = False
         if (
@@ -755,16 +909,16 @@ class ProcReader:
             except ValueError:
                 return None
             out = dict(known.static)
-            out["name"] = sig[0].decode("utf-8", "replace")
-            out["state"] = sig[1].decode("ascii", "replace")
+            out["name"] = cap_text(sig[0].decode("utf-8", "replace"), TEXT_MAX)
+            out["state"] = cap_text(sig[1].decode("ascii", "replace"), TEXT_MAX)
             out["ppid"] = ppid
+            if cpu is not None:
+                out["cpu_pct"] = cpu
+            if rss is not None:
+                out["rss_mib"] = rss
             known.out, known.sig = out, sig
             known.hot = sig[1] in HOT_STATES
-        if known.pidfd is not None and known.parent != known.out["ppid"]:
-            self._watch_parent(known)
-        known.quiet = (
-            known.parent is not None and not known.hot and known.pid not in self.signalled
-        )
+        known.data = data
         return known.out
 
     def _watch_parent(self, known: _Known) -> None:
@@ -779,7 +933,7 @@ class ProcReader:
             if self.pidfds >= self.fd_limit:
                 return  # over budget: unwatched, so re-read every sample
             try:
-                fd = os.pidfd_open(ppid)
+                fd = os.pidfd_open(ppid)  # novermin: only with self.poller (3.9+)
             except OSError:  # gone already: re-parenting is under way, re-read next sample
                 return
             assert known.fd is not None
@@ -828,9 +982,9 @@ class ProcReader:
             "pid": pid,
             "start_ticks": known.start,
             "started_at": round(self.boot_time + known.start / self.clk_tck, 2),
-            "cmdline": raw.replace("\0", " ").strip(),
+            "cmdline": self._cmdline(known, raw.replace("\0", " ").strip()),
             "user": known.static.get("user"),
-            "cgroup": cgroup,
+            "cgroup": None if cgroup is None else cap_text(cgroup, CGROUP_MAX),
             "unit": unit_of_cgroup(cgroup),
         }
         static = {k: v for k, v in static.items() if v is not None}
@@ -840,9 +994,56 @@ class ProcReader:
         spread = ((pid * 2654435761) % 1024) / 2048.0  # fixed per pid, in [0, 0.5)
         known.due = self.now + CMDLINE_TTL_S * (1.0 - spread)
 
+    def _cmdline(self, known: _Known, text: str) -> str:
+        """``text`` within ``CMDLINE_MAX``, and within ``CMDLINE_SHORT`` once the cmdlines
+        of the known processes spend ``CMDLINE_BUDGET``: one user's thousand processes
+        with 4 KiB cmdlines cannot make a snapshot too large to travel."""
+        self.long_cmdlines -= known.cost
+        self.squeezed -= known.squeezed
+        known.cost, known.squeezed = 0, False
+        if len(text) * 6 <= CMDLINE_SHORT:
+            return text
+        text = cap_text(text, CMDLINE_MAX)
+        cost = text_cost(text)
+        if cost <= CMDLINE_SHORT:
+            return text
+        if self.long_cmdlines + cost > CMDLINE_BUDGET:
+            known.squeezed = True
+            self.squeezed += 1
+            return cap_text(text, CMDLINE_SHORT)
+        known.cost = cost
+        self.long_cmdlines += cost
+        return text
+
+    def _uptime(self) -> float:
+        """Seconds since boot, as start ticks count them (``btime`` is whole seconds)."""
+        text = _read(self.proc + "/uptime", 64)
+        try:
+            return float((text or "").split()[0])
+        except (IndexError, ValueError):
+            return time.time() - self.boot_time
+
+    def _cpu(self, known: _Known, ticks: int) -> int | None:
+        """% of one CPU ``known`` used since it was last read (``ticks``: utime + stime);
+        on first sight, its average over its life so far."""
+        now = time.monotonic()
+        if known.ticks < 0:
+            alive = self._uptime() - known.start / self.clk_tck
+            cpu = round(100.0 * ticks / self.clk_tck / alive) if alive >= 0.1 else None
+        elif now - known.ticks_at < 0.05:  # read again within a sample: ticks are 10 ms
+            return known.cpu
+        else:
+            spent = max(0, ticks - known.ticks) / self.clk_tck
+            cpu = round(100.0 * spent / (now - known.ticks_at))
+        known.ticks, known.ticks_at, known.cpu = ticks, now, cpu
+        return cpu
+
     def _drop(self, known: _Known) -> None:
         if self.known.get(known.pid) is known:
             del self.known[known.pid]
+        self.long_cmdlines -= known.cost
+        self.squeezed -= known.squeezed
+        known.cost, known.squeezed = 0, False
         self._unwatch_parent(known)
         if known.pidfd is not None:
             self._close_pidfd(known.pidfd)
@@ -991,10 +1192,10 @@ class DeviceHolders:
                 del self.found[pid]  # gone, or the pid names another process now
                 continue
             last = self.outs.get(pid)
-            if last is None or last[0] is not info or last[1]["dev"] != indices:
+            if last is None or last[0] is not info or last[1]["device_gpus"] != indices:
                 out = dict(info)
                 out["gpu_memory_mib"] = {str(i): -1 for i in indices}
-                out["dev"] = indices
+                out["device_gpus"] = indices
                 last = self.outs[pid] = (info, out)
             procs[str(pid)] = last[1]
         for pid in [p for p in self.outs if str(p) not in procs]:
@@ -1169,6 +1370,8 @@ class UnitReader:
                 [self.systemctl, "show", "--no-pager", "-p", UNIT_PROPERTIES, "--", *sorted(names)],
                 capture_output=True,
                 text=True,
+                encoding="utf-8",  # unit descriptions are anybody's bytes
+                errors="replace",
                 timeout=10,
             )
         except (OSError, subprocess.SubprocessError) as exc:
@@ -1181,14 +1384,121 @@ class UnitReader:
         return [self.last[n] for n in sorted(names) if n in self.last], errors
 
 
+# ------------------------------------------------------------------------------- host
+
+
+def read_boot_id(proc: str = "/proc") -> str | None:
+    """This boot's id: a (pid, start ticks) identity holds within one boot only."""
+    text = (_read(proc + "/sys/kernel/random/boot_id", 128) or "").strip()
+    return text if BOOT_ID.fullmatch(text) else None
+
+
+def load_psutil() -> Any:
+    """The host's psutil, or None: the collector never needs it (see ``HostStats``)."""
+    try:
+        import psutil  # type: ignore[import-untyped]
+    except Exception:  # noqa: BLE001 - absent, or broken on this host: /proc serves
+        return None
+    return psutil
+
+
+class HostStats:
+    """The host's CPU busy (% of all CPUs since the last read) and RAM in use (total less
+    available), from psutil where the host has it, else from ``/proc/stat`` and
+    ``/proc/meminfo`` computed the way psutil does on Linux."""
+
+    def __init__(self, psutil: Any = None, proc: str = "/proc") -> None:
+        self.psutil = psutil
+        self.proc = proc
+        self.last: tuple[float, float] | None = None  # (busy, total) CPU time, /proc path
+        self.primed = False
+        self.read_at = -HOST_STATS_S
+        self.values: Json = {}
+
+    @property
+    def uses_psutil(self) -> bool:
+        return self.psutil is not None
+
+    def read(self) -> Json:
+        """{"cpu_pct", "mem_used_mib", "mem_total_mib"}: the same values (and dict) for
+        ``HOST_STATS_S`` after each reading (a CPU % over less than that is noise)."""
+        now = time.monotonic()
+        if now - self.read_at < HOST_STATS_S:
+            return self.values
+        self.read_at = now
+        cpu = self._cpu_psutil() if self.psutil is not None else self._cpu_proc()
+        used, total = self._mem_psutil() if self.psutil is not None else self._mem_proc()
+        primed, self.primed = self.primed, True
+        self.values = {
+            "cpu_pct": round(cpu, 1) if primed and cpu is not None else None,
+            "mem_used_mib": used,
+            "mem_total_mib": total,
+        }
+        return self.values
+
+    def _cpu_psutil(self) -> float | None:
+        try:
+            return float(self.psutil.cpu_percent(interval=None))
+        except Exception:  # noqa: BLE001 - a host's psutil may fail where /proc works
+            return self._cpu_proc()
+
+    def _mem_psutil(self) -> tuple[int | None, int | None]:
+        try:
+            mem = self.psutil.virtual_memory()
+            return (mem.total - mem.available) // MIB, mem.total // MIB
+        except Exception:  # noqa: BLE001
+            return self._mem_proc()
+
+    def _cpu_proc(self) -> float | None:
+        """psutil.cpu_percent: busy = all but idle and iowait; guest is inside user."""
+        line = (_read(self.proc + "/stat", 512) or "").split("\n", 1)[0].split()
+        if len(line) < 9 or line[0] != "cpu":
+            return None
+        try:
+            ticks = [float(x) for x in line[1:9]]  # user nice system idle iowait irq softirq steal
+        except ValueError:
+            return None
+        total = sum(ticks)
+        busy = total - ticks[3] - ticks[4]
+        last, self.last = self.last, (busy, total)
+        if last is None or total <= last[1]:
+            return None if last is None else 0.0
+        return min(100.0, max(0.0, 100.0 * (busy - last[0]) / (total - last[1])))
+
+    def _mem_proc(self) -> tuple[int | None, int | None]:
+        fields: dict[str, int] = {}
+        for line in (_read(self.proc + "/meminfo", 8192) or "").splitlines():
+            key, _, value = line.partition(":")
+            parts = value.split()
+            if parts and parts[0].isdigit():
+                fields[key] = int(parts[0]) * 1024
+        total = fields.get("MemTotal")
+        if total is None:
+            return None, None
+        available = fields.get("MemAvailable")
+        if available is None:  # kernel < 3.14: psutil estimates the same way
+            kinds = ("MemFree", "Active(file)", "Inactive(file)", "SReclaimable")
+            available = sum(fields.get(k, 0) for k in kinds)
+        return (total - min(total, available)) // MIB, total // MIB
+
+
 # -------------------------------------------------------------------------- collector
+
+
+def login_name() -> str:
+    """Who this collector runs as, for messages; a uid without a passwd entry is a login too."""
+    uid = os.geteuid()
+    try:
+        return repr(pwd.getpwuid(uid).pw_name)
+    except KeyError:  # containers run arbitrary uids
+        return f"uid {uid} (no passwd entry)"
 
 
 def act_permission(sudo: bool) -> tuple[bool, str | None]:
     """Whether this login can stop units and signal other users' processes."""
-    user = pwd.getpwuid(os.geteuid()).pw_name if hasattr(os, "geteuid") else "?"
     if os.geteuid() == 0:
         return True, None
+    user = cap_text(login_name(), TEXT_MAX)
     if sudo:
         try:
             ok = (
@@ -1199,8 +1509,17 @@ def act_permission(sudo: bool) -> tuple[bool, str | None]:
             ok = False
         if ok:
             return True, None
-        return False, f"login {user!r} cannot run `sudo -n` (needs a NOPASSWD rule)"
-    return False, f"login {user!r} is not root; rerun with --sudo (needs a NOPASSWD rule)"
+        return False, f"login {user} cannot run `sudo -n` (needs a NOPASSWD rule)"
+    return False, f"login {user} is not root; rerun with --sudo (needs a NOPASSWD rule)"
+
+
+def _bounded_errors(errors: list[str]) -> list[str]:
+    """Distinct errors, each within ERROR_MAX, at most MAX_ERRORS of them."""
+    unique = [cap_text(e, ERROR_MAX) for e in dict.fromkeys(errors)]
+    if len(unique) > MAX_ERRORS:
+        more = len(unique) - (MAX_ERRORS - 1)
+        unique[MAX_ERRORS - 1 :] = [f"... and {more} more errors"]
+    return unique
 
 
 class Collector:
@@ -1214,6 +1533,7 @@ class Collector:
         units: UnitReader | None = None,
         gpus: Any = None,
         source: str = "nvml",
+        stats: HostStats | None = None,
     ) -> None:
         if gpus is None:
             gpus, source = gpu_reader(nvml_source)
@@ -1221,11 +1541,14 @@ class Collector:
         self.source = source
         self.proc = proc or ProcReader()
         self.units = units or UnitReader()
+        self.stats = stats or HostStats(load_psutil(), self.proc.proc)
+        self.boot_id = read_boot_id(self.proc.proc)
         self.can_act, self.reason = act_permission(sudo)
         self.watched: set[str] = set()
         self.holding: dict[int, tuple[Json, dict[int, int], Json, str]] = {}
         self.devices = DeviceHolders(self.proc.proc, gpus=gpus)
-        self.host = os.uname().nodename if hasattr(os, "uname") else "localhost"
+        host = os.uname().nodename if hasattr(os, "uname") else "localhost"
+        self.host = cap_text(host, TEXT_MAX)
 
     def sample(self, force_units: bool = False) -> Json:
         """One wire snapshot. Its process dicts are shared with later snapshots while they
@@ -1234,13 +1557,21 @@ class Collector:
         if force_units:
             self.proc.stale_all()
         gpus, holders, errors = self.gpus.read()
+        errors = list(errors)
+        if len(gpus) > MAX_GPUS:
+            errors.append(f"{len(gpus) - MAX_GPUS} GPUs beyond the first {MAX_GPUS} not listed")
+            gpus = gpus[:MAX_GPUS]
         self.proc.begin_sample()  # after the driver's lists: any exit before now is seen
         procs: dict[str, Json] = {}
         before = self.holding
         holding: dict[int, tuple[Json, dict[int, int], Json, str]] = {}
         self.holding = holding
         read = self.proc.read
-        for pid, mem in holders.items():
+        listed: Any = holders.items()
+        if len(holders) > MAX_PROCS:  # absurd, but a snapshot must stay bounded
+            listed = sorted(holders.items())[:MAX_PROCS]
+            errors.append(f"{len(holders) - MAX_PROCS} GPU processes beyond {MAX_PROCS} not listed")
+        for pid, mem in listed:
             info = read(pid)
             last = before.get(pid)
             if last is not None and last[0] is info and (last[1] is mem or last[1] == mem):
@@ -1267,13 +1598,30 @@ class Collector:
         for unit, cgroup in sorted(owners.items()):
             pids = self.proc.members(cgroup)
             membership.append((unit, tuple(sorted(pids))))
-            for pid in pids:
+            unlisted = 0
+            for pid in sorted(pids):
                 if str(pid) not in procs:
+                    if len(procs) >= MAX_PROCS:
+                        unlisted += 1
+                        continue
                     info = self.proc.read(pid)
                     if info is not None:
                         procs[str(pid)] = info
+            if unlisted:
+                errors.append(
+                    f"{unlisted} processes of {unit} not listed (a snapshot lists {MAX_PROCS})"
+                )
         self.proc.forget_unseen()
+        if self.proc.squeezed:
+            errors.append(
+                f"cmdlines of {self.proc.squeezed} processes cut to {CMDLINE_SHORT} bytes:"
+                f" all long cmdlines share {CMDLINE_BUDGET >> 10} KiB"
+            )
         names = set(owners) | self.watched
+        if len(names) > MAX_UNITS:
+            errors.append(f"{len(names) - MAX_UNITS} units beyond {MAX_UNITS} not listed")
+            names = set(sorted(owners)[:MAX_UNITS])
+            names |= set(sorted(self.watched)[: MAX_UNITS - len(names)])
         key = (tuple(membership), tuple(sorted(self.watched)))
         units, unit_errors = self.units.read(names, key, force_units)
         snap: Json = {
@@ -1281,14 +1629,21 @@ class Collector:
             "host": self.host,
             "taken_at": round(taken_at, 3),
             "source": self.source,
-            "errors": list(dict.fromkeys(errors + unit_errors)),
+            "errors": _bounded_errors(errors + unit_errors),
             "can_act": self.can_act,
             "gpus": {str(g["index"]): g for g in gpus},
             "procs": procs,
             "units": {u["name"]: u for u in units},
         }
+        if self.source == "none":
+            snap["degraded"] = True
+        if self.boot_id is not None:
+            snap["boot_id"] = self.boot_id
+        for stat, value in self.stats.read().items():
+            if value is not None:
+                snap[stat] = value
         if self.reason:
-            snap["cannot_act_reason"] = self.reason
+            snap["cannot_act_reason"] = cap_text(self.reason, ERROR_MAX)
         return snap
 
 
@@ -1317,14 +1672,19 @@ _MISSING = object()
 # ----------------------------------------------------------------------------- signals
 
 
-def send_signal(pid: int, start_ticks: int | None, sig: int, proc: str = "/proc") -> str:
-    """Signal ``pid`` only if it is still the process that started at ``start_ticks``.
+def send_signal(
+    pid: int, start_ticks: int | None, sig: int, proc: str = "/proc", boot_id: str | None = None
+) -> str:
+    """Signal ``pid`` only if it is still the process that started at ``start_ticks``
+    (and, given ``boot_id``, in that boot: start ticks count from boot).
 
     The pidfd is opened *before* the start time is read: if the pid is recycled in
     between, the pidfd still names the old (dead) process and the signal goes nowhere.
     """
     if pid <= 0 or start_ticks is None:
         return "mismatch"
+    if boot_id is not None and boot_id != read_boot_id(proc):
+        return "mismatch"  # the host rebooted since the plan: the pid is somebody else
     pidfd = None
     opener = getattr(os, "pidfd_open", None)
     if opener is not None:
@@ -1341,7 +1701,7 @@ def send_signal(pid: int, start_ticks: int | None, sig: int, proc: str = "/proc"
         if parsed[3] != start_ticks:
             return "mismatch"
         if pidfd is not None:
-            signal.pidfd_send_signal(pidfd, sig)
+            signal.pidfd_send_signal(pidfd, sig)  # novermin: pidfd only on 3.9+
         else:
             os.kill(pid, sig)
         return "sent"
@@ -1360,7 +1720,10 @@ def send_signal(pid: int, start_ticks: int | None, sig: int, proc: str = "/proc"
 
 
 def _emit(message: Json) -> None:
-    sys.stdout.buffer.write(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+    # UTF-8 as is: a \u escape makes every non-ASCII character of a host's text 6 bytes;
+    # "replace" turns lone surrogates (undecodable passwd names) into "?", never an error.
+    line = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+    sys.stdout.buffer.write(line.encode("utf-8", "replace") + b"\n")
     sys.stdout.buffer.flush()
 
 
@@ -1371,26 +1734,36 @@ def _stdin_lines(lines: queue.Queue[bytes | None]) -> None:
 
 
 def _command(line: bytes, collector: Collector) -> Json | None:
-    """Apply one request from gpudash; return the reply for requests that have one."""
+    """Apply one request from gpudash; return the reply for requests that have one.
+    A request it cannot read gets an error reply (with its id, where it has one)."""
+    request: Any = None
     try:
         request = json.loads(line)
         op = request["op"]
-    except (ValueError, KeyError, TypeError):
-        return {"k": "error", "msg": "bad request"}
-    if op == "watch":
-        collector.watched.add(str(request["unit"]))
-        return None
-    if op == "refresh":
-        return None
-    if op == "ping":  # gpudash measures its request round trip
-        return {"k": "pong", "id": request.get("id")}
-    if op == "sample":
-        return {"k": "full", "s": collector.sample(force_units=True), "id": request.get("id")}
-    if op == "signal":
-        outcome = send_signal(int(request["pid"]), request.get("start"), int(request["sig"]))
-        collector.proc.watch(int(request["pid"]))  # its state may change: re-read it a while
-        return {"k": "signal", "outcome": outcome, "id": request.get("id")}
-    return {"k": "error", "msg": "unknown op"}
+        if op == OP_WATCH:
+            collector.watched.add(str(request["unit"]))
+            return None
+        if op == OP_REFRESH:
+            return None
+        if op == OP_PING:  # gpudash measures its request round trip
+            return {"k": K_PONG, "id": request.get("id")}
+        if op == OP_SAMPLE:
+            return {"k": K_FULL, "s": collector.sample(force_units=True), "id": request.get("id")}
+        if op == OP_SIGNAL:
+            pid, start, boot = int(request["pid"]), request.get("start"), request.get("boot")
+            if start is not None:
+                start = int(start)
+            boot = None if boot is None else str(boot)
+            outcome = send_signal(pid, start, int(request["sig"]), boot_id=boot)
+            collector.proc.watch(pid)  # its state may change: re-read it a while
+            return {"k": K_SIGNAL, "outcome": outcome, "id": request.get("id")}
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
+        reply: Json = {"k": K_ERROR, "msg": "bad request"}
+    else:
+        reply = {"k": K_ERROR, "msg": "unknown op"}
+    if isinstance(request, dict) and request.get("id") is not None:
+        reply["id"] = request["id"]
+    return reply
 
 
 def main(argv: list[str], nvml_source: str | None = None) -> int:
@@ -1402,7 +1775,7 @@ def main(argv: list[str], nvml_source: str | None = None) -> int:
     threading.Thread(target=_stdin_lines, args=(lines,), daemon=True).start()
     try:
         if mode == "serve":
-            _emit({"k": "ready", "v": PROTOCOL})
+            _emit({"k": K_READY, "v": PROTOCOL})
             while True:
                 line = lines.get()
                 if line is None:
@@ -1418,9 +1791,9 @@ def main(argv: list[str], nvml_source: str | None = None) -> int:
             snap = collector.sample(force_units=force)
             force = False
             if last is None:
-                _emit({"k": "full", "s": snap})
+                _emit({"k": K_FULL, "s": snap})
             else:
-                _emit({"k": "patch", "s": merge_patch(last, snap)})
+                _emit({"k": K_PATCH, "s": merge_patch(last, snap)})
             last = snap
             next_at += interval
             while True:
@@ -1435,7 +1808,7 @@ def main(argv: list[str], nvml_source: str | None = None) -> int:
                 if line is None:  # gpudash went away
                     return 0
                 reply = _command(line, collector)
-                if reply is not None and reply.get("k") == "pong":
+                if reply is not None and reply.get("k") == K_PONG:
                     _emit(reply)  # answered at once; a ping asks for no fresh sample
                     continue
                 force = True

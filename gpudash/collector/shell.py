@@ -16,6 +16,7 @@ import shlex
 from typing import Any
 
 from gpudash.collector.hostside import (
+    BOOT_ID,
     SMI_APP_FIELDS,
     SMI_GPU_FIELDS,
     UNIT_PROPERTIES,
@@ -37,6 +38,7 @@ interval=$1; once=$2
 while :; do
   echo "@frame $(date +%s)"
   echo "@btime $(awk '/^btime/{print $2}' /proc/stat) $(getconf CLK_TCK 2>/dev/null || echo 100)"
+  echo "@boot"; cat /proc/sys/kernel/random/boot_id 2>/dev/null | q
   pids=
   if command -v nvidia-smi >/dev/null 2>&1; then
     echo "@gpus"
@@ -73,7 +75,10 @@ done
 )
 
 SIGNAL_SCRIPT = r"""
-pid=$1; start=$2; sig=$3
+pid=$1; start=$2; sig=$3; boot=$4
+if [ -n "$boot" ]; then  # a (pid, start) identity holds within one boot only
+  [ "$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)" = "$boot" ] || { echo mismatch; exit 0; }
+fi
 s=$(cat /proc/$pid/stat 2>/dev/null) || { echo gone; exit 0; }
 [ -n "$s" ] || { echo gone; exit 0; }
 s=${s##*)}
@@ -88,6 +93,7 @@ fi
 _MARKERS = (
     "@frame",
     "@btime",
+    "@boot",
     "@gpus",
     "@apps",
     "@nosmi",
@@ -106,8 +112,12 @@ def stream_command(interval: float, *, once: bool = False) -> str:
     return shlex.join(["sh", "-c", STREAM_SCRIPT, "sh", f"{interval:g}", "1" if once else ""])
 
 
-def signal_command(pid: int, start_ticks: int, sig: int) -> str:
-    return shlex.join(["sh", "-c", SIGNAL_SCRIPT, "sh", str(pid), str(start_ticks), str(sig)])
+def signal_command(pid: int, start_ticks: int, sig: int, boot_id: str | None = None) -> str:
+    """Signal ``pid`` only if it started at ``start_ticks`` (in boot ``boot_id``, if given)."""
+    if boot_id is not None and not BOOT_ID.fullmatch(boot_id):
+        raise ValueError(f"not a boot id: {boot_id!r}")
+    args = [str(pid), str(start_ticks), str(sig), *([boot_id] if boot_id else [])]
+    return shlex.join(["sh", "-c", SIGNAL_SCRIPT, "sh", *args])
 
 
 MAX_FRAME_LINES = 200_000
@@ -164,6 +174,7 @@ def parse_frame(frame: list[str]) -> dict[str, Any]:
     procs: dict[int, dict[str, Any]] = {}
     units: list[dict[str, Any]] = []
     btime, tck = 0.0, 100
+    boot_id: str | None = None
     for head, arg, body in sections:
         text = "\n".join(body)
         pid = int(arg) if arg.isdigit() else None
@@ -171,6 +182,8 @@ def parse_frame(frame: list[str]) -> dict[str, Any]:
             parts = arg.split()
             if len(parts) == 2 and parts[1].isdigit() and parts[0].isdigit():
                 btime, tck = float(parts[0]), int(parts[1]) or 100
+        elif head == "@boot":
+            boot_id = text.strip() if BOOT_ID.fullmatch(text.strip()) else None
         elif head == "@gpus":
             if "No devices were found" in text:
                 errors.append("nvidia-smi: No devices were found")
@@ -214,7 +227,7 @@ def parse_frame(frame: list[str]) -> dict[str, Any]:
         procs.setdefault(pid, {"pid": pid})["gpu_memory_mib"] = {
             str(k): v for k, v in memory.items()
         }
-    return {
+    state: dict[str, Any] = {
         "taken_at": taken_at,
         "source": "shell",
         "degraded": True,
@@ -223,3 +236,6 @@ def parse_frame(frame: list[str]) -> dict[str, Any]:
         "procs": {str(p): v for p, v in procs.items()},
         "units": {u["name"]: u for u in units},
     }
+    if boot_id is not None:
+        state["boot_id"] = boot_id
+    return state

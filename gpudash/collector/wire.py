@@ -1,20 +1,59 @@
 """Decoding the collector's JSON lines into ``HostSnapshot``s.
 
-Everything here treats the host's output as untrusted: any malformed, truncated or
-mistyped message raises ``ProtocolError`` and nothing else.
+Everything here treats the host's output as untrusted (a compromised host, or one GPU
+user's cmdline): any malformed, truncated, mistyped or out-of-bounds message raises
+``ProtocolError`` and nothing else, and whatever decodes is within bounds (see
+``schema``: identities out of range are refused, measurements become N/A, text is cut).
+
+Counts are capped (``hostside.MAX_GPUS``, ``MAX_PROCS``, ``MAX_UNITS``, ``MAX_ERRORS``),
+every object's key must name it (``"1234"`` holds pid 1234, so a pid or GPU index cannot
+appear twice), and the state built from merge patches keeps only the keys a snapshot has,
+with text cut, and changes only when the result decodes: a patch cannot grow it unbounded.
 """
 
 from __future__ import annotations
 
 import json
-import math
+import logging
 from typing import Any
 
+from gpudash.collector import schema
+from gpudash.collector.hostside import (
+    ERROR_MAX,
+    GPU_KEYS,
+    K_ERROR,
+    K_FULL,
+    K_PATCH,
+    K_READY,
+    MAX_ERRORS,
+    MAX_GPUS,
+    MAX_PROCS,
+    MAX_UNITS,
+    PROC_KEYS,
+    PROTOCOL,
+    SNAPSHOT_KEYS,
+    UNIT_KEYS,
+    snapshot_bound,
+)
 from gpudash.model import Gpu, HostSnapshot, Process, SourceKind, Unit
 from gpudash.source import ProtocolError
 
-MAX_LINE = 64 * 1024 * 1024
+log = logging.getLogger("gpudash.wire")
+
+# A patch may name every key of the snapshot before it (as null) besides the new one.
+MAX_LINE = 2 * snapshot_bound()
 _SOURCES = {k.value: k for k in SourceKind}
+_SECTIONS = {
+    "gpus": frozenset(GPU_KEYS),
+    "procs": frozenset(PROC_KEYS),
+    "units": frozenset(UNIT_KEYS),
+}
+_TOP = frozenset(SNAPSHOT_KEYS)
+_TEXT = {
+    cls: {name: b.limit for name, b in bounds.items() if isinstance(b, schema.Text)}
+    for cls, bounds in schema.BOUNDS.items()
+}
+_SECTION_TEXT = {"gpus": _TEXT[Gpu], "procs": _TEXT[Process], "units": _TEXT[Unit]}
 
 
 def apply_merge_patch(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
@@ -31,113 +70,96 @@ def apply_merge_patch(target: dict[str, Any], patch: dict[str, Any]) -> dict[str
     return out
 
 
-def _get(obj: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
-    value = obj.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) and kind is not bool and bool not in _tuple(kind):
-        raise ProtocolError(f"{where}.{key}: expected {kind}, got a boolean")
-    if not isinstance(value, kind):
-        raise ProtocolError(f"{where}.{key}: unexpected {type(value).__name__}")
-    return value
+def check_version(version: object) -> None:
+    """The collector's protocol ``v`` must be this gpudash's."""
+    if version != PROTOCOL or isinstance(version, bool):
+        said = "no protocol version" if version is None else f"protocol {schema.show(version)}"
+        raise ProtocolError(f"collector speaks {said}, this gpudash speaks {PROTOCOL}")
 
 
-def _tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
-    return kind if isinstance(kind, tuple) else (kind,)
+def check_ready(message: dict[str, Any]) -> None:
+    """The serve mode's first line: ``{"k": "ready", "v": PROTOCOL}``."""
+    if message.get("k") != K_READY:
+        raise ProtocolError("collector did not start")
+    check_version(message.get("v"))
 
 
-def _str(obj: dict[str, Any], key: str, where: str) -> str | None:
-    value: str | None = _get(obj, key, str, where)
-    return value
+class _Cache:
+    """Decoded objects by section key, reused while the wire dict is the same object:
+    ``apply_merge_patch`` copies only what a patch touches, so an unchanged process is
+    not decoded again."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, dict[str, tuple[dict[str, Any], Any, tuple[str, ...]]]] = {
+            "gpus": {},
+            "procs": {},
+            "units": {},
+        }
 
 
-def _int(obj: dict[str, Any], key: str, where: str) -> int | None:
-    value: int | None = _get(obj, key, int, where)
-    return value
+def _gpu(d: dict[str, Any], where: str, notes: list[str]) -> Gpu:
+    return Gpu(**schema.fields(Gpu, d, where, notes))
 
 
-def _float(obj: dict[str, Any], key: str, where: str) -> float | None:
-    value = _get(obj, key, (int, float), where)
-    if value is None:
-        return None
-    if not math.isfinite(value):
-        raise ProtocolError(f"{where}.{key}: not a finite number")
-    return float(value)
-
-
-def _section(state: dict[str, Any], key: str) -> dict[str, Any]:
-    value = state.get(key, {})
-    if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
-        raise ProtocolError(f"{key}: expected an object of objects")
-    return value
-
-
-def _gpu(d: dict[str, Any]) -> Gpu:
-    index = _int(d, "index", "gpu")
-    if index is None:
-        raise ProtocolError("gpu without index")
-    return Gpu(
-        index=index,
-        uuid=_str(d, "uuid", "gpu"),
-        name=_str(d, "name", "gpu"),
-        memory_total_mib=_int(d, "memory_total_mib", "gpu"),
-        memory_used_mib=_int(d, "memory_used_mib", "gpu"),
-        memory_reserved_mib=_int(d, "memory_reserved_mib", "gpu"),
-        utilization_pct=_int(d, "utilization_pct", "gpu"),
-        temperature_c=_int(d, "temperature_c", "gpu"),
-        power_w=_float(d, "power_w", "gpu"),
-        power_limit_w=_float(d, "power_limit_w", "gpu"),
-        error=_str(d, "error", "gpu"),
-    )
-
-
-def _process(d: dict[str, Any]) -> Process:
-    pid = _int(d, "pid", "process")
-    if pid is None:
-        raise ProtocolError("process without pid")
-    mem_raw = d.get("gpu_memory_mib", {})
-    if not isinstance(mem_raw, dict):
-        raise ProtocolError("process.gpu_memory_mib: expected an object")
-    memory: dict[int, int | None] = {}
-    for key, value in mem_raw.items():
-        if not key.lstrip("-").isdigit() or isinstance(value, bool) or not isinstance(value, int):
-            raise ProtocolError("process.gpu_memory_mib: bad entry")
-        memory[int(key)] = None if value < 0 else value
-    dev = d.get("dev", [])
-    if not isinstance(dev, list) or not all(type(i) is int and i >= 0 for i in dev):
-        raise ProtocolError("process.dev: expected a list of GPU indices")
+def _process(d: dict[str, Any], where: str, notes: list[str]) -> Process:
     return Process(
-        pid=pid,
-        ppid=_int(d, "ppid", "process"),
-        start_ticks=_int(d, "start_ticks", "process"),
-        started_at=_float(d, "started_at", "process"),
-        state=_str(d, "state", "process"),
-        user=_str(d, "user", "process"),
-        name=_str(d, "name", "process") or "",
-        cmdline=_str(d, "cmdline", "process") or "",
-        cgroup=_str(d, "cgroup", "process"),
-        unit=_str(d, "unit", "process"),
-        gpu_memory_mib=memory,
-        device_gpus=tuple(sorted(set(dev))),
+        **schema.fields(Process, d, where, notes),
+        gpu_memory_mib=schema.gpu_memory(d.get("gpu_memory_mib", {}), where, notes),
+        device_gpus=schema.gpu_indices(d.get("device_gpus", []), where),
     )
 
 
-def _unit(d: dict[str, Any]) -> Unit:
-    name = _str(d, "name", "unit")
-    if not name:
-        raise ProtocolError("unit without name")
-    return Unit(
-        name=name,
-        active_state=_str(d, "active_state", "unit"),
-        sub_state=_str(d, "sub_state", "unit"),
-        unit_file_state=_str(d, "unit_file_state", "unit"),
-        restart=_str(d, "restart", "unit"),
-        kill_mode=_str(d, "kill_mode", "unit"),
-        n_restarts=_int(d, "n_restarts", "unit"),
-        main_pid=_int(d, "main_pid", "unit"),
-        control_group=_str(d, "control_group", "unit"),
-        description=_str(d, "description", "unit"),
-    )
+def _unit(d: dict[str, Any], where: str, notes: list[str]) -> Unit:
+    return Unit(**schema.fields(Unit, d, where, notes))
+
+
+_KINDS = {
+    "gpus": (_gpu, "index", MAX_GPUS, "gpu"),
+    "procs": (_process, "pid", MAX_PROCS, "process"),
+    "units": (_unit, "name", MAX_UNITS, "unit"),
+}
+
+
+def _section(state: dict[str, Any], key: str, notes: list[str], cache: _Cache | None) -> list[Any]:
+    """One of ``gpus``/``procs``/``units``, each object named by its key, sorted by it."""
+    section = state.get(key, {})
+    decode, id_field, limit, what = _KINDS[key]
+    if not isinstance(section, dict):
+        raise ProtocolError(f"{key}: expected an object of objects")
+    if len(section) > limit:
+        raise ProtocolError(f"{key}: too many ({len(section)}, at most {limit})")
+    seen = cache.entries[key] if cache is not None else {}
+    fresh: dict[str, tuple[dict[str, Any], Any, tuple[str, ...]]] = {}
+    out = []
+    for name, d in section.items():
+        hit = seen.get(name)
+        if hit is not None and hit[0] is d:
+            fresh[name] = hit
+            notes.extend(hit[2])
+            out.append(hit[1])
+            continue
+        if not isinstance(d, dict):
+            raise ProtocolError(f"{key}: expected an object of objects")
+        mine: list[str] = []
+        obj = decode(d, f"{what} {schema.cut(name, 64)}", mine)
+        if str(getattr(obj, id_field)) != name:
+            raise ProtocolError(
+                f"{key}: key {schema.show(name)} does not name its {what} "
+                f"({id_field} {schema.show(getattr(obj, id_field))})"
+            )
+        fresh[name] = (d, obj, tuple(mine))
+        notes.extend(mine)
+        out.append(obj)
+    if cache is not None:
+        cache.entries[key] = fresh
+    return sorted(out, key=lambda o: getattr(o, id_field))
+
+
+def _flag(state: dict[str, Any], key: str) -> bool | None:
+    value = state.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise ProtocolError(f"snapshot.{key}: expected true or false")
+    return value
 
 
 def to_snapshot(
@@ -147,43 +169,62 @@ def to_snapshot(
     source: SourceKind | None = None,
     degraded: bool = False,
     extra_errors: tuple[str, ...] = (),
+    require_version: bool = False,
+    cache: _Cache | None = None,
 ) -> HostSnapshot:
-    """A wire snapshot (a dict as the collector writes it) as a ``HostSnapshot``."""
+    """A wire snapshot (a dict as the collector writes it) as a ``HostSnapshot``.
+
+    ``v``, where present (the plain-shell fallback has none), must be ``PROTOCOL``."""
     try:
-        taken_at = _float(state, "taken_at", "snapshot")
-        if taken_at is None:
-            raise ProtocolError("snapshot without taken_at")
-        errors = state.get("errors", [])
-        if not isinstance(errors, list) or not all(isinstance(e, str) for e in errors):
-            raise ProtocolError("snapshot.errors: expected a list of strings")
-        kind = _SOURCES.get(_str(state, "source", "snapshot") or "nvml")
-        if kind is None:
-            raise ProtocolError("snapshot.source: unknown kind")
-        can_act = _get(state, "can_act", bool, "snapshot")
-        return HostSnapshot(
-            host=host,
-            taken_at=taken_at,
-            gpus=tuple(
-                sorted((_gpu(g) for g in _section(state, "gpus").values()), key=lambda g: g.index)
-            ),
-            processes=tuple(
-                sorted(
-                    (_process(p) for p in _section(state, "procs").values()), key=lambda p: p.pid
-                )
-            ),
-            units=tuple(
-                sorted((_unit(u) for u in _section(state, "units").values()), key=lambda u: u.name)
-            ),
-            source=source or kind,
-            degraded=degraded or bool(_get(state, "degraded", bool, "snapshot")),
-            errors=tuple(errors) + extra_errors,
-            can_act=True if can_act is None else can_act,
-            cannot_act_reason=_str(state, "cannot_act_reason", "snapshot"),
-        )
+        return _to_snapshot(state, host, source, degraded, extra_errors, require_version, cache)
     except ProtocolError:
         raise
-    except (TypeError, ValueError, AttributeError, OverflowError) as exc:
-        raise ProtocolError(f"malformed snapshot: {exc}") from None
+    except (TypeError, ValueError, AttributeError, OverflowError, RecursionError) as exc:
+        log.warning("undecodable snapshot from %s", host, exc_info=True)  # a decoder bug?
+        raise ProtocolError(f"malformed snapshot: {schema.cut(str(exc), 200)}") from None
+
+
+def _to_snapshot(
+    state: dict[str, Any],
+    host: str,
+    source: SourceKind | None,
+    degraded: bool,
+    extra_errors: tuple[str, ...],
+    require_version: bool,
+    cache: _Cache | None,
+) -> HostSnapshot:
+    if "v" in state or require_version:
+        check_version(state.get("v"))
+    errors = state.get("errors", [])
+    if not isinstance(errors, list) or not all(isinstance(e, str) for e in errors):
+        raise ProtocolError("snapshot.errors: expected a list of strings")
+    if len(errors) > MAX_ERRORS:
+        raise ProtocolError(f"snapshot.errors: too many ({len(errors)}, at most {MAX_ERRORS})")
+    kind_name = state.get("source", "nvml")
+    kind = _SOURCES.get(kind_name) if isinstance(kind_name, str) else None
+    if kind is None:
+        raise ProtocolError(f"snapshot.source: unknown kind {schema.show(kind_name)}")
+    notes: list[str] = []
+    top = schema.fields(HostSnapshot, state, "snapshot", notes)
+    gpus = _section(state, "gpus", notes, cache)
+    processes = _section(state, "procs", notes, cache)
+    units = _section(state, "units", notes, cache)
+    said = [schema.cut(e, ERROR_MAX) for e in errors]
+    if notes:
+        shown = ", ".join(notes[:3]) + (", ..." if len(notes) > 3 else "")
+        said.append(schema.cut(f"{len(notes)} values out of range, shown as N/A: {shown}", 300))
+    can_act = _flag(state, "can_act")
+    return HostSnapshot(
+        host=host,
+        gpus=tuple(gpus),
+        processes=tuple(processes),
+        units=tuple(units),
+        source=source or kind,
+        degraded=degraded or bool(_flag(state, "degraded")),
+        errors=tuple(said) + extra_errors,
+        can_act=True if can_act is None else can_act,
+        **top,
+    )
 
 
 def parse_message(line: bytes) -> dict[str, Any]:
@@ -200,28 +241,60 @@ def parse_message(line: bytes) -> dict[str, Any]:
     return message
 
 
+def _prune(body: dict[str, Any]) -> dict[str, Any]:
+    """A full snapshot or a patch with only the keys a snapshot has and its text cut, so
+    the state kept between messages holds nothing the decoder would not read."""
+    out: dict[str, Any] = {}
+    for key, value in body.items():
+        if key not in _TOP:
+            continue
+        allowed = _SECTIONS.get(key)
+        if allowed is not None and isinstance(value, dict):
+            limits = _SECTION_TEXT[key]
+            value = {
+                name: {
+                    k: schema.cut(v, limits[k]) if isinstance(v, str) and k in limits else v
+                    for k, v in entry.items()
+                    if k in allowed
+                }
+                if isinstance(entry, dict)
+                else entry
+                for name, entry in value.items()
+            }
+        elif key == "errors" and isinstance(value, list):
+            value = [schema.cut(e, ERROR_MAX) if isinstance(e, str) else e for e in value]
+        elif isinstance(value, str):
+            value = schema.cut(value, ERROR_MAX)
+        out[key] = value
+    return out
+
+
 class SnapshotDecoder:
     """Folds the stream of full snapshots and merge patches into ``HostSnapshot``s."""
 
     def __init__(self, host: str) -> None:
         self.host = host
         self.state: dict[str, Any] | None = None
+        self._cache = _Cache()
 
     def feed(self, line: bytes) -> HostSnapshot:
-        """Decode one line; raises ``ProtocolError`` for anything but a snapshot."""
+        """Decode one line; raises ``ProtocolError`` for anything but a snapshot. A line
+        that does not decode leaves the state as it was."""
         message = parse_message(line)
         kind = message["k"]
         body = message.get("s")
-        if kind == "error":
-            raise ProtocolError(f"collector error: {str(message.get('msg'))[:300]}")
+        if kind == K_ERROR:
+            raise ProtocolError(f"collector error: {schema.cut(str(message.get('msg')), 300)}")
         if not isinstance(body, dict):
-            raise ProtocolError(f"collector message {kind!r} without a snapshot")
-        if kind == "full":
-            self.state = body
-        elif kind == "patch":
+            raise ProtocolError(f"collector message {schema.show(kind)} without a snapshot")
+        if kind == K_FULL:
+            state = _prune(body)
+        elif kind == K_PATCH:
             if self.state is None:
                 raise ProtocolError("collector sent a patch before a full snapshot")
-            self.state = apply_merge_patch(self.state, body)
+            state = apply_merge_patch(self.state, _prune(body))
         else:
-            raise ProtocolError(f"unexpected collector message {kind!r}")
-        return to_snapshot(self.state, self.host)
+            raise ProtocolError(f"unexpected collector message {schema.show(kind)}")
+        snap = to_snapshot(state, self.host, require_version=True, cache=self._cache)
+        self.state = state
+        return snap

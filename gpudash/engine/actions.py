@@ -93,9 +93,14 @@ def _new_plan(
     )
 
 
+def pin(snapshot: HostSnapshot, p: Process) -> Target:
+    """``p`` as a target: its identity (pid, start ticks) within this boot of the host."""
+    return Target.of(p, snapshot.boot_id)
+
+
 def _left_alone(snapshot: HostSnapshot, pinned: Iterable[Target]) -> tuple[Target, ...]:
     pids = {t.pid for t in pinned}
-    return tuple(Target.of(p) for p in snapshot.processes if holds(p) and p.pid not in pids)
+    return tuple(pin(snapshot, p) for p in snapshot.processes if holds(p) and p.pid not in pids)
 
 
 def _require_unit(snapshot: HostSnapshot, name: str | None) -> Unit:
@@ -143,14 +148,14 @@ def plan_unit(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Actio
     if kind is ActionKind.RECLAIM:
         # Everything of the unit's cgroup that is alive now is pinned; stop takes the
         # main, the signals take what KillMode or re-parenting left behind.
-        targets = [Target.of(p) for p in members if p.start_ticks is not None and p.pid != 1]
+        targets = [pin(snapshot, p) for p in members if p.start_ticks is not None and p.pid != 1]
         steps += [Signal(t, escalate=True) for t in targets]
         expected = expected_free(snapshot, targets)
     elif kind in STOPPING:
         killed = members if u.kill_mode in (None, "control-group", "mixed") else [
             p for p in members if p.pid == u.main_pid
         ]
-        expected = expected_free(snapshot, (Target.of(p) for p in killed))
+        expected = expected_free(snapshot, (pin(snapshot, p) for p in killed))
         left = [p for p in members if p not in killed and p.holds_gpu_memory]
         if left:
             notes.append(
@@ -168,7 +173,7 @@ def plan_unit(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Actio
         steps=tuple(steps),
         expected_free_mib=expected,
         notes=tuple(notes),
-        untouched=_left_alone(snapshot, targets or [Target.of(p) for p in members]),
+        untouched=_left_alone(snapshot, targets or [pin(snapshot, p) for p in members]),
         unit_before=u,
     )
 
@@ -206,7 +211,7 @@ def _process_notes(snapshot: HostSnapshot, p: Process, owner: Unit | None) -> li
 def plan_process(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> ActionPlan:
     """terminate / kill of one pinned process."""
     p = _require_process(snapshot, sel.pid)
-    t = Target.of(p)
+    t = pin(snapshot, p)
     kill = spec.kind is ActionKind.KILL
     owner = snapshot.unit(p.unit) if p.unit else None
     return _new_plan(
@@ -231,7 +236,7 @@ def plan_reap(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Actio
     where = f" of {unit}" if unit else ""
     if not orphans:
         raise PlanError(f"no orphaned processes{where} hold GPU memory on {snapshot.host}")
-    targets = [Target.of(p) for p in orphans]
+    targets = [pin(snapshot, p) for p in orphans]
     return _new_plan(
         spec, snapshot, Selection(unit=unit), f"{len(targets)} orphan(s){where}",
         steps=tuple(Signal(t, escalate=True) for t in targets),

@@ -32,6 +32,8 @@ class GoalStatus:
 
 def alive(snapshot: HostSnapshot, t: Target) -> Process | None:
     """``t`` as the snapshot shows it, if it is still that process and not a zombie."""
+    if not t.seen_in(snapshot):  # the host rebooted: every planned process is gone
+        return None
     p = snapshot.process(t.pid)
     if p is None or p.start_ticks != t.start_ticks or p.state == "Z":
         return None

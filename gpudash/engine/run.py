@@ -249,7 +249,8 @@ class _Run:
         escalate: list[Target] = []
         for step in steps:
             t = step.target
-            outcome = await self.control.signal(t.pid, t.start_ticks, step.sig)
+            outcome = await self.control.signal(t.pid, t.start_ticks, step.sig,
+                                                boot_id=t.boot_id)
             report.signals.append((t.pid, step.name, outcome))
             self.tell("signals", f"{step.name} {t.pid} ({t.label}): {outcome.value}")
             if outcome is SignalOutcome.UNKNOWN:
@@ -273,7 +274,8 @@ class _Run:
                           f"TERM: pid {', '.join(str(t.pid) for t in escalate)}{on}")
         self.term_left = None
         for t in escalate:
-            outcome = await self.control.signal(t.pid, t.start_ticks, _signal.SIGKILL)
+            outcome = await self.control.signal(t.pid, t.start_ticks, _signal.SIGKILL,
+                                                boot_id=t.boot_id)
             report.signals.append((t.pid, "SIGKILL", outcome))
             report.escalated.append(t.pid)
             self.tell("signals", f"escalated: SIGKILL {t.pid} ({t.label}) ignored TERM for "

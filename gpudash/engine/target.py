@@ -20,9 +20,10 @@ class Target:
     cmdline: str
     gpu_memory_mib: Mapping[int, int | None]
     device_gpus: tuple[int, ...] = ()  # holds these GPUs' device files; the driver lists it not
+    boot_id: str | None = None  # start ticks count from this boot of the host
 
     @classmethod
-    def of(cls, p: Process) -> Target:
+    def of(cls, p: Process, boot_id: str | None = None) -> Target:
         return cls(
             p.pid,
             p.start_ticks,
@@ -31,11 +32,16 @@ class Target:
             p.cmdline,
             dict(p.gpu_memory_mib),
             p.device_gpus,
+            boot_id,
         )
 
     @property
     def identity(self) -> tuple[int, int | None]:
         return (self.pid, self.start_ticks)
+
+    def seen_in(self, snapshot: HostSnapshot) -> bool:
+        """Whether ``snapshot`` comes from the boot this target was pinned in."""
+        return self.boot_id is None or snapshot.boot_id in (None, self.boot_id)
 
 
 def mem_sum(targets: Iterable[Target]) -> dict[int, int]:

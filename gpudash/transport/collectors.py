@@ -19,8 +19,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudash.collector import shell
+from gpudash.collector.hostside import (
+    K_FULL,
+    K_PONG,
+    OP_PING,
+    OP_SAMPLE,
+    OP_SIGNAL,
+    OP_WATCH,
+)
 from gpudash.collector.payload import collector_argv, payload
-from gpudash.collector.wire import SnapshotDecoder, parse_message, to_snapshot
+from gpudash.collector.wire import SnapshotDecoder, check_ready, parse_message, to_snapshot
 from gpudash.model import HostSnapshot, SourceKind
 from gpudash.source import LinkLost, ProtocolError, SignalOutcome, SourceError
 from gpudash.transport.link import Connection, HostFacts, Pipe
@@ -42,10 +50,14 @@ class ProcessIdentity:
 
     pid: int
     start_ticks: int
+    boot_id: str | None = None  # the host's boot the start ticks count from
 
     def request_fields(self) -> dict[str, Any]:
         """The fields of the collector's ``signal`` request."""
-        return {"pid": self.pid, "start": self.start_ticks}
+        fields: dict[str, Any] = {"pid": self.pid, "start": self.start_ticks}
+        if self.boot_id is not None:
+            fields["boot"] = self.boot_id
+        return fields
 
 
 @dataclass(slots=True)
@@ -130,14 +142,14 @@ class RoundTrip:
             return None
         self._out = (next(self._ids), now)
         self._sent_at = now
-        return request("ping", id=self._out[0])
+        return request(OP_PING, id=self._out[0])
 
     def answered(self, line: bytes) -> bool:
         """Whether ``line`` is our pong (then it is counted), not a snapshot."""
-        if self._out is None or len(line) > 100 or b'"pong"' not in line:
+        if self._out is None or len(line) > 100 or K_PONG.encode() not in line:
             return False
         message = parse_message(line)
-        if message.get("k") != "pong":
+        if message.get("k") != K_PONG:
             return False
         if message.get("id") == self._out[0]:
             self.last_s = self.clock() - self._out[1]
@@ -168,11 +180,13 @@ class PythonCollector(Collector):
         sudo = self.options.sudo
         argv = collector_argv(self.facts.python, mode, interval=interval, sudo=sudo)
         as_root = mode == "serve" and sudo and not self.facts.is_root
+        # built (and compressed) once per process, off the event loop
+        data = await asyncio.to_thread(payload, with_pynvml=self.options.send_pynvml)
         pipe = await self.open(["sudo", "-n", *argv] if as_root else argv)
         try:
-            pipe.write(payload(with_pynvml=self.options.send_pynvml))
+            pipe.write(data)
             for unit in sorted(self.options.watched):
-                pipe.write(request("watch", unit=unit))
+                pipe.write(request(OP_WATCH, unit=unit))
         except SourceError:
             await self.release(pipe)
             raise
@@ -206,8 +220,10 @@ class PythonCollector(Collector):
                 pipe = await self._start("serve", None)
                 try:
                     ready = parse_message(await pipe.readline(FIRST_SAMPLE_TIMEOUT_S))
-                    if ready.get("k") != "ready":
-                        raise ProtocolError(f"{self.options.name}: collector did not start")
+                    try:
+                        check_ready(ready)  # the right collector, speaking our protocol
+                    except ProtocolError as exc:
+                        raise ProtocolError(f"{self.options.name}: {exc}") from None
                 except SourceError:
                     await self.release(pipe)
                     raise
@@ -225,14 +241,14 @@ class PythonCollector(Collector):
                 raise
 
     async def sample(self) -> HostSnapshot:
-        reply = await self._ask("sample", REQUEST_TIMEOUT_S)
+        reply = await self._ask(OP_SAMPLE, REQUEST_TIMEOUT_S)
         body = reply.get("s")
-        if reply.get("k") != "full" or not isinstance(body, dict):
+        if reply.get("k") != K_FULL or not isinstance(body, dict):
             raise ProtocolError(f"{self.options.name}: collector sent no snapshot")
         return to_snapshot(body, self.options.name)
 
     async def signal(self, identity: ProcessIdentity, sig: int) -> SignalOutcome:
-        reply = await self._ask("signal", REQUEST_TIMEOUT_S, sig=sig, **identity.request_fields())
+        reply = await self._ask(OP_SIGNAL, REQUEST_TIMEOUT_S, sig=sig, **identity.request_fields())
         return outcome(str(reply.get("outcome")))
 
     def poke(self, message: bytes) -> None:
@@ -263,7 +279,9 @@ class ShellCollector(Collector):
             await self.release(pipe)
 
     async def signal(self, identity: ProcessIdentity, sig: int) -> SignalOutcome:
-        argv = shlex.split(shell.signal_command(identity.pid, identity.start_ticks, sig))
+        argv = shlex.split(
+            shell.signal_command(identity.pid, identity.start_ticks, sig, identity.boot_id)
+        )
         if self.options.sudo and not self.facts.is_root:
             argv = ["sudo", "-n", *argv]
         done = await self.connection.run(argv, REQUEST_TIMEOUT_S)

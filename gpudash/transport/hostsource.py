@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 from collections.abc import AsyncIterator
 
+from gpudash.collector.hostside import OP_REFRESH, OP_WATCH
 from gpudash.model import HostSnapshot
 from gpudash.source import CommandResult, HostControl, SignalOutcome, SourceError
 from gpudash.transport.actions import systemctl_argv, validate_pid, validate_signal
@@ -96,7 +97,7 @@ class CollectorSource:
         if unit is not None:
             self.watched.add(unit)
         if self._collector is not None:
-            self._collector.poke(request("watch", unit=unit) if unit else request("refresh"))
+            self._collector.poke(request(OP_WATCH, unit=unit) if unit else request(OP_REFRESH))
 
     async def close(self) -> None:
         collector, self._collector = self._collector, None
@@ -116,8 +117,11 @@ class SourceControl:
         collector = await self.source.collector()
         return self.source.finish(await collector.sample())
 
-    async def signal(self, pid: int, start_ticks: int | None, sig: int) -> SignalOutcome:
-        """Signal ``pid`` only if the host still sees it started at ``start_ticks``."""
+    async def signal(
+        self, pid: int, start_ticks: int | None, sig: int, *, boot_id: str | None = None
+    ) -> SignalOutcome:
+        """Signal ``pid`` only if the host still sees it started at ``start_ticks`` (in the
+        boot ``boot_id``, when given)."""
         validate_pid(pid)
         validate_signal(sig)
         if self.source.read_only:
@@ -126,7 +130,7 @@ class SourceControl:
             return SignalOutcome.MISMATCH  # no identity, no signal
         try:
             collector = await self.source.collector()
-            return await collector.signal(ProcessIdentity(pid, start_ticks), sig)
+            return await collector.signal(ProcessIdentity(pid, start_ticks, boot_id), sig)
         except SourceError:
             return SignalOutcome.UNKNOWN
 

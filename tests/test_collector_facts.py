@@ -1,0 +1,237 @@
+"""What the collector states about a host is true: its GPU source, its boot, the CPU and
+memory of the host and of each holder."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import collector_run
+import psutil
+import pytest
+
+from gpudash.collector import hostside
+from gpudash.collector.hostside import Collector, ProcReader, UnitReader
+from gpudash.collector.wire import SnapshotDecoder, parse_message
+from gpudash.model import SourceKind
+
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+
+
+def _bare_env() -> dict[str, str]:
+    """No stand-in driver, no nvidia-smi on PATH."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKEGPU", "LD_LIBRARY"))}
+    env["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin"
+    return env
+
+
+# -------------------------------------------------------------------- no GPU source at all
+
+
+def test_host_without_any_gpu_source_is_not_called_healthy() -> None:
+    proc = collector_run.start(env=_bare_env())
+    try:
+        snap = SnapshotDecoder("h").feed(collector_run.read_line(proc))
+    finally:
+        collector_run.stop(proc)
+    assert snap.source == SourceKind.NONE and snap.degraded
+    assert any("nvidia-smi not found" in e for e in snap.errors)
+    assert snap.gpus == ()
+
+
+# ------------------------------------------------------------------------------- boot id
+
+
+def test_every_snapshot_names_the_boot(tmp_path: Path) -> None:
+    assert hostside.read_boot_id() == BOOT_ID
+    assert hostside.read_boot_id(str(tmp_path)) is None
+    proc = collector_run.start(env=_bare_env())
+    try:
+        decoder = SnapshotDecoder("h")
+        first = decoder.feed(collector_run.read_line(proc))
+        second = decoder.feed(collector_run.read_line(proc))  # a patch: the boot stays
+    finally:
+        collector_run.stop(proc)
+    assert first.boot_id == second.boot_id == BOOT_ID
+
+
+def test_signal_from_another_boot_is_refused_on_the_host() -> None:
+    victim = subprocess.Popen(["sleep", "60"])
+    try:
+        start = ProcReader().start_ticks(victim.pid)
+        other = "00000000-0000-4000-8000-000000000000"
+        assert hostside.send_signal(victim.pid, start, 0, boot_id=other) == "mismatch"
+        assert hostside.send_signal(victim.pid, start, 0, boot_id=BOOT_ID) == "sent"
+        proc = collector_run.start("serve", interval=None, env=_bare_env())
+        try:
+            assert parse_message(collector_run.read_line(proc))["k"] == "ready"
+            fields = {"pid": victim.pid, "start": start, "sig": int(signal.SIGTERM)}
+            collector_run.request(proc, "signal", id=1, boot=other, **fields)
+            assert parse_message(collector_run.read_line(proc))["outcome"] == "mismatch"
+            time.sleep(0.2)
+            assert victim.poll() is None  # still running: nothing was sent
+            collector_run.request(proc, "signal", id=2, boot=BOOT_ID, **fields)
+            assert parse_message(collector_run.read_line(proc))["outcome"] == "sent"
+            assert victim.wait(timeout=10) == -signal.SIGTERM
+        finally:
+            collector_run.stop(proc)
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+# ------------------------------------------------------------------- CPU and memory, honest
+
+
+def test_host_cpu_and_memory_agree_with_and_without_psutil(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(hostside, "HOST_STATS_S", 0.0)  # every read reads
+    with_psutil, without = hostside.HostStats(psutil), hostside.HostStats(None)
+    assert with_psutil.uses_psutil and not without.uses_psutil
+    first = without.read()
+    both = with_psutil.read()
+    last = without.read()
+    assert both["mem_total_mib"] == first["mem_total_mib"] == psutil.virtual_memory().total >> 20
+    low = min(first["mem_used_mib"], last["mem_used_mib"]) - 64
+    high = max(first["mem_used_mib"], last["mem_used_mib"]) + 64
+    assert low <= both["mem_used_mib"] <= high
+    deadline = time.monotonic() + 0.6
+    while time.monotonic() < deadline:  # keep one core busy between the two readings
+        pass
+    a, b = with_psutil.read()["cpu_pct"], without.read()["cpu_pct"]
+    assert a is not None and b is not None and abs(a - b) <= 10, (a, b)
+    assert a >= 100 / (os.cpu_count() or 1) / 2  # this loop alone kept one core busy
+
+
+def test_busy_holder_shows_high_cpu_and_a_sleeping_one_about_zero(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(hostside, "HOST_STATS_S", 0.0)
+    busy = subprocess.Popen(
+        [sys.executable, "-c", "x = bytearray(200 << 20)\nwhile True: pass"]
+    )
+    idle = subprocess.Popen(["sleep", "60"])
+
+    class Gpus:
+        def read(self):  # type: ignore[no-untyped-def]
+            return [], {busy.pid: {0: 1}, idle.pid: {0: 1}}, []
+
+    collector = Collector(
+        gpus=Gpus(),
+        proc=ProcReader(stat_every=1),
+        units=UnitReader("systemctl", str(tmp_path / "no-systemd")),
+    )
+    try:
+        time.sleep(0.5)  # the busy one has touched its 200 MiB
+        collector.sample()
+        time.sleep(1.0)
+        snap = collector.sample()
+        hot, cold = snap["procs"][str(busy.pid)], snap["procs"][str(idle.pid)]
+        assert hot["cpu_pct"] >= 30 and cold["cpu_pct"] <= 5, (hot, cold)
+        assert hot["rss_mib"] >= 190 and cold["rss_mib"] < 50
+        assert snap["mem_total_mib"] > 0 and snap["cpu_pct"] is not None
+    finally:
+        for p in (busy, idle):
+            p.kill()
+            p.wait()
+        collector.proc.close()
+
+
+def test_cpu_and_rss_reach_the_model_through_the_stream(fakegpu_state) -> None:  # type: ignore[no-untyped-def]  # noqa: E501
+    st = fakegpu_state
+    holder = st.hold(0, 100, name="worker")
+    proc = collector_run.start(env=st.env)
+    try:
+        decoder = SnapshotDecoder("h")
+        for _ in range(40):  # the holder's stat is read in rotation, the host's once a second
+            snap = decoder.feed(collector_run.read_line(proc))
+            p = snap.process(holder.pid)
+            if p is not None and p.cpu_pct is not None and snap.cpu_pct is not None:
+                break  # the host's CPU % needs two samples
+    finally:
+        collector_run.stop(proc)
+    assert p is not None and p.cpu_pct is not None and p.cpu_pct <= 5
+    assert p.rss_mib is not None and 0 <= p.rss_mib < 100
+    assert snap.mem_total_mib == psutil.virtual_memory().total >> 20
+    assert snap.cpu_pct is not None and 0 <= snap.cpu_pct <= 100
+
+
+@pytest.mark.parametrize("pid", [os.getpid()])
+def test_lifetime_cpu_on_first_sight(pid: int, tmp_path: Path) -> None:
+    """A process seen for the first time gets its lifetime average at once, not N/A."""
+    deadline = time.process_time() + 0.3
+    while time.process_time() < deadline:
+        pass
+
+    class Gpus:
+        def read(self):  # type: ignore[no-untyped-def]
+            return [], {pid: {0: 1}}, []
+
+    collector = Collector(
+        gpus=Gpus(), proc=ProcReader(), units=UnitReader("systemctl", str(tmp_path / "x"))
+    )
+    try:
+        info = collector.sample()["procs"][str(pid)]
+    finally:
+        collector.proc.close()
+    assert info["cpu_pct"] > 0
+
+
+def test_unreadable_requests_get_an_error_reply_and_the_collector_stays() -> None:
+    victim = subprocess.Popen(["sleep", "60"])
+    proc = collector_run.start("serve", interval=None, env=_bare_env())
+    try:
+        assert parse_message(collector_run.read_line(proc))["k"] == "ready"
+        start = ProcReader().start_ticks(victim.pid)
+        collector_run.request(proc, "signal", id=7, pid=victim.pid, start=start, sig=10**30)
+        assert parse_message(collector_run.read_line(proc)) == {
+            "k": "error", "msg": "bad request", "id": 7
+        }
+        collector_run.request(proc, "signal", id=8, pid="x", sig=15)
+        assert parse_message(collector_run.read_line(proc))["id"] == 8
+        collector_run.request(proc, "sample", id=9)
+        reply = parse_message(collector_run.read_line(proc))
+        assert reply["k"] == "full" and reply["id"] == 9
+        assert victim.poll() is None
+    finally:
+        collector_run.stop(proc)
+        victim.kill()
+        victim.wait()
+
+
+def test_idle_holder_that_wakes_up_shows_its_cpu(tmp_path: Path) -> None:
+    """An idle process's stat is re-read as the same bytes (nothing parsed): once it
+    starts spinning the next read shows it."""
+    waker = subprocess.Popen(
+        [sys.executable, "-c", "import time\ntime.sleep(1.5)\nwhile True: pass"]
+    )
+
+    class Gpus:
+        def read(self):  # type: ignore[no-untyped-def]
+            return [], {waker.pid: {0: 1}}, []
+
+    collector = Collector(
+        gpus=Gpus(),
+        proc=ProcReader(stat_every=1),
+        units=UnitReader("systemctl", str(tmp_path / "no-systemd")),
+    )
+    try:
+        time.sleep(0.3)
+        seen = []
+        for _ in range(4):  # asleep: 0 % once its start-up is behind the first reading
+            seen.append(collector.sample()["procs"][str(waker.pid)]["cpu_pct"])
+            time.sleep(0.2)
+        assert seen[-1] == 0 and seen[-2] == 0, seen
+        time.sleep(1.2)  # now spinning
+        collector.sample()
+        time.sleep(0.5)
+        assert collector.sample()["procs"][str(waker.pid)]["cpu_pct"] >= 30
+    finally:
+        waker.kill()
+        waker.wait()
+        collector.proc.close()
