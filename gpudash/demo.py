@@ -30,6 +30,9 @@ MODEL_MIB = 96801  # per GPU, as nvidia-smi showed in the incident
 NOTEBOOK_MIB = 2048
 RESPAWN_MIB = 612  # a respawned worker's CUDA context, before it fails to load the model
 MINIMAX = "vllm-minimax-m25.service"
+HOST_CPUS = 128
+HOST_MEM_MIB = 2063 * 1024  # 2 TiB of RAM, as a host of eight 96 GiB GPUs has
+HOST_BASE_MIB = 41 * 1024  # the OS, page tables, the driver
 SERVER_CMD = (
     "python3 -m vllm.entrypoints.openai.api_server --model MiniMaxAI/MiniMax-M2.5 "
     "--tensor-parallel-size 8 --enable-expert-parallel --port 8000"
@@ -53,6 +56,8 @@ class SimProcess:
     # and the driver lists neither.
     inherits_device: bool = False
     device_mib: dict[int, int] = field(default_factory=dict)
+    cpu_pct: float = 0.0  # a TP worker spins (NCCL, shm broadcast); a notebook idles
+    rss_mib: int = 300
 
 
 @dataclass(slots=True)
@@ -127,6 +132,8 @@ class DemoHost(HostControl):
         ignores_term: bool = False,
         pid: int | None = None,
         inherits_device: bool = False,
+        cpu_pct: float = 0.0,
+        rss_mib: int = 300,
     ) -> SimProcess:
         """Start a simulated process (tests use this to add odd ones)."""
         p = SimProcess(
@@ -140,13 +147,16 @@ class DemoHost(HostControl):
             gpu_memory_mib=dict(gpu_memory_mib or {}),
             ignores_term=ignores_term,
             inherits_device=inherits_device,
+            cpu_pct=cpu_pct,
+            rss_mib=rss_mib,
         )
         self.processes[p.pid] = p
         return p
 
     def _start_server(self, unit: SimUnit, *, age: float, worker_mib: int) -> None:
         main = self.spawn(
-            ppid=1, user="root", name="python3", cmdline=SERVER_CMD, unit=unit.name, age=age
+            ppid=1, user="root", name="python3", cmdline=SERVER_CMD, unit=unit.name, age=age,
+            cpu_pct=3.0, rss_mib=6 * 1024,
         )
         unit.main_pid = main.pid
         for tp in range(8):
@@ -160,6 +170,8 @@ class DemoHost(HostControl):
                 gpu_memory_mib={tp: mib},
                 age=max(0.0, age - 20),
                 ignores_term=tp == 5,  # stuck in a NCCL barrier: only KILL ends it
+                cpu_pct=99.0,  # busy-polling, whether anyone still talks to it or not
+                rss_mib=9 * 1024,
             )
 
     def _build_incident(self) -> None:
@@ -168,13 +180,14 @@ class DemoHost(HostControl):
         lab = self.spawn(
             ppid=1, user="alice", name="jupyter-lab",
             cmdline="/home/alice/.venv/bin/python /home/alice/.venv/bin/jupyter-lab --no-browser",
-            unit="session-4.scope", age=26000, pid=90100,
+            unit="session-4.scope", age=26000, pid=90100, cpu_pct=0.7, rss_mib=310,
         )
         self.spawn(
             ppid=lab.pid, user="alice", name="python",
             cmdline="/home/alice/.venv/bin/python -m ipykernel_launcher -f "
             "/home/alice/.local/share/jupyter/runtime/kernel-3f2a.json",
             unit="session-4.scope", gpu_memory_mib={0: NOTEBOOK_MIB}, age=25000, pid=90211,
+            cpu_pct=0.3, rss_mib=2400,
         )
         self._start_server(unit, age=7200, worker_mib=MODEL_MIB)
 
@@ -253,6 +266,7 @@ class DemoHost(HostControl):
                     power_limit_w=600.0,
                 )
             )
+        sims = list(self.processes.values())
         procs = tuple(
             Process(
                 pid=p.pid,
@@ -268,6 +282,8 @@ class DemoHost(HostControl):
                 # what the driver lists; a device holder's memory is N/A, as on a real host
                 gpu_memory_mib={**p.gpu_memory_mib, **dict.fromkeys(p.device_mib)},
                 device_gpus=tuple(sorted(p.device_mib)),
+                cpu_pct=p.cpu_pct,
+                rss_mib=p.rss_mib,
             )
             for p in sorted(self.processes.values(), key=lambda p: p.pid)
         )
@@ -280,6 +296,9 @@ class DemoHost(HostControl):
             units=units,
             source=SourceKind.DEMO,
             boot_id=self.boot_id,
+            cpu_pct=round(min(100.0, sum(p.cpu_pct for p in sims) / HOST_CPUS + 0.4), 1),
+            mem_used_mib=HOST_BASE_MIB + sum(p.rss_mib for p in sims),
+            mem_total_mib=HOST_MEM_MIB,
             can_act=not self.read_only,
             cannot_act_reason="read-only mode" if self.read_only else None,
         )

@@ -228,3 +228,19 @@ async def test_header_shows_the_measured_round_trip_not_arrival_jitter() -> None
     demo = make_app(DemoHost(speed=50))
     async with demo.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: "rtt N/A" in str(demo.query_one("#header").render()))
+
+
+async def test_holders_show_each_process_cpu_and_rss_and_the_header_the_hosts() -> None:
+    demo = DemoHost(speed=50)
+    app = make_app(demo)
+    async with app.run_test(size=SIZE) as pilot:
+        tp0 = next(p for p in demo.processes.values() if p.cmdline == "VLLM::Worker_TP0")
+        await select(pilot, app, f"p:{tp0.pid}")
+        from gpudash.ui.widgets.holders import HoldersTable
+
+        row = [str(c) for c in app.query_one(HoldersTable).get_row(f"p:{tp0.pid}")]
+        assert "99 %" in row and "9.0 GiB" in row  # a spinning worker, not an idle one
+        kernel = [str(c) for c in app.query_one(HoldersTable).get_row(f"p:{NOTEBOOK}")]
+        assert "0 %" in kernel and "2.3 GiB" in kernel
+        header = str(app.query_one("#header").render())
+        assert "cpu " in header and "ram " in header and "/2063.0 GiB" in header

@@ -8,7 +8,7 @@ from textual.widgets import DataTable, Static
 from gpudash.ui.hosts import HostView
 from gpudash.ui.palette import Palette
 from gpudash.ui.text import literal
-from gpudash.units import NA, gib_of
+from gpudash.units import NA, gib_of, percent
 
 
 def _state_style(kind: str, pal: Palette) -> str:
@@ -41,6 +41,9 @@ def header_text(
     snap = view.snapshot
     if snap is not None:
         out.append(f"  │ source {snap.source.value}", style="dim")
+        if snap.cpu_pct is not None or snap.mem_used_mib is not None:
+            out.append(f"  │ cpu {percent(snap.cpu_pct)}  ram "
+                       f"{gib_of(snap.mem_used_mib, snap.mem_total_mib)}", style="dim")
         if snap.degraded:
             out.append("  DEGRADED", style=f"bold {pal.warning}")
         if snap.errors:

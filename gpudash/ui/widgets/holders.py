@@ -15,13 +15,15 @@ from textual.widgets import DataTable
 from gpudash.triage import Flag, HostTriage, OwnerGroup, OwnerKind, ProcessNode
 from gpudash.ui.palette import Palette
 from gpudash.ui.text import duration, literal
-from gpudash.units import NA, gib
+from gpudash.units import NA, gib, percent
 
 COLUMNS = (
     ("who", "Owner / PID", 28),
     ("mem", "GPU memory", 13),
     ("flags", "Flags", 20),
     ("st", "St", 2),
+    ("cpu", "CPU", 5),  # % of one CPU: a spinning orphan from an idle one
+    ("rss", "RSS", 8),
     ("age", "Age", 5),
     ("user", "User", 8),
     ("cmd", "Command", 200),
@@ -83,7 +85,7 @@ def _group_row(group: OwnerGroup, pal: Palette) -> HolderRow:
     )
     flags = flags_text(group.flags, pal, orphans)
     return HolderRow(
-        "u:" + group.key, (who, mem, flags, Text(""), Text(""), Text(""), desc)
+        "u:" + group.key, (who, mem, flags, *(Text(""),) * 5, desc)
     )
 
 
@@ -104,6 +106,8 @@ def _process_rows(
                 gpu_memory_text(dict(p.gpu_memory_mib)),
                 flags_text(node.flags - {Flag.UNIT_INACTIVE}, pal),
                 Text(p.state or "?"),
+                Text(percent(p.cpu_pct), justify="right"),
+                Text(gib(p.rss_mib), justify="right"),
                 Text(duration(age), justify="right"),
                 literal(p.user or NA),
                 literal(p.cmdline or p.name, style="dim"),
