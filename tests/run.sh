@@ -29,7 +29,7 @@ bash scripts/bootstrap.sh test
 PY=.venv/bin/python
 
 echo "== ruff";         "$PY" -m ruff check gpudash tests bench screenshots scripts
-echo "== mypy --strict (domain)"; "$PY" -m mypy
+echo "== mypy --strict (every package, the UI too)"; "$PY" -m mypy
 # the collector runs on GPU hosts' own python3: 3.7 at the oldest (novermin marks guarded calls)
 echo "== vermin (hostside.py: Python 3.7+)"
 if ! out=$("$PY" -c "import sys, vermin; sys.exit(vermin.main())" \

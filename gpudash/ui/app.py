@@ -12,7 +12,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import count
 from pathlib import Path
@@ -24,6 +24,8 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.events import Key, Resize
+from textual.message import Message
+from textual.notifications import SeverityLevel
 from textual.reactive import reactive
 from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
@@ -316,14 +318,17 @@ class GpudashApp(App[int]):
                 view.source,
                 self.interval,
                 on_snapshot=lambda s, t, lat: self._record(index, s, t, lat),
-                on_error=lambda err, wait: self.post_message(HostFailed(index, err, wait)),
-                on_connecting=lambda n: self.post_message(HostConnecting(index, n)),
+                on_error=lambda err, wait: self._post(HostFailed(index, err, wait)),
+                on_connecting=lambda n: self._post(HostConnecting(index, n)),
             )
 
         self.run_worker(
             loop(), name=f"host {view.name}", group=f"host-{index}", exclusive=True,
             exit_on_error=False,
         )
+
+    def _post(self, message: Message) -> None:
+        self.post_message(message)
 
     def _record(
         self, index: int, snapshot: HostSnapshot, result: HostTriage, rtt: float | None
@@ -585,7 +590,7 @@ class GpudashApp(App[int]):
                 out.append((f"Host: {clean(v.name)}", f"key {i + 1}", f"host({i})", True))
         return out
 
-    def get_system_commands(self, screen: Screen) -> object:
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         yield SystemCommand("Help: keys", "Show every key", self.action_help)
 
@@ -759,7 +764,7 @@ class GpudashApp(App[int]):
         try:
             report = await run(
                 plan, control, self.exec_options,
-                lambda p: self.post_message(ActionProgressed(action_id, p)), report=report,
+                lambda p: self._post(ActionProgressed(action_id, p)), report=report,
             )
         except asyncio.CancelledError:
             self.interrupted_report = report
@@ -868,8 +873,8 @@ class GpudashApp(App[int]):
                     pass  # cancelled as asked: _execute audited what was sent
             self.exit(6)
 
-    def notify(  # type: ignore[override]
-        self, message: str, *, title: str = "", severity: Any = "information",
+    def notify(
+        self, message: str, *, title: str = "", severity: SeverityLevel = "information",
         timeout: float | None = None, markup: bool = False,
     ) -> None:
         """Every notification shows host text literally: reasons and unit names come from

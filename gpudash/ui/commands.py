@@ -3,6 +3,7 @@ selection, as the footer greys their keys), host switching and the plot mode."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, cast
 
@@ -20,7 +21,7 @@ class DashboardCommands(Provider):
         app = cast("GpudashApp", self.app)
         return app.palette_commands()
 
-    def _run(self, action: str, available: bool) -> partial[object]:
+    def _run(self, action: str, available: bool) -> Callable[[], object]:
         app = cast("GpudashApp", self.app)
         # A greyed action picked anyway says why, like its key.
         return partial(app.run_action, action) if available else partial(app.explain, action)

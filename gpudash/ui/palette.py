@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from textual.app import App
 
@@ -31,7 +32,7 @@ class Palette:
         return self.ok
 
 
-def palette(app: App[object]) -> Palette:
+def palette(app: App[Any]) -> Palette:
     v = {**VARIABLE_DEFAULTS, **getattr(app, "theme_variables", {})}
     return Palette(
         ok=v["gpu-mem-ok"],

@@ -18,6 +18,7 @@ import os
 import tomllib
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from textual.color import Color, ColorParseError
 from textual.theme import Theme
@@ -85,7 +86,8 @@ def theme_from_toml(path: Path) -> Theme:
             if not isinstance(data[key], int | float):
                 raise ValueError(f"{key!r} must be a number")
             extra[key] = float(data[key])
-    return Theme(name=name.strip(), dark=dark, variables=dict(variables), **colors, **extra)
+    fields: dict[str, Any] = {**colors, **extra}  # checked above, key by key
+    return Theme(name=name.strip(), dark=dark, variables=dict(variables), **fields)
 
 
 def _color(key: str, value: object) -> str:
