@@ -34,16 +34,13 @@ from textual.worker import Worker, WorkerCancelled, WorkerFailed
 
 from gpudash.audit import AuditTrail
 from gpudash.engine import (
-    ACTION_TITLES,
-    PROCESS_ACTIONS,
-    UNIT_ACTIONS,
-    ActionKind,
+    SPECS_BY_NAME,
     ActionPlan,
     ActionReport,
     ExecOptions,
     PlanError,
+    Selection,
     execute,
-    plan_action,
     replan,
     reverify,
 )
@@ -111,20 +108,13 @@ class DashboardOutcome:
     code: int
     interrupted: ActionReport | None = None
 
-# action name -> (engine action, key, footer label)
-ACTIONS: dict[str, tuple[ActionKind, str, str]] = {
-    "stop_unit": (ActionKind.STOP, "s", "Stop"),
-    "disable_unit": (ActionKind.DISABLE, "d", "Disable"),
-    "stop_disable": (ActionKind.STOP_DISABLE, "D", "Stop+disable"),
-    "terminate": (ActionKind.TERMINATE, "t", "Terminate"),
-    "kill": (ActionKind.KILL, "k", "Kill"),
-    "reap": (ActionKind.REAP, "o", "Reap orphans"),
-    "reclaim": (ActionKind.RECLAIM, "r", "Reclaim"),
-}
+# The destructive actions, by the name their binding and ``action_<name>`` method carry:
+# everything about them (title, key, label, what they need) is the engine's spec.
+ACTIONS = SPECS_BY_NAME
 # The one-line toast of a result; the Action panel and the log have the whole verdict.
 VERDICT_TOAST = {"warning": "⚠ done, something is left to do", "failed": "✘ NOT confirmed",
                  "unknown": "? outcome unknown", "interrupted": "■ interrupted"}
-KEY_TO_ACTION = {key: name for name, (_, key, _) in ACTIONS.items()} | {"shift+d": "stop_disable"}
+KEY_TO_ACTION = {spec.key: name for name, spec in ACTIONS.items()} | {"shift+d": "stop_disable"}
 
 
 def binding_table() -> dict[str, tuple[str, str]]:
@@ -145,8 +135,8 @@ class GpudashApp(App[int]):
     COMMANDS = App.COMMANDS | {DashboardCommands}
     BINDINGS = [
         *(
-            Binding(key, name, label, id=f"gpudash.{name}")
-            for name, (_, key, label) in ACTIONS.items()
+            Binding(spec.key, name, spec.label, id=spec.binding_id)
+            for name, spec in ACTIONS.items()
         ),
         Binding("g", "toggle_plot", "Plot all/one", id="gpudash.toggle_plot"),
         Binding("slash", "filter", "Filter", show=False, id="gpudash.filter"),
@@ -454,7 +444,7 @@ class GpudashApp(App[int]):
 
     def key_of(self, action: str) -> str:
         """The key the user presses for ``action``, after their keymap."""
-        default = {name: key for name, (_k, key, _l) in ACTIONS.items()} | {
+        default = {name: spec.key for name, spec in ACTIONS.items()} | {
             "help": "question_mark", "quit": "q", "toggle_plot": "g", "filter": "slash"}
         keys = self._keymap.get(f"gpudash.{action}", default.get(action, action))
         return self.get_key_display(Binding(keys.split(",")[0].strip(), action))
@@ -514,22 +504,13 @@ class GpudashApp(App[int]):
         view = self.view
         if view.snapshot is None or view.triage is None:
             return None, f"no sample from {view.name} yet"
-        if not view.snapshot.can_act:
-            return None, view.snapshot.cannot_act_reason or f"cannot act on {view.name}"
-        kind = ACTIONS[action][0]
-        _owner, unit, pid = selection_of(view.triage, self.selected_key)
-        if kind in UNIT_ACTIONS and unit is None:
-            return None, "select a system service (a unit row or one of its processes)"
-        if kind in PROCESS_ACTIONS and (pid is None or pid == 1):
-            return None, "select a process"
-        if kind is ActionKind.REAP:
-            orphans = view.triage.orphans()
-            if unit is not None:
-                orphans = tuple(p for p in orphans if p.unit == unit)
-            if not orphans:
-                where = f" of {unit}" if unit else ""
-                return None, f"no orphaned processes{where} hold GPU memory"
-        return True, ""
+        reason = ACTIONS[action].precheck(view.triage, self.selection())
+        return (True, "") if reason is None else (None, reason)
+
+    def selection(self) -> Selection:
+        """What the operator points at in the holders view, as the engine takes it."""
+        _owner, unit, pid = selection_of(self.view.triage, self.selected_key)
+        return Selection(unit=unit, pid=pid)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "command_palette" and isinstance(self.screen, ConfirmModal):
@@ -563,7 +544,7 @@ class GpudashApp(App[int]):
         """Say why ``action`` is not available now: once per reason while it shows, so a
         key pressed eight times does not stack eight notifications."""
         reason = self.availability(action)[1]
-        title = ACTIONS[action][2]
+        title = ACTIONS[action].label
         now = time.monotonic()
         if self._toast_until.get((title, reason), 0.0) > now:
             return
@@ -576,13 +557,13 @@ class GpudashApp(App[int]):
         Actions that do not fit the selection are offered greyed, with the reason as
         their help, as the footer greys their keys; read-only mode leaves them out."""
         out: list[tuple[str, str, str, bool]] = []
-        for name, (kind, _key, _label) in ACTIONS.items():
+        for name, spec in ACTIONS.items():
             available, reason = self.availability(name)
             key = self.key_of(name)
             if available is True:
-                out.append((ACTION_TITLES[kind], f"key {key}", name, True))
+                out.append((spec.title, f"key {key}", name, True))
             elif available is None:
-                out.append((ACTION_TITLES[kind], f"not now: {reason}", name, False))
+                out.append((spec.title, f"not now: {reason}", name, False))
         out.append(("Plot: toggle all GPUs / selected GPU", f"key {self.key_of('toggle_plot')}",
                     "toggle_plot", True))
         if len(self.views) > 1:
@@ -638,8 +619,8 @@ class GpudashApp(App[int]):
         def key(binding_id: str, default: str) -> str:  # as the user's keymap has it
             return self._keymap.get(f"gpudash.{binding_id}", default)
 
-        for name, (kind, default, _label) in ACTIONS.items():
-            rows.append((key(name, default), ACTION_TITLES[kind], self.availability(name)[0]))
+        for name, spec in ACTIONS.items():
+            rows.append((key(name, spec.key), spec.title, self.availability(name)[0]))
         rows += [
             (key("toggle_plot", "g"), "Plot: all GPUs / the selected GPU", True),
             (key("filter", "/"), "Filter the holders (pid, user, unit, command)", True),
@@ -659,44 +640,21 @@ class GpudashApp(App[int]):
         self.push_screen(HelpScreen(rows, self.read_only))
 
     # --- destructive actions -----------------------------------------------------------
+    # ``action_<name>`` of every spec is made below the class: one method, every action.
 
-    def action_stop_unit(self) -> None:
-        self._plan("stop_unit")
-
-    def action_disable_unit(self) -> None:
-        self._plan("disable_unit")
-
-    def action_stop_disable(self) -> None:
-        self._plan("stop_disable")
-
-    def action_terminate(self) -> None:
-        self._plan("terminate")
-
-    def action_kill(self) -> None:
-        self._plan("kill")
-
-    def action_reap(self) -> None:
-        self._plan("reap")
-
-    def action_reclaim(self) -> None:
-        self._plan("reclaim")
-
-    def _plan(self, action: str) -> None:
+    def plan_action(self, action: str) -> None:
+        """Plan ``action`` for the selection and ask for confirmation (or say why not)."""
         available, _reason = self.availability(action)
         if available is not True:
             self.explain(action)
             return
-        kind = ACTIONS[action][0]
-        view = self.view
-        assert view.snapshot is not None and view.triage is not None
-        _owner, unit, pid = selection_of(view.triage, self.selected_key)
+        spec = ACTIONS[action]
+        snapshot = self.view.snapshot
+        assert snapshot is not None
         try:
-            if kind in PROCESS_ACTIONS:
-                plan = plan_action(view.snapshot, kind, pid=pid)
-            else:
-                plan = plan_action(view.snapshot, kind, unit=unit)
+            plan = spec.plan(snapshot, self.selection())
         except PlanError as exc:
-            self.notify(str(exc), title=ACTION_TITLES[kind], severity="warning")
+            self.notify(str(exc), title=spec.title, severity="warning")
             return
         self._confirm_and_run(plan, self.current_host)
 
@@ -918,6 +876,19 @@ class GpudashApp(App[int]):
             LogEntry(self.clock(), host, action, outcome, ok, tuple(details)),
             pal.success, pal.error
         )
+
+
+def _action_method(name: str) -> Callable[[GpudashApp], None]:
+    def action(self: GpudashApp) -> None:
+        self.plan_action(name)
+
+    action.__name__ = f"action_{name}"
+    action.__doc__ = ACTIONS[name].title
+    return action
+
+
+for _name in ACTIONS:
+    setattr(GpudashApp, f"action_{_name}", _action_method(_name))
 
 
 def run_dashboard(
