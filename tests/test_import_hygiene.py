@@ -8,8 +8,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DOMAIN = ["model", "source", "triage", "engine", "demo", "jsonfmt", "audit", "textreport",
-          "untrusted", "units", "collector", "transport", "logfile", "cli.contract", "cli.terminal",
-          "cli.reclaim"]
+          "untrusted", "units", "collector", "transport", "logfile", "controller",
+          "cli.contract", "cli.terminal", "cli.reclaim"]
 
 
 LINT_IMPORTS = "from importlinter.cli import lint_imports_command; lint_imports_command()"

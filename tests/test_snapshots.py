@@ -87,8 +87,8 @@ async def _reclaim_waiting_for_term(pilot) -> None:  # type: ignore[no-untyped-d
     await pilot.press("y")
     app = pilot.app
     for _ in range(200):
-        state = app._progress_state
-        if state is not None and state[1] is not None and state[1].phase == "waiting":
+        state = app.controller.shown
+        if state is not None and state.progress is not None and state.progress.phase == "waiting":
             break
         await pilot.pause(0.02)
     await pilot.pause(0.2)

@@ -57,8 +57,8 @@ async def test_quit_now_interrupts_and_audits_what_was_sent(tmp_path: Path) -> N
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.view.snapshot is not None)
         await start_reclaim(pilot, app)
-        await wait_for(pilot, lambda: app._running_report is not None
-                       and any(s == "SIGTERM" for _p, s, _o in app._running_report.signals))
+        await wait_for(pilot, lambda: app.controller.running is not None and any(
+            s == "SIGTERM" for _p, s, _o in app.controller.running.report.signals))
         await pilot.press("q")
         await wait_for(pilot, lambda: isinstance(app.screen, QuitWhileActing))
         await pilot.press("y")

@@ -8,7 +8,6 @@ whose progress arrives as messages, logged, and appended to the audit file.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import time
@@ -32,7 +31,7 @@ from textual.timer import Timer
 from textual.widgets import DataTable
 from textual.worker import Worker, WorkerCancelled, WorkerFailed
 
-from gpudash.audit import AuditTrail
+from gpudash.controller import ActionController, Running, outcome_line
 from gpudash.engine import (
     SPECS_BY_NAME,
     ActionPlan,
@@ -40,9 +39,7 @@ from gpudash.engine import (
     ExecOptions,
     PlanError,
     Selection,
-    execute,
     replan,
-    reverify,
 )
 from gpudash.model import HostSnapshot
 from gpudash.source import HostSource, SourceError
@@ -80,7 +77,6 @@ from gpudash.ui.widgets.progress import ActionProgressPanel
 from gpudash.ui.widgets.unit_panel import UnitPanel, unit_gist, unit_text
 
 DEFAULT_THEME = "gpudash-night"
-REVERIFY_ATTEMPTS = 3  # re-verifications of one unknown outcome before leaving it to the log
 MAX_FPS = 5  # redraws per second at most, whatever the sample rate
 MAX_REPLANS = 3  # the host keeps changing under the confirm dialog: stop asking
 
@@ -178,17 +174,12 @@ class GpudashApp(App[int]):
         self.exec_options = exec_options or ExecOptions()
         self.clock = clock
         self.stale_after = 3 * interval + 2
-        self.last_report: ActionReport | None = None
-        self.reports: list[ActionReport] = []
+        self.controller = ActionController(self.exec_options)
         self._action_ids = count(1)
-        self._running_plan: tuple[int, ActionPlan] | None = None
-        self._running_report: ActionReport | None = None
+        self._action_id = 0  # the running action's, to drop late progress of an old one
         self._action_worker: Worker[None] | None = None
-        self.interrupted_report: ActionReport | None = None
         self._quit_when_done = False
         self._last_draw_error: str | None = None
-        # (plan, latest progress, report, error) of the action shown in the result panel
-        self._progress_state: tuple[Any, Any, Any, Any] | None = None
         self._startup_warnings: list[str] = []
         self._welcome = welcome
         self.holder_filter = ""
@@ -363,11 +354,9 @@ class GpudashApp(App[int]):
 
     def _maybe_reverify(self, host: int) -> None:
         """Samples flow again from a host where an action's outcome was left unknown."""
-        view = self.views[host]
-        if view.unverified is None or self.running:
+        plan = self.controller.take_reverify(host)
+        if plan is None:
             return
-        plan, view.unverified = view.unverified, None
-        view.reverify_attempts += 1
         self._log_action(plan.host, plan.title, "link is back: re-verifying (nothing is re-sent)",
                          None)
         self._start_action(plan, host, act=False)
@@ -691,105 +680,50 @@ class GpudashApp(App[int]):
 
     def _start_action(self, plan: ActionPlan, host: int, *, act: bool) -> None:
         """Run (or, after a lost link, only re-verify) ``plan`` in the action worker."""
-        action_id = next(self._action_ids)
+        running = self.controller.begin(plan, host, act=act)
+        self._action_id = action_id = next(self._action_ids)
         self.running = True
-        self._running_plan = (action_id, plan)
-        self._running_report = ActionReport(plan)
-        self._progress_state = (plan, None, None, None)
         self.result_shown = True
         self._refresh_progress()
         self._action_worker = self.run_worker(
-            self._execute(action_id, plan, host, self._running_report, act=act),
+            self._execute(action_id, running),
             name=f"{'action' if act else 'reverify'} {action_id}", group="action",
             exit_on_error=False,
         )
 
-    async def _execute(
-        self, action_id: int, plan: ActionPlan, host: int, report: ActionReport, *,
-        act: bool = True,
-    ) -> None:
-        """The action worker: intent audited before anything is sent, outcome after —
-        also when the operator interrupts it by quitting."""
-        control = self.views[host].source.control
-        trail = AuditTrail(plan, self.exec_options.term_timeout)
-        audit_error: str | None = None
-        if act:
-            try:
-                await asyncio.to_thread(trail.intent)
-            except OSError as exc:
-                audit_error = str(exc)
-        run = execute if act else reverify
-        try:
-            report = await run(
-                plan, control, self.exec_options,
-                lambda p: self._post(ActionProgressed(action_id, p)), report=report,
-            )
-        except asyncio.CancelledError:
-            self.interrupted_report = report
-            try:
-                trail.outcome(report)  # synchronously: the app is going away
-            except OSError:
-                log.exception("audit outcome of an interrupted action not written")
-            raise
-        except Exception as exc:  # the engine must never take the screen down
-            log.exception("action %s failed", plan.title)
-            self.post_message(
-                ActionFinished(action_id, host, plan, None, f"{type(exc).__name__}: {exc}")
-            )
-            return
-        try:
-            await asyncio.to_thread(trail.outcome, report)
-        except OSError as exc:
-            audit_error = str(exc)
-        if audit_error is not None:
-            self.notify(f"Could not write the audit file: {audit_error}", title="Audit",
-                        severity="warning")
-        self.post_message(ActionFinished(action_id, host, plan, report))
+    async def _execute(self, action_id: int, running: Running) -> None:
+        """The action worker: the controller audits and runs; this only reports back."""
+        report, error = await self.controller.run(
+            running, self.views[running.host].source.control,
+            on_progress=lambda p: self._post(ActionProgressed(action_id, p)),
+            on_audit_error=lambda why: self.notify(
+                f"Could not write the audit file: {why}", title="Audit", severity="warning"),
+        )
+        self._post(ActionFinished(action_id, running.host, running.plan, report, error))
 
     def on_action_progressed(self, message: ActionProgressed) -> None:
-        if not self.screen_stack:  # shutting down
-            return
-        if self._running_plan is None or self._running_plan[0] != message.action_id:
-            return
-        self._progress_state = (self._running_plan[1], message.progress, None, None)
+        if not self.screen_stack or message.action_id != self._action_id:
+            return  # shutting down, or a late message of an earlier action
+        self.controller.progressed(message.progress)
         self._refresh_progress()
 
     def on_action_finished(self, message: ActionFinished) -> None:
         if not self.screen_stack:  # shutting down: the audit record is written already
             return
+        self.controller.finished(message.host, message.report, message.error)
         self.running = False
-        self._running_plan = None
-        self._running_report = None
         self._action_worker = None
-        report = message.report
-        progress = self._progress_state[1] if self._progress_state else None
-        self._progress_state = (message.plan, progress, report, message.error)
         self.result_shown = True
         self._refresh_progress()
-        plan = message.plan
+        plan, report = message.plan, message.report
         if self._quit_when_done:
             self.exit(0)
         if report is None:
             self._log_action(plan.host, plan.title, f"failed: {message.error}", False)
             self.notify(str(message.error), title="Action failed", severity="error")
             return
-        self.last_report = report
-        self.reports.append(report)
-        view = self.views[message.host]
-        if report.unknown and view.reverify_attempts < REVERIFY_ATTEMPTS:
-            view.unverified = plan  # re-verified when the host's samples flow again
-        elif not report.unknown:
-            view.reverify_attempts = 0
-        outcome = report.summary
-        if report.escalated:
-            outcome += "; TERM ignored, escalated to SIGKILL: " + ", ".join(
-                map(str, report.escalated))
-        if report.leftovers:
-            outcome += "; still held: " + "; ".join(
-                f"{lo.where} by {'?' if lo.pid is None else lo.pid} ({lo.reason})"
-                for lo in report.leftovers
-            )
-        self._log_action(plan.host, plan.title, outcome, report.verdict == "confirmed",
+        self._log_action(plan.host, plan.title, outcome_line(report),
+                         report.verdict == "confirmed",
                          report.describe()[1:])  # line 0 repeats the title and summary
         # The verdict in full is in the Action panel and the log: a short toast covers
         # neither on a small terminal.
@@ -798,6 +732,19 @@ class GpudashApp(App[int]):
         else:
             self.notify(f"{VERDICT_TOAST.get(report.verdict, report.verdict)}: see the "
                         "Action panel", title=plan.title, severity="warning", timeout=10)
+
+    # reports, as tests and the CLI's exit read them
+    @property
+    def last_report(self) -> ActionReport | None:
+        return self.controller.last_report
+
+    @property
+    def reports(self) -> list[ActionReport]:
+        return self.controller.reports
+
+    @property
+    def interrupted_report(self) -> ActionReport | None:
+        return self.controller.interrupted
 
     # --- quitting ----------------------------------------------------------------------
 
@@ -809,13 +756,12 @@ class GpudashApp(App[int]):
 
     @work(exclusive=True, group="quit", exit_on_error=False)
     async def _ask_quit(self) -> None:
-        running = self._running_plan
-        report = self._running_report
-        if running is None or report is None:
+        running = self.controller.running
+        if running is None:
             self.exit(0)
             return
-        choice = await self.push_screen_wait(QuitWhileActing(running[1].title,
-                                                             report.sent_lines()))
+        choice = await self.push_screen_wait(QuitWhileActing(running.plan.title,
+                                                             running.report.sent_lines()))
         if not self.running:  # it ended while the question was open
             self.exit(0)
         elif choice == AFTER:
@@ -845,7 +791,7 @@ class GpudashApp(App[int]):
     @drawing
     def _refresh_progress(self) -> None:
         panel = self.progress_panel
-        state = self._progress_state
+        state = self.controller.shown
         shown = self.result_shown and state is not None
         panel.set_class(shown, "-shown")
         # On a short terminal the action panel takes the GPU table's place (it shows the
@@ -853,9 +799,8 @@ class GpudashApp(App[int]):
         self.screen_stack[0].set_class(shown, "-acting")
         if not shown or state is None:
             return
-        plan, progress, report, error = state
         width, height = self.size
-        panel.show(plan, progress, report, error, palette(self),
+        panel.show(state.plan, state.progress, state.report, state.error, palette(self),
                    settle=self.exec_options.settle, term_timeout=self.exec_options.term_timeout,
                    columns=progress_columns(width, height))
 

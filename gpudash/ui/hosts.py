@@ -13,7 +13,6 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from gpudash.engine import ActionPlan
 from gpudash.model import HostSnapshot
 from gpudash.source import HostKeyError, HostSource
 from gpudash.transport import round_trip_s
@@ -42,9 +41,6 @@ class HostView:
     history: deque[tuple[float, dict[int, int | None]]] = field(
         default_factory=lambda: deque(maxlen=HISTORY)
     )
-    # An action whose outcome the link loss left unknown, re-verified once samples flow.
-    unverified: ActionPlan | None = None
-    reverify_attempts: int = 0
 
     def record(
         self, snapshot: HostSnapshot, result: HostTriage, rtt: float | None, now: float

@@ -1,0 +1,154 @@
+"""The action in flight and what came of it, for any front end: no Textual here.
+
+The dashboard asks the controller to run a confirmed plan (in a worker of its own) and
+draws what ``shown`` says; the controller audits (intent before anything is sent, outcome
+after — also when the run is cancelled), runs or re-verifies through the engine, keeps the
+reports, and decides when an outcome a lost link left unknown is re-verified (never
+re-sent). Tests drive it without a screen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gpudash.audit import AuditTrail
+from gpudash.engine import (
+    ActionPlan,
+    ActionReport,
+    ExecOptions,
+    Progress,
+    execute,
+    reverify,
+)
+from gpudash.source import HostControl
+
+REVERIFY_ATTEMPTS = 3  # re-verifications of one unknown outcome before leaving it to the log
+
+log = logging.getLogger("gpudash.controller")
+
+
+@dataclass(slots=True)
+class Shown:
+    """What the result panel shows: the plan, its latest progress, then its end."""
+
+    plan: ActionPlan
+    progress: Progress | None = None
+    report: ActionReport | None = None
+    error: str | None = None  # the run failed without a report (a bug: it is logged)
+
+
+@dataclass(slots=True)
+class Running:
+    plan: ActionPlan
+    host: int
+    report: ActionReport  # filled as the engine sends: what went out, if it is interrupted
+    act: bool  # False: a re-verification, nothing is sent
+
+
+@dataclass(slots=True)
+class ActionController:
+    options: ExecOptions
+    running: Running | None = None
+    shown: Shown | None = None
+    reports: list[ActionReport] = field(default_factory=list)
+    interrupted: ActionReport | None = None  # stopped by the operator quitting
+    unverified: dict[int, ActionPlan] = field(default_factory=dict)  # host -> unknown outcome
+    attempts: dict[int, int] = field(default_factory=dict)  # host -> re-verifications so far
+
+    @property
+    def busy(self) -> bool:
+        return self.running is not None
+
+    @property
+    def last_report(self) -> ActionReport | None:
+        return self.reports[-1] if self.reports else None
+
+    def begin(self, plan: ActionPlan, host: int, *, act: bool) -> Running:
+        """Mark ``plan`` as running on ``host``; ``run`` carries it out."""
+        if self.running is not None:
+            raise RuntimeError("an action is already running")
+        self.running = Running(plan, host, ActionReport(plan), act)
+        self.shown = Shown(plan)
+        return self.running
+
+    async def run(
+        self,
+        running: Running,
+        control: HostControl,
+        on_progress: Callable[[Progress], None],
+        on_audit_error: Callable[[str], None],
+    ) -> tuple[ActionReport | None, str | None]:
+        """Audit, execute (or re-verify), audit: (report, None) or (None, error).
+
+        Cancellation (the operator quits mid-action) is not an error: the live report is
+        marked interrupted, its outcome audited at once, and ``CancelledError`` goes on.
+        """
+        plan = running.plan
+        trail = AuditTrail(plan, self.options.term_timeout)
+        if running.act:
+            try:
+                await asyncio.to_thread(trail.intent)
+            except OSError as exc:
+                on_audit_error(str(exc))
+        engine = execute if running.act else reverify
+        try:
+            report = await engine(plan, control, self.options, on_progress,
+                                  report=running.report)
+        except asyncio.CancelledError:
+            self.interrupted = running.report
+            try:
+                trail.outcome(running.report)  # synchronously: the front end is going away
+            except OSError:
+                log.exception("audit outcome of an interrupted action not written")
+            raise
+        except Exception as exc:  # the engine must never take the front end down
+            log.exception("action %s failed", plan.title)
+            return None, f"{type(exc).__name__}: {exc}"
+        try:
+            await asyncio.to_thread(trail.outcome, report)
+        except OSError as exc:
+            on_audit_error(str(exc))
+        return report, None
+
+    def progressed(self, progress: Progress) -> None:
+        if self.running is not None and self.shown is not None:
+            self.shown.progress = progress
+
+    def finished(self, host: int, report: ActionReport | None, error: str | None) -> None:
+        """The run ended: keep its report, and decide whether it is re-verified later."""
+        running, self.running = self.running, None
+        plan = running.plan if running is not None else None
+        if plan is None:
+            return
+        progress = self.shown.progress if self.shown is not None else None
+        self.shown = Shown(plan, progress, report, error)
+        if report is None:
+            return
+        self.reports.append(report)
+        if report.unknown and self.attempts.get(host, 0) < REVERIFY_ATTEMPTS:
+            self.unverified[host] = plan  # re-verified when the host's samples flow again
+        elif not report.unknown:
+            self.attempts[host] = 0
+
+    def take_reverify(self, host: int) -> ActionPlan | None:
+        """The plan to re-verify now that ``host`` sends samples again (nothing re-sent)."""
+        if self.running is not None or host not in self.unverified:
+            return None
+        self.attempts[host] = self.attempts.get(host, 0) + 1
+        return self.unverified.pop(host)
+
+
+def outcome_line(report: ActionReport) -> str:
+    """A report in one line, for the action log."""
+    outcome = report.summary
+    if report.escalated:
+        outcome += "; TERM ignored, escalated to SIGKILL: " + ", ".join(map(str, report.escalated))
+    if report.leftovers:
+        outcome += "; still held: " + "; ".join(
+            f"{lo.where} by {'?' if lo.pid is None else lo.pid} ({lo.reason})"
+            for lo in report.leftovers
+        )
+    return outcome
