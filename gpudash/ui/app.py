@@ -8,7 +8,6 @@ whose progress arrives as messages, logged, and appended to the audit file.
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -19,16 +18,14 @@ from typing import Any
 
 from rich.markup import escape
 from textual import work
-from textual.app import App, ComposeResult, SystemCommand
+from textual.app import App, SystemCommand
 from textual.binding import Binding
-from textual.containers import Horizontal
-from textual.events import Key, Resize
+from textual.events import Key
 from textual.message import Message
 from textual.notifications import SeverityLevel
 from textual.reactive import reactive
 from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
-from textual.widgets import DataTable
 from textual.worker import Worker, WorkerCancelled, WorkerFailed
 
 from gpudash.controller import ActionController, Running, outcome_line
@@ -47,7 +44,8 @@ from gpudash.triage import HostTriage
 from gpudash.ui.commands import DashboardCommands
 from gpudash.ui.hosts import HostView, follow_host
 from gpudash.ui.keymap import load_keymap
-from gpudash.ui.layout import PLOT_MIN, progress_columns, size_classes
+from gpudash.ui.layout import PLOT_MIN
+from gpudash.ui.main_screen import MainScreen
 from gpudash.ui.messages import (
     ActionFinished,
     ActionProgressed,
@@ -55,46 +53,20 @@ from gpudash.ui.messages import (
     HostFailed,
     HostUpdated,
 )
-from gpudash.ui.palette import palette
 from gpudash.ui.quit import AFTER, NOW, QuitWhileActing
-from gpudash.ui.screens import ConfirmModal, DetailScreen, FilterScreen, HelpScreen
+from gpudash.ui.screens import ConfirmModal, FilterScreen, HelpScreen
 from gpudash.ui.text import clean
 from gpudash.ui.themes import VARIABLE_DEFAULTS, load_themes
-from gpudash.ui.widgets.action_log import ActionLog, LogEntry
-from gpudash.ui.widgets.footer import DashboardFooter
-from gpudash.ui.widgets.gpus import GpuGrid, GpuTable
-from gpudash.ui.widgets.guide import Guide
-from gpudash.ui.widgets.header import HeaderBar, HostList, header_text
 from gpudash.ui.widgets.holders import (
     HoldersTable,
-    filter_rows,
-    holder_rows,
     selection_of,
 )
-from gpudash.ui.widgets.notice import HostNotice
-from gpudash.ui.widgets.plotview import MemoryPlot
-from gpudash.ui.widgets.progress import ActionProgressPanel
-from gpudash.ui.widgets.unit_panel import UnitPanel, unit_gist, unit_text
 
 DEFAULT_THEME = "gpudash-night"
 MAX_FPS = 5  # redraws per second at most, whatever the sample rate
 MAX_REPLANS = 3  # the host keeps changing under the confirm dialog: stop asking
 
 log = logging.getLogger("gpudash.ui")
-
-
-def drawing(method: Callable[..., None]) -> Callable[..., None]:
-    """A redraw that fails is logged and shown, never allowed to end the app: whatever a
-    host sends, the operator keeps the screen (and the actions in flight)."""
-
-    @functools.wraps(method)
-    def guarded(self: GpudashApp, *args: Any, **kwargs: Any) -> None:
-        try:
-            method(self, *args, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - logged with its traceback
-            self.drawing_failed(method.__name__, exc)
-
-    return guarded
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,12 +153,12 @@ class GpudashApp(App[int]):
         self._quit_when_done = False
         self._last_draw_error: str | None = None
         self._startup_warnings: list[str] = []
-        self._welcome = welcome
+        self.welcome = welcome  # the demo's walkthrough line
+        self.main = MainScreen()
         self.holder_filter = ""
         self._refresh_timer: Timer | None = None
         self._available: tuple[bool | None, ...] = ()
         self._last_refresh = 0.0
-        self._mounted = False
         self._toast_until: dict[tuple[str, str], float] = {}
         self._keymap, keymap_errors = load_keymap(bindings=binding_table())
         if keymap_errors:
@@ -215,45 +187,14 @@ class GpudashApp(App[int]):
     def get_theme_variable_defaults(self) -> dict[str, str]:
         return dict(VARIABLE_DEFAULTS)
 
-    def compose(self) -> ComposeResult:
-        yield HeaderBar(id="header")
-        yield HostList(id="hosts")
-        with Horizontal(id="top"):
-            yield GpuTable(id="gpus")
-            yield GpuGrid(id="gpu-grid")
-            yield MemoryPlot(id="plot")
-        yield HostNotice(id="notice")
-        with Horizontal(id="middle"):
-            yield HoldersTable(id="holders")
-            yield UnitPanel(id="unit")
-        yield ActionProgressPanel(id="progress")
-        yield ActionLog(id="log")
-        yield Guide(id="guide")
-        yield DashboardFooter()
+    def get_default_screen(self) -> MainScreen:
+        return self.main
+
+    @property
+    def holders(self) -> HoldersTable:
+        return self.main.holders
 
     def on_mount(self) -> None:
-        # The widgets live on the default screen; while a modal is up, ``query_one`` would
-        # search the modal, so keep references.
-        self.header_bar = self.query_one(HeaderBar)
-        self.host_list = self.query_one(HostList)
-        self.gpu_table = self.query_one(GpuTable)
-        self.gpu_grid = self.query_one(GpuGrid)
-        self.notice = self.query_one(HostNotice)
-        self.guide = self.query_one(Guide)
-        self.memory_plot = self.query_one(MemoryPlot)
-        self.holders = self.query_one(HoldersTable)
-        self.unit_panel = self.query_one(UnitPanel)
-        self.progress_panel = self.query_one(ActionProgressPanel)
-        self.action_log = self.query_one(ActionLog)
-        self.query_one("#gpus").border_title = "GPUs"
-        self.gpu_grid.border_title = "GPUs"
-        self.query_one("#holders").border_title = "Holders (by owner)"
-        self.query_one("#unit").border_title = "Unit"
-        self.query_one("#plot").border_title = "Memory history (GiB)"
-        self.query_one("#progress").border_title = "Action"
-        if len(self.views) > 1:
-            self.host_list.add_class("-multi")
-        self.holders.focus()
         if self._keymap:
             self.set_keymap(self._keymap)
         # Which action a key means, after the user's keymap: a greyed-out action's key
@@ -270,24 +211,6 @@ class GpudashApp(App[int]):
         for index in range(len(self.views)):
             self._follow(index)
         self.set_interval(1.0, self._tick)
-        self._mounted = True
-        self._fit(self.size.width, self.size.height)
-        self.refresh_view()
-
-    def on_resize(self, event: Resize) -> None:
-        self._fit(event.size.width, event.size.height)
-
-    def _fit(self, width: int, height: int) -> None:
-        """Show what the terminal has room for (gpudash/ui/layout.py has the sizes)."""
-        main = self.screen_stack[0]
-        for name, applies in size_classes(width, height).items():
-            main.set_class(applies, name)
-        if not self._mounted:  # the first Resize comes before on_mount
-            return
-        # Under 30 rows the log's column header would leave it one row.
-        self.action_log.show_header = not main.has_class("-tiny")
-        self._refresh_unit()
-        self._refresh_progress()
 
     # --- hosts -------------------------------------------------------------------------
 
@@ -389,47 +312,23 @@ class GpudashApp(App[int]):
     def view(self) -> HostView:
         return self.views[self.current_host]
 
-    @drawing
-    def _refresh_header(self) -> None:
-        pal = palette(self)
-        now = self.clock()
-        self.header_bar.update(
-            header_text(self.views, self.current_host, now, self.stale_after, self.read_only, pal)
-        )
-        self.notice.show(self.view, now, pal)
-        if len(self.views) > 1:
-            self.host_list.show(self.views, now, self.stale_after, pal)
-
-    @drawing
+    # The screen draws; these are what the app's logic asks of it.
     def refresh_view(self) -> None:
-        """Redraw everything from the current host's latest snapshot, in place."""
-        pal = palette(self)
-        view = self.view
-        holders = self.holders
-        with self.batch_update():
-            self._refresh_header()
-            self.gpu_table.show(view.snapshot, pal)
-            self.gpu_grid.show(view.snapshot, pal)
-            if self._welcome:
-                self.guide.show(view.triage, self.key_of, self.running)
-            rows = holder_rows(view.triage, pal) if view.triage else []
-            holders.show(filter_rows(rows, self.holder_filter))
-            self.selected_key = holders.selected_key()
-            self._refresh_unit()
-            self._refresh_plot()
-            self._refresh_progress()
+        self.main.refresh_view()
 
-    @drawing
-    def _refresh_unit(self) -> None:
-        view = self.view
-        owner, _unit, pid = selection_of(view.triage, self.selected_key)
-        group = view.triage.group(owner) if view.triage and owner else None
-        process = view.snapshot.process(pid) if view.snapshot and pid is not None else None
-        pal = palette(self)
-        self.unit_panel.update(unit_text(group, process, pal))
-        # Too thin for the unit panel: its gist goes on Holders' border, Enter shows it all.
-        thin = self.screen_stack[0].has_class("-thin")
-        self.holders.border_subtitle = unit_gist(group, pal) if thin else None
+    def _refresh_header(self) -> None:
+        if self.main.ready:
+            self.main.refresh_header()
+
+    def _refresh_progress(self) -> None:
+        if self.main.ready:
+            self.main.refresh_progress()
+
+    def _log_action(
+        self, host: str, action: str, outcome: str, ok: bool | None,
+        details: Sequence[str] = (),
+    ) -> None:
+        self.main.log_action(host, action, outcome, ok, details)
 
     def key_of(self, action: str) -> str:
         """The key the user presses for ``action``, after their keymap."""
@@ -437,50 +336,6 @@ class GpudashApp(App[int]):
             "help": "question_mark", "quit": "q", "toggle_plot": "g", "filter": "slash"}
         keys = self._keymap.get(f"gpudash.{action}", default.get(action, action))
         return self.get_key_display(Binding(keys.split(",")[0].strip(), action))
-
-    @drawing
-    def _refresh_plot(self) -> None:
-        view = self.view
-        snap = view.snapshot
-        if snap is None:
-            return
-        if self.plot_all:
-            gpus = [g.index for g in snap.gpus]
-            title = "all GPUs"
-        else:
-            selected = self.gpu_table.selected_gpu()
-            gpus = [] if selected is None else [selected]
-            title = f"GPU {selected}"
-        totals = [g.memory_total_mib for g in snap.gpus if g.memory_total_mib]
-        ymax = max(totals) / 1024 if totals else None
-        self.memory_plot.show(view.history, gpus, ymax, title)
-
-    @drawing
-    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        if not self.screen_stack:  # shutting down
-            return
-        if isinstance(event.data_table, HoldersTable):
-            self.selected_key = None if event.row_key.value is None else str(event.row_key.value)
-            self._refresh_unit()
-        elif isinstance(event.data_table, GpuTable) and not self.plot_all:
-            self._refresh_plot()
-
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        if isinstance(event.data_table, HostList) and event.row_key.value is not None:
-            self.action_host(int(event.row_key.value))
-        elif isinstance(event.data_table, HoldersTable):
-            view = self.view
-            owner, _unit, pid = selection_of(view.triage, self.selected_key)
-            group = view.triage.group(owner) if view.triage and owner else None
-            process = view.snapshot.process(pid) if view.snapshot and pid is not None else None
-            if group is not None:
-                self.push_screen(DetailScreen(clean(owner),
-                                              unit_text(group, process, palette(self))))
-        elif isinstance(event.data_table, ActionLog):
-            entry = self.action_log.entry_at(event.cursor_row)
-            if entry is not None:
-                self.push_screen(DetailScreen(f"{entry.action} on {entry.host}",
-                                              self.action_log.detail(entry)))
 
     # --- availability ------------------------------------------------------------------
 
@@ -568,8 +423,8 @@ class GpudashApp(App[int]):
 
     def action_toggle_plot(self) -> None:
         self.plot_all = not self.plot_all
-        self._refresh_plot()
-        if not self.memory_plot.display:
+        self.main.refresh_plot()
+        if not self.main.memory_plot.display:
             width, height = self.size
             self.notify(
                 f"Plot set to {'all GPUs' if self.plot_all else 'the selected GPU'}; it shows "
@@ -600,7 +455,7 @@ class GpudashApp(App[int]):
         if self.holder_filter:
             # border titles are markup: the typed text is escaped, never interpreted
             title += f" — filter: {escape(clean(self.holder_filter))}  (/ to change, empty clears)"
-        self.query_one("#holders").border_title = title
+        self.main.holders.border_title = title
         self.refresh_view()
 
     def action_help(self) -> None:
@@ -788,22 +643,6 @@ class GpudashApp(App[int]):
             title=clean(title), severity=severity, timeout=timeout, markup=False,
         )
 
-    @drawing
-    def _refresh_progress(self) -> None:
-        panel = self.progress_panel
-        state = self.controller.shown
-        shown = self.result_shown and state is not None
-        panel.set_class(shown, "-shown")
-        # On a short terminal the action panel takes the GPU table's place (it shows the
-        # same memory per GPU, plus the target).
-        self.screen_stack[0].set_class(shown, "-acting")
-        if not shown or state is None:
-            return
-        width, height = self.size
-        panel.show(state.plan, state.progress, state.report, state.error, palette(self),
-                   settle=self.exec_options.settle, term_timeout=self.exec_options.term_timeout,
-                   columns=progress_columns(width, height))
-
     def drawing_failed(self, where: str, exc: Exception) -> None:
         log.error("%s failed on %s", where, self.view.name, exc_info=exc)
         message = f"{where}: {type(exc).__name__}: {exc}"
@@ -811,16 +650,6 @@ class GpudashApp(App[int]):
             self._last_draw_error = message
             self.notify(f"Could not draw {self.view.name}: {message} (details in the log file)",
                         title="Display error", severity="error", timeout=10)
-
-    def _log_action(
-        self, host: str, action: str, outcome: str, ok: bool | None,
-        details: Sequence[str] = (),
-    ) -> None:
-        pal = palette(self)
-        self.action_log.add(
-            LogEntry(self.clock(), host, action, outcome, ok, tuple(details)),
-            pal.success, pal.error
-        )
 
 
 def _action_method(name: str) -> Callable[[GpudashApp], None]:
