@@ -19,7 +19,9 @@ import signal as _signal
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
+from gpudash.demo_models import SimLoad, SimServer
 from gpudash.model import Gpu, HostSnapshot, Process, SourceKind, Unit, unit_name
 from gpudash.source import CommandResult, HostControl, SignalOutcome
 
@@ -30,6 +32,11 @@ MODEL_MIB = 96801  # per GPU, as nvidia-smi showed in the incident
 NOTEBOOK_MIB = 2048
 RESPAWN_MIB = 612  # a respawned worker's CUDA context, before it fails to load the model
 MINIMAX = "vllm-minimax-m25.service"
+KIMI = "vllm-kimi-k25.service"
+DEEPSEEK = "vllm-deepseek-v3.service"
+MINIMAX_SERVER = SimServer("MiniMaxAI/MiniMax-M2.5", 8000)
+KIMI_SERVER = SimServer("moonshotai/Kimi-K2.5-INT4", 8001, load_s=20.0)
+DEEPSEEK_SERVER = SimServer("deepseek-ai/DeepSeek-V3", 8002, gpu_memory_utilization=0.99)
 HOST_CPUS = 128
 HOST_MEM_MIB = 2063 * 1024  # 2 TiB of RAM, as a host of eight 96 GiB GPUs has
 HOST_BASE_MIB = 41 * 1024  # the OS, page tables, the driver
@@ -72,6 +79,12 @@ class SimUnit:
     main_pid: int | None = None
     restart_at: float | None = None  # simulated time of a pending automatic restart
     restart_sec: float = 1.0
+    server: SimServer | None = None  # the model server it runs (None: the incident's own)
+    loads: list[SimLoad] = field(default_factory=list)  # every start, oldest first
+
+    @property
+    def load(self) -> SimLoad | None:
+        return self.loads[-1] if self.loads else None
 
 
 class DemoHost(HostControl):
@@ -175,8 +188,15 @@ class DemoHost(HostControl):
             )
 
     def _build_incident(self) -> None:
-        unit = SimUnit(MINIMAX, "vLLM MiniMax-M2.5 (TP=8, EP)")
+        unit = SimUnit(MINIMAX, "vLLM MiniMax-M2.5 (TP=8, EP)", server=MINIMAX_SERVER)
         self.units[unit.name] = unit
+        # The next model, installed but never started here, and one that cannot load.
+        for name, description, server in (
+            (KIMI, "vLLM Kimi-K2.5 INT4 (TP=8)", KIMI_SERVER),
+            (DEEPSEEK, "vLLM DeepSeek-V3 (TP=8): too big for these GPUs", DEEPSEEK_SERVER),
+        ):
+            self.units[name] = SimUnit(name, description, kill_mode="control-group",
+                                       unit_file_state="disabled", active=False, server=server)
         lab = self.spawn(
             ppid=1, user="alice", name="jupyter-lab",
             cmdline="/home/alice/.venv/bin/python /home/alice/.venv/bin/jupyter-lab --no-browser",
@@ -190,6 +210,29 @@ class DemoHost(HostControl):
             cpu_pct=0.3, rss_mib=2400,
         )
         self._start_server(unit, age=7200, worker_mib=MODEL_MIB)
+        serving = SimLoad(MINIMAX_SERVER, self.now() - 7200, 0, 0)
+        serving.script(GPU_TOTAL_MIB)
+        unit.loads.append(serving)  # it has served for two hours
+
+    def _launch(self, unit: SimUnit) -> None:
+        """systemd starts the unit's main process (by hand or automatically)."""
+        if unit.server is None or unit.name == MINIMAX:
+            # The incident's server: respawned, it squeezes in and fails to load the model.
+            self._start_server(unit, age=0.0, worker_mib=RESPAWN_MIB)
+            return
+        server, now = unit.server, self.now()
+        main = self.spawn(ppid=1, user="root", name="python3", cmdline=server.cmdline(),
+                          unit=unit.name, cpu_pct=40.0, rss_mib=4 * 1024)
+        unit.main_pid = main.pid
+        used = self._used()
+        free = min(GPU_TOTAL_MIB - used[g] for g in range(server.tp))
+        load = SimLoad(server, now, server.need_mib(GPU_TOTAL_MIB), free)
+        load.script(GPU_TOTAL_MIB)
+        unit.loads.append(load)
+        for tp in range(server.tp):
+            self.spawn(ppid=main.pid, user="root", name=f"VLLM::Worker_TP{tp}",
+                       cmdline=f"VLLM::Worker_TP{tp}", unit=unit.name, gpu_memory_mib={tp: 0},
+                       cpu_pct=99.0, rss_mib=9 * 1024)
 
     # --- simulation step --------------------------------------------------------------
 
@@ -199,8 +242,34 @@ class DemoHost(HostControl):
             if unit.restart_at is not None and now >= unit.restart_at:
                 unit.restart_at = None
                 unit.n_restarts += 1
-                self._start_server(unit, age=0.0, worker_mib=RESPAWN_MIB)
+                self._launch(unit)
+            self._load(unit, now)
         self._releases = [r for r in self._releases if r[0] > now]
+
+    def _load(self, unit: SimUnit, now: float) -> None:
+        """A started server's workers take their memory as the shards load, or it crashes."""
+        load = unit.load
+        if unit.server is None or unit.name == MINIMAX or load is None or unit.main_pid is None:
+            return
+        crash = load.crash_at
+        if crash is not None and now >= crash:
+            for p in [p for p in self.processes.values() if p.unit == unit.name]:
+                self._die(p)  # exit 1: Restart=always brings it back, to crash again
+            return
+        mib = int(load.need_mib * load.loaded_fraction(now))
+        for p in self.processes.values():
+            if p.unit == unit.name and p.gpu_memory_mib:
+                gpu = next(iter(p.gpu_memory_mib))
+                p.gpu_memory_mib[gpu] = mib
+
+    def _used(self) -> dict[int, int]:
+        used = dict.fromkeys(range(8), 0)
+        for p in self.processes.values():
+            for gpu, mib in [*p.gpu_memory_mib.items(), *p.device_mib.items()]:
+                used[gpu] += mib
+        for _, gpu, mib in self._releases:
+            used[gpu] += mib
+        return used
 
     def _die(self, p: SimProcess) -> None:
         now = self.now()
@@ -243,12 +312,7 @@ class DemoHost(HostControl):
     def snapshot(self) -> HostSnapshot:
         self._advance()
         now = self.now()
-        used = dict.fromkeys(range(8), 0)
-        for p in self.processes.values():
-            for gpu, mib in [*p.gpu_memory_mib.items(), *p.device_mib.items()]:
-                used[gpu] += mib
-        for _, gpu, mib in self._releases:
-            used[gpu] += mib
+        used = self._used()
         gpus = []
         for i in range(8):
             busy = used[i] > 10000
@@ -337,16 +401,61 @@ class DemoHost(HostControl):
                     f'Removed "/etc/systemd/system/multi-user.target.wants/{u.name}".',
                 )
             return CommandResult(argv, 0, "")
-        if verb == "start":
+        if verb in ("start", "restart"):
+            if verb == "restart" and u.active:
+                await self.systemctl("stop", u.name)
             if not u.active:
                 u.active = True
-                u.n_restarts = 0
-                self._start_server(u, age=0.0, worker_mib=RESPAWN_MIB)
+                u.n_restarts = 0  # a start by hand flushes the restart counter
+                self._launch(u)
             return CommandResult(argv, 0, "")
         if verb == "enable":
-            u.unit_file_state = "enabled"
+            if u.unit_file_state != "enabled":
+                u.unit_file_state = "enabled"
+                return CommandResult(argv, 0, f"Created symlink /etc/systemd/system/"
+                                     f"multi-user.target.wants/{u.name} → "
+                                     f"/etc/systemd/system/{u.name}.")
             return CommandResult(argv, 0, "")
         return CommandResult(argv, 1, f"unsupported verb {verb}")
+
+    async def probe_http(self, url: str, timeout_s: float) -> DemoProbe:
+        """A GET on the host's loopback: a server answers once its engine is built."""
+        parts = urlsplit(url)
+        if parts.scheme != "http" or parts.hostname not in ("127.0.0.1", "localhost", "::1"):
+            raise ValueError(f"not a loopback http URL: {url!r}")
+        self._advance()
+        now = self.now()
+        for unit in self.units.values():
+            load = unit.load
+            if (unit.server is None or unit.server.port != parts.port or load is None
+                    or unit.main_pid is None):
+                continue
+            if now >= load.ready_at and load.fits:
+                return DemoProbe(url, 200, None, 0.002)
+        return DemoProbe(url, None, "connection refused", 0.001)
+
+    async def journal(
+        self, unit: str, *, lines: int = 200, follow: bool = True
+    ) -> AsyncIterator[DemoLogLine]:
+        """The unit's log: the last ``lines``, then (``follow``) each new one as it comes."""
+        u = self.units.get(unit_name(unit))
+        if u is None:
+            return
+        shown = 0
+        first = True
+        while True:
+            self._advance()
+            now = self.now()
+            logged = [(t, line) for load in u.loads for t, line in load.lines_until(now)]
+            fresh = logged[shown:]
+            if first:
+                fresh, first = fresh[-lines:], False
+            for t, line in fresh:
+                yield DemoLogLine(line, self._boot_epoch + t, u.name)
+            shown = len(logged)
+            if not follow:
+                return
+            await self.sleep(0.5)
 
     async def signal(
         self, pid: int, start_ticks: int | None, sig: int, *, boot_id: str | None = None
@@ -372,6 +481,21 @@ class DemoHost(HostControl):
         elif sig == _signal.SIGCONT:
             p.state = "S"
         return SignalOutcome.SENT
+
+
+@dataclass(frozen=True, slots=True)
+class DemoProbe:
+    url: str
+    status: int | None = None
+    error: str | None = None
+    elapsed_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DemoLogLine:
+    message: str
+    time: float | None = None
+    unit: str | None = None
 
 
 def _cgroup(p: SimProcess) -> str | None:

@@ -17,7 +17,8 @@ def test_every_action_has_one_spec_with_its_own_key_and_binding() -> None:
     # binding ids are what users' keymap files name: they must not change
     assert {s.binding_id for s in SPECS.values()} == {
         "gpudash.stop_unit", "gpudash.disable_unit", "gpudash.stop_disable",
-        "gpudash.terminate", "gpudash.kill", "gpudash.reap", "gpudash.reclaim"}
+        "gpudash.terminate", "gpudash.kill", "gpudash.reap", "gpudash.reclaim",
+        "gpudash.start_unit", "gpudash.restart_unit", "gpudash.enable_unit", "gpudash.swap"}
 
 
 def selections(snap: HostSnapshot) -> list[Selection]:
@@ -31,8 +32,10 @@ async def check_precheck_agrees_with_planning(snap: HostSnapshot) -> None:
     result = triage(snap)
     for spec in SPECS.values():
         for sel in selections(snap):
-            if sel.unit == "session-4.scope" and spec.needs is Needs.UNIT:
+            if sel.unit == "session-4.scope" and spec.needs is not Needs.PROCESS:
                 continue  # the UI never offers a session as a unit (selection_of)
+            if spec.needs is Needs.UNIT_AND_TARGET:
+                continue  # the target is chosen after the precheck: tested with the swap
             reason = spec.precheck(result, sel)
             try:
                 spec.plan(snap, sel)

@@ -9,7 +9,7 @@ adding one ``ActionSpec`` here.
 from __future__ import annotations
 
 import signal as _signal
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -19,14 +19,16 @@ from gpudash.engine.plan import (
     STOPPING,
     ActionKind,
     ActionPlan,
+    Phase,
     PlanError,
     Selection,
+    Serving,
     plan_changes,
 )
 from gpudash.engine.steps import Signal, Step, Systemctl
 from gpudash.engine.target import Target, expected_free
 from gpudash.model import HostSnapshot, Process, SourceKind, Unit, unit_name
-from gpudash.triage import Flag, HostTriage, OwnerKind, holds, owner_kind, process_flags
+from gpudash.triage import Flag, HostTriage, OwnerKind, holds, label, owner_kind, process_flags
 from gpudash.units import gib
 
 
@@ -34,6 +36,7 @@ class Needs(StrEnum):
     UNIT = "unit"  # a system service: a unit row or one of its processes
     PROCESS = "process"  # one process
     ORPHANS = "orphans"  # orphans of the selected unit, else of the whole host
+    UNIT_AND_TARGET = "unit and target"  # a service to reclaim and the one to start (swap)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +48,8 @@ class ActionSpec:
     label: str  # short footer label
     needs: Needs
     planner: Callable[[ActionSpec, HostSnapshot, Selection], ActionPlan]
+    # what else must hold, read from the snapshot alone (cheap): a reason, or None
+    fits: Callable[[HostSnapshot, Selection], str | None] | None = None
 
     @property
     def binding_id(self) -> str:
@@ -55,7 +60,7 @@ class ActionSpec:
         snap = result.snapshot
         if not snap.can_act:
             return snap.cannot_act_reason or f"cannot act on {snap.host}"
-        if self.needs is Needs.UNIT and sel.unit is None:
+        if self.needs in (Needs.UNIT, Needs.UNIT_AND_TARGET) and sel.unit is None:
             return "select a system service (a unit row or one of its processes)"
         if self.needs is Needs.PROCESS and (sel.pid is None or sel.pid == 1):
             return "select a process"
@@ -66,7 +71,7 @@ class ActionSpec:
             if not orphans:
                 where = f" of {sel.unit}" if sel.unit else ""
                 return f"no orphaned processes{where} hold GPU memory"
-        return None
+        return None if self.fits is None else self.fits(snap, sel)
 
     def plan(self, snapshot: HostSnapshot, sel: Selection) -> ActionPlan:
         """The exact plan for ``sel`` on ``snapshot``; ``PlanError`` says why not."""
@@ -246,6 +251,126 @@ def plan_reap(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Actio
     )
 
 
+def _serving(snapshot: HostSnapshot, unit: Unit, sel: Selection) -> Serving:
+    return Serving(unit.name, sel.ready_url, dict(sel.footprint or {}))
+
+
+def _start_steps(unit: Unit, verb: str, enable: bool) -> tuple[Step, ...]:
+    steps: list[Step] = [Systemctl(verb, unit.name)]
+    if enable and not (unit.unit_file_state or "").startswith("enabled"):
+        steps.append(Systemctl("enable", unit.name))
+    return tuple(steps)
+
+
+def _startable(snapshot: HostSnapshot, sel: Selection) -> str | None:
+    u = snapshot.unit(sel.unit) if sel.unit else None
+    if u is None:
+        return None  # the planner says what is wrong with it
+    if not u.is_down:
+        return f"{u.name} is already {u.active_state}: restart it, or swap to it"
+    if u.unit_file_state == "masked":
+        return f"{u.name} is masked: systemd will not start it"
+    return None
+
+
+def plan_start(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> ActionPlan:
+    """start / restart of a service, followed until it serves (or shown crashing)."""
+    u = _require_unit(snapshot, sel.unit)
+    notes: list[str] = []
+    why_not = _startable(snapshot, sel) if spec.kind is ActionKind.START else None
+    if why_not:
+        raise PlanError(why_not)
+    if spec.kind is ActionKind.RESTART and (u.kill_mode or "") in ("process", "none"):
+        held = [p for p in _members(snapshot, u) if p.holds_gpu_memory and p.pid != u.main_pid]
+        if held:
+            notes.append(f"KillMode={u.kill_mode}: a restart leaves {len(held)} worker(s) "
+                         "holding GPU memory behind; swap (reclaim, then start) instead.")
+    if u.unit_file_state == "masked":
+        raise PlanError(f"{u.name} is masked: systemd will not start it")
+    steps = _start_steps(u, spec.kind.value, sel.enable)
+    serving = _serving(snapshot, u, sel)
+    return _new_plan(
+        spec, snapshot, Selection(unit=u.name, enable=sel.enable, ready_url=sel.ready_url,
+                                  footprint=sel.footprint), u.name,
+        steps=steps,
+        phases=(Phase("start", spec.kind, steps, serving),),
+        notes=tuple(notes),
+        unit_before=u,
+    )
+
+
+def plan_enable(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> ActionPlan:
+    u = _require_unit(snapshot, sel.unit)
+    notes = ["Enable changes only what happens at boot; nothing starts now."]
+    if (u.unit_file_state or "").startswith("enabled"):
+        notes.append(f"{u.name} is already {u.unit_file_state}.")
+    return _new_plan(spec, snapshot, Selection(unit=u.name), u.name,
+                     steps=(Systemctl("enable", u.name),), notes=tuple(notes), unit_before=u)
+
+
+def _fit(snapshot: HostSnapshot, reclaim: ActionPlan, footprint: Mapping[int, int]
+         ) -> tuple[list[str], list[str]]:
+    """(fit lines, problems) of ``footprint`` beside what stays once ``reclaim`` ran."""
+    if not footprint:
+        return ["footprint not learned on this host yet: the fit is not checked (it is "
+                "learned when the model serves)"], []
+    lines, problems = [], []
+    planned = {t.pid for t in reclaim.targets}
+    for gpu, need in sorted(footprint.items()):
+        g = snapshot.gpu(gpu)
+        if g is None or g.memory_total_mib is None or g.memory_used_mib is None:
+            problems.append(f"GPU{gpu}: not reported by the host")
+            continue
+        free = g.memory_total_mib - g.memory_used_mib + reclaim.expected_free_mib.get(gpu, 0)
+        if need <= free:
+            continue
+        staying = [p for p in snapshot.processes if p.pid not in planned
+                   and (p.gpu_memory_mib.get(gpu) or gpu in p.device_gpus)]
+        who = ", ".join(f"{p.user or '?'}'s {label(p) or p.name} (pid {p.pid}) holds "
+                        f"{gib(p.gpu_memory_mib.get(gpu))}" for p in staying) or "nobody listed"
+        problems.append(f"GPU{gpu}: needs {gib(need)}, {gib(free)} will be free; {who}")
+    if not problems:
+        lines.append(f"fits: up to {gib(max(footprint.values()))} per GPU on "
+                     f"{len(footprint)} GPU(s), learned when it last served here")
+    return lines, problems
+
+
+def plan_swap(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> ActionPlan:
+    """Reclaim one model with proof, then start the next and prove it serves."""
+    if not sel.target:
+        raise PlanError("choose the unit to start")
+    target = _require_unit(snapshot, sel.target)
+    source = _require_unit(snapshot, sel.unit)
+    if target.name == source.name:
+        raise PlanError("swap to another unit: use restart to start the same one again")
+    if not target.is_down:
+        raise PlanError(f"{target.name} is already {target.active_state}")
+    if target.unit_file_state == "masked":
+        raise PlanError(f"{target.name} is masked: systemd will not start it")
+    reclaim = SPECS[ActionKind.RECLAIM].planner(SPECS[ActionKind.RECLAIM], snapshot,
+                                                Selection(unit=source.name))
+    fit, problems = _fit(snapshot, reclaim, sel.footprint or {})
+    if problems:
+        raise PlanError(f"{target.name} does not fit once {source.name} is reclaimed: "
+                        + "; ".join(problems))
+    start = _start_steps(target, "start", sel.enable)
+    serving = _serving(snapshot, target, sel)
+    return _new_plan(
+        spec, snapshot,
+        Selection(unit=source.name, target=target.name, enable=sel.enable,
+                  ready_url=sel.ready_url, footprint=sel.footprint),
+        f"{source.name} -> {target.name}",
+        steps=reclaim.steps + start,
+        phases=(Phase("reclaim", ActionKind.RECLAIM, reclaim.steps),
+                Phase("start", ActionKind.START, start, serving)),
+        expected_free_mib=reclaim.expected_free_mib,
+        notes=reclaim.notes,
+        untouched=reclaim.untouched,
+        unit_before=source,
+        fit=tuple(fit),
+    )
+
+
 # --- the registry --------------------------------------------------------------------------
 
 SPECS: dict[ActionKind, ActionSpec] = {
@@ -265,6 +390,14 @@ SPECS: dict[ActionKind, ActionSpec] = {
                    plan_reap),
         ActionSpec(ActionKind.RECLAIM, "reclaim", "Reclaim unit (stop + disable + reap + wait)",
                    "r", "Reclaim", Needs.UNIT, plan_unit),
+        ActionSpec(ActionKind.START, "start_unit", "Start unit and follow it to serving", "u",
+                   "Start", Needs.UNIT, plan_start, _startable),
+        ActionSpec(ActionKind.RESTART, "restart_unit", "Restart unit and follow it to serving",
+                   "R", "Restart", Needs.UNIT, plan_start),
+        ActionSpec(ActionKind.ENABLE, "enable_unit", "Enable unit (start at boot)", "e",
+                   "Enable", Needs.UNIT, plan_enable),
+        ActionSpec(ActionKind.SWAP, "swap", "Swap model (reclaim, start the next, prove it "
+                   "serves)", "w", "Swap", Needs.UNIT_AND_TARGET, plan_swap),
     )
 }
 SPECS_BY_NAME = {spec.name: spec for spec in SPECS.values()}

@@ -15,6 +15,8 @@ from enum import StrEnum
 
 from gpudash.engine.target import Target
 from gpudash.model import HostSnapshot, Process, Unit
+from gpudash.source import HostControl
+from gpudash.units import gib
 
 
 class GoalState(StrEnum):
@@ -43,6 +45,9 @@ def alive(snapshot: HostSnapshot, t: Target) -> Process | None:
 class Goal(ABC):
     title: str
     waited = True  # verification waits for it; otherwise it is read at the end only
+
+    async def observe(self, control: HostControl) -> None:  # noqa: B027 - most need no I/O
+        """Look at the host beyond the snapshot before ``check`` (a probe, say)."""
 
     @abstractmethod
     def check(self, snap: HostSnapshot, elapsed: float) -> GoalStatus:
@@ -156,5 +161,143 @@ class UnitNotEnabled(Goal):
                           f"{u.name} is still {u.unit_file_state} after disable")
 
 
+class UnitEnabled(Goal):
+    """After ``systemctl enable``: it starts at boot."""
+
+    title = "unit enabled"
+    waited = False
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def check(self, snap: HostSnapshot, elapsed: float) -> GoalStatus:
+        u = snap.unit(self.name)
+        if u is None or (u.unit_file_state or "").startswith(("enabled", "static")):
+            return GoalStatus(self.title, GoalState.MET)
+        return GoalStatus(self.title, GoalState.PENDING,
+                          f"{u.name} is {u.unit_file_state} after enable")
+
+
 def respawned(before: Unit, now: Unit) -> bool:
     return now.main_pid not in (None, before.main_pid)
+
+
+# --- a started model serves ------------------------------------------------------------
+
+
+class UnitUp(Goal):
+    """Active and running for ``settle`` samples in a row, never restarted meanwhile.
+
+    A restart (NRestarts above where it started, or ``auto-restart``) or ``failed`` is a
+    crash: it fails for good, so a crash loop is caught at its first turn, not after the
+    timeout.
+    """
+
+    title = "unit up"
+
+    def __init__(self, name: str, restarts_before: int | None, settle: int) -> None:
+        self.name = name
+        self.restarts_before = restarts_before or 0
+        self.settle = settle
+        self.stable = 0
+
+    def check(self, snap: HostSnapshot, elapsed: float) -> GoalStatus:
+        u = snap.unit(self.name)
+        if u is None:
+            self.stable = 0
+            return GoalStatus(self.title, GoalState.PENDING, f"{self.name}: not reported yet")
+        restarts = u.n_restarts or 0
+        if restarts > self.restarts_before or u.sub_state == "auto-restart":
+            return GoalStatus(self.title, GoalState.FAILED,
+                              f"{u.name} crashed and systemd is restarting it (NRestarts "
+                              f"{self.restarts_before} -> {restarts})")
+        if u.active_state == "failed":
+            return GoalStatus(self.title, GoalState.FAILED, f"{u.name} failed ({u.sub_state})")
+        up = u.active_state == "active" and u.sub_state in ("running", None)
+        self.stable = self.stable + 1 if up else 0
+        if self.stable >= self.settle:
+            return GoalStatus(self.title, GoalState.MET)
+        return GoalStatus(self.title, GoalState.PENDING,
+                          f"{u.name} is {u.active_state}/{u.sub_state}")
+
+
+def unit_memory(snap: HostSnapshot, unit: str) -> dict[int, int]:
+    """GPU memory per GPU held by the processes of ``unit`` (N/A counts as nothing)."""
+    out: dict[int, int] = {}
+    for p in snap.processes:
+        if p.unit == unit:
+            for gpu, mib in p.gpu_memory_mib.items():
+                out[gpu] = out.get(gpu, 0) + (mib or 0)
+    return out
+
+
+LOADED_MIN_MIB = 1024  # below this per GPU a server has a CUDA context, not a model
+
+
+class MemoryLoaded(Goal):
+    """The unit's GPU memory has reached its footprint (when learned) and holds steady.
+
+    Steady: no GPU moved more than ``jitter`` (1 % of it, at least 256 MiB) for
+    ``settle`` samples. Loading takes minutes on big models: this is waited for, with
+    the per-GPU figures shown as they climb.
+    """
+
+    title = "memory loaded"
+
+    def __init__(self, unit: str, footprint: Mapping[int, int], settle: int) -> None:
+        self.unit = unit
+        self.footprint = dict(footprint)
+        self.settle = settle
+        self.stable = 0
+        self.last: dict[int, int] = {}
+        self.now: dict[int, int] = {}
+
+    def check(self, snap: HostSnapshot, elapsed: float) -> GoalStatus:
+        now = unit_memory(snap, self.unit)
+        moved = any(abs(now.get(g, 0) - self.last.get(g, 0)) > max(256, now.get(g, 0) // 100)
+                    for g in set(now) | set(self.last))
+        if self.footprint:
+            reached = all(now.get(g, 0) >= 0.9 * mib for g, mib in self.footprint.items())
+        else:  # nothing learned: every GPU it uses holds at least a loaded context
+            reached = bool(now) and min(now.values()) >= LOADED_MIN_MIB
+        self.stable = 0 if moved or not reached else self.stable + 1
+        self.last, self.now = now, now
+        shown = f"{gib(max(now.values()) if now else 0)} per GPU on {len(now)} GPU(s)"
+        if self.footprint:
+            shown += f" of {gib(max(self.footprint.values()))} learned"
+        if self.stable >= self.settle:
+            return GoalStatus(self.title, GoalState.MET, f"memory steady: {shown}")
+        return GoalStatus(self.title, GoalState.PENDING, f"loading: {shown}")
+
+
+class Ready(Goal):
+    """The ready URL answers 200, asked on the host itself (servers listen on loopback)."""
+
+    title = "ready"
+
+    def __init__(self, url: str, timeout_s: float = 3.0) -> None:
+        self.url = url
+        self.timeout_s = timeout_s
+        self.status: int | None = None
+        self.error: str | None = "not asked yet"
+        self.first_ok: float | None = None
+
+    async def observe(self, control: HostControl) -> None:
+        probe = getattr(control, "probe_http", None)
+        if probe is None:
+            self.status, self.error = None, "this host cannot be probed"
+            return
+        try:
+            answer = await probe(self.url, self.timeout_s)
+        except ValueError as exc:  # refused before asking (not a loopback URL)
+            self.status, self.error = None, str(exc)
+            return
+        self.status, self.error = answer.status, answer.error
+
+    def check(self, snap: HostSnapshot, elapsed: float) -> GoalStatus:
+        if self.status == 200:
+            if self.first_ok is None:
+                self.first_ok = elapsed
+            return GoalStatus(self.title, GoalState.MET, f"{self.url} answers 200")
+        said = self.error if self.status is None else f"HTTP {self.status}"
+        return GoalStatus(self.title, GoalState.PENDING, f"{self.url}: {said}")

@@ -26,10 +26,15 @@ class ActionKind(StrEnum):
     KILL = "kill"
     REAP = "reap"
     RECLAIM = "reclaim"
+    START = "start"
+    RESTART = "restart"
+    ENABLE = "enable"
+    SWAP = "swap"
 
 
 STOPPING = frozenset({ActionKind.STOP, ActionKind.STOP_DISABLE, ActionKind.RECLAIM})
 DISABLING = frozenset({ActionKind.DISABLE, ActionKind.STOP_DISABLE, ActionKind.RECLAIM})
+STARTING = frozenset({ActionKind.START, ActionKind.RESTART, ActionKind.SWAP})
 
 
 class PlanError(ValueError):
@@ -38,10 +43,54 @@ class PlanError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Selection:
-    """What the operator pointed at: a unit, a process, or neither."""
+    """What the operator pointed at (a unit, a process, or neither) and, for starting a
+    model, what to start and how to know it serves."""
 
     unit: str | None = None
     pid: int | None = None
+    target: str | None = None  # swap: the unit to start once ``unit`` is reclaimed
+    enable: bool = False  # start/swap: also enable the started unit (boot)
+    ready_url: str | None = None  # probed on the host; None: from the unit's port, if known
+    footprint: Mapping[int, int] | None = None  # learned MiB per GPU of what is started
+
+
+@dataclass(frozen=True, slots=True)
+class Serving:
+    """What proves a started unit serves: active and steady, memory at its footprint, and
+    its ready URL answering (each part that is known)."""
+
+    unit: str
+    ready_url: str | None = None
+    footprint: Mapping[int, int] = field(default_factory=dict)  # learned; {}: unknown
+
+    def describe(self) -> str:
+        parts = [f"{self.unit} active, not restarting"]
+        if self.footprint:
+            per = max(self.footprint.values())
+            parts.append(f"memory steady near its learned footprint (up to {gib(per)} per GPU)")
+        else:
+            parts.append("memory steady (footprint not learned yet on this host)")
+        parts.append(f"{self.ready_url} answers 200" if self.ready_url else
+                     "no ready URL known: not proven by a health check")
+        return "Serving when: " + "; ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    """Part of a plan with its own steps and its own proof (a swap has two)."""
+
+    name: str  # "reclaim", "start", ...
+    kind: ActionKind  # what this phase does, as a one-phase action of that kind would
+    steps: tuple[Step, ...]
+    serving: Serving | None = None  # this phase is proven when the unit serves
+
+    @property
+    def commands(self) -> tuple[Systemctl, ...]:
+        return tuple(s for s in self.steps if isinstance(s, Systemctl))
+
+    @property
+    def signals(self) -> tuple[Signal, ...]:
+        return tuple(s for s in self.steps if isinstance(s, Signal))
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +107,13 @@ class ActionPlan:
     untouched: tuple[Target, ...] = ()  # other holders the plan leaves alone, for the record
     unit_before: Unit | None = None
     simulated: bool = False  # planned on the demo host: nothing real is touched
+    phases: tuple[Phase, ...] = ()  # (): one phase, ``steps``, proven by the kind's goals
+    fit: tuple[str, ...] = ()  # how what is started fits beside what stays (swap)
+
+    @property
+    def run_phases(self) -> tuple[Phase, ...]:
+        """The phases to run, in order (one for the actions that have no others)."""
+        return self.phases or (Phase(self.kind.value, self.kind, self.steps),)
 
     @property
     def commands(self) -> tuple[Systemctl, ...]:
@@ -86,14 +142,26 @@ class ActionPlan:
     def describe(self, term_timeout: float = 10.0) -> list[str]:
         """The plan as lines of plain text, for a confirmation dialog or a terminal."""
         lines = [f"{self.title}  on {self.host}"]
-        lines += [f"  $ {s.describe(term_timeout)}" for s in self.steps]
-        if self.expected_free_mib:
+        numbered = len(self.phases) > 1
+        for i, phase in enumerate(self.run_phases, 1):
+            indent = "    " if numbered else "  "
+            if numbered:
+                lines.append(f"  {i}. {phase.name}")
+            lines += [f"{indent}$ {s.describe(term_timeout)}" for s in phase.steps]
+            if phase.serving is not None:
+                lines.append(f"{indent}{phase.serving.describe()}")
+        if not self.steps and not self.phases:
+            lines.append("  (nothing to send)")
+        if self.kind in STARTING and not self.expected_free_mib:
+            pass  # starting frees nothing: no "Expected back" line
+        elif self.expected_free_mib:
             per = ", ".join(
                 f"GPU{g} {gib_number(m)}" for g, m in sorted(self.expected_free_mib.items()) if m
             )
             lines.append(f"  Expected back: {gib(self.expected_free_total_mib)} ({per} GiB)")
         else:
             lines.append("  Expected back: no GPU memory")
+        lines += [f"  Fit: {f}" for f in self.fit]
         lines += [f"  ! {n}" for n in self.notes]
         if self.untouched:
             shown = self.untouched[:4]

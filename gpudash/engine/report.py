@@ -29,6 +29,9 @@ class Progress:
     alive_pids: tuple[int, ...] = ()  # planned processes still alive at the last sample
     term_left_s: float | None = None  # while waiting after TERM: seconds until KILL
     escalated: tuple[int, ...] = ()  # pids that ignored TERM and were sent KILL
+    step: str = ""  # the plan's phase running now ("reclaim", "start"), for multi-phase plans
+    loading: tuple[str, ...] = ()  # while a started unit loads: its goals' state, log progress
+    log_tail: tuple[str, ...] = ()  # the started unit's latest journal lines (host text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +69,30 @@ class Leftover:
         return f"{self.where} {mib} held by {who}: {self.reason} {self.detail}".rstrip()
 
 
+@dataclass(frozen=True, slots=True)
+class PhaseOutcome:
+    name: str
+    confirmed: bool
+    summary: str
+    seconds: float
+
+
+@dataclass(slots=True)
+class ServingOutcome:
+    """How a started unit came up: serving, or why not (the log line that says it)."""
+
+    unit: str
+    serving: bool = False
+    ready_url: str | None = None
+    ready_status: int | None = None
+    ready_s: float | None = None  # from start to serving
+    mib_per_gpu: dict[int, int] = field(default_factory=dict)  # at serving: the footprint
+    failure_line: str | None = None  # host text, as the journal had it
+    failure_advice: str | None = None
+    stopped: bool = False  # it crash-looped and gpudash stopped it
+    log_tail: tuple[str, ...] = ()
+
+
 @dataclass(slots=True)
 class ActionReport:
     plan: ActionPlan
@@ -82,6 +109,8 @@ class ActionReport:
     unknown: bool = False  # the link dropped: the outcome must be re-verified
     reverified: bool = False  # this report comes from reverify(), after a link loss
     interrupted: bool = False  # stopped by the operator (Ctrl+C, quit) before it ended
+    phases: list[PhaseOutcome] = field(default_factory=list)  # multi-phase plans, in order
+    serving: ServingOutcome | None = None  # a start, restart or swap: how the unit came up
     summary: str = ""
 
     def log(self, text: str) -> None:
@@ -129,6 +158,23 @@ class ActionReport:
         for lo in self.leftovers:
             lines.append(f"  still held: {lo.describe()}")
         lines += [f"  ! {w}" for w in self.warnings]
+        if len(self.phases) > 1:
+            lines += [f"  phase {ph.name}: {'ok' if ph.confirmed else 'NOT confirmed'} in "
+                      f"{ph.seconds:.0f} s: {ph.summary}" for ph in self.phases]
+        sv = self.serving
+        if sv is not None:
+            state = "SERVING" if sv.serving else "NOT serving"
+            ready = "" if sv.ready_s is None else f" after {sv.ready_s:.0f} s"
+            lines.append(f"  {sv.unit}: {state}{ready}"
+                         + (f"; {sv.ready_url} -> {sv.ready_status}" if sv.ready_url else ""))
+            if sv.mib_per_gpu:
+                lines.append("  footprint: " + ", ".join(
+                    f"GPU{g} {gib(m)}" for g, m in sorted(sv.mib_per_gpu.items())))
+            if sv.failure_line:
+                lines.append(f"  log: {sv.failure_line}")
+                lines.append(f"  -> {sv.failure_advice}")
+            if sv.stopped:
+                lines.append(f"  {sv.unit} was stopped: it was crash-looping")
         if self.interrupted or self.unknown:
             sent = self.sent_lines()
             lines.append("  sent: " + ("; ".join(sent) if sent else "nothing"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import signal as _signal
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -20,16 +21,30 @@ from gpudash.engine.goals import (
     GoalState,
     GoalStatus,
     MemoryAtMost,
+    MemoryLoaded,
     NoRespawn,
     ProcessesGone,
+    Ready,
     UnitDown,
+    UnitEnabled,
     UnitNotEnabled,
+    UnitUp,
     alive,
     respawned,
+    unit_memory,
 )
-from gpudash.engine.plan import DISABLING, STOPPING, ActionPlan
-from gpudash.engine.report import ActionReport, GpuOutcome, Leftover, Progress, unit_state
+from gpudash.engine.plan import DISABLING, STOPPING, ActionKind, ActionPlan, Phase, Serving
+from gpudash.engine.report import (
+    ActionReport,
+    GpuOutcome,
+    Leftover,
+    PhaseOutcome,
+    Progress,
+    ServingOutcome,
+    unit_state,
+)
 from gpudash.engine.target import Target, mem_sum
+from gpudash.logsigns import failure, load_progress
 from gpudash.model import HostSnapshot
 from gpudash.source import HostControl, SignalOutcome, SourceError
 from gpudash.triage import label
@@ -51,9 +66,12 @@ class ExecOptions:
     settle: int = 3  # consecutive samples at target that count as confirmed
     slack_mib: int = 64  # driver bookkeeping noise tolerated above target
     respawn_watch: float = 5.0  # after signalling a unit's main, watch this long for a respawn
+    serve_timeout: float = 1800.0  # a started model has this long to serve (big ones: 10+ min)
+    stop_crash_loop: bool = True  # a started unit that crash-loops is stopped
 
 
 ProgressFn = Callable[[Progress], None]
+LOG_TAIL = 200  # journal lines kept of a unit being started
 
 
 async def execute(
@@ -129,16 +147,24 @@ class _Run:
         self.alive: tuple[int, ...] = tuple(t.pid for t in plan.targets)
         self.term_left: float | None = None
         self.statuses: list[GoalStatus] = []
+        self.phase: Phase = plan.run_phases[0]
+        self.loading: tuple[str, ...] = ()
+        self.log_tail: deque[str] = deque(maxlen=LOG_TAIL)
+        self.host_now: float | None = None  # the last sample's time on the host's clock
+        self.first_now = 0.0  # the first sample's
 
     def goals(self) -> list[Goal]:
-        plan = self.plan
+        """What proves the current (freeing) phase."""
+        plan, kind = self.plan, self.phase.kind
         goals: list[Goal] = [self.memory, self.gone]
         if _respawn_watch(plan) and plan.unit_before is not None:
             goals.append(NoRespawn(plan.unit_before, self.opts.respawn_watch))
-        if plan.unit_before is not None and plan.kind in STOPPING:
+        if plan.unit_before is not None and kind in STOPPING:
             goals.append(UnitDown(plan.unit_before.name))
-        if plan.unit_before is not None and plan.kind in DISABLING:
+        if plan.unit_before is not None and kind in DISABLING:
             goals.append(UnitNotEnabled(plan.unit_before.name))
+        if plan.unit_before is not None and kind is ActionKind.ENABLE:
+            goals.append(UnitEnabled(plan.unit_before.name))
         return goals
 
     # --- telling ---------------------------------------------------------------------
@@ -149,11 +175,21 @@ class _Run:
             self.progress(Progress(
                 phase, message, dict(self.used), dict(self.memory.targets_mib),
                 dict(self.memory.stable), self.alive, self.term_left,
-                tuple(self.report.escalated),
+                tuple(self.report.escalated), self.phase.name if self.plan.phases else "",
+                self.loading, tuple(self.log_tail),
             ))
+
+    def _since(self, began: float | None) -> float:
+        """Host seconds from ``began`` (the first sample's time when None) to the last."""
+        if self.host_now is None:
+            return 0.0
+        return max(0.0, self.host_now - (self.first_now if began is None else began))
 
     def observe(self, snap: HostSnapshot) -> None:
         """Every sample updates what the progress shows, in every phase."""
+        if self.host_now is None:
+            self.first_now = snap.taken_at
+        self.host_now = snap.taken_at
         self.used.update(snap.used_by_gpu())
         self.alive = tuple(t.pid for t in self.plan.targets if alive(snap, t))
 
@@ -162,29 +198,29 @@ class _Run:
     async def go(self, *, act: bool) -> ActionReport:
         report = self.report
         try:
-            if act and not await self._commands():
-                return report
-            if act:
-                await self._signal_targets()
-                if report.unknown:
-                    return report
-            skipped = self._not_sent()
-            if skipped:  # their memory will not come back: wait only for the rest's
-                self._expect_only([t for t in self.plan.targets if t not in skipped])
-            if act and skipped and len(skipped) == len(self.plan.targets) and not (
-                self.plan.commands
-            ):
-                snap = await self.control.sample()  # nothing went out: conclude at once
-                self.observe(snap)
-                self.statuses = [g.check(snap, 0.0) for g in self.goals()]
-                self._finish(snap, skipped)
-            else:
-                self._finish(await self._verify(self.goals()), skipped)
+            for phase in self.plan.run_phases:
+                self.phase = phase
+                began = self.host_now
+                if phase.serving is None:
+                    ok = await self._freeing_phase(act)
+                else:
+                    ok = await self._serving_phase(phase.serving, act)
+                if self.plan.phases:
+                    report.phases.append(PhaseOutcome(
+                        phase.name, ok, report.summary, self._since(began)))
+                if not ok or report.unknown:
+                    break
+            if len(self.plan.phases) > 1:
+                report.summary = _phases_summary(report)
+                report.confirmed = all(ph.confirmed for ph in report.phases) and len(
+                    report.phases) == len(self.plan.phases)
             self.tell("done", report.summary)
             return report
         except SourceError as exc:
-            report.unknown = True
-            report.summary = f"outcome unknown: {exc}; re-verify after reconnecting"
+            report.unknown, report.confirmed = True, False
+            done = "; ".join(f"{ph.name} confirmed" for ph in report.phases if ph.confirmed)
+            report.summary = (f"outcome unknown: {exc}; re-verify after reconnecting"
+                              + (f" ({done} before the link dropped)" if done else ""))
             self.tell("done", report.summary)
             return report
         except asyncio.CancelledError:
@@ -197,10 +233,129 @@ class _Run:
             report.log(report.summary)
             raise
 
-    async def _commands(self) -> bool:
-        """systemctl verbs, in plan order. False when the action ended here."""
+    async def _freeing_phase(self, act: bool) -> bool:
+        """Commands, pinned signals, then memory back and processes gone (or explained)."""
         report = self.report
-        for step in self.plan.commands:
+        if act and not await self._commands():
+            return False
+        if not act and await self._started_since():
+            # Re-verifying a swap whose next model was started meanwhile: the GPUs hold
+            # the new model now, so this phase is proven by what left, not by free memory.
+            self.memory = MemoryAtMost({}, self.opts.settle, self.opts.slack_mib)
+        if act:
+            await self._signal_targets()
+            if report.unknown:
+                return False
+        skipped = self._not_sent()
+        if skipped:  # their memory will not come back: wait only for the rest's
+            self._expect_only([t for t in self.plan.targets if t not in skipped])
+        if act and skipped and len(skipped) == len(self.plan.targets) and not (
+            self.phase.commands
+        ):
+            snap = await self.control.sample()  # nothing went out: conclude at once
+            self.observe(snap)
+            self.statuses = [g.check(snap, 0.0) for g in self.goals()]
+            self._finish(snap, skipped)
+        else:
+            self._finish(await self._verify(self.goals(), self.opts.verify_timeout), skipped)
+        return report.confirmed
+
+    async def _started_since(self) -> bool:
+        """Whether a later phase's unit is up already (only asked when re-verifying)."""
+        later = [ph.serving.unit for ph in self.plan.run_phases
+                 if ph.serving is not None and ph is not self.phase]
+        if not later:
+            return False
+        snap = await self.control.sample()
+        self.observe(snap)
+        return any((u := snap.unit(name)) is not None and not u.is_down for name in later)
+
+    async def _serving_phase(self, serving: Serving, act: bool) -> bool:
+        """Start (and enable) the unit, then follow it loading until it serves — or crashes,
+        when it is stopped (unless told not to) and the log line that explains it named."""
+        report, opts = self.report, self.opts
+        outcome = report.serving = ServingOutcome(serving.unit, ready_url=serving.ready_url)
+        if act and not await self._commands():
+            return False
+        if not act:  # re-verifying: was it started at all before the link dropped?
+            snap = await self.control.sample()
+            self.observe(snap)
+            u = snap.unit(serving.unit)
+            if u is None or u.is_down:
+                report.confirmed = False
+                report.summary = (f"{serving.unit} is "
+                                  f"{'unknown' if u is None else u.active_state}: not started")
+                return False
+        goals: list[Goal] = [UnitUp(serving.unit, 0, opts.settle),
+                             MemoryLoaded(serving.unit, serving.footprint, opts.settle)]
+        ready = Ready(serving.ready_url) if serving.ready_url else None
+        if ready is not None:
+            goals.append(ready)
+        follower = asyncio.ensure_future(self._follow_journal(serving.unit))
+        began = self.host_now
+        try:
+            snap = await self._verify(goals, opts.serve_timeout, loading=True)
+        finally:
+            follower.cancel()
+            await asyncio.gather(follower, return_exceptions=True)
+        outcome.log_tail = tuple(self.log_tail)
+        by_title = dict(zip((g.title for g in goals), self.statuses, strict=True))
+        if ready is not None:
+            outcome.ready_status = ready.status
+        outcome.mib_per_gpu = unit_memory(snap, serving.unit)
+        if all(st.state is GoalState.MET for st in self.statuses):
+            outcome.serving = True
+            outcome.ready_s = self._since(began)
+            report.confirmed = True
+            report.summary = (f"{serving.unit} serving after {outcome.ready_s:.0f} s: "
+                              + "; ".join(st.detail for st in self.statuses if st.detail))
+            return True
+        report.confirmed = False
+        crashed = by_title[UnitUp.title].state is GoalState.FAILED
+        lines = list(self.log_tail) or await self._journal_tail(serving.unit)
+        found = failure(lines)
+        if found is not None:
+            outcome.failure_line, outcome.failure_advice = found.line, found.advice
+        if crashed and act and opts.stop_crash_loop:
+            result = await self.control.systemctl("stop", serving.unit)
+            report.commands.append(result)
+            outcome.stopped = result.ok
+        waiting = [st.detail or st.title for st in self.statuses if st.state is not GoalState.MET]
+        why = "crashed" if crashed else f"not serving within {opts.serve_timeout:g} s"
+        report.summary = f"{serving.unit} NOT serving: {why}: " + "; ".join(waiting)
+        if outcome.failure_line:
+            report.summary += f"; log: {outcome.failure_line}"
+        if outcome.stopped:
+            report.summary += f"; {serving.unit} stopped (it was crash-looping)"
+        return False
+
+    async def _follow_journal(self, unit: str) -> None:
+        """The started unit's journal, followed into ``log_tail`` while it loads."""
+        journal = getattr(self.control, "journal", None)
+        if journal is None:
+            return
+        try:
+            async for line in journal(unit, lines=LOG_TAIL, follow=True):
+                self.log_tail.append(getattr(line, "message", str(line)))
+        except SourceError:
+            return  # the log is a help, not the proof: the samples still decide
+
+    async def _journal_tail(self, unit: str) -> list[str]:
+        journal = getattr(self.control, "journal", None)
+        if journal is None:
+            return []
+        out: list[str] = []
+        try:
+            async for line in journal(unit, lines=LOG_TAIL, follow=False):
+                out.append(getattr(line, "message", str(line)))
+        except SourceError:
+            pass
+        return out
+
+    async def _commands(self) -> bool:
+        """The phase's systemctl verbs, in order. False when the action ended here."""
+        report = self.report
+        for step in self.phase.commands:
             self.tell("commands", f"systemctl {step.verb} {step.unit}")
             result = await self.control.systemctl(step.verb, step.unit)
             report.commands.append(result)
@@ -237,11 +392,11 @@ class _Run:
 
     async def _signal_targets(self) -> None:
         """Each signal pinned to its planned identity; TERM escalates to KILL if ignored."""
-        plan, report, opts = self.plan, self.report, self.opts
-        steps = list(plan.signals)
+        report, opts = self.report, self.opts
+        steps = list(self.phase.signals)
         if not steps:
             return
-        if any(c.verb == "stop" for c in plan.commands):
+        if any(c.verb == "stop" for c in self.phase.commands):
             # systemctl stop has returned; let the sample show who survived it.
             snap = await self.control.sample()
             self.observe(snap)
@@ -285,24 +440,35 @@ class _Run:
                 report.summary = "link lost while signalling: outcome unknown; re-verify"
                 return
 
-    async def _verify(self, goals: list[Goal]) -> HostSnapshot:
+    async def _verify(
+        self, goals: list[Goal], within_s: float, *, loading: bool = False
+    ) -> HostSnapshot:
         """Check every goal on each sample until the waited ones are met, one fails for
-        good, or ``verify_timeout`` passes. Every goal's last status is kept."""
+        good, or ``within_s`` seconds pass on the host. Every goal's last status is kept."""
         elapsed = 0.0
         while True:
             snap = await self.control.sample()
             self.observe(snap)
+            for goal in goals:
+                await goal.observe(self.control)
             self.statuses = [g.check(snap, elapsed) for g in goals]
             waited = [s for g, s in zip(goals, self.statuses, strict=True) if g.waited]
             if any(s.state is GoalState.FAILED for s in waited):
                 return snap
             pending = [s for s in waited if s.state is not GoalState.MET]
+            if loading:
+                progress = load_progress(self.log_tail)
+                self.loading = tuple(s.detail or s.title for s in self.statuses) + (
+                    (progress.describe(),) if progress else ())
             if not pending:
                 self.tell("verifying", "every goal met")
                 return snap
-            for status in pending:
-                self.tell("verifying", status.detail or status.title)
-            if elapsed >= self.opts.verify_timeout:
+            if loading:
+                self.tell("loading", "; ".join(self.loading))
+            else:
+                for status in pending:
+                    self.tell("verifying", status.detail or status.title)
+            if elapsed >= within_s:
                 return snap
             await self.control.sleep(self.opts.poll)
             elapsed += self.opts.poll
@@ -333,7 +499,7 @@ class _Run:
         problems = [s.detail for s in self.statuses
                     if s.state is not GoalState.MET and s.title not in (
                         MemoryAtMost.title, ProcessesGone.title)]
-        report.warnings = _left_behind(plan, snap)
+        report.warnings = _left_behind(plan, self.phase.kind, snap)
         memory_ok = not bad and not survivors and not not_sent
         report.confirmed = memory_ok and not problems
         parts = list(problems)
@@ -353,9 +519,10 @@ class _Run:
             parts.append(f"{word}: {gib(freed)} back on {len(report.gpus)} GPU(s)")
         elif problems:
             pass  # the problem is the result: nothing "done" to add to it
-        elif memory_ok and plan.kind in UNIT_ACTIONS and report.unit_after is not None:
-            done = " and ".join(w for k, w in ((STOPPING, "stopped"), (DISABLING, "disabled"))
-                                if plan.kind in k)
+        elif memory_ok and self.phase.kind in UNIT_ACTIONS and report.unit_after is not None:
+            done = " and ".join(w for k, w in ((STOPPING, "stopped"), (DISABLING, "disabled"),
+                                               ({ActionKind.ENABLE}, "enabled"))
+                                if self.phase.kind in k)
             parts.append(f"{done}: {unit_state(report.unit_after)}")
         elif memory_ok:
             parts.append("done; no GPU memory was expected back")
@@ -363,13 +530,13 @@ class _Run:
         report.summary = "; ".join(parts)
 
 
-def _left_behind(plan: ActionPlan, snap: HostSnapshot) -> list[str]:
+def _left_behind(plan: ActionPlan, kind: ActionKind, snap: HostSnapshot) -> list[str]:
     """GPU memory the unit's processes still hold that this action never meant to free.
 
     Stop + disable of a KillMode=process unit does what it says, and still leaves the
     workers holding everything: the report must say so, not just "done".
     """
-    if plan.kind not in UNIT_ACTIONS or plan.unit_before is None:
+    if kind not in UNIT_ACTIONS or plan.unit_before is None:
         return []
     planned = {t.identity for t in plan.targets}
     held = [p for p in snap.processes
@@ -453,3 +620,13 @@ def _explain(plan: ActionPlan, snap: HostSnapshot, gpus: list[int]) -> list[Left
                 )
             )
     return out
+
+
+def _phases_summary(report: ActionReport) -> str:
+    """One line for a plan of several phases: each phase's outcome, in order."""
+    done = report.phases
+    parts = [f"{ph.name}: {ph.summary}" for ph in done]
+    if len(done) < len(report.plan.phases):
+        parts.append(f"{report.plan.phases[len(done)].name}: not started")
+    ok = all(ph.confirmed for ph in done) and len(done) == len(report.plan.phases)
+    return ("confirmed: " if ok else "NOT confirmed: ") + " | ".join(parts)

@@ -1,0 +1,119 @@
+"""The model swap on the demo host, through the engine: reclaim with proof, start the next
+model, follow it loading, call it serving only when it answers and its memory holds."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpudash.demo import DEEPSEEK, KIMI, MINIMAX, NOTEBOOK_MIB, DemoHost
+from gpudash.engine import (
+    SPECS,
+    ActionKind,
+    ExecOptions,
+    PlanError,
+    Progress,
+    Selection,
+    execute,
+    reverify,
+)
+from gpudash.source import LinkLost
+
+FAST = ExecOptions(term_timeout=2.0, verify_timeout=30.0, poll=0.5, settle=3,
+                   serve_timeout=120.0)
+KIMI_URL = "http://127.0.0.1:8001/health"
+
+
+def swap(snapshot, **kw):  # type: ignore[no-untyped-def]
+    sel = Selection(unit=MINIMAX, target=KIMI, ready_url=KIMI_URL, **kw)
+    return SPECS[ActionKind.SWAP].plan(snapshot, sel)
+
+
+async def test_swap_reclaims_then_starts_and_proves_the_next_model_serves() -> None:
+    demo = DemoHost(speed=100.0, release_delay=1.0)
+    plan = swap(await demo.sample(), enable=True)
+    text = "\n".join(plan.describe())
+    assert "1. reclaim" in text and "2. start" in text
+    assert f"$ systemctl start {KIMI}" in text and f"$ systemctl enable {KIMI}" in text
+    assert f"{KIMI_URL} answers 200" in text
+    assert "footprint not learned on this host yet" in text
+    seen: list[Progress] = []
+    report = await execute(plan, demo, FAST, seen.append)
+    assert report.confirmed, report.describe()
+    assert [ph.name for ph in report.phases] == ["reclaim", "start"]
+    sv = report.serving
+    assert sv is not None and sv.serving and sv.ready_status == 200
+    assert sv.ready_s is not None and 20 <= sv.ready_s < 40  # loaded over ~20 s
+    assert set(sv.mib_per_gpu) == set(range(8)) and min(sv.mib_per_gpu.values()) > 80_000
+    assert demo.units[MINIMAX].unit_file_state == "disabled"
+    assert demo.units[KIMI].active and demo.units[KIMI].unit_file_state == "enabled"
+    # it was followed loading: memory climbing, the shard progress from its log
+    loading = [p for p in seen if p.phase == "loading"]
+    assert any("% of checkpoint shards" in " ".join(p.loading) for p in loading)
+    assert any(p.log_tail and "Loading safetensors" in p.log_tail[-1] for p in loading)
+    assert report.summary.startswith("confirmed: reclaim: confirmed:")
+
+
+async def test_starting_while_memory_is_held_is_a_crash_loop_stopped_and_explained() -> None:
+    demo = DemoHost(speed=100.0)
+    plan = SPECS[ActionKind.START].plan(await demo.sample(),
+                                        Selection(unit=KIMI, ready_url=KIMI_URL))
+    report = await execute(plan, demo, FAST)
+    assert not report.confirmed
+    sv = report.serving
+    assert sv is not None and not sv.serving and sv.stopped
+    assert sv.failure_line is not None and "Free memory on device" in sv.failure_line
+    assert "still holds GPU memory" in (sv.failure_advice or "")
+    assert "crashed" in report.summary and not demo.units[KIMI].active
+
+
+async def test_a_model_too_big_for_the_gpus_is_caught_at_its_first_crash() -> None:
+    demo = DemoHost(speed=100.0, release_delay=0.5)
+    await execute(SPECS[ActionKind.RECLAIM].plan(await demo.sample(), Selection(unit=MINIMAX)),
+                  demo, FAST)
+    plan = SPECS[ActionKind.START].plan(await demo.sample(), Selection(unit=DEEPSEEK))
+    report = await execute(plan, demo, ExecOptions(poll=0.5, serve_timeout=600.0))
+    assert report.serving is not None and report.serving.stopped
+    assert demo.units[DEEPSEEK].n_restarts <= 1  # stopped at its first restart, not after 600 s
+
+
+async def test_a_learned_footprint_that_does_not_fit_is_refused_naming_who_is_in_the_way() -> (
+    None
+):
+    demo = DemoHost(speed=100.0)
+    # GPU0 keeps alice's 2 GiB kernel after the reclaim: 93.6 GiB will be free there
+    fits = swap(await demo.sample(), footprint=dict.fromkeys(range(8), 94_500))
+    assert any(line.startswith("fits: up to 92.3 GiB per GPU") for line in fits.fit)
+    tight = {**dict.fromkeys(range(8), 94_500), 0: 96_000}
+    with pytest.raises(PlanError) as refused:
+        swap(await demo.sample(), footprint=tight)
+    why = str(refused.value)
+    assert "GPU0: needs 93.8 GiB, 93.6 GiB will be free" in why
+    assert "alice's Jupyter kernel (pid 90211) holds 2.0 GiB" in why
+    assert NOTEBOOK_MIB == 2048
+    assert demo.units[MINIMAX].active  # nothing was done
+
+
+class DropsWhileLoading(DemoHost):
+    """The link drops once, a few samples after the new model was started."""
+
+    def __init__(self, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.samples_after_start = 0
+
+    async def sample(self):  # type: ignore[no-untyped-def]
+        if self.units[KIMI].active:
+            self.samples_after_start += 1
+            if self.samples_after_start == 4:
+                raise LinkLost("connection reset by peer")
+        return await super().sample()
+
+
+async def test_a_link_lost_while_loading_is_re_verified_without_resending() -> None:
+    demo = DropsWhileLoading(speed=100.0, release_delay=1.0)
+    plan = swap(await demo.sample())
+    lost = await execute(plan, demo, FAST)
+    assert lost.unknown and not lost.confirmed
+    again = await reverify(plan, demo, FAST)
+    assert again.confirmed, again.describe()
+    assert again.commands == [] and again.signals == []  # nothing re-sent
+    assert again.serving is not None and again.serving.serving
