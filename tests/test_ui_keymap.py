@@ -33,7 +33,7 @@ def test_broken_keymap_file_is_an_error_line() -> None:
 
 
 async def test_rebound_key_opens_the_reclaim_plan() -> None:
-    write_keymap('"gpudash.reclaim" = "R"\n')
+    write_keymap('"gpudash.reclaim" = "Z"\n')
     app = GpudashApp([DemoHost(speed=50)], interval=0.25, read_only=False, theme=None,
                      exec_options=ExecOptions())
     async with app.run_test(size=(160, 50)) as pilot:
@@ -41,7 +41,7 @@ async def test_rebound_key_opens_the_reclaim_plan() -> None:
             if app.selected_key:
                 break
             await pilot.pause(0.05)
-        await pilot.press("R")
+        await pilot.press("Z")
         await pilot.pause(0.3)
         assert isinstance(app.screen, ConfirmModal)
         assert "Reclaim unit" in "\n".join(app.screen.lines)
