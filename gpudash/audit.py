@@ -75,6 +75,18 @@ def outcome_record(report: ActionReport, action_id: str | None = None) -> dict[s
             for lo in report.leftovers
         ],
         "warnings": list(report.warnings),
+        "phases": [{"name": ph.name, "confirmed": ph.confirmed, "seconds": round(ph.seconds, 1),
+                    "summary": ph.summary} for ph in report.phases],
+        "serving": None if report.serving is None else {
+            "unit": report.serving.unit,
+            "serving": report.serving.serving,
+            "ready_url": report.serving.ready_url,
+            "ready_status": report.serving.ready_status,
+            "ready_s": report.serving.ready_s,
+            "mib_per_gpu": {str(g): m for g, m in sorted(report.serving.mib_per_gpu.items())},
+            "failure_line": report.serving.failure_line,
+            "stopped": report.serving.stopped,
+        },
         "verdict": report.verdict,
         "confirmed": report.confirmed,
         "unknown": report.unknown,

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from gpudash import footprints
 from gpudash.audit import AuditTrail
 from gpudash.engine import (
     ActionPlan,
@@ -23,7 +24,7 @@ from gpudash.engine import (
     execute,
     reverify,
 )
-from gpudash.source import HostControl
+from gpudash.source import HostControl, SourceError
 
 REVERIFY_ATTEMPTS = 3  # re-verifications of one unknown outcome before leaving it to the log
 
@@ -152,3 +153,52 @@ def outcome_line(report: ActionReport) -> str:
             for lo in report.leftovers
         )
     return outcome
+
+
+# --- starting a model: what proves it serves, learned where it served --------------------
+
+
+async def serving_request(
+    control: object, host: str, unit: str, *, ready_url: str | None = None,
+    simulated: bool = False,
+) -> tuple[str | None, dict[int, int] | None]:
+    """(ready URL, learned footprint) for starting ``unit`` on ``host``.
+
+    The URL is ``--ready-url`` when given, else the unit's port as the host reports it
+    (``http://127.0.0.1:PORT/health``); the footprint is what it took when it last
+    served here (None: never seen serving).
+    """
+    learned = footprints.lookup(host, unit, footprints.store_path(simulated=simulated))
+    url = ready_url
+    model_units = getattr(control, "model_units", None)
+    if url is None and model_units is not None:
+        try:
+            found = [m for m in await model_units() if getattr(m, "name", None) == unit]
+        except (SourceError, NotImplementedError) as exc:
+            log.info("model units of %s not read: %s", host, exc)
+            found = []
+        port = getattr(found[0], "port", None) if found else None
+        if isinstance(port, int):
+            url = f"http://127.0.0.1:{port}/health"
+    return url, (dict(learned.mib_per_gpu) if learned else None)
+
+
+def learn_from(report: ActionReport) -> footprints.Footprint | None:
+    """Keep what a unit took when it came up serving: the next swap checks the fit."""
+    sv = report.serving
+    if sv is None or not sv.serving or not sv.mib_per_gpu:
+        return None
+    path = footprints.store_path(simulated=report.plan.simulated)
+    try:
+        return footprints.learn(report.plan.host, sv.unit, sv.mib_per_gpu, sv.ready_s, path)
+    except OSError:
+        log.exception("footprint of %s not saved", sv.unit)
+        return None
+
+
+def watch(source: object, unit: str) -> None:
+    """Ask a live source to report ``unit`` in every sample from now on (even when it has
+    no processes yet): a unit to start must be in the snapshot it is planned from."""
+    poke = getattr(source, "poke", None)
+    if poke is not None:
+        poke(unit)

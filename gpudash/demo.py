@@ -418,6 +418,19 @@ class DemoHost(HostControl):
             return CommandResult(argv, 0, "")
         return CommandResult(argv, 1, f"unsupported verb {verb}")
 
+    async def model_units(self, patterns: tuple[str, ...] = ()) -> tuple[DemoModelUnit, ...]:
+        """Every unit here that runs a model server, running or not."""
+        self._advance()
+        out = []
+        for u in self.units.values():
+            if u.server is None:
+                continue
+            view = _unit_view(u)
+            out.append(DemoModelUnit(u.name, u.description, view.active_state or "",
+                                     u.unit_file_state, u.server.cmdline(), "vllm",
+                                     u.server.port))
+        return tuple(sorted(out, key=lambda m: m.name))
+
     async def probe_http(self, url: str, timeout_s: float) -> DemoProbe:
         """A GET on the host's loopback: a server answers once its engine is built."""
         parts = urlsplit(url)
@@ -489,6 +502,17 @@ class DemoProbe:
     status: int | None = None
     error: str | None = None
     elapsed_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DemoModelUnit:
+    name: str
+    description: str | None
+    active_state: str
+    unit_file_state: str
+    exec_start: str
+    kind: str
+    port: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,8 +29,9 @@ class Footprint:
         return sum(self.mib_per_gpu.values())
 
 
-def store_path() -> Path:
-    return state_dir() / "footprints.json"
+def store_path(*, simulated: bool = False) -> Path:
+    """Where footprints live; the demo host's go to a file of their own."""
+    return state_dir() / ("footprints-demo.json" if simulated else "footprints.json")
 
 
 def _load(path: Path) -> dict[str, dict[str, dict[str, object]]]:

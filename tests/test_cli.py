@@ -240,3 +240,48 @@ def test_help_documents_every_exit_code() -> None:
     r = gpudash("reclaim", "--help")
     for code in ("0", "1", "2", "3", "4", "5", "6", "70"):
         assert f"\n {code:>2}  " in r.stdout, code
+
+
+# --- the model swap ------------------------------------------------------------------------
+
+SWAP = ("swap", "--demo", "--from", "vllm-minimax-m25", "--to", "vllm-kimi-k25")
+
+
+def test_swap_on_the_demo_exits_0_with_both_phases_proven_and_learns_the_footprint() -> None:
+    r = gpudash(*SWAP, "--yes", "--json", "--term-timeout", "3")
+    assert r.returncode == 0, r.stderr[-3000:]
+    rec = json.loads(r.stdout)
+    assert [ph["name"] for ph in rec["phases"]] == ["reclaim", "start"]
+    assert all(ph["confirmed"] for ph in rec["phases"])
+    sv = rec["serving"]
+    assert sv["serving"] is True and sv["ready_status"] == 200
+    assert sv["ready_url"] == "http://127.0.0.1:8001/health"  # the unit's port, found on the host
+    learned = json.loads((state() / "footprints-demo.json").read_text())
+    assert set(learned["demo-gpu01"]["vllm-kimi-k25.service"]["mib_per_gpu"]) == {
+        str(g) for g in range(8)}
+    # the next swap checks the fit against what it learned
+    again = gpudash(*SWAP, "--yes", "--term-timeout", "3")
+    assert again.returncode == 0
+    assert "Fit: fits: up to 86.0 GiB per GPU on 8 GPU(s)" in again.stderr
+
+
+def test_starting_a_model_while_the_memory_is_held_exits_1_with_the_log_line() -> None:
+    r = gpudash("start", "--demo", "--unit", "vllm-kimi-k25", "--yes")
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "NOT serving: crashed" in r.stdout
+    assert "log: ValueError: Free memory on device" in r.stdout
+    assert "was stopped: it was crash-looping" in r.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((*SWAP[:3], "x", "--to", "x"), "name the same unit"),
+        (("swap", "--demo", "--from", "vllm-minimax-m25"), "--to"),
+        (("start", "--demo", "--unit", "vllm-minimax-m25", "--yes"), "already active"),
+    ],
+)
+def test_swap_and_start_usage_errors_exit_2(args: tuple[str, ...], message: str) -> None:
+    r = gpudash(*args)
+    assert r.returncode == 2, r.stderr
+    assert message in r.stderr and r.stdout == ""

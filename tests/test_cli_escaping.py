@@ -6,8 +6,8 @@ import io
 import json
 
 from gpudash import jsonfmt
+from gpudash.cli.act import run_reclaim
 from gpudash.cli.args import parse
-from gpudash.cli.reclaim import run_reclaim
 from gpudash.cli.terminal import Terminal
 from gpudash.demo import DemoHost
 from gpudash.textreport import snapshot_text

@@ -50,7 +50,7 @@ async def test_swap_reclaims_then_starts_and_proves_the_next_model_serves() -> N
     loading = [p for p in seen if p.phase == "loading"]
     assert any("% of checkpoint shards" in " ".join(p.loading) for p in loading)
     assert any(p.log_tail and "Loading safetensors" in p.log_tail[-1] for p in loading)
-    assert report.summary.startswith("confirmed: reclaim: confirmed:")
+    assert report.summary.startswith("confirmed: reclaim: 754.3 GiB back on 8 GPU(s) | start: ")
 
 
 async def test_starting_while_memory_is_held_is_a_crash_loop_stopped_and_explained() -> None:

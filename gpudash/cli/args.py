@@ -10,8 +10,9 @@ from pathlib import Path
 from gpudash import __version__
 from gpudash.cli.contract import EXIT_CODES_HELP
 from gpudash.logfile import LEVELS
+from gpudash.model import unit_name
 
-SUBCOMMANDS = ("snapshot", "reclaim")
+SUBCOMMANDS = ("snapshot", "reclaim", "start", "swap")
 
 
 def seconds(low: float, high: float, *, low_inclusive: bool = False) -> Callable[[str], float]:
@@ -52,6 +53,17 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="what goes to $XDG_STATE_HOME/gpudash/gpudash.log (default warning)")
 
 
+DESCRIPTIONS = {
+    "reclaim": "Stop and disable a unit, reap what is left of it, wait until its GPU memory "
+    "is back, print a per-GPU report. Exit 0 only if confirmed free.",
+    "start": "Start a unit (and enable it) and follow it loading until it serves: active "
+    "without restarts, memory steady, its ready URL answering on the host. A crash loop "
+    "is stopped and explained by its log line. Exit 0 only if serving.",
+    "swap": "Reclaim one model with proof, check the next one fits, start it and prove it "
+    "serves. Exit 0 only if the old memory came back and the new model serves.",
+}
+
+
 def build_parser(command: str | None) -> argparse.ArgumentParser:
     epilog = EXIT_CODES_HELP
     fmt = argparse.RawDescriptionHelpFormatter
@@ -61,17 +73,30 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
         _common(p)
         p.add_argument("--json", action="store_true", help="JSON (schema 1) instead of text")
         return p
-    if command == "reclaim":
-        p = argparse.ArgumentParser(
-            prog="gpudash reclaim", epilog=epilog, formatter_class=fmt,
-            description="Stop and disable a unit, reap what is left of it, wait until its "
-            "GPU memory is back, print a per-GPU report. Exit 0 only if confirmed free.",
-        )
+    if command in ("reclaim", "start", "swap"):
+        p = argparse.ArgumentParser(prog=f"gpudash {command}", epilog=epilog,
+                                    formatter_class=fmt, description=DESCRIPTIONS[command])
         _common(p)
-        p.add_argument("--unit", required=True, help="the systemd unit (e.g. vllm-minimax-m25)")
+        if command == "swap":
+            p.add_argument("--from", dest="from_unit", required=True, metavar="UNIT",
+                           help="the unit to reclaim (e.g. vllm-minimax-m25)")
+            p.add_argument("--to", dest="to_unit", required=True, metavar="UNIT",
+                           help="the unit to start once the memory is back")
+        else:
+            p.add_argument("--unit", required=True,
+                           help="the systemd unit (.service optional)")
+        if command in ("start", "swap"):
+            p.add_argument("--enable", action="store_true",
+                           help="also enable the started unit (start it at boot)")
+            p.add_argument("--ready-url", default=None, metavar="URL",
+                           help="what proves it serves, asked on the host (default: "
+                           "http://127.0.0.1:PORT/health, PORT from the unit's ExecStart)")
         p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
-        p.add_argument("--timeout", type=seconds(0, 86400), default=120.0, metavar="S",
-                       help="give up waiting for the memory after S seconds (default 120)")
+        default = 120.0 if command == "reclaim" else 1800.0
+        p.add_argument("--timeout", type=seconds(0, 86400), default=default, metavar="S",
+                       help=f"give up after S seconds (default {default:g}: "
+                       + ("memory back)" if command == "reclaim" else
+                          "a big model loads for 10+ minutes)"))
         p.add_argument("--term-timeout", type=seconds(0, 3600), default=10.0, metavar="S",
                        help="seconds between SIGTERM and SIGKILL (default 10)")
         p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -95,6 +120,8 @@ def parse(argv: list[str]) -> tuple[str | None, argparse.Namespace]:
     args = parser.parse_args(argv[1:] if command else argv)
     if args.demo and args.hosts:
         parser.error("--demo takes no HOST")
-    if command == "reclaim" and len(args.hosts) > 1:
-        parser.error("reclaim acts on one host at a time")
+    if command in ("reclaim", "start", "swap") and len(args.hosts) > 1:
+        parser.error(f"{command} acts on one host at a time")
+    if command == "swap" and unit_name(args.from_unit) == unit_name(args.to_unit):
+        parser.error("--from and --to name the same unit: use start or restart")
     return command, args

@@ -4,6 +4,8 @@
     gpudash --demo                     dashboard on the simulated incident host
     gpudash snapshot [HOST ...] --json one snapshot per host
     gpudash reclaim [HOST] --unit U    stop + disable U, reap its leftovers, wait, report
+    gpudash start [HOST] --unit U      start U, follow it loading, prove it serves
+    gpudash swap [HOST] --from A --to B   reclaim A with proof, start B, prove it serves
 
 What goes to stdout and stderr, and the exit codes: ``gpudash.cli.contract``.
 """
@@ -96,11 +98,12 @@ def cmd_snapshot(args: argparse.Namespace, term: Terminal) -> int:
     return Exit.NOT_FREED if blind else Exit.OK
 
 
-def cmd_reclaim(args: argparse.Namespace, term: Terminal) -> int:
-    from gpudash.cli.reclaim import run_reclaim
+def cmd_act(command: str, args: argparse.Namespace, term: Terminal) -> int:
+    from gpudash.cli import act
 
+    run = {"reclaim": act.run_reclaim, "start": act.run_start, "swap": act.run_swap}[command]
     # The demo runs 20x faster than real time so the incident plays out in seconds.
-    return run_reclaim(args, open_sources(args, demo_speed=20.0)[0], term)
+    return run(args, open_sources(args, demo_speed=20.0)[0], term)
 
 
 def cmd_dashboard(args: argparse.Namespace, term: Terminal) -> int:
@@ -143,8 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if command == "snapshot":
             return cmd_snapshot(args, term)
-        if command == "reclaim":
-            return cmd_reclaim(args, term)
+        if command in ("reclaim", "start", "swap"):
+            return cmd_act(command, args, term)
         return cmd_dashboard(args, term)
     except SourceError as exc:
         term.error(str(exc))

@@ -275,6 +275,7 @@ class _Run:
         when it is stopped (unless told not to) and the log line that explains it named."""
         report, opts = self.report, self.opts
         outcome = report.serving = ServingOutcome(serving.unit, ready_url=serving.ready_url)
+        self.memory = MemoryAtMost({}, opts.settle, opts.slack_mib)  # nothing is freed now
         if act and not await self._commands():
             return False
         if not act:  # re-verifying: was it started at all before the link dropped?
@@ -625,7 +626,7 @@ def _explain(plan: ActionPlan, snap: HostSnapshot, gpus: list[int]) -> list[Left
 def _phases_summary(report: ActionReport) -> str:
     """One line for a plan of several phases: each phase's outcome, in order."""
     done = report.phases
-    parts = [f"{ph.name}: {ph.summary}" for ph in done]
+    parts = [f"{ph.name}: {ph.summary.removeprefix('confirmed: ')}" for ph in done]
     if len(done) < len(report.plan.phases):
         parts.append(f"{report.plan.phases[len(done)].name}: not started")
     ok = all(ph.confirmed for ph in done) and len(done) == len(report.plan.phases)

@@ -20,6 +20,7 @@ from gpudash.units import gib, gib_number, seconds
 BAR = 24
 BAR_COMPACT = 10
 NAMED_AT_MOST = 3  # pids named on the waiting line; the rest are counted
+LOG_SHOWN = 3  # journal lines of a starting unit shown under its loading line
 
 
 def _bar(
@@ -57,6 +58,14 @@ def _running_lines(
     targets = {t.pid: t for t in plan.targets}
     alive, term_left, escalated = progress.alive_pids, progress.term_left_s, progress.escalated
     lines: list[Text] = []
+    if progress.step:
+        names = [ph.name for ph in plan.phases]
+        at = names.index(progress.step) + 1 if progress.step in names else 0
+        lines.append(Text(f"step {at}/{len(names)}: {progress.step}", style="bold"))
+    if progress.phase == "loading":
+        lines.append(literal("loading: " + "; ".join(progress.loading), style="italic"))
+        lines += [literal(f"  │ {line}", style="dim") for line in progress.log_tail[-LOG_SHOWN:]]
+        return lines
     if progress.phase == "waiting" and alive:
         line = Text(f"TERM sent; waiting for {_who(alive, targets)} to exit", style="italic")
         if term_left is not None:
@@ -93,6 +102,17 @@ def _result_lines(report: ActionReport, pal: Palette) -> list[Text]:
         mib = "?" if lo.mib is None else gib(lo.mib)
         lines.append(literal(f"  {lo.where} {mib} held by {who}: {lo.reason} {lo.detail}",
                              style=pal.warning))
+    sv = report.serving
+    if sv is not None and sv.serving and sv.mib_per_gpu:
+        per = max(sv.mib_per_gpu.values())
+        lines.append(Text(f"footprint learned: {gib(per)} per GPU on {len(sv.mib_per_gpu)} "
+                          f"GPU(s), ready in {seconds(round(sv.ready_s or 0))}",
+                          style=pal.success))
+    elif sv is not None and not sv.serving:
+        if sv.failure_line:
+            lines.append(literal(f"log: {sv.failure_line}", style=f"bold {pal.error}"))
+            lines.append(literal(f"→ {sv.failure_advice}", style=pal.warning))
+        lines += [literal(f"  │ {line}", style="dim") for line in sv.log_tail[-LOG_SHOWN:]]
     return lines
 
 
@@ -132,7 +152,12 @@ def progress_text(
         used.update({g.index: g.after_mib for g in report.gpus})
         done = {g.index: g.confirmed for g in report.gpus}
     if not targets:
-        out.append("\nno GPU memory expected back", style="dim")
+        if plan.phases and progress is not None and progress.used_mib:
+            out.append("\nGPU memory now: " + "  ".join(
+                f"GPU{g} {gib_number(m)}" for g, m in sorted(progress.used_mib.items()))
+                + " GiB", style="dim")
+        elif not plan.phases:
+            out.append("\nno GPU memory expected back", style="dim")
         return out
     def rank(g: int) -> int:  # 0: memory still held, 1: at target, settling, 2: back
         if done.get(g, False):

@@ -1,4 +1,5 @@
-"""``gpudash reclaim``: plan, ask, act, follow, report — and never lose an action.
+"""``gpudash reclaim``, ``start``, ``swap``: plan, ask, act, follow, report — and never
+lose an action.
 
 The loop runs in an ``asyncio.Runner`` so the connection survives between its steps while
 the prompt runs outside it: Ctrl+C at ``Proceed?`` ends at once with nothing done. Once
@@ -12,21 +13,27 @@ import argparse
 import asyncio
 import contextlib
 import signal
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from gpudash import audit
 from gpudash.cli.contract import Exit
 from gpudash.cli.terminal import Terminal
+from gpudash.controller import learn_from, serving_request, watch
 from gpudash.engine import (
+    SPECS,
     ActionKind,
     ActionPlan,
     ActionReport,
     ExecOptions,
     PlanError,
+    Selection,
     execute,
     plan_action,
     replan,
     reverify,
 )
+from gpudash.model import SourceKind, unit_name
 from gpudash.source import HostSource, SourceError
 from gpudash.untrusted import json_dumps
 
@@ -34,17 +41,60 @@ REVERIFY_ATTEMPTS = 3
 MAX_REPLANS = 3  # the host keeps changing under the prompt: stop asking
 
 
+PlanMaker = Callable[[HostSource], Coroutine[Any, Any, ActionPlan]]
+
+
 def options_of(args: argparse.Namespace) -> ExecOptions:
-    return ExecOptions(term_timeout=args.term_timeout, verify_timeout=args.timeout,
-                       poll=min(0.5, max(0.05, args.interval / 2)))
+    timeout = args.timeout
+    return ExecOptions(term_timeout=args.term_timeout, verify_timeout=min(timeout, 600.0),
+                       poll=min(0.5, max(0.05, args.interval / 2)), serve_timeout=timeout)
 
 
 def run_reclaim(args: argparse.Namespace, source: HostSource, term: Terminal) -> int:
+    async def make(source: HostSource) -> ActionPlan:
+        return plan_action(await source.control.sample(), ActionKind.RECLAIM, unit=args.unit)
+
+    return run_action(args, source, term, make)
+
+
+def run_start(args: argparse.Namespace, source: HostSource, term: Terminal) -> int:
+    """``gpudash start``: start a unit (and enable it) and prove it serves."""
+    async def make(source: HostSource) -> ActionPlan:
+        unit = unit_name(args.unit)
+        watch(source, unit)
+        snap = await source.control.sample()
+        url, learned = await serving_request(source.control, snap.host, unit,
+                                             ready_url=args.ready_url,
+                                             simulated=snap.source is SourceKind.DEMO)
+        return SPECS[ActionKind.START].plan(snap, Selection(
+            unit=unit, enable=args.enable, ready_url=url, footprint=learned))
+
+    return run_action(args, source, term, make)
+
+
+def run_swap(args: argparse.Namespace, source: HostSource, term: Terminal) -> int:
+    """``gpudash swap``: reclaim one model with proof, start the next, prove it serves."""
+    async def make(source: HostSource) -> ActionPlan:
+        old, new = unit_name(args.from_unit), unit_name(args.to_unit)
+        watch(source, new)
+        snap = await source.control.sample()
+        url, learned = await serving_request(source.control, snap.host, new,
+                                             ready_url=args.ready_url,
+                                             simulated=snap.source is SourceKind.DEMO)
+        return SPECS[ActionKind.SWAP].plan(snap, Selection(
+            unit=old, target=new, enable=args.enable, ready_url=url, footprint=learned))
+
+    return run_action(args, source, term, make)
+
+
+def run_action(
+    args: argparse.Namespace, source: HostSource, term: Terminal, make: PlanMaker
+) -> int:
     options = options_of(args)
     acting: list[bool] = []
     with asyncio.Runner() as runner:
         try:
-            return _reclaim(args, source, term, options, runner, acting)
+            return _run(args, source, term, options, runner, acting, make)
         except KeyboardInterrupt:
             if acting:  # a second Ctrl+C while the first one's report was being written
                 term.error("interrupted twice: see the audit file for what was sent")
@@ -56,12 +106,12 @@ def run_reclaim(args: argparse.Namespace, source: HostSource, term: Terminal) ->
                 runner.run(source.close())
 
 
-def _reclaim(
+def _run(
     args: argparse.Namespace, source: HostSource, term: Terminal, options: ExecOptions,
-    runner: asyncio.Runner, acting: list[bool],
+    runner: asyncio.Runner, acting: list[bool], make: PlanMaker,
 ) -> int:
     try:
-        plan = runner.run(_plan(source, args.unit))
+        plan = runner.run(make(source))
     except PlanError as exc:
         term.error(str(exc))
         return Exit.USAGE
@@ -97,10 +147,6 @@ def _reclaim(
                 return Exit.CANCELLED
     acting.append(True)
     return runner.run(_act(args, source, term, options, plan))
-
-
-async def _plan(source: HostSource, unit: str) -> ActionPlan:
-    return plan_action(await source.control.sample(), ActionKind.RECLAIM, unit=unit)
 
 
 async def _replan(source: HostSource, plan: ActionPlan) -> tuple[ActionPlan, list[str]]:
@@ -147,6 +193,7 @@ async def _act(
         trail.outcome(report)  # synchronously: it must land even while being interrupted
     except OSError as exc:
         term.error(f"warning: audit file not written: {exc}")
+    learn_from(report)
     if args.json:
         term.result_json(json_dumps(audit.outcome_record(report, trail.id), indent=2))
     else:
