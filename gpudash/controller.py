@@ -112,6 +112,7 @@ class ActionController:
             await asyncio.to_thread(trail.outcome, report)
         except OSError as exc:
             on_audit_error(str(exc))
+        await asyncio.to_thread(learn_from, report)  # a unit that came up serving
         return report, None
 
     def progressed(self, progress: Progress) -> None:

@@ -17,7 +17,16 @@ from gpudash.engine.actions import (
     plan_action,
     replan,
 )
-from gpudash.engine.plan import ActionKind, ActionPlan, PlanError, Selection, plan_changes
+from gpudash.engine.plan import (
+    STARTING,
+    ActionKind,
+    ActionPlan,
+    Phase,
+    PlanError,
+    Selection,
+    Serving,
+    plan_changes,
+)
 from gpudash.engine.report import ActionReport, GpuOutcome, Leftover, Progress, unit_state
 from gpudash.engine.run import ExecOptions, ProgressFn, execute, reverify
 from gpudash.engine.steps import Signal, Step, Systemctl
@@ -28,6 +37,9 @@ __all__ = [
     "PROCESS_ACTIONS",
     "SPECS",
     "SPECS_BY_NAME",
+    "STARTING",
+    "Phase",
+    "Serving",
     "UNIT_ACTIONS",
     "ActionKind",
     "ActionPlan",

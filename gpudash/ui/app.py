@@ -28,17 +28,27 @@ from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
 from textual.worker import Worker, WorkerCancelled, WorkerFailed
 
-from gpudash.controller import ActionController, Running, outcome_line
+from gpudash import footprints
+from gpudash.controller import (
+    ActionController,
+    Running,
+    outcome_line,
+    serving_request,
+    watch,
+)
 from gpudash.engine import (
     SPECS_BY_NAME,
+    STARTING,
+    ActionKind,
     ActionPlan,
     ActionReport,
+    ActionSpec,
     ExecOptions,
     PlanError,
     Selection,
     replan,
 )
-from gpudash.model import HostSnapshot
+from gpudash.model import HostSnapshot, SourceKind
 from gpudash.source import HostSource, SourceError
 from gpudash.triage import HostTriage
 from gpudash.ui.commands import DashboardCommands
@@ -53,6 +63,7 @@ from gpudash.ui.messages import (
     HostFailed,
     HostUpdated,
 )
+from gpudash.ui.models import Choice, JournalScreen, ModelPicker
 from gpudash.ui.quit import AFTER, NOW, QuitWhileActing
 from gpudash.ui.screens import ConfirmModal, FilterScreen, HelpScreen
 from gpudash.ui.text import clean
@@ -107,6 +118,7 @@ class GpudashApp(App[int]):
             for name, spec in ACTIONS.items()
         ),
         Binding("g", "toggle_plot", "Plot all/one", id="gpudash.toggle_plot"),
+        Binding("j", "journal", "Journal", show=False, id="gpudash.journal"),
         Binding("slash", "filter", "Filter", show=False, id="gpudash.filter"),
         Binding("h", "next_host", "Next host", id="gpudash.next_host"),
         *(
@@ -468,6 +480,7 @@ class GpudashApp(App[int]):
         rows += [
             (key("toggle_plot", "g"), "Plot: all GPUs / the selected GPU", True),
             (key("filter", "/"), "Filter the holders (pid, user, unit, command)", True),
+            (key("journal", "j"), "The selected unit's journal, live (/ filters)", True),
         ]
         if len(self.views) > 1:  # one host: nothing to switch to, no row for it
             last = min(9, len(self.views))
@@ -493,6 +506,9 @@ class GpudashApp(App[int]):
             self.explain(action)
             return
         spec = ACTIONS[action]
+        if spec.kind in STARTING:
+            self._plan_start(spec)  # what proves it serves is asked of the host first
+            return
         snapshot = self.view.snapshot
         assert snapshot is not None
         try:
@@ -501,6 +517,64 @@ class GpudashApp(App[int]):
             self.notify(str(exc), title=spec.title, severity="warning")
             return
         self._confirm_and_run(plan, self.current_host)
+
+    @work(exclusive=True, group="prepare", exit_on_error=False)
+    async def _plan_start(self, spec: ActionSpec) -> None:
+        """start / restart / swap: pick the target (swap), learn its ready URL and footprint,
+        make sure the host reports it, then plan from a fresh sample and confirm."""
+        host, view = self.current_host, self.view
+        control, sel = view.source.control, self.selection()
+        simulated = view.snapshot is not None and view.snapshot.source is SourceKind.DEMO
+        target = sel.unit
+        try:
+            if spec.kind is ActionKind.SWAP:
+                target = await self._pick_target(sel.unit or "", control, simulated)
+                if target is None:
+                    return
+            assert target is not None
+            watch(view.source, target)
+            url, learned = await serving_request(control, view.name, target,
+                                                 simulated=simulated)
+            snapshot = await control.sample()
+            plan = spec.plan(snapshot, Selection(
+                unit=sel.unit, target=target if spec.kind is ActionKind.SWAP else None,
+                ready_url=url, footprint=learned))
+        except (PlanError, SourceError) as exc:
+            self.notify(str(exc), title=spec.title, severity="warning")
+            return
+        self._confirm_and_run(plan, host)
+
+    async def _pick_target(self, source_unit: str, control: object, simulated: bool
+                           ) -> str | None:
+        model_units = getattr(control, "model_units", None)
+        found = list(await model_units()) if model_units is not None else []
+        choices = []
+        for m in found:
+            if m.name == source_unit:
+                continue
+            fp = footprints.lookup(self.view.name, m.name,
+                                   footprints.store_path(simulated=simulated))
+            choices.append(Choice(m.name, m.active_state or "?", m.unit_file_state or "?",
+                                  getattr(m, "port", None), m.description or "",
+                                  max(fp.mib_per_gpu.values()) if fp else None))
+        if not choices:
+            self.notify("No other model-server units on this host.", title="Swap",
+                        severity="warning")
+            return None
+        return await self.push_screen_wait(ModelPicker(
+            f"Reclaim {source_unit}, then start:", choices))
+
+    def action_journal(self) -> None:
+        """The selected unit's journal, live."""
+        unit = self.selection().unit or selection_of(self.view.triage, self.selected_key)[0]
+        control = self.view.source.control
+        journal = getattr(control, "journal", None)
+        if unit is None or journal is None:
+            self.notify("Select a unit (or one of its processes) whose journal to show."
+                        if journal is not None else "This host cannot show journals.",
+                        title="Journal", severity="warning")
+            return
+        self.push_screen(JournalScreen(unit, lambda: journal(unit, lines=200, follow=True)))
 
     @work(exclusive=True, group="confirm", exit_on_error=False)
     async def _confirm_and_run(self, plan: ActionPlan, host: int) -> None:

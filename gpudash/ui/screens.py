@@ -34,6 +34,13 @@ def plan_text(lines: Iterable[str], *, first_bold: bool = True) -> Text:
     return out
 
 
+def _scrolls(line: str) -> bool:
+    """A command of the plan, or a phase's heading or proof: the part that may scroll."""
+    text = line.lstrip()
+    return text.startswith(("$ ", "Serving when:")) or (
+        line.startswith("  ") and text[:1].isdigit() and ". " in text[:4])
+
+
 class ConfirmModal(ModalScreen[bool]):
     """Shows a plan exactly and asks; Cancel has the focus, so Enter never kills by accident.
 
@@ -70,8 +77,8 @@ class ConfirmModal(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         heading, *rest = self.lines or [""]
-        commands = [line for line in rest if line.startswith("  $ ")]
-        outcome = [line for line in rest if not line.startswith("  $ ")]
+        commands = [line for line in rest if _scrolls(line)]
+        outcome = [line for line in rest if not _scrolls(line)]
         with Vertical(id="dialog") as dialog:
             dialog.border_title = "Confirm"
             yield Static(plan_text([heading]), id="heading")

@@ -63,7 +63,7 @@ def _running_lines(
         at = names.index(progress.step) + 1 if progress.step in names else 0
         lines.append(Text(f"step {at}/{len(names)}: {progress.step}", style="bold"))
     if progress.phase == "loading":
-        lines.append(literal("loading: " + "; ".join(progress.loading), style="italic"))
+        lines.append(literal(" · ".join(progress.loading), style="italic"))
         lines += [literal(f"  │ {line}", style="dim") for line in progress.log_tail[-LOG_SHOWN:]]
         return lines
     if progress.phase == "waiting" and alive:
@@ -142,7 +142,7 @@ def progress_text(
         out.append_text(line)
 
     targets = plan.target_used_mib()
-    if progress is not None and progress.target_mib:
+    if progress is not None and (progress.target_mib or progress.phase == "loading"):
         targets = dict(progress.target_mib)  # the engine may narrow what it waits for
     used = dict(plan.used_before_mib) if progress is None else dict(progress.used_mib)
     stable = {} if progress is None else dict(progress.stable)

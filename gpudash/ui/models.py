@@ -1,0 +1,161 @@
+"""Choosing the model to start (the swap's target), and a unit's journal, live.
+
+Both show host text (unit names, descriptions, log lines) literally.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Input, OptionList, RichLog, Static
+from textual.widgets.option_list import Option
+
+from gpudash.source import SourceError
+from gpudash.ui.text import clean, literal
+from gpudash.units import gib
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """One model unit as the picker shows it."""
+
+    name: str
+    state: str
+    enabled: str
+    port: int | None
+    description: str
+    footprint_mib: int | None  # learned, per GPU (the largest)
+
+    def text(self) -> Text:
+        out = literal(f"{self.name:<34}", style="bold")
+        out.append_text(literal(f" {self.state:<10} {self.enabled:<9}"))
+        out.append(f" port {self.port or '?':<6}")
+        out.append(f" {gib(self.footprint_mib) if self.footprint_mib else 'footprint ?':>11}")
+        out.append_text(literal(f"  {self.description}", style="dim"))
+        return out
+
+
+class ModelPicker(ModalScreen[str | None]):
+    """Type to filter; Enter picks; Esc cancels."""
+
+    DEFAULT_CSS = """
+    ModelPicker { align: center middle; }
+    ModelPicker > Vertical {
+        width: 90%; max-width: 130; height: auto; max-height: 90%;
+        border: thick $primary; background: $surface; padding: 0 1;
+    }
+    ModelPicker OptionList { height: auto; max-height: 20; }
+    """
+    BINDINGS = [Binding("escape", "cancel", "Cancel", id="gpudash.picker.cancel")]
+
+    def __init__(self, title: str, choices: Sequence[Choice]) -> None:
+        super().__init__()
+        self.heading = title
+        self.choices = list(choices)
+
+    def compose(self) -> ComposeResult:
+        with Vertical() as box:
+            box.border_title = "Swap to"
+            yield Static(literal(self.heading, style="bold"))
+            yield Input(placeholder="type to filter…", id="filter")
+            yield OptionList(*self._options(""), id="models")
+
+    def _options(self, needle: str) -> list[Option]:
+        wanted = needle.strip().lower()
+        return [Option(c.text(), id=c.name) for c in self.choices
+                if not wanted or wanted in f"{c.name} {c.description}".lower()]
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        options = self.query_one(OptionList)
+        options.clear_options()
+        options.add_options(self._options(event.value))
+        if options.option_count:
+            options.highlighted = 0
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        options = self.query_one(OptionList)
+        if options.highlighted is not None and options.option_count:
+            self.dismiss(options.get_option_at_index(options.highlighted).id)
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(event.option.id)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+JournalOpener = Callable[[], AsyncIterator[Any]]
+
+
+class JournalScreen(ModalScreen[None]):
+    """A unit's journal, followed live; ``/`` filters what is shown."""
+
+    DEFAULT_CSS = """
+    JournalScreen { align: center middle; }
+    JournalScreen > Vertical {
+        width: 95%; height: 90%; border: thick $primary; background: $surface;
+    }
+    JournalScreen RichLog { height: 1fr; }
+    JournalScreen Input { display: none; }
+    JournalScreen Input.-shown { display: block; }
+    """
+    BINDINGS = [
+        Binding("escape,q", "close", "Close", id="gpudash.journal.close"),
+        Binding("slash", "search", "Filter", id="gpudash.journal.filter"),
+    ]
+    MAX_LINES = 5000
+
+    def __init__(self, unit: str, opener: JournalOpener) -> None:
+        super().__init__()
+        self.unit = unit
+        self.opener = opener
+        self.lines: list[str] = []
+        self.needle = ""
+
+    def compose(self) -> ComposeResult:
+        with Vertical() as box:
+            box.border_title = f"journal: {self.unit} (live; / filters, Esc closes)"
+            yield RichLog(id="log", wrap=True, max_lines=self.MAX_LINES, markup=False)
+            yield Input(placeholder="show lines containing…", id="needle")
+
+    def on_mount(self) -> None:
+        self.follow()
+
+    @work(exclusive=True, group="journal", exit_on_error=False)
+    async def follow(self) -> None:
+        log = self.query_one(RichLog)
+        try:
+            async for line in self.opener():
+                message = str(getattr(line, "message", line))
+                self.lines.append(message)
+                del self.lines[: -self.MAX_LINES]
+                if self.needle.lower() in message.lower():
+                    log.write(Text(clean(message)))  # wrapped, never interpreted
+        except (SourceError, NotImplementedError) as exc:
+            log.write(literal(f"journal not available: {exc}", style="bold"))
+
+    def action_search(self) -> None:
+        box = self.query_one("#needle", Input)
+        box.add_class("-shown")
+        box.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.needle = event.value.strip()
+        log = self.query_one(RichLog)
+        log.clear()
+        for message in self.lines:
+            if self.needle.lower() in message.lower():
+                log.write(Text(clean(message)))
+        event.input.remove_class("-shown")
+        log.focus()
+
+    def action_close(self) -> None:
+        self.dismiss(None)

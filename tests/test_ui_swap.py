@@ -1,0 +1,52 @@
+"""The model swap from the keyboard, on the demo host: pick, confirm, follow, prove."""
+
+from __future__ import annotations
+
+from test_ui import SIZE, make_app, select, wait_for
+from textual.widgets import RichLog
+
+from gpudash.demo import KIMI, MINIMAX, DemoHost
+from gpudash.engine import ActionKind
+from gpudash.ui.models import JournalScreen, ModelPicker
+from gpudash.ui.screens import ConfirmModal
+
+
+async def test_swap_picks_the_next_model_and_proves_it_serves() -> None:
+    demo = DemoHost(speed=50, release_delay=1)
+    app = make_app(demo)
+    async with app.run_test(size=SIZE) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.press("w")
+        await wait_for(pilot, lambda: isinstance(app.screen, ModelPicker))
+        picker = app.screen
+        assert [c.name for c in picker.choices] == ["vllm-deepseek-v3.service", KIMI]
+        await pilot.press(*"kimi", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        lines = "\n".join(app.screen.lines)
+        assert "1. reclaim" in lines and f"$ systemctl start {KIMI}" in lines
+        assert "http://127.0.0.1:8001/health answers 200" in lines
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.last_report is not None, within=40)
+        report = app.last_report
+        assert report is not None and report.plan.kind is ActionKind.SWAP
+        assert report.confirmed, report.describe()
+        assert report.serving is not None and report.serving.serving
+        panel = str(app.query_one("#progress").render())
+        assert "serving after" in panel and "footprint learned" in panel
+        assert demo.units[KIMI].active and not demo.units[MINIMAX].active
+
+
+async def test_journal_of_the_selected_unit_is_live_and_literal() -> None:
+    demo = DemoHost(speed=50)
+    app = make_app(demo)
+    async with app.run_test(size=SIZE) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.press("j")
+        await wait_for(pilot, lambda: isinstance(app.screen, JournalScreen))
+        journal = app.screen
+        await wait_for(pilot, lambda: len(journal.lines) > 0)
+        assert any("vLLM API server version" in line for line in journal.lines)
+        log = journal.query_one(RichLog)
+        assert log.lines  # shown, wrapped, never interpreted
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, JournalScreen))
