@@ -1241,7 +1241,9 @@ class DeviceHolders:
         if not self.queue:
             self.queue = self._pids()
         deadline = time.perf_counter() + DEV_SCAN_BUDGET_S
-        while self.queue and time.perf_counter() < deadline:
+        first = True  # one at least, however slow the host: the rotation always moves on
+        while self.queue and (first or time.perf_counter() < deadline):
+            first = False
             pid = self.queue.pop()
             if pid in listed:
                 continue
