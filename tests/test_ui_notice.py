@@ -8,7 +8,7 @@ import os
 import time
 from pathlib import Path
 
-from gpudash.demo import MINIMAX, DemoHost
+from gpudash.demo import KIMI, MINIMAX, DemoHost
 from gpudash.engine import ExecOptions
 from gpudash.model import HostSnapshot
 from gpudash.source import ConnectError
@@ -106,7 +106,7 @@ async def test_walkthrough_covers_nothing_follows_the_keymap_and_the_incident() 
                      exec_options=ExecOptions(term_timeout=10.0, poll=0.5), welcome=True)
     async with app.run_test(size=LAPTOP, notifications=True) as pilot:
         guide = app.query_one("#guide")
-        await wait_for(pilot, lambda: "Demo 1/3" in guide.render().plain)
+        await wait_for(pilot, lambda: "Demo 1/4" in guide.render().plain)
         assert "press K" in guide.render().plain and "press k" not in guide.render().plain
         assert not [n for n in app._notifications if n.title == "Welcome"]
         # In the layout, between the log and the footer: over nothing.
@@ -120,7 +120,7 @@ async def test_walkthrough_covers_nothing_follows_the_keymap_and_the_incident() 
         await pilot.press("K")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
         await pilot.press("y")
-        await wait_for(pilot, lambda: "Demo 2/3" in guide.render().plain, within=20)
+        await wait_for(pilot, lambda: "Demo 2/4" in guide.render().plain, within=20)
         assert "press D" in guide.render().plain
 
 
@@ -129,7 +129,8 @@ def test_walkthrough_steps_follow_the_demo_state() -> None:
     from gpudash.ui.walkthrough import demo_step, guide_text
 
     demo = DemoHost(seed=7)
-    keys = {"kill": "K", "reclaim": "r", "stop_disable": "D", "reap": "o"}.get
+    keys = {"kill": "K", "reclaim": "r", "stop_disable": "D", "reap": "o", "swap": "w",
+            "start_unit": "u", "journal": "j", "help": "?", "quit": "q"}.get
     first = triage(demo.snapshot())
     assert demo_step(first) == 1 and "press K" in guide_text(first, keys).plain  # type: ignore[arg-type]
     assert "the action runs" in guide_text(first, keys, running=True).plain  # type: ignore[arg-type]
@@ -139,3 +140,7 @@ def test_walkthrough_steps_follow_the_demo_state() -> None:
         if p.unit == MINIMAX:
             demo.processes.pop(p.pid)
     assert demo_step(triage(demo.snapshot())) == 4
+    four = triage(demo.snapshot())
+    assert "select vllm-kimi-k25 and press u" in guide_text(four, keys).plain  # type: ignore[arg-type]
+    demo.units[KIMI].active = True  # the next model was started
+    assert demo_step(triage(demo.snapshot())) == 5

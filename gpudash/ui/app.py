@@ -345,7 +345,8 @@ class GpudashApp(App[int]):
     def key_of(self, action: str) -> str:
         """The key the user presses for ``action``, after their keymap."""
         default = {name: spec.key for name, spec in ACTIONS.items()} | {
-            "help": "question_mark", "quit": "q", "toggle_plot": "g", "filter": "slash"}
+            "help": "question_mark", "quit": "q", "toggle_plot": "g", "filter": "slash",
+            "journal": "j"}
         keys = self._keymap.get(f"gpudash.{action}", default.get(action, action))
         return self.get_key_display(Binding(keys.split(",")[0].strip(), action))
 

@@ -9,16 +9,20 @@ from collections.abc import Callable
 
 from rich.text import Text
 
-from gpudash.demo import MINIMAX
+from gpudash.demo import KIMI, MINIMAX
 from gpudash.triage import Flag, HostTriage
 
 KeyOf = Callable[[str], str]  # action name -> the key the user presses for it
 
 
 def demo_step(result: HostTriage | None) -> int:
-    """0 before the first sample; 1 kill the server; 2 stop + disable; 3 reap; 4 done."""
+    """0 before the first sample; 1 kill the server; 2 stop + disable; 3 reap; 4 start the
+    next model; 5 done (Kimi serves)."""
     if result is None:
         return 0
+    kimi = result.snapshot.unit(KIMI)
+    if kimi is not None and not kimi.is_down:
+        return 5
     group = result.group(MINIMAX)
     unit = result.snapshot.unit(MINIMAX)
     if group is None or unit is None or not group.total_gpu_memory_mib:
@@ -41,17 +45,26 @@ def guide_text(result: HostTriage | None, key: KeyOf, running: bool = False) -> 
     if step == 0:
         out.append("Demo: waiting for the first sample…", style="dim")
         return out
-    if step == 4:
+    if step == 5:
         out.append("Demo done ", style="bold")
-        out.append(f"· the memory is back. {key('help')} shows every key, {key('quit')} quits.")
+        out.append(f"· the next model came up. {key('journal')} shows a unit's journal, "
+                   f"{key('help')} every key, {key('quit')} quits.")
         return out
-    out.append(f"Demo {step}/3: ", style="bold")
+    if step == 4:
+        out.append("Demo 4/4: ", style="bold")
+        out.append("the memory is back: select vllm-kimi-k25 and press ")
+        out.append(key("start_unit"), style="bold reverse")
+        out.append(" to start the next model and watch it load until it serves.")
+        return out
+    out.append(f"Demo {step}/4: ", style="bold")
     if step == 1:
         out.append("select the vLLM server (↓) and press ")
         out.append(key("kill"), style="bold reverse")
         out.append("; systemd respawns it. Or ")
         out.append(key("reclaim"), style="bold reverse")
-        out.append(" on the unit: all in one.")
+        out.append(" on the unit: all in one, or ")
+        out.append(key("swap"), style="bold reverse")
+        out.append(" to swap to the next model.")
     elif step == 2:
         out.append("on the unit row press ")
         out.append(key("stop_disable"), style="bold reverse")
