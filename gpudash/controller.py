@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from gpudash import footprints
 from gpudash.audit import AuditTrail
 from gpudash.engine import (
+    REVERIFY,
     ActionPlan,
     ActionReport,
     ExecOptions,
@@ -25,8 +26,6 @@ from gpudash.engine import (
     reverify,
 )
 from gpudash.source import HostControl, SourceError
-
-REVERIFY_ATTEMPTS = 3  # re-verifications of one unknown outcome before leaving it to the log
 
 log = logging.getLogger("gpudash.controller")
 
@@ -130,7 +129,7 @@ class ActionController:
         if report is None:
             return
         self.reports.append(report)
-        if report.unknown and self.attempts.get(host, 0) < REVERIFY_ATTEMPTS:
+        if report.unknown and self.attempts.get(host, 0) < REVERIFY.attempts:
             self.unverified[host] = plan  # re-verified when the host's samples flow again
         elif not report.unknown:
             self.attempts[host] = 0

@@ -285,3 +285,12 @@ def test_swap_and_start_usage_errors_exit_2(args: tuple[str, ...], message: str)
     r = gpudash(*args)
     assert r.returncode == 2, r.stderr
     assert message in r.stderr and r.stdout == ""
+
+
+def test_leave_crashing_keeps_the_crash_looping_unit_for_inspection() -> None:
+    r = gpudash("start", "--demo", "--unit", "vllm-kimi-k25", "--yes", "--leave-crashing",
+                "--json")
+    assert r.returncode == 1
+    rec = json.loads(r.stdout)
+    assert rec["serving"]["stopped"] is False
+    assert "Free memory on device" in rec["serving"]["failure_line"]

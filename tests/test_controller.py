@@ -7,9 +7,9 @@ import json
 import os
 from pathlib import Path
 
-from gpudash.controller import REVERIFY_ATTEMPTS, ActionController
+from gpudash.controller import ActionController
 from gpudash.demo import MINIMAX, DemoHost
-from gpudash.engine import ActionKind, ExecOptions, Progress, plan_action
+from gpudash.engine import REVERIFY, ActionKind, ExecOptions, Progress, plan_action
 from gpudash.source import LinkLost, SignalOutcome
 
 FAST = ExecOptions(term_timeout=2.0, verify_timeout=10.0, poll=0.5)
@@ -68,7 +68,7 @@ async def test_an_unknown_outcome_is_reverified_a_bounded_number_of_times() -> N
                                 lambda why: None)
     assert report is not None and report.unknown
     c.finished(3, report, error)
-    for attempt in range(REVERIFY_ATTEMPTS):
+    for attempt in range(REVERIFY.attempts):
         again = c.take_reverify(3)
         assert again is plan, attempt  # re-verified when host 3's samples flow again
         running = c.begin(again, 3, act=False)

@@ -21,6 +21,7 @@ from gpudash.cli.contract import Exit
 from gpudash.cli.terminal import Terminal
 from gpudash.controller import learn_from, serving_request, watch
 from gpudash.engine import (
+    REVERIFY,
     SPECS,
     ActionKind,
     ActionPlan,
@@ -37,7 +38,6 @@ from gpudash.model import SourceKind, unit_name
 from gpudash.source import HostSource, SourceError
 from gpudash.untrusted import json_dumps
 
-REVERIFY_ATTEMPTS = 3
 MAX_REPLANS = 3  # the host keeps changing under the prompt: stop asking
 
 
@@ -47,7 +47,8 @@ PlanMaker = Callable[[HostSource], Coroutine[Any, Any, ActionPlan]]
 def options_of(args: argparse.Namespace) -> ExecOptions:
     timeout = args.timeout
     return ExecOptions(term_timeout=args.term_timeout, verify_timeout=min(timeout, 600.0),
-                       poll=min(0.5, max(0.05, args.interval / 2)), serve_timeout=timeout)
+                       poll=min(0.5, max(0.05, args.interval / 2)), serve_timeout=timeout,
+                       stop_crash_loop=not getattr(args, "leave_crashing", False))
 
 
 def run_reclaim(args: argparse.Namespace, source: HostSource, term: Terminal) -> int:
@@ -171,13 +172,13 @@ async def _act(
     report = ActionReport(plan)
     try:
         report = await execute(plan, source.control, options, line, report=report)
-        for attempt in range(1, REVERIFY_ATTEMPTS + 1):
+        for attempt in range(1, REVERIFY.attempts + 1):
             if not report.unknown:
                 break
             # The link dropped mid-action: nothing is re-sent; look again once it is back.
             line.close()
-            term.error(f"{report.summary}; re-verifying ({attempt}/{REVERIFY_ATTEMPTS})")
-            await asyncio.sleep(min(8.0, 0.5 * 2**attempt))
+            term.error(f"{report.summary}; re-verifying ({attempt}/{REVERIFY.attempts})")
+            await asyncio.sleep(REVERIFY.delay(attempt))
             report = await reverify(plan, source.control, options, line)
     except asyncio.CancelledError:
         if not report.interrupted:  # cancelled between the engine's steps

@@ -88,6 +88,8 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
         if command in ("start", "swap"):
             p.add_argument("--enable", action="store_true",
                            help="also enable the started unit (start it at boot)")
+            p.add_argument("--leave-crashing", action="store_true",
+                           help="do not stop a unit that crash-loops while starting")
             p.add_argument("--ready-url", default=None, metavar="URL",
                            help="what proves it serves, asked on the host (default: "
                            "http://127.0.0.1:PORT/health, PORT from the unit's ExecStart)")

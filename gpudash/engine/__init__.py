@@ -28,13 +28,22 @@ from gpudash.engine.plan import (
     plan_changes,
 )
 from gpudash.engine.report import ActionReport, GpuOutcome, Leftover, Progress, unit_state
-from gpudash.engine.run import ExecOptions, ProgressFn, execute, reverify
+from gpudash.engine.run import (
+    REVERIFY,
+    ExecOptions,
+    ProgressFn,
+    ReverifyPolicy,
+    execute,
+    reverify,
+)
 from gpudash.engine.steps import Signal, Step, Systemctl
 from gpudash.engine.target import Target
 
 __all__ = [
     "ACTION_TITLES",
     "PROCESS_ACTIONS",
+    "REVERIFY",
+    "ReverifyPolicy",
     "SPECS",
     "SPECS_BY_NAME",
     "STARTING",

@@ -71,6 +71,24 @@ class ExecOptions:
 
 
 ProgressFn = Callable[[Progress], None]
+
+
+@dataclass(frozen=True, slots=True)
+class ReverifyPolicy:
+    """When an outcome a lost link left unknown is looked at again — never re-sent.
+
+    The CLI waits ``delay(n)`` before its n-th look; the dashboard looks when the host's
+    samples flow again. Both give up after ``attempts`` and leave it to the log."""
+
+    attempts: int = 3
+    first_delay_s: float = 1.0
+    max_delay_s: float = 8.0
+
+    def delay(self, attempt: int) -> float:
+        return float(min(self.max_delay_s, self.first_delay_s * 2.0 ** (attempt - 1)))
+
+
+REVERIFY = ReverifyPolicy()
 LOG_TAIL = 200  # journal lines kept of a unit being started
 
 
