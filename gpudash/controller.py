@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gpudash import footprints
+from gpudash import config, footprints
 from gpudash.audit import AuditTrail
 from gpudash.engine import (
     REVERIFY,
@@ -173,7 +173,8 @@ async def serving_request(
     model_units = getattr(control, "model_units", None)
     if url is None and model_units is not None:
         try:
-            found = [m for m in await model_units() if getattr(m, "name", None) == unit]
+            found = [m for m in await model_units(config.load()[0].models)
+                     if getattr(m, "name", None) == unit]
         except (SourceError, NotImplementedError) as exc:
             log.info("model units of %s not read: %s", host, exc)
             found = []

@@ -28,7 +28,7 @@ from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
 from textual.worker import Worker, WorkerCancelled, WorkerFailed
 
-from gpudash import footprints
+from gpudash import config, footprints
 from gpudash.controller import (
     ActionController,
     Running,
@@ -172,6 +172,10 @@ class GpudashApp(App[int]):
         self._available: tuple[bool | None, ...] = ()
         self._last_refresh = 0.0
         self._toast_until: dict[tuple[str, str], float] = {}
+        self.settings, config_errors = config.load()
+        if config_errors:
+            self._startup_warnings.append(
+                "Settings ignored:\n" + "\n".join(map(clean, config_errors)))
         self._keymap, keymap_errors = load_keymap(bindings=binding_table())
         if keymap_errors:
             self._startup_warnings.append(
@@ -548,7 +552,7 @@ class GpudashApp(App[int]):
     async def _pick_target(self, source_unit: str, control: object, simulated: bool
                            ) -> str | None:
         model_units = getattr(control, "model_units", None)
-        found = list(await model_units()) if model_units is not None else []
+        found = list(await model_units(self.settings.models)) if model_units else []
         choices = []
         for m in found:
             if m.name == source_unit:
