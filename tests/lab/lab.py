@@ -441,7 +441,9 @@ def fakegpu_dir(build_parent: Path = DEFAULT_PARENT) -> Path:
     if not (FAKEGPU_SRC / "Makefile").exists():
         raise LabError(f"{FAKEGPU_SRC}/Makefile missing: the stand-in driver is not in this tree")
     out = FAKEGPU_SRC / "build"
-    _run(["make", "-s", "-C", str(FAKEGPU_SRC), f"OUT={out}"])
+    # nvml.h comes from the nvidia-nvml-dev wheel in the interpreter running the tests (the
+    # venv); a fresh machine's system python3 has no such package.
+    _run(["make", "-s", "-C", str(FAKEGPU_SRC), f"OUT={out}", f"PYTHON={sys.executable}"])
     return out
 
 
