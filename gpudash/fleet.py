@@ -8,8 +8,9 @@ fleet view and anything that exports the triage (Prometheus) share one definitio
   service which is down (inactive/failed) or respawning (systemd restarted it by itself:
   RESPAWNED). Each process counts once; memory the driver does not report (a device
   holder's N/A) counts as nothing, and ``unknown_holders`` says how many such there are.
-- **crash-looping**: a service systemd is restarting (``SubState=auto-restart``) or has
-  restarted by itself ``CRASH_LOOP_RESTARTS`` times or more.
+- **crash-looping**: a service that died again after systemd restarted it (``SubState=
+  auto-restart`` with ``NRestarts`` >= 1: one ``kill -9`` is not a loop), or that systemd
+  has restarted by itself ``CRASH_LOOP_RESTARTS`` times or more.
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ def crash_looping(result: HostTriage) -> tuple[str, ...]:
     out = []
     for unit in result.snapshot.units:
         restarts = unit.n_restarts or 0
-        if unit.sub_state == "auto-restart" or restarts >= CRASH_LOOP_RESTARTS:
+        if (unit.sub_state == "auto-restart" and restarts >= 1) or (
+            restarts >= CRASH_LOOP_RESTARTS
+        ):
             out.append(unit.name)
     return tuple(sorted(out))
 

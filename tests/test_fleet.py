@@ -82,6 +82,9 @@ def test_crash_loop_rule() -> None:
 
     assert crash_looping(with_unit(active_state="activating", sub_state="auto-restart",
                                    n_restarts=1)) == ("x.service",)
+    # the first death (a kill -9) is a respawn, not a loop
+    assert crash_looping(with_unit(active_state="activating", sub_state="auto-restart",
+                                   n_restarts=0)) == ()
     assert crash_looping(with_unit(active_state="active", sub_state="running",
                                    n_restarts=CRASH_LOOP_RESTARTS)) == ("x.service",)
     assert crash_looping(with_unit(active_state="active", sub_state="running",
