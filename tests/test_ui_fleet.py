@@ -281,3 +281,19 @@ async def test_fleet_key_is_rebindable(tmp_path: Path) -> None:
         await pilot.press("ctrl+f")
         assert isinstance(app.screen, FleetScreen)
         assert MINIMAX  # the demo's unit, for readers of this test
+
+
+async def test_the_fleet_offers_no_host_action_until_a_host_is_open() -> None:
+    app = fleet_app(demo_fleet(2, speed=20))
+    async with app.run_test(size=SIZE) as pilot:
+        await all_read(pilot, app)
+        offered = {action for _t, _h, action, _a in app.palette_commands()}
+        assert "reclaim" not in offered and "host(1)" in offered
+        assert app.check_action("reclaim", ()) is False
+        await pilot.press("ctrl+p")  # the palette over the fleet: still the fleet
+        await pilot.pause(0.2)
+        assert app.fleet_shown
+        await pilot.press("escape")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.view.triage is not None)
+        assert "reclaim" in {action for _t, _h, action, _a in app.palette_commands()}

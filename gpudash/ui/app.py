@@ -350,8 +350,12 @@ class GpudashApp(App[int]):
 
     @property
     def fleet_shown(self) -> bool:
-        """The fleet table is what the operator sees (not the host screen)."""
-        return self.screen is self.fleet
+        """The fleet table is what the operator sees (not the host screen), maybe under a
+        dialog, the help or the command palette."""
+        for screen in reversed(self.screen_stack):
+            if not isinstance(screen, ModalScreen):
+                return screen is self.fleet
+        return False
 
     def _refresh_header(self) -> None:
         if self.main.ready and not self.fleet_shown:
@@ -403,7 +407,7 @@ class GpudashApp(App[int]):
         if action == "command_palette" and isinstance(self.screen, ConfirmModal):
             return False  # the dialog is answered first: nothing is picked behind it
         if action in ACTIONS:
-            if isinstance(self.screen, ModalScreen | FleetScreen):
+            if isinstance(self.screen, ModalScreen) or self.fleet_shown:
                 return False  # the fleet acts on no host: open one first
             return self.availability(action)[0]
         if action == "fleet":
@@ -446,7 +450,7 @@ class GpudashApp(App[int]):
         Actions that do not fit the selection are offered greyed, with the reason as
         their help, as the footer greys their keys; read-only mode leaves them out."""
         out: list[tuple[str, str, str, bool]] = []
-        for name, spec in ACTIONS.items():
+        for name, spec in () if self.fleet_shown else ACTIONS.items():  # open a host first
             available, reason = self.availability(name)
             key = self.key_of(name)
             if available is True:
