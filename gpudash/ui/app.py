@@ -76,6 +76,7 @@ from gpudash.ui.widgets.holders import (
 
 DEFAULT_THEME = "gpudash-night"
 MAX_FPS = 5  # redraws per second at most, whatever the sample rate
+HOST_LIST_EVERY_SAMPLE = 16  # more hosts: the host list is redrawn once a second
 MAX_REPLANS = 3  # the host keeps changing under the confirm dialog: stop asking
 
 log = logging.getLogger("gpudash.ui")
@@ -273,8 +274,10 @@ class GpudashApp(App[int]):
             self.fleet.host_changed(message.host)
         elif message.host == self.current_host:
             self._schedule_refresh()
-        else:
+        elif len(self.views) <= HOST_LIST_EVERY_SAMPLE:
             self._refresh_header()
+        # else: the host list follows the other hosts once a second (``_tick``): redrawn
+        # for every sample of 256 hosts it would take the whole event loop.
         # The footer rebuilds its keys on every refresh_bindings: only when one changed.
         available = tuple(self.availability(name)[0] for name in ACTIONS)
         if available != self._available:

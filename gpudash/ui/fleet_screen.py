@@ -21,6 +21,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.events import Key, Resize
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import DataTable, Static
 
 from gpudash.fleet import HostSummary, summarize
@@ -61,6 +62,7 @@ COLUMNS = (
     Column("action", "Last action", 0),
 )
 COLUMN_KEYS = tuple(c.key for c in COLUMNS)
+FLUSH_HZ = 1  # fleet row redraws per second at most: each one renders every visible row again
 MODES = ((140, "wide"), (100, "medium"), (0, "narrow"))  # from this many columns
 
 
@@ -157,6 +159,10 @@ def fleet_row(
     return FleetRow(cells, sort, raw)
 
 
+def _same(a: Text, b: Text) -> bool:
+    return a.plain == b.plain and a.style == b.style and a.spans == b.spans
+
+
 def error_row(view: HostView, exc: Exception, pal: Palette) -> FleetRow:
     """The row of a host whose row could not be made: the reason, in the row."""
     why = f"display error: {type(exc).__name__}: {exc}"
@@ -205,6 +211,8 @@ class FleetScreen(Screen[None]):
         self._order_dirty = False
         self._mode = ""
         self._row_errors: dict[int, str] = {}
+        self._dirty: set[int] = set()  # hosts whose row waits for the next flush
+        self._flush_timer: Timer | None = None
 
     @property
     def dashboard(self) -> GpudashApp:
@@ -322,9 +330,27 @@ class FleetScreen(Screen[None]):
         self.rebuild(columns=True)
 
     def host_changed(self, index: int) -> None:
-        """A host has news: its row, and only the cells of it that changed, redrawn."""
+        """A host has news: its row is redrawn (only the cells that changed) at the next
+        flush, at most ``FLUSH_HZ`` times a second for all the hosts that changed: every
+        cell update makes the table render its visible rows again, so 256 hosts' samples
+        are drawn together, not one by one."""
         if not self.ready:
             return
+        self._dirty.add(index)
+        if self._flush_timer is None:
+            self._flush_timer = self.set_timer(1 / FLUSH_HZ, self.flush)
+
+    def flush(self) -> None:
+        """Redraw the rows of the hosts that changed since the last flush."""
+        self._flush_timer = None
+        dirty, self._dirty = self._dirty, set()
+        if not self.ready:
+            return
+        with self.app.batch_update():
+            for index in sorted(dirty):
+                self._redraw_row(index)
+
+    def _redraw_row(self, index: int) -> None:
         old = self._rows.get(index)
         new = self._rows[index] = self._make_row(index)
         try:
@@ -338,7 +364,7 @@ class FleetScreen(Screen[None]):
             if visible:
                 for col in self.table.columns:
                     key = str(col.value)
-                    if old is None or old.cells[key] != new.cells[key]:
+                    if old is None or not _same(old.cells[key], new.cells[key]):
                         self.table.update_cell(str(index), key, new.cells[key])
         except Exception as exc:  # noqa: BLE001 - logged; the screen stays
             self.dashboard.drawing_failed("fleet row", exc)
