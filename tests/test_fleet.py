@@ -160,6 +160,10 @@ def test_globs_expand_against_concrete_hosts(tmp_path: Path) -> None:
         "gpu01", "gpu02", "gpu04", "gpu05", "gpu06"]
     assert select_hosts(["gpu1?", "bastion", "gpu[12]0"], ssh_config=cfg) == [
         "gpu10", "bastion"]
+    assert select_hosts(["root@gpu0[12]", "ssh://root@[::1]:2222"], ssh_config=cfg) == [
+        "root@gpu01", "root@gpu02", "ssh://root@[::1]:2222"]
+    assert select_hosts(["ssh://root@[::1]:22"], ssh_config=tmp_path / "none") == [
+        "ssh://root@[::1]:22"]  # not a glob: no ssh config needed
     with pytest.raises(HostSelectionError, match="no concrete Host .* matches 'tpu\\*'"):
         select_hosts(["tpu*"], ssh_config=cfg)
 

@@ -31,7 +31,11 @@ class HostSelectionError(ValueError):
 
 
 def is_glob(name: str) -> bool:
-    return any(c in GLOB_CHARS for c in name)
+    """A host pattern (``gpu*``, ``root@gpu0?``), not a name; ``ssh://`` URLs never are
+    (``ssh://root@[::1]:22``)."""
+    if name.startswith("ssh://"):
+        return False
+    return any(c in GLOB_CHARS for c in name.rpartition("@")[2])
 
 
 def read_hosts_file(path: Path) -> list[str]:
@@ -124,7 +128,8 @@ def select_hosts(
         if is_glob(name):
             if concrete is None:
                 concrete = ssh_config_hosts(ssh_config)
-            matched = [c for c in concrete if fnmatch.fnmatchcase(c, name)]
+            user, at, pattern = name.rpartition("@")  # root@gpu* -> root@gpu01, ...
+            matched = [f"{user}{at}{c}" for c in concrete if fnmatch.fnmatchcase(c, pattern)]
             if not matched:
                 where = ssh_config or default_ssh_config()
                 raise HostSelectionError(
