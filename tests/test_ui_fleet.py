@@ -296,3 +296,24 @@ async def test_the_fleet_offers_no_host_action_until_a_host_is_open() -> None:
         await pilot.press("enter")
         await wait_for(pilot, lambda: app.view.triage is not None)
         assert "reclaim" in {action for _t, _h, action, _a in app.palette_commands()}
+
+
+async def test_columns_follow_the_terminal_width_even_when_resized_elsewhere() -> None:
+    app = fleet_app(demo_fleet(3, speed=20))
+    async with app.run_test(size=SIZE) as pilot:
+        await all_read(pilot, app)
+        assert "mem" in [str(c.value) for c in app.fleet.table.columns]
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause(0.2)
+        labels = [str(c.label) for c in app.fleet.table.columns.values()]
+        assert "mem" not in [str(c.value) for c in app.fleet.table.columns]
+        assert "Orph" in labels and "Last action" in labels
+        assert sum(c.get_render_width(app.fleet.table) for c in
+                   app.fleet.table.columns.values()) <= 80 - 2
+        await pilot.press("enter")
+        await pilot.resize_terminal(160, 50)  # on the host screen
+        await pilot.pause(0.2)
+        await pilot.press("F")
+        await pilot.pause(0.2)
+        assert "mem" in [str(c.value) for c in app.fleet.table.columns]
+        assert "comes back" in str(app.fleet.keys.render())  # the wide key line

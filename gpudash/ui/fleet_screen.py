@@ -229,7 +229,6 @@ class FleetScreen(Screen[None]):
         self.keys = self.query_one("#fleet-keys", Static)
         self.table.border_title = "Fleet"
         self.ready = True
-        self._mode = mode_of(self.app.size.width)
         self.refresh_all()
 
     def on_screen_resume(self) -> None:
@@ -237,9 +236,7 @@ class FleetScreen(Screen[None]):
             self.refresh_all()  # rows went stale while a host was on screen
 
     def on_resize(self, event: Resize) -> None:
-        mode = mode_of(event.size.width)
-        if self.ready and mode != self._mode:
-            self._mode = mode
+        if self.ready:  # Link and Last action take what the terminal has
             self.rebuild(columns=True)
 
     # --- rows ----------------------------------------------------------------------------
@@ -297,6 +294,7 @@ class FleetScreen(Screen[None]):
         return shown
 
     def _columns(self) -> None:
+        self._mode = mode_of(self.app.size.width)
         self.table.clear(columns=True)
         for col, title, width in column_widths(self.app.size.width):
             arrow = ("▼" if self.descending else "▲") if col.key == self.sort_key else ""
