@@ -73,9 +73,7 @@ def wire_lines() -> list[bytes]:
             procs__100__started_at=real, procs__101__cpu_pct=real, procs__102__rss_mib=whole,
             procs__103__gpu_memory_mib={"0": whole, "1": 5},
             cpu_pct=real, mem_used_mib=whole, mem_total_mib=whole,
-        )
-        state = variant()
-        state["units"]["v.service"]["n_restarts"] = whole
+        )["units"]["v.service"]["n_restarts"] = whole
     variant(procs__103__cmdline="\x1b]52;c;cHduZWQ=\x07\u202e" + "\udcff" * 5000 + "[b]x[/b]",
             procs__104__name="\n@frame 1\n", procs__105__user="\x9b2J")
     lines = [json.dumps({"k": "full", "s": state}).encode() for state in out]
@@ -109,27 +107,30 @@ def watch_drawing(app: GpudashApp, monkeypatch: pytest.MonkeyPatch) -> list[str]
     return failures
 
 
-async def exercise(pilot, app: GpudashApp) -> None:  # type: ignore[no-untyped-def]
-    """Keys that redraw every part: holders, GPUs, the plot of all GPUs, details."""
-    for keys in (("down", "down", "enter"), ("escape", "g", "tab", "down"), ("g", "tab")):
-        await pilot.press(*keys)
-        await pilot.pause(0.1)
-        assert app.is_running
+KEYS = (("down", "down", "enter", "escape"), ("g", "tab", "down"), ("g", "tab", "enter"))
+
+
+async def exercise(pilot, app: GpudashApp, turn: int) -> None:  # type: ignore[no-untyped-def]
+    """Keys that redraw every part (holders, GPUs, the plot of all GPUs, details), a
+    different set each turn."""
+    await pilot.press(*KEYS[turn % len(KEYS)])
+    await pilot.pause(0.05)
+    assert app.is_running
 
 
 async def test_whatever_decodes_from_a_hostile_host_draws_without_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     snaps = decoded()
-    assert len(snaps) >= 10  # measurements out of range are N/A, not a refused message
+    assert len(snaps) >= 7  # measurements out of range are N/A, not a refused message
     host = Scripted()
     app = make_app(host)
     failures = watch_drawing(app, monkeypatch)
     async with app.run_test(size=SIZE) as pilot:
-        for snap in snaps:  # one at a time: each is drawn, and keys are pressed on it
+        for turn, snap in enumerate(snaps):  # one at a time: drawn, keys pressed on it
             host.current = snap
             await wait_for(pilot, lambda s=snap: app.view.snapshot is s)  # type: ignore[misc]
-            await exercise(pilot, app)
+            await exercise(pilot, app, turn)
             assert app.view.state == "connected", app.view.error
         assert app.is_running
     assert failures == []
@@ -165,17 +166,17 @@ async def test_no_snapshot_at_all_can_end_the_app_or_lose_the_host() -> None:
     host = Scripted()
     app = make_app(host)
     async with app.run_test(size=SIZE) as pilot:
-        for snap in absurd():
+        for turn, snap in enumerate(absurd()):
             host.current = snap
             await wait_for(pilot, lambda s=snap: app.view.snapshot is s)  # type: ignore[misc]
-            await exercise(pilot, app)
+            await exercise(pilot, app, turn)
             assert app.view.state == "connected", app.view.error
         # and once the host sends sane snapshots again, it is back in view as before
         host.current = None
         await wait_for(pilot, lambda: app.view.snapshot is not None
                        and app.view.snapshot.taken_at < 1e10 and app.view.state == "connected",
                        within=20)
-        await exercise(pilot, app)
+        await exercise(pilot, app, 0)
         assert app.is_running
 
 
