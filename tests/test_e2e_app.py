@@ -210,7 +210,7 @@ async def test_stop_disable_shows_orphans_then_reap_frees(lab_host) -> None:
 # --- the fleet of lab hosts, named by a glob over their ssh config -----------------------
 
 
-async def test_fleet_by_glob_shows_the_orphans_and_the_reclaim_that_frees_them(
+async def test_fleet_by_glob_shows_the_orphans_and_the_reap_that_frees_them(
     lab_hosts,
 ) -> None:
     from gpudash.transport.selection import select_hosts
@@ -220,9 +220,10 @@ async def test_fleet_by_glob_shows_the_orphans_and_the_reclaim_that_frees_them(
     names = select_hosts(["labhost*"], ssh_config=hosts[0].ssh_config_path)
     assert all(h.alias in names for h in hosts), names
     sick, well = hosts
-    main0 = int(sick.unit_show(VLLM, ["MainPID"])["MainPID"])
     old_workers = wait_host(lambda: len(w := workers(sick)) == 8 and w, what="8 workers")
-    sick.ssh("kill", "-9", str(main0), check=True)  # the incident, by hand on the host
+    # the incident's step 2, by hand on the host: the unit down, its TP workers left
+    sick.ssh("systemctl", "stop", VLLM, check=True)
+    sick.ssh("systemctl", "disable", VLLM, check=True)
     sources = [open_lab(h) for h in hosts]
     app = make_app(sources)
 
@@ -243,15 +244,15 @@ async def test_fleet_by_glob_shows_the_orphans_and_the_reclaim_that_frees_them(
             await pilot.press("enter")
             assert app.current_host == 0 and not app.fleet_shown
             await select(pilot, app, f"u:{VLLM}")
-            await run_confirmed(pilot, app, "r", within=90)
+            await run_confirmed(pilot, app, "o", within=60)
             assert app.last_report is not None and app.last_report.confirmed, (
-                app.last_report.describe() if app.last_report else None)
+                "\n".join(app.last_report.describe()) if app.last_report else None)
             await pilot.press("F")
             assert app.fleet_shown
             await wait_for(pilot, lambda: row(0)["reclaim"] == "0.0", within=20,
                            what="nothing left to reclaim")
             assert row(0)["orphans"] == "0"
-            assert row(0)["action"].startswith("✔ Reclaim"), row(0)
+            assert row(0)["action"].startswith("✔ Reap orphans"), row(0)
             assert row(1)["action"] == "—"
     finally:
         for s in sources:
