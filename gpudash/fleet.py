@@ -6,7 +6,8 @@ fleet view and anything that exports the triage (Prometheus) share one definitio
 
 - **reclaimable**: GPU memory held by processes that are ORPHAN, or that belong to a
   service which is down (inactive/failed) or respawning (systemd restarted it by itself:
-  RESPAWNED). Each process counts once; memory the driver does not report (a device
+  RESPAWNED). Each process counts once, and a GPU never gives back more than it reports
+  used less what its other holders keep; memory the driver does not report (a device
   holder's N/A) counts as nothing, and ``unknown_holders`` says how many such there are.
 - **crash-looping**: a service that died again after systemd restarted it (``SubState=
   auto-restart`` with ``NRestarts`` >= 1: one ``kill -9`` is not a loop), or that systemd
@@ -59,12 +60,15 @@ def reclaimable_by_gpu(result: HostTriage) -> tuple[dict[int, int], int]:
         if g.kind is OwnerKind.SERVICE and g.flags & {Flag.UNIT_INACTIVE, Flag.RESPAWNED}
     }
     per_gpu: dict[int, int] = {}
+    others: dict[int, int] = {}  # what stays: the memory of every other holder, per GPU
     unknown = 0
     for p in result.snapshot.processes:
         if not holds(p):
             continue
         flags = result.flags.get(p.pid, frozenset())
         if Flag.ORPHAN not in flags and (p.unit or "") not in down_or_respawning:
+            for gpu, mib in p.gpu_memory_mib.items():
+                others[gpu] = others.get(gpu, 0) + (mib or 0)
             continue
         if any(mib is None for mib in p.gpu_memory_mib.values()) or (
             set(p.device_gpus) - set(p.gpu_memory_mib)
@@ -73,6 +77,13 @@ def reclaimable_by_gpu(result: HostTriage) -> tuple[dict[int, int], int]:
         for gpu, mib in p.gpu_memory_mib.items():
             if mib:
                 per_gpu[gpu] = per_gpu.get(gpu, 0) + mib
+    # Never more than the GPU says is used, less what the other holders keep: a driver
+    # may list more per process than the GPU holds (a respawned worker "holding" a model
+    # on a full GPU), and memory that is not used cannot come back.
+    for gpu in result.snapshot.gpus:
+        if gpu.index in per_gpu and gpu.memory_used_mib is not None:
+            room = max(0, gpu.memory_used_mib - others.get(gpu.index, 0))
+            per_gpu[gpu.index] = min(per_gpu[gpu.index], room)
     return dict(sorted(per_gpu.items())), unknown
 
 

@@ -61,6 +61,23 @@ async def test_respawned_unit_counts_its_new_workers_and_the_orphans_once() -> N
     assert s.reclaimable_mib == respawned > 8 * 96801 - 2048
 
 
+async def test_a_gpu_never_gives_back_more_than_it_reports_used() -> None:
+    """Seen on the lab's stand-in driver: after kill -9 the respawned TP workers are listed
+    with the whole model (96801 MiB) on GPUs the orphans already fill."""
+    from dataclasses import replace
+
+    host = ScenarioHost("h", "stopped")
+    snap = await host.sample()
+    doubled = tuple(replace(p, gpu_memory_mib={g: 2 * (m or 0) for g, m in
+                                               p.gpu_memory_mib.items()})
+                    if p.unit == MINIMAX else p for p in snap.processes)
+    s = summarize(triage(replace(snap, processes=doubled)))
+    used = {g.index: g.memory_used_mib for g in snap.gpus}
+    kept = {0: 2048}  # alice's notebook stays
+    assert s.reclaimable_by_gpu == {g: used[g] - kept.get(g, 0) for g in range(8)}
+    assert s.reclaimable_mib == sum(used.values()) - 2048
+
+
 async def test_crash_loop_is_named_once_systemd_keeps_restarting_it() -> None:
     host = ScenarioHost("h", "crash-loop", speed=50)
     await host.sample()
