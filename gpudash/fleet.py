@@ -80,10 +80,10 @@ def reclaimable_by_gpu(result: HostTriage) -> tuple[dict[int, int], int]:
     # Never more than the GPU says is used, less what the other holders keep: a driver
     # may list more per process than the GPU holds (a respawned worker "holding" a model
     # on a full GPU), and memory that is not used cannot come back.
-    for gpu in result.snapshot.gpus:
-        if gpu.index in per_gpu and gpu.memory_used_mib is not None:
-            room = max(0, gpu.memory_used_mib - others.get(gpu.index, 0))
-            per_gpu[gpu.index] = min(per_gpu[gpu.index], room)
+    for g in result.snapshot.gpus:
+        if g.index in per_gpu and g.memory_used_mib is not None:
+            room = max(0, g.memory_used_mib - others.get(g.index, 0))
+            per_gpu[g.index] = min(per_gpu[g.index], room)
     return dict(sorted(per_gpu.items())), unknown
 
 
