@@ -241,3 +241,36 @@ async def test_120x35_unit_panel_shows_the_warnings_before_the_facts() -> None:
         shown = screen_text(app)
         assert "⚠ Restart=always: killing the" in shown
         assert "⚠ KillMode=process: stopping" in shown
+
+
+async def test_the_result_toast_does_not_cover_the_log_when_the_panel_shows_it() -> None:
+    # The verdict is in the Action panel: a toast saying "see the Action panel" hid the
+    # log's new entry and the walkthrough line for 5-10 s (half the lower screen at 80x24).
+    app = make_app()
+    async with app.run_test(size=LAPTOP, notifications=True) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.press("D")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.last_report is not None, within=30)
+        await pilot.pause(0.3)
+        assert not [n for n in app._notifications if "Action panel" in n.message]
+        assert "⚠ stopped and disabled" in screen_text(app)
+
+
+async def test_the_result_is_toasted_when_another_screen_hides_the_panel() -> None:
+    from gpudash.ui.screens import HelpScreen
+
+    app = make_app(DemoHost(speed=5, release_delay=2))  # slow enough to open help
+    async with app.run_test(size=LAPTOP, notifications=True) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.press("r")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.running)
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+        await wait_for(pilot, lambda: app.last_report is not None, within=30)
+        await pilot.pause(0.2)
+        toasts = [n for n in app._notifications if "Action panel" in n.message]
+        assert len(toasts) == 1 and toasts[0].title.startswith("Reclaim unit")

@@ -90,7 +90,8 @@ class DashboardOutcome:
 # The destructive actions, by the name their binding and ``action_<name>`` method carry:
 # everything about them (title, key, label, what they need) is the engine's spec.
 ACTIONS = SPECS_BY_NAME
-# The one-line toast of a result; the Action panel and the log have the whole verdict.
+# The one-line toast of a result while another screen hides the Action panel; the panel
+# and the log have the whole verdict.
 VERDICT_TOAST = {"warning": "⚠ done, something is left to do", "failed": "✘ NOT confirmed",
                  "unknown": "? outcome unknown", "interrupted": "■ interrupted"}
 KEY_TO_ACTION = {spec.key: name for name, spec in ACTIONS.items()} | {"shift+d": "stop_disable"}
@@ -659,8 +660,11 @@ class GpudashApp(App[int]):
         self._log_action(plan.host, plan.title, outcome_line(report),
                          report.verdict == "confirmed",
                          report.describe()[1:])  # line 0 repeats the title and summary
-        # The verdict in full is in the Action panel and the log: a short toast covers
-        # neither on a small terminal.
+        # The verdict in full is in the Action panel and the log. A toast over them would
+        # only repeat it and hide the log's new entry and the walkthrough: it is raised
+        # only when another screen (help, the journal, a dialog) hides the panel.
+        if self.screen is self.main:
+            return
         if report.verdict == "confirmed":
             self.notify("✔ confirmed: see the Action panel", title=plan.title)
         else:
