@@ -274,3 +274,30 @@ async def test_the_result_is_toasted_when_another_screen_hides_the_panel() -> No
         await pilot.pause(0.2)
         toasts = [n for n in app._notifications if "Action panel" in n.message]
         assert len(toasts) == 1 and toasts[0].title.startswith("Reclaim unit")
+
+
+async def test_the_selected_row_stays_in_view_when_holders_get_shorter() -> None:
+    # When a reap ended, the Action panel grew by its verdict lines and Holders lost
+    # theirs: the selected unit, on the last row shown, went out of view.
+    from rich.text import Text
+
+    from gpudash.ui.widgets.holders import HolderRow
+
+    def rows(keys: list[str]) -> list[HolderRow]:
+        return [HolderRow(k, (Text(k), *(Text(""),) * 8)) for k in keys]
+
+    app = GpudashApp([DemoHost(speed=50)], interval=3600.0, read_only=True, theme=None,
+                     exec_options=None)
+    async with app.run_test(size=PANE) as pilot:
+        await wait_for(pilot, lambda: app.view.snapshot is not None)
+        await pilot.pause(0.2)
+        table = app.query_one(HoldersTable)
+        table.show(rows([f"p:{n}" for n in range(1, 22)]))
+        await pilot.pause(0.1)
+        table.select_key("p:21")  # the last row, at the bottom of the view
+        await pilot.pause(0.2)
+        table.styles.max_height = 8  # what the grown Action panel leaves
+        await pilot.pause(0.3)
+        top = int(table.scroll_y)
+        shown = table.scrollable_content_region.height - 1  # rows under the header
+        assert top <= table.cursor_row < top + shown, (top, shown, table.cursor_row)

@@ -198,6 +198,12 @@ class HoldersTable(DataTable[Text]):
             self.add_column(label, key=key, width=width)
         self._cells: dict[str, tuple[Text, ...]] = {}
 
+    def on_resize(self) -> None:
+        # Holders get shorter when the Action panel grows (its verdict lines): the
+        # selected row stays in view, as the cursor keys would keep it.
+        if self.row_count:
+            self.call_after_refresh(self.move_cursor, row=self.cursor_row, animate=False)
+
     def selected_key(self) -> str | None:
         if not self.row_count:
             return None
