@@ -301,3 +301,33 @@ async def test_the_selected_row_stays_in_view_when_holders_get_shorter() -> None
         top = int(table.scroll_y)
         shown = table.scrollable_content_region.height - 1  # rows under the header
         assert top <= table.cursor_row < top + shown, (top, shown, table.cursor_row)
+
+
+async def test_holders_flags_take_the_room_they_need_and_no_more() -> None:
+    # The Flags column was 20 cells whether empty or not: at 120x35 the RSS was cut to
+    # "9.", and "2×ORPHAN RESPAWNED UNIT INACTIVE" to "…RESPAWNED U".
+    app = make_app()
+    async with app.run_test(size=PANE) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.pause(0.2)
+        worker = next(line for line in screen_text(app).splitlines() if "vLLM TP1 worker" in line)
+        assert re.search(r"99 %\s+\d+\.\d GiB", worker), worker
+        await pilot.press("D")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.last_report is not None, within=30)
+        await pilot.pause(0.3)
+        shown = screen_text(app)
+        assert "8×ORPHAN UNIT INACTIVE" in shown
+        worker = next(line for line in shown.splitlines() if "vLLM TP1 worker" in line)
+        assert re.search(r"ORPHAN\s+99 %", worker), worker
+    async with make_app().run_test(size=LAPTOP) as pilot:  # CPU stays in 80 columns
+        app = pilot.app
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.press("D")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.last_report is not None, within=30)
+        await pilot.pause(0.3)
+        worker = next(line for line in screen_text(app).splitlines() if "vLLM TP1 worker" in line)
+        assert re.search(r"ORPHAN\s+99 %", worker), worker
