@@ -331,3 +331,14 @@ async def test_holders_flags_take_the_room_they_need_and_no_more() -> None:
         await pilot.pause(0.3)
         worker = next(line for line in screen_text(app).splitlines() if "vLLM TP1 worker" in line)
         assert re.search(r"ORPHAN\s+99 %", worker), worker
+
+
+async def test_80x24_confirm_says_how_to_answer_in_full() -> None:
+    # The buttons' room cut "Run it?  y: confirm  n/Esc: cancel" to "n/Esc:".
+    app = make_app()
+    async with app.run_test(size=LAPTOP) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.press("r")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.pause(0.3)
+        assert "n/Esc: cancel" in screen_text(app)

@@ -351,7 +351,7 @@ class GpudashApp(App[int]):
         """The key the user presses for ``action``, after their keymap."""
         default = {name: spec.key for name, spec in ACTIONS.items()} | {
             "help": "question_mark", "quit": "q", "toggle_plot": "g", "filter": "slash",
-            "journal": "j"}
+            "journal": "j", "confirm.yes": "y", "confirm.no": "n", "confirm.escape": "escape"}
         keys = self._keymap.get(f"gpudash.{action}", default.get(action, action))
         return self.get_key_display(Binding(keys.split(",")[0].strip(), action))
 
@@ -589,7 +589,9 @@ class GpudashApp(App[int]):
         news: list[str] = []
         for _ in range(MAX_REPLANS):
             lines = plan.describe(self.exec_options.term_timeout)
-            confirmed = await self.push_screen_wait(ConfirmModal(plan.title, news + lines))
+            keys = (self.key_of("confirm.yes"), self.key_of("confirm.no"),
+                    self.key_of("confirm.escape"))
+            confirmed = await self.push_screen_wait(ConfirmModal(plan.title, news + lines, keys))
             if not confirmed:
                 self._log_action(plan.host, plan.title, "cancelled: nothing was done", None)
                 self.notify("Cancelled: nothing was done.")
