@@ -342,3 +342,24 @@ async def test_80x24_confirm_says_how_to_answer_in_full() -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
         await pilot.pause(0.3)
         assert "n/Esc: cancel" in screen_text(app)
+
+
+async def test_80x24_log_shows_the_outcome() -> None:
+    # Time, host and a 40-cell action left the outcome 8 cells at 80 columns: "stopped a".
+    # One host is named in the header; the log's host column is for several.
+    app = make_app()
+    async with app.run_test(size=LAPTOP) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.press("r")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.press("n")
+        log = app.query_one(ActionLog)
+        await wait_for(pilot, lambda: bool(log.entries))
+        await pilot.pause(0.2)
+        line = next(t for t in screen_text(app).splitlines() if "Reclaim unit" in t)
+        assert "cancelled: nothing was done" in line, line
+    two = GpudashApp([DemoHost("a", speed=50), DemoHost("b", speed=50, seed=3)], interval=0.25,
+                     read_only=False, theme=None, exec_options=None)
+    async with two.run_test(size=(160, 50)) as pilot:
+        await pilot.pause(0.2)
+        assert "host" in [str(c.value) for c in two.query_one(ActionLog).columns]
