@@ -363,3 +363,29 @@ async def test_80x24_log_shows_the_outcome() -> None:
     async with two.run_test(size=(160, 50)) as pilot:
         await pilot.pause(0.2)
         assert "host" in [str(c.value) for c in two.query_one(ActionLog).columns]
+
+
+async def test_120x35_a_long_verdict_never_scrolls_the_screen() -> None:
+    # A swap to a model that cannot load ends with a long verdict: the Action panel grew
+    # past what the screen had, the whole screen scrolled (header and GPUs out of view,
+    # the walkthrough cut), and the server's log line was said twice.
+    from gpudash.ui.models import ModelPicker
+
+    app = make_app(DemoHost(speed=50, release_delay=1), welcome=True)  # + walkthrough
+    async with app.run_test(size=PANE) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.press("w")
+        await wait_for(pilot, lambda: isinstance(app.screen, ModelPicker))
+        await pilot.press(*"deepseek", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.last_report is not None, within=60)
+        await pilot.pause(0.5)
+        assert app.last_report is not None and app.last_report.verdict == "failed"
+        assert app.screen.max_scroll_y == 0 and app.screen.scroll_y == 0
+        shown = screen_text(app)
+        assert "gpudash" in shown.splitlines()[0] and "✘ NOT confirmed" in shown
+        assert app.query_one(HoldersTable).size.height >= 3
+        panel = str(app.query_one("#progress").render())
+        assert panel.count("ValueError: Free memory on device") == 1, panel
+        assert "→ another process still holds GPU memory" in panel  # the advice stays

@@ -219,8 +219,11 @@ class HoldersTable(DataTable[Text]):
     def on_resize(self) -> None:
         # Holders get shorter when the Action panel grows (its verdict lines): the
         # selected row stays in view, as the cursor keys would keep it.
-        if self.row_count:
-            self.call_after_refresh(self.move_cursor, row=self.cursor_row, animate=False)
+        self.call_after_refresh(self._cursor_in_view)
+
+    def _cursor_in_view(self) -> None:
+        if self.row_count:  # the row the cursor is on by then, not when resized
+            self.move_cursor(row=self.cursor_row, animate=False)
 
     def selected_key(self) -> str | None:
         if not self.row_count:

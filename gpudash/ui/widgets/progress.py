@@ -109,10 +109,13 @@ def _result_lines(report: ActionReport, pal: Palette) -> list[Text]:
                           f"GPU(s), ready in {seconds(round(sv.ready_s or 0))}",
                           style=pal.success))
     elif sv is not None and not sv.serving:
-        if sv.failure_line:
+        if sv.failure_line and sv.failure_line not in report.summary:  # said once
             lines.append(literal(f"log: {sv.failure_line}", style=f"bold {pal.error}"))
+        if sv.failure_line:
             lines.append(literal(f"→ {sv.failure_advice}", style=pal.warning))
-        lines += [literal(f"  │ {line}", style="dim") for line in sv.log_tail[-LOG_SHOWN:]]
+        tail = [line for line in sv.log_tail
+                if not sv.failure_line or sv.failure_line not in line]  # said above
+        lines += [literal(f"  │ {line}", style="dim") for line in tail[-LOG_SHOWN:]]
     return lines
 
 
