@@ -389,3 +389,37 @@ async def test_120x35_a_long_verdict_never_scrolls_the_screen() -> None:
         panel = str(app.query_one("#progress").render())
         assert panel.count("ValueError: Free memory on device") == 1, panel
         assert "→ another process still holds GPU memory" in panel  # the advice stays
+
+
+async def test_80x24_a_cut_verdict_says_where_the_rest_is() -> None:
+    # At 80x24 a failed swap's verdict takes more rows than the screen has: the rest was
+    # below the panel's edge with no word.
+    from gpudash.ui.models import ModelPicker
+    from gpudash.ui.widgets.progress import MORE, ActionProgressPanel
+
+    app = make_app(DemoHost(speed=50, release_delay=1), welcome=True)
+    async with app.run_test(size=LAPTOP) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.press("w")
+        await wait_for(pilot, lambda: isinstance(app.screen, ModelPicker))
+        await pilot.press(*"deepseek", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.last_report is not None, within=60)
+        await pilot.pause(0.5)
+        panel = app.query_one(ActionProgressPanel)
+        assert panel.border_subtitle == MORE
+        assert "cut: Enter on its Action log entry" in screen_text(app)
+        app.query_one(ActionLog).focus()
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, DetailScreen))
+        assert "crash-looping" in app.screen.body.plain
+    async with make_app().run_test(size=(160, 50)) as pilot:  # room enough: no word
+        app = pilot.app
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.press("D")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.last_report is not None, within=30)
+        await pilot.pause(0.3)
+        assert app.query_one(ActionProgressPanel).border_subtitle is None

@@ -196,12 +196,18 @@ def _gpu_cell(
     return cell
 
 
+MORE = "cut: Enter on its Action log entry shows it all"
+
+
 class ActionProgressPanel(Static):
-    """Shown while an action runs and after it ends, until the next one (x hides it)."""
+    """Shown while an action runs and after it ends, until the next one (x hides it).
+
+    When the screen leaves it fewer rows than the result has, its border says where the
+    rest is (the log entry's detail view): what is cut is never out of reach."""
 
     DEFAULT_CSS = """
     ActionProgressPanel {
-        height: auto; overflow-y: auto;
+        height: auto; overflow-y: hidden;
         border: round $accent; padding: 0 1; display: none;
     }
     ActionProgressPanel.-shown { display: block; }
@@ -229,3 +235,10 @@ class ActionProgressPanel(Static):
                        "-failed")
         self.update(progress_text(plan, progress, report, error, pal, settle,
                                   term_timeout=term_timeout, columns=columns))
+        self.call_after_refresh(self._say_if_cut)
+
+    def _say_if_cut(self) -> None:
+        box = self.content_size
+        needed = self.get_content_height(box, self.app.size, box.width) if box.width else 0
+        self.border_subtitle = MORE if needed > box.height else None
+
