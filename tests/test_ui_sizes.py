@@ -423,3 +423,26 @@ async def test_80x24_a_cut_verdict_says_where_the_rest_is() -> None:
         await wait_for(pilot, lambda: app.last_report is not None, within=30)
         await pilot.pause(0.3)
         assert app.query_one(ActionProgressPanel).border_subtitle is None
+
+
+async def test_120x35_a_cut_unit_panel_says_so() -> None:
+    # After stop + disable the unit's warnings fill the panel at 120x35 and its facts
+    # (Restart=, KillMode=, MainPID) fell below the edge with no word.
+    from gpudash.ui.widgets.unit_panel import CUT, UnitPanel
+
+    app = make_app()
+    async with app.run_test(size=(160, 50)) as pilot:
+        await select(pilot, app, "u:session-4.scope")
+        await pilot.pause(0.3)
+        assert app.query_one(UnitPanel).border_subtitle is None  # it all fits
+    app = make_app()
+    async with app.run_test(size=PANE) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.press("D")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.last_report is not None, within=30)
+        await pilot.pause(0.3)
+        assert "MainPID" not in screen_text(app)
+        assert app.query_one(UnitPanel).border_subtitle == CUT
+        assert "cut: Enter shows it all" in screen_text(app)

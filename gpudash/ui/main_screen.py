@@ -165,7 +165,7 @@ class MainScreen(Screen[None]):
         group = view.triage.group(owner) if view.triage and owner else None
         process = view.snapshot.process(pid) if view.snapshot and pid is not None else None
         pal = palette(app)
-        self.unit_panel.update(unit_text(group, process, pal))
+        self.unit_panel.show(unit_text(group, process, pal))
         # Too thin for the unit panel: its gist goes on Holders' border, Enter shows it all.
         self.holders.border_subtitle = unit_gist(group, pal) if self.has_class("-thin") else None
 
