@@ -494,7 +494,7 @@ class GpudashApp(App[int]):
         rows += [
             ("enter", "The selected owner, or log entry, in full", True),
             ("home, end", "First / last row", True),
-            ("tab", "Move focus: holders, GPUs, log", True),
+            ("tab", "Move focus: holders, log, GPUs", True),
             (key("hide_result", "x"), "Hide the action result panel", True),
             (key("theme", "T"), "Pick a theme", True),
             ("ctrl+p", "Command palette", True),
