@@ -190,3 +190,24 @@ async def test_a_plan_made_before_a_reboot_signals_nothing() -> None:
     report = await execute(plan, demo, FAST)
     assert report.signals == [(pid, "SIGKILL", SignalOutcome.MISMATCH)]
     assert pid in demo.processes and not report.confirmed
+
+
+async def test_a_driver_that_over_lists_never_sets_a_target_below_the_other_holders() -> None:
+    # Seen on a lab host right after kill -9: the respawned server's workers were listed at
+    # full size beside the orphans that still filled the GPUs, so the plan expected 189 GiB
+    # back from a 95.6 GiB GPU, aimed at 0 GiB where alice's kernel keeps 2 GiB, and the
+    # reclaim could never be confirmed.
+    import dataclasses
+
+    s = await DemoHost(speed=100.0).sample()
+    clones = [
+        dataclasses.replace(p, pid=p.pid + 100000, ppid=1)
+        for p in s.processes if p.cmdline.startswith("VLLM::Worker_TP")
+    ]
+    over = dataclasses.replace(s, processes=s.processes + tuple(clones))
+    plan = plan_action(over, ActionKind.RECLAIM, unit=MINIMAX)
+    alice = next(p for p in over.processes if p.pid == NOTEBOOK)
+    for gpu, mib in alice.gpu_memory_mib.items():
+        assert plan.target_used_mib()[gpu] >= (mib or 0), plan.describe()
+    for g in over.gpus:
+        assert plan.expected_free_mib.get(g.index, 0) <= (g.memory_used_mib or 0)

@@ -76,4 +76,15 @@ def expected_free(snapshot: HostSnapshot, targets: Iterable[Target]) -> dict[int
         unlisted = g.memory_used_mib - listed - DEVICE_SLACK_MIB
         if unlisted > 0:
             out[gpu] = out.get(gpu, 0) + unlisted
+    # A GPU gives back at most what it reports used less what the others listed on it keep:
+    # drivers over-list (a respawned server's workers listed at full size beside the orphans
+    # that still fill the GPU), and a target above that can never be met.
+    for gpu in list(out):
+        g = snapshot.gpu(gpu)
+        if g is None or g.memory_used_mib is None:
+            continue
+        others = sum(
+            p.gpu_memory_mib.get(gpu) or 0 for p in snapshot.processes if p.pid not in pinned
+        )
+        out[gpu] = max(0, min(out[gpu], g.memory_used_mib - others))
     return out
