@@ -16,6 +16,9 @@ from gpudash.model import Unit
 from gpudash.source import CommandResult, SignalOutcome
 from gpudash.units import gib
 
+# A signal in these states reached the host or may have: only GONE/MISMATCH/DENIED did not.
+MAY_HAVE_SENT = frozenset({SignalOutcome.SENT, SignalOutcome.UNKNOWN})
+
 
 @dataclass(frozen=True, slots=True)
 class Progress:
@@ -118,7 +121,9 @@ class ActionReport:
 
     @property
     def sent_anything(self) -> bool:
-        return bool(self.commands) or any(o is SignalOutcome.SENT for _p, _s, o in self.signals)
+        """Something reached the host, or may have (a request interrupted or cut off
+        before its answer)."""
+        return bool(self.commands) or any(o in MAY_HAVE_SENT for _p, _s, o in self.signals)
 
     @property
     def verdict(self) -> str:
