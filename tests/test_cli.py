@@ -210,6 +210,53 @@ def test_interrupt_mid_action_reports_what_was_sent_and_audits_it(sig: int) -> N
     assert {s["signal"] for s in outcome["signals"]} == {"SIGTERM"}
 
 
+def gpudash_signalled_at(hook: str, sig: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """gpudash with ``sig`` arriving from outside exactly as an audit record is written
+    (``hook``: intent or outcome): the narrowest windows of an action, made certain."""
+    code = (
+        "import os, signal, sys\n"
+        "from gpudash import audit\n"
+        f"real = audit.AuditTrail.{hook}\n"
+        "def hooked(self, *a):\n"
+        f"    os.kill(os.getpid(), signal.{sig})\n"
+        "    return real(self, *a)\n"
+        f"audit.AuditTrail.{hook} = hooked\n"
+        "from gpudash.cli.main import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          timeout=60, env=os.environ.copy())
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_an_interrupt_while_the_intent_is_written_cancels_and_still_audits(sig: str) -> None:
+    # Ctrl+C there said "interrupted twice" and exited 6 (one Ctrl+C, nothing sent), and
+    # SIGTERM killed gpudash: either way the audit kept an intent without an outcome.
+    r = gpudash_signalled_at("intent", sig, *RECLAIM, "--yes")
+    assert r.returncode == 5, (r.returncode, r.stderr)
+    assert "Traceback" not in r.stderr and "twice" not in r.stderr
+    assert "sent: nothing" in r.stdout
+    intent, outcome = audit_records()
+    assert outcome["record"] == "outcome" and outcome["id"] == intent["id"]
+    assert outcome["interrupted"] is True and outcome["commands"] == []
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_an_interrupt_while_the_outcome_is_written_keeps_the_outcome_and_the_report(
+    sig: str,
+) -> None:
+    # SIGTERM once the engine had finished (its handler gone) killed gpudash before the
+    # outcome record and the report: everything was sent and nothing said so.
+    r = gpudash_signalled_at("outcome", sig, *RECLAIM, "--yes", "--term-timeout", "1",
+                             "--json")
+    assert "Traceback" not in r.stderr
+    report = json.loads(r.stdout)  # the whole report, on stdout
+    assert report["verdict"] == "confirmed"
+    assert r.returncode == 0, (r.returncode, r.stderr)  # it had finished: the verdict stands
+    intent, outcome = audit_records()
+    assert outcome["id"] == intent["id"] == report["id"] and outcome["verdict"] == "confirmed"
+
+
 # --- arguments are checked before anything is done ---------------------------------------
 
 
