@@ -257,6 +257,28 @@ def test_an_interrupt_while_the_outcome_is_written_keeps_the_outcome_and_the_rep
     assert outcome["id"] == intent["id"] == report["id"] and outcome["verdict"] == "confirmed"
 
 
+def test_ctrl_c_while_gpudash_starts_is_exit_5_without_a_traceback() -> None:
+    # Ctrl+C in the first ~0.3 s (imports, argument parsing) printed a KeyboardInterrupt
+    # traceback and exited 130, outside the documented codes. Made certain here: the
+    # interrupt arrives while gpudash.cli.main is being imported.
+    code = (
+        "import builtins, os, signal, sys\n"
+        "real = builtins.__import__\n"
+        "def hooked(name, *a, **k):\n"
+        "    if name == 'gpudash.cli.main':\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "    return real(name, *a, **k)\n"
+        "builtins.__import__ = hooked\n"
+        "from gpudash.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code, *RECLAIM, "--yes"], capture_output=True,
+                       text=True, timeout=60, env=os.environ.copy())
+    assert r.returncode == 5, (r.returncode, r.stderr)
+    assert "Traceback" not in r.stderr and "nothing done" in r.stderr
+    assert r.stdout == "" and audit_records() == []
+
+
 # --- arguments are checked before anything is done ---------------------------------------
 
 

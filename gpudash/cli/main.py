@@ -141,8 +141,12 @@ async def _close_all(sources: Sequence[HostSource]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     term = Terminal()
-    command, args = parse(list(sys.argv[1:] if argv is None else argv))
-    logfile.setup(args.log_level)
+    try:
+        command, args = parse(list(sys.argv[1:] if argv is None else argv))
+        logfile.setup(args.log_level)
+    except KeyboardInterrupt:
+        term.error("interrupted while starting: nothing done")
+        return Exit.CANCELLED
     try:
         if command == "snapshot":
             return cmd_snapshot(args, term)
