@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -309,6 +311,76 @@ def test_help_documents_every_exit_code() -> None:
     r = gpudash("reclaim", "--help")
     for code in ("0", "1", "2", "3", "4", "5", "6", "70"):
         assert f"\n {code:>2}  " in r.stdout, code
+
+
+# --- every exit code, as documented ------------------------------------------------------
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])  # closed on return: connecting is refused
+
+
+SSH_ISOLATED = ("--ssh-config", os.devnull, "--known-hosts", os.devnull)
+
+
+@pytest.mark.parametrize("command", [("snapshot",), ("reclaim", "--unit", "x", "--yes")])
+def test_an_unreachable_host_is_exit_3_with_its_name(command: tuple[str, ...]) -> None:
+    host = f"ssh://root@127.0.0.1:{closed_port()}"
+    r = gpudash(command[0], host, *command[1:], *SSH_ISOLATED)
+    assert r.returncode == 3, r.stderr
+    assert f"{host}: cannot connect" in r.stderr and "Traceback" not in r.stderr
+    assert r.stdout == "" and audit_records() == []
+
+
+@pytest.mark.parametrize("command", [("snapshot",), ("reclaim", "--unit", "x", "--yes")])
+def test_ctrl_c_while_a_host_hangs_is_exit_5_with_nothing_done(command: tuple[str, ...]) -> None:
+    with socket.socket() as silent:  # accepts (the kernel does) and never says a word
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        host = f"ssh://root@127.0.0.1:{silent.getsockname()[1]}"
+        proc = subprocess.Popen([sys.executable, "-m", "gpudash", command[0], host,
+                                 *command[1:], *SSH_ISOLATED], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+        time.sleep(3)  # imported, connecting, waiting for a banner that never comes
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 5, err
+    assert "nothing" in err and "Traceback" not in err
+    assert out == "" and audit_records() == []
+
+
+def test_a_bug_is_exit_70_with_one_line_and_the_traceback_in_the_log() -> None:
+    code = (
+        "import sys\n"
+        "import gpudash.textreport as t\n"
+        "def broken(snap): raise RuntimeError('a bug for the test')\n"
+        "t.snapshot_text = broken\n"
+        "from gpudash.cli.main import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code, "snapshot", "--demo"], capture_output=True,
+                       text=True, timeout=60, env=os.environ.copy())
+    assert r.returncode == 70, r.stderr
+    log = state() / "gpudash.log"
+    assert r.stderr.strip().splitlines() == [
+        f"gpudash: internal error: RuntimeError: a bug for the test (traceback in {log})"]
+    text = log.read_text()
+    assert "Traceback" in text and "RuntimeError: a bug for the test" in text
+
+
+def test_the_readme_and_help_document_exactly_the_exit_codes_gpudash_uses() -> None:
+    from gpudash.cli.contract import EXIT_CODES_HELP, Exit
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    contract = readme.split("### The CLI contract", 1)[1].split("\n### ", 1)[0]
+    table = {int(m) for m in re.findall(r"^\| *(\d+) *\|", contract, re.MULTILINE)}
+    assert table == {int(e) for e in Exit}
+    helped = {int(m) for m in re.findall(r"^ *(\d+)  ", EXIT_CODES_HELP, re.MULTILINE)}
+    assert helped == {int(e) for e in Exit}
+    for promise in ("stdout carries only the result", "stderr", "Interrupts", "SIGTERM"):
+        assert promise in contract, promise
 
 
 # --- the model swap ------------------------------------------------------------------------
