@@ -190,6 +190,77 @@ def test_answering_yes_runs_the_plan() -> None:
     assert "confirmed: " in out
 
 
+class Reader:
+    """An operator at the prompt, in-process: each answer comes after ``meanwhile`` ran
+    (the host changing while the plan is read)."""
+
+    def __init__(self, answers: list[bool], meanwhile: list[object]) -> None:
+        self.answers, self.meanwhile = answers, meanwhile
+        self.asked = 0
+
+    def __call__(self, question: str = "") -> bool | None:
+        change = self.meanwhile[self.asked] if self.asked < len(self.meanwhile) else None
+        if callable(change):
+            change()
+        self.asked += 1
+        return self.answers.pop(0)
+
+
+def run_in_process(argv: list[str], reader: Reader, demo: object) -> tuple[int, str, str]:
+    import io
+
+    from gpudash.cli import act
+    from gpudash.cli.args import parse
+    from gpudash.cli.terminal import Terminal
+
+    out, err = io.StringIO(), io.StringIO()
+    term = Terminal(stdout=out, stderr=err)
+    term.confirm = reader  # type: ignore[method-assign]
+    _command, args = parse(argv)
+    code = act.run_reclaim(args, demo, term)  # type: ignore[arg-type]
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_the_cli_acts_on_the_host_as_it_is_when_you_answer_and_asks_again_if_it_changed() -> None:
+    import asyncio
+    import signal as sig
+
+    from gpudash.demo import DemoHost
+
+    demo = DemoHost(speed=20.0)
+    worker = next(p for p in demo.snapshot().processes if p.cmdline.startswith("VLLM::Worker_TP"))
+
+    def worker_dies() -> None:  # an operator in another terminal killed one worker
+        asyncio.run(demo.signal(worker.pid, worker.start_ticks, sig.SIGKILL))
+
+    reader = Reader([True, True], [worker_dies])
+    code, out, err = run_in_process([*RECLAIM, "--term-timeout", "1"], reader, demo)
+    assert reader.asked == 2  # asked again: what would be sent had changed
+    assert "The host changed while you read the plan:" in err
+    changed = err.split("The host changed while you read the plan:", 1)[1]
+    assert str(worker.pid) in changed.split("Proceed?", 1)[0]
+    assert code == 0, err
+    assert f"SIGTERM {worker.pid}" not in out  # the dead worker was not signalled
+
+
+def test_a_host_that_keeps_changing_under_the_prompt_is_left_alone() -> None:
+    import asyncio
+    import signal as sig
+
+    from gpudash.demo import DemoHost
+
+    demo = DemoHost(speed=20.0)
+    workers = [p for p in demo.snapshot().processes if p.cmdline.startswith("VLLM::Worker_TP")]
+
+    def dies(p: object) -> object:
+        return lambda: asyncio.run(demo.signal(p.pid, p.start_ticks, sig.SIGKILL))  # type: ignore[attr-defined]
+
+    reader = Reader([True, True, True], [dies(w) for w in workers[:3]])
+    code, out, err = run_in_process(RECLAIM, reader, demo)
+    assert code == 5 and "the plan keeps changing; nothing done" in err
+    assert out == "" and audit_records() == []
+
+
 # --- interrupted while acting -----------------------------------------------------------
 
 
