@@ -171,6 +171,18 @@ def test_ctrl_c_at_the_prompt_ends_at_once_with_nothing_done() -> None:
     assert out == "" and audit_records() == []
 
 
+def test_sigterm_at_the_prompt_is_a_cancel_too() -> None:
+    # SIGTERM (`timeout`, systemd, CI) before anything was sent killed gpudash: exit 143,
+    # not the documented 5 ("cancelled: nothing done").
+    g = Interactive(*RECLAIM)
+    g.wait_for_stderr("Proceed? [y/N]")
+    g.proc.send_signal(signal.SIGTERM)
+    code, out, err = g.finish(within=10)
+    assert code == 5, err
+    assert "nothing done" in err and "Traceback" not in err
+    assert out == "" and audit_records() == []
+
+
 def test_answering_no_says_so_and_exits_5() -> None:
     g = Interactive(*RECLAIM)
     g.wait_for_stderr("Proceed? [y/N]")
@@ -405,8 +417,11 @@ def test_an_unreachable_host_is_exit_3_with_its_name(command: tuple[str, ...]) -
     assert r.stdout == "" and audit_records() == []
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 @pytest.mark.parametrize("command", [("snapshot",), ("reclaim", "--unit", "x", "--yes")])
-def test_ctrl_c_while_a_host_hangs_is_exit_5_with_nothing_done(command: tuple[str, ...]) -> None:
+def test_an_interrupt_while_a_host_hangs_is_exit_5_with_nothing_done(
+    command: tuple[str, ...], sig: int,
+) -> None:
     with socket.socket() as silent:  # accepts (the kernel does) and never says a word
         silent.bind(("127.0.0.1", 0))
         silent.listen(4)
@@ -415,7 +430,7 @@ def test_ctrl_c_while_a_host_hangs_is_exit_5_with_nothing_done(command: tuple[st
                                  *command[1:], *SSH_ISOLATED], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=os.environ.copy())
         time.sleep(3)  # imported, connecting, waiting for a banner that never comes
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         out, err = proc.communicate(timeout=20)
     assert proc.returncode == 5, err
     assert "nothing" in err and "Traceback" not in err

@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -147,6 +148,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         term.error("interrupted while starting: nothing done")
         return Exit.CANCELLED
+    previous = None
+    if command is not None:
+        # SIGTERM (`timeout`, systemd, CI) is a Ctrl+C: before anything is sent it cancels
+        # (exit 5); while acting the action's own handler takes over (gpudash.cli.act).
+        with contextlib.suppress(ValueError):  # not the main thread: leave it alone
+            previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         if command == "snapshot":
             return cmd_snapshot(args, term)
@@ -164,6 +171,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         term.error(f"internal error: {type(exc).__name__}: {exc} "
                    f"(traceback in {logfile.log_path()})")
         return Exit.INTERNAL
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":
