@@ -342,7 +342,8 @@ def test_an_interrupt_while_the_outcome_is_written_keeps_the_outcome_and_the_rep
     assert outcome["id"] == intent["id"] == report["id"] and outcome["verdict"] == "confirmed"
 
 
-def test_ctrl_c_while_gpudash_starts_is_exit_5_without_a_traceback() -> None:
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_an_interrupt_while_gpudash_starts_is_exit_5_without_a_traceback(sig: str) -> None:
     # Ctrl+C in the first ~0.3 s (imports, argument parsing) printed a KeyboardInterrupt
     # traceback and exited 130, outside the documented codes. Made certain here: the
     # interrupt arrives while gpudash.cli.main is being imported.
@@ -351,7 +352,7 @@ def test_ctrl_c_while_gpudash_starts_is_exit_5_without_a_traceback() -> None:
         "real = builtins.__import__\n"
         "def hooked(name, *a, **k):\n"
         "    if name == 'gpudash.cli.main':\n"
-        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        f"        os.kill(os.getpid(), signal.{sig})\n"
         "    return real(name, *a, **k)\n"
         "builtins.__import__ = hooked\n"
         "from gpudash.cli import main\n"

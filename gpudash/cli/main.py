@@ -163,8 +163,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SourceError as exc:
         term.error(str(exc))
         return Exit.CONNECT
-    except KeyboardInterrupt:
-        term.error("interrupted")
+    except KeyboardInterrupt:  # the actions handle their own once they may send anything
+        term.error("interrupted: nothing done")
         return Exit.CANCELLED
     except Exception as exc:  # a bug: one line here, the traceback in the log
         log.exception("internal error")
