@@ -89,8 +89,8 @@ class ActionController:
         plan = running.plan
         trail = AuditTrail(plan, self.options.term_timeout)
         if running.act:
-            try:
-                await asyncio.to_thread(trail.intent)
+            try:  # synchronously: a quit cannot come between the record and the act
+                trail.intent()
             except OSError as exc:
                 on_audit_error(str(exc))
         engine = execute if running.act else reverify
