@@ -171,12 +171,13 @@ def test_ctrl_c_at_the_prompt_ends_at_once_with_nothing_done() -> None:
     assert out == "" and audit_records() == []
 
 
-def test_sigterm_at_the_prompt_is_a_cancel_too() -> None:
-    # SIGTERM (`timeout`, systemd, CI) before anything was sent killed gpudash: exit 143,
-    # not the documented 5 ("cancelled: nothing done").
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_or_sighup_at_the_prompt_is_a_cancel_too(sig: int) -> None:
+    # SIGTERM (`timeout`, systemd, CI) or SIGHUP before anything was sent killed gpudash:
+    # exit 143 or 129, not the documented 5 ("cancelled: nothing done").
     g = Interactive(*RECLAIM)
     g.wait_for_stderr("Proceed? [y/N]")
-    g.proc.send_signal(signal.SIGTERM)
+    g.proc.send_signal(sig)
     code, out, err = g.finish(within=10)
     assert code == 5, err
     assert "nothing done" in err and "Traceback" not in err
@@ -276,8 +277,9 @@ def test_a_host_that_keeps_changing_under_the_prompt_is_left_alone() -> None:
 # --- interrupted while acting -----------------------------------------------------------
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_interrupt_mid_action_reports_what_was_sent_and_audits_it(sig: int) -> None:
+    # SIGHUP: the operator's SSH session dropped. It killed gpudash with no outcome record.
     # TERM -> KILL after 600 simulated s (30 s real): interrupt while waiting to escalate.
     g = Interactive(*RECLAIM, "--yes", "--term-timeout", "600")
     g.wait_for_stderr("to exit after TERM")

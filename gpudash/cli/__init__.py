@@ -12,18 +12,20 @@ __all__ = ["Exit", "main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The ``gpudash`` entry point: Ctrl+C or SIGTERM while it loads is exit 5, not a
+    """The ``gpudash`` entry point: Ctrl+C, SIGTERM or SIGHUP while it loads is exit 5, not a
     traceback or a kill."""
-    try:  # SIGTERM too: the subcommands treat it as a Ctrl+C (gpudash.cli.main)
-        previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    previous = {}
+    try:  # SIGTERM and SIGHUP too: the subcommands treat them as a Ctrl+C (gpudash.cli.main)
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            previous[sig] = signal.signal(sig, signal.default_int_handler)
     except ValueError:  # not the main thread
-        previous = None
+        pass
     try:
         from gpudash.cli.main import main as run
     except KeyboardInterrupt:
         sys.stderr.write("gpudash: interrupted while starting: nothing done\n")
         return Exit.CANCELLED
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return run(argv)

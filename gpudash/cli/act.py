@@ -198,7 +198,8 @@ async def _act(
 
 
 class _Interrupts:
-    """Ctrl+C and SIGTERM (``timeout``, systemd, CI) while an action runs.
+    """Ctrl+C, SIGTERM (``timeout``, systemd, CI) and SIGHUP (the operator's SSH session
+    dropped) while an action runs.
 
     While acting, the first one cancels the action (the engine then reports what was
     sent); before acting it means "do not start", after acting it changes nothing: the
@@ -206,7 +207,7 @@ class _Interrupts:
     two bytecodes, so they only set flags and schedule the cancellation on the loop.
     """
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def __init__(self) -> None:
         self.loop = asyncio.get_running_loop()

@@ -19,6 +19,7 @@ import logging
 import signal
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from gpudash import logfile
 from gpudash.cli.args import parse
@@ -29,6 +30,8 @@ from gpudash.source import HostSource, SourceError
 from gpudash.untrusted import json_dumps
 
 log = logging.getLogger("gpudash.cli")
+
+AS_CTRL_C = (signal.SIGTERM, signal.SIGHUP)
 
 
 def open_sources(args: argparse.Namespace, *, demo_speed: float = 1.0) -> list[HostSource]:
@@ -148,12 +151,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         term.error("interrupted while starting: nothing done")
         return Exit.CANCELLED
-    previous = None
+    previous: dict[signal.Signals, Any] = {}
     if command is not None:
-        # SIGTERM (`timeout`, systemd, CI) is a Ctrl+C: before anything is sent it cancels
-        # (exit 5); while acting the action's own handler takes over (gpudash.cli.act).
-        with contextlib.suppress(ValueError):  # not the main thread: leave it alone
-            previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+        # SIGTERM (`timeout`, systemd, CI) and SIGHUP (the session dropped) are a Ctrl+C:
+        # before anything is sent they cancel (exit 5); while acting the action's own
+        # handler takes over (gpudash.cli.act). The dashboard handles them itself.
+        with contextlib.suppress(ValueError):  # not the main thread: leave them alone
+            for sig in AS_CTRL_C:
+                previous[sig] = signal.signal(sig, signal.default_int_handler)
     try:
         if command == "snapshot":
             return cmd_snapshot(args, term)
@@ -172,8 +177,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                    f"(traceback in {logfile.log_path()})")
         return Exit.INTERNAL
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":
