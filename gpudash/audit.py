@@ -60,6 +60,7 @@ def outcome_record(report: ActionReport, action_id: str | None = None) -> dict[s
         **_plan_fields(report.plan, report.term_timeout),
         "commands": [{"argv": list(c.argv), "rc": c.returncode} for c in report.commands],
         "signals": [{"pid": p, "signal": s, "outcome": o.value} for p, s, o in report.signals],
+        "sent": report.sent_lines(),  # both, in the order they were sent
         "gpus": [
             {
                 "index": g.index,

@@ -115,6 +115,15 @@ class ActionReport:
     phases: list[PhaseOutcome] = field(default_factory=list)  # multi-phase plans, in order
     serving: ServingOutcome | None = None  # a start, restart or swap: how the unit came up
     summary: str = ""
+    sent_order: list[str] = field(default_factory=list, repr=False)  # "command"/"signal"
+
+    def record_command(self, result: CommandResult) -> None:
+        self.commands.append(result)
+        self.sent_order.append("command")
+
+    def record_signal(self, pid: int, name: str, outcome: SignalOutcome) -> None:
+        self.signals.append((pid, name, outcome))
+        self.sent_order.append("signal")
 
     def log(self, text: str) -> None:
         self.events.append((time.time(), text))
@@ -138,13 +147,20 @@ class ActionReport:
         return "warning" if self.warnings else "confirmed"
 
     def sent_lines(self) -> list[str]:
-        """What reached the host (or may have), in order: commands and signals."""
+        """What reached the host (or may have), commands and signals in the order sent."""
+        order = self.sent_order
+        if len(order) != len(self.commands) + len(self.signals):  # lists filled by hand
+            order = ["command"] * len(self.commands) + ["signal"] * len(self.signals)
+        commands, signals = iter(self.commands), iter(self.signals)
         lines = []
-        for c in self.commands:
-            rc = "no answer" if c.returncode is None else f"exit {c.returncode}"
-            lines.append(f"{' '.join(c.argv)}: {rc}")
-        for pid, sig, outcome in self.signals:
-            lines.append(f"{sig} {pid}: {outcome.value}")
+        for kind in order:
+            if kind == "command":
+                c = next(commands)
+                rc = "no answer" if c.returncode is None else f"exit {c.returncode}"
+                lines.append(f"{' '.join(c.argv)}: {rc}")
+            else:
+                pid, sig, outcome = next(signals)
+                lines.append(f"{sig} {pid}: {outcome.value}")
         return lines
 
     def describe(self) -> list[str]:

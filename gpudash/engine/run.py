@@ -376,10 +376,10 @@ class _Run:
         try:
             result = await self.control.systemctl(verb, unit)
         except asyncio.CancelledError:
-            self.report.commands.append(CommandResult(
+            self.report.record_command(CommandResult(
                 ("systemctl", verb, unit), None, "interrupted before its answer: may have run"))
             raise
-        self.report.commands.append(result)
+        self.report.record_command(result)
         return result
 
     async def _signal(self, t: Target, name: str, sig: int) -> SignalOutcome:
@@ -387,9 +387,9 @@ class _Run:
         try:
             outcome = await self.control.signal(t.pid, t.start_ticks, sig, boot_id=t.boot_id)
         except asyncio.CancelledError:
-            self.report.signals.append((t.pid, name, SignalOutcome.UNKNOWN))
+            self.report.record_signal(t.pid, name, SignalOutcome.UNKNOWN)
             raise
-        self.report.signals.append((t.pid, name, outcome))
+        self.report.record_signal(t.pid, name, outcome)
         return outcome
 
     async def _commands(self) -> bool:
