@@ -524,3 +524,15 @@ def test_leave_crashing_keeps_the_crash_looping_unit_for_inspection() -> None:
     rec = json.loads(r.stdout)
     assert rec["serving"]["stopped"] is False
     assert "Free memory on device" in rec["serving"]["failure_line"]
+
+
+def test_reclaim_waits_as_long_as_its_timeout_says() -> None:
+    # --timeout 900 on reclaim gave up following the memory after 600 s, silently.
+    from gpudash.cli.act import options_of
+    from gpudash.cli.args import parse
+
+    _c, args = parse([*RECLAIM, "--timeout", "900"])
+    assert options_of(args).verify_timeout == 900
+    _c, args = parse(["swap", "--demo", "--from", "a", "--to", "b", "--timeout", "3600"])
+    opts = options_of(args)  # a swap's timeout is the loading's; its reclaim stays bounded
+    assert opts.serve_timeout == 3600 and opts.verify_timeout == 600

@@ -46,7 +46,11 @@ PlanMaker = Callable[[HostSource], Coroutine[Any, Any, ActionPlan]]
 
 def options_of(args: argparse.Namespace) -> ExecOptions:
     timeout = args.timeout
-    return ExecOptions(term_timeout=args.term_timeout, verify_timeout=min(timeout, 600.0),
+    # reclaim: --timeout is how long the memory may take to come back. start/swap: it is
+    # the loading's (30 min by default); a swap's reclaim phase keeps at most 10 min.
+    starts = hasattr(args, "enable")
+    return ExecOptions(term_timeout=args.term_timeout,
+                       verify_timeout=min(timeout, 600.0) if starts else timeout,
                        poll=min(0.5, max(0.05, args.interval / 2)), serve_timeout=timeout,
                        stop_crash_loop=not getattr(args, "leave_crashing", False))
 
