@@ -536,3 +536,40 @@ def test_reclaim_waits_as_long_as_its_timeout_says() -> None:
     _c, args = parse(["swap", "--demo", "--from", "a", "--to", "b", "--timeout", "3600"])
     opts = options_of(args)  # a swap's timeout is the loading's; its reclaim stays bounded
     assert opts.serve_timeout == 3600 and opts.verify_timeout == 600
+
+
+def test_a_link_that_stays_down_is_exit_4_after_three_looks_and_nothing_is_resent() -> None:
+    from gpudash.demo import DemoHost
+    from gpudash.source import CommandResult, LinkLost
+
+    class DropsAfterStop(DemoHost):
+        """The link drops while `systemctl disable` runs and never comes back."""
+
+        def __init__(self) -> None:
+            super().__init__(speed=20.0)
+            self.down = False
+            self.sent: list[str] = []
+
+        async def systemctl(self, verb: str, unit: str) -> CommandResult:
+            self.sent.append(verb)
+            if verb == "disable":
+                self.down = True
+                return CommandResult(("systemctl", verb, unit), None, "link lost")
+            return await super().systemctl(verb, unit)
+
+        async def sample(self):  # type: ignore[no-untyped-def]
+            if self.down:
+                raise LinkLost("demo-gpu01: link lost")
+            return await super().sample()
+
+    host = DropsAfterStop()
+    code, out, err = run_in_process([*RECLAIM, "--json"], Reader([True], []), host)
+    assert code == 4, err
+    assert [f"({n}/3)" in err for n in (1, 2, 3)] == [True, True, True]
+    assert host.sent == ["stop", "disable"]  # looked again three times, re-sent nothing
+    report = json.loads(out)
+    assert report["verdict"] == "unknown"
+    assert report["sent"] == ["systemctl stop vllm-minimax-m25.service: exit 0",
+                              "systemctl disable vllm-minimax-m25.service: no answer"]
+    intent, outcome = audit_records()
+    assert outcome["id"] == intent["id"] and outcome["verdict"] == "unknown"

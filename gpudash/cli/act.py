@@ -185,7 +185,9 @@ async def _act(
                     line.close()
                     term.error(f"{report.summary}; re-verifying ({attempt}/{REVERIFY.attempts})")
                     await asyncio.sleep(REVERIFY.delay(attempt))
-                    report = await reverify(plan, source.control, options, line)
+                    again = await reverify(plan, source.control, options, line)
+                    again.keep_sent(report)  # the outcome record keeps what went out
+                    report = again
         except asyncio.CancelledError:
             stopped = True  # our own interrupt: the report below says what was sent
         finally:

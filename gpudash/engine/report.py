@@ -125,6 +125,14 @@ class ActionReport:
         self.signals.append((pid, name, outcome))
         self.sent_order.append("signal")
 
+    def keep_sent(self, earlier: ActionReport) -> None:
+        """A re-verification's report (it sends nothing) takes over what ``earlier``, the
+        run whose outcome it re-verifies, sent: one report still says all that went out."""
+        self.commands[:0] = earlier.commands
+        self.signals[:0] = earlier.signals
+        self.sent_order[:0] = earlier.sent_order
+        self.escalated[:0] = earlier.escalated
+
     def log(self, text: str) -> None:
         self.events.append((time.time(), text))
 
