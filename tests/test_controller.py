@@ -67,6 +67,8 @@ async def test_an_unknown_outcome_is_reverified_a_bounded_number_of_times() -> N
     report, error = await c.run(c.begin(plan, 3, act=True), demo, lambda p: None,
                                 lambda why: None)
     assert report is not None and report.unknown
+    # the signal the link dropped under may have gone out: the report says so
+    assert report.sent_lines() == [f"SIGKILL {worker}: unknown"]
     c.finished(3, report, error)
     for attempt in range(REVERIFY.attempts):
         again = c.take_reverify(3)

@@ -371,22 +371,26 @@ class _Run:
         return out
 
     async def _systemctl(self, verb: str, unit: str) -> CommandResult:
-        """Send one systemctl verb and record it. Interrupted before its answer, it is
-        recorded with no answer: it reached the host and may have taken effect."""
+        """Send one systemctl verb and record it. Interrupted (or the link lost) before its
+        answer, it is recorded with no answer: it may have reached the host and run."""
         try:
             result = await self.control.systemctl(verb, unit)
         except asyncio.CancelledError:
             self.report.record_command(CommandResult(
                 ("systemctl", verb, unit), None, "interrupted before its answer: may have run"))
             raise
+        except SourceError as exc:
+            self.report.record_command(CommandResult(("systemctl", verb, unit), None, str(exc)))
+            raise
         self.report.record_command(result)
         return result
 
     async def _signal(self, t: Target, name: str, sig: int) -> SignalOutcome:
-        """Send one pinned signal and record it; interrupted in flight, it is ``UNKNOWN``."""
+        """Send one pinned signal and record it; interrupted or cut off in flight, it is
+        ``UNKNOWN``."""
         try:
             outcome = await self.control.signal(t.pid, t.start_ticks, sig, boot_id=t.boot_id)
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, SourceError):  # it may have reached the host
             self.report.record_signal(t.pid, name, SignalOutcome.UNKNOWN)
             raise
         self.report.record_signal(t.pid, name, outcome)
