@@ -111,10 +111,13 @@ def write(record: dict[str, Any], path: Path) -> Path:
 class AuditTrail:
     """The two records of one action, to the file its plan belongs in."""
 
-    def __init__(self, plan: ActionPlan, term_timeout: float, path: Path | None = None) -> None:
+    def __init__(
+        self, plan: ActionPlan, term_timeout: float, path: Path | None = None,
+        action_id: str | None = None,
+    ) -> None:
         self.plan = plan
         self.term_timeout = term_timeout
-        self.id = uuid.uuid4().hex
+        self.id = action_id or uuid.uuid4().hex  # a re-verification continues its action
         self.path = path or audit_path(simulated=plan.simulated)
 
     def intent(self) -> Path:
