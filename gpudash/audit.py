@@ -61,6 +61,7 @@ def outcome_record(report: ActionReport, action_id: str | None = None) -> dict[s
         **_plan_fields(report.plan, report.term_timeout),
         "commands": [{"argv": list(c.argv), "rc": c.returncode} for c in report.commands],
         "signals": [{"pid": p, "signal": s, "outcome": o.value} for p, s, o in report.signals],
+        "sent": report.sent_lines(),  # both, in the order they were sent
         "gpus": [
             {
                 "index": g.index,
@@ -131,10 +132,13 @@ def failed(report: ActionReport, exc: BaseException) -> ActionReport:
 class AuditTrail:
     """The two records of one action, to the file its plan belongs in."""
 
-    def __init__(self, plan: ActionPlan, term_timeout: float, path: Path | None = None) -> None:
+    def __init__(
+        self, plan: ActionPlan, term_timeout: float, path: Path | None = None,
+        action_id: str | None = None,
+    ) -> None:
         self.plan = plan
         self.term_timeout = term_timeout
-        self.id = uuid.uuid4().hex
+        self.id = action_id or uuid.uuid4().hex  # a re-verification continues its action
         self.path = path or audit_path(simulated=plan.simulated)
 
     def intent(self) -> Path:

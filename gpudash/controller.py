@@ -46,6 +46,7 @@ class Running:
     host: int
     report: ActionReport  # filled as the engine sends: what went out, if it is interrupted
     act: bool  # False: a re-verification, nothing is sent
+    action_id: str | None = None  # its audit id; a re-verification keeps its action's
 
 
 @dataclass(slots=True)
@@ -56,6 +57,7 @@ class ActionController:
     reports: list[ActionReport] = field(default_factory=list)
     interrupted: ActionReport | None = None  # stopped by the operator quitting
     unverified: dict[int, ActionPlan] = field(default_factory=dict)  # host -> unknown outcome
+    unknown_runs: dict[int, tuple[str, ActionReport]] = field(default_factory=dict)
     attempts: dict[int, int] = field(default_factory=dict)  # host -> re-verifications so far
 
     @property
@@ -71,6 +73,10 @@ class ActionController:
         if self.running is not None:
             raise RuntimeError("an action is already running")
         self.running = Running(plan, host, ActionReport(plan), act)
+        if not act and host in self.unknown_runs:
+            # The same action looked at again: its audit id, and what its first run sent.
+            self.running.action_id, earlier = self.unknown_runs[host]
+            self.running.report.keep_sent(earlier)
         self.shown = Shown(plan)
         return self.running
 
@@ -87,10 +93,11 @@ class ActionController:
         marked interrupted, its outcome audited at once, and ``CancelledError`` goes on.
         """
         plan = running.plan
-        trail = AuditTrail(plan, self.options.term_timeout)
+        trail = AuditTrail(plan, self.options.term_timeout, action_id=running.action_id)
+        running.action_id = trail.id
         if running.act:
-            try:
-                await asyncio.to_thread(trail.intent)
+            try:  # synchronously: a quit cannot come between the record and the act
+                trail.intent()
             except OSError as exc:
                 on_audit_error(str(exc))
         engine = execute if running.act else reverify
@@ -136,8 +143,12 @@ class ActionController:
         self.reports.append(report)
         if report.unknown and self.attempts.get(host, 0) < REVERIFY.attempts:
             self.unverified[host] = plan  # re-verified when the host's samples flow again
-        elif not report.unknown:
-            self.attempts[host] = 0
+            if running is not None and running.action_id is not None:
+                self.unknown_runs[host] = (running.action_id, report)
+        else:
+            self.unknown_runs.pop(host, None)  # known now, or given up: left to the log
+            if not report.unknown:
+                self.attempts[host] = 0
 
     def take_reverify(self, host: int) -> ActionPlan | None:
         """The plan to re-verify now that ``host`` sends samples again (nothing re-sent)."""

@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -169,6 +171,19 @@ def test_ctrl_c_at_the_prompt_ends_at_once_with_nothing_done() -> None:
     assert out == "" and audit_records() == []
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_or_sighup_at_the_prompt_is_a_cancel_too(sig: int) -> None:
+    # SIGTERM (`timeout`, systemd, CI) or SIGHUP before anything was sent killed gpudash:
+    # exit 143 or 129, not the documented 5 ("cancelled: nothing done").
+    g = Interactive(*RECLAIM)
+    g.wait_for_stderr("Proceed? [y/N]")
+    g.proc.send_signal(sig)
+    code, out, err = g.finish(within=10)
+    assert code == 5, err
+    assert "nothing done" in err and "Traceback" not in err
+    assert out == "" and audit_records() == []
+
+
 def test_answering_no_says_so_and_exits_5() -> None:
     g = Interactive(*RECLAIM)
     g.wait_for_stderr("Proceed? [y/N]")
@@ -188,11 +203,83 @@ def test_answering_yes_runs_the_plan() -> None:
     assert "confirmed: " in out
 
 
+class Reader:
+    """An operator at the prompt, in-process: each answer comes after ``meanwhile`` ran
+    (the host changing while the plan is read)."""
+
+    def __init__(self, answers: list[bool], meanwhile: list[object]) -> None:
+        self.answers, self.meanwhile = answers, meanwhile
+        self.asked = 0
+
+    def __call__(self, question: str = "") -> bool | None:
+        change = self.meanwhile[self.asked] if self.asked < len(self.meanwhile) else None
+        if callable(change):
+            change()
+        self.asked += 1
+        return self.answers.pop(0)
+
+
+def run_in_process(argv: list[str], reader: Reader, demo: object) -> tuple[int, str, str]:
+    import io
+
+    from gpudash.cli import act
+    from gpudash.cli.args import parse
+    from gpudash.cli.terminal import Terminal
+
+    out, err = io.StringIO(), io.StringIO()
+    term = Terminal(stdout=out, stderr=err)
+    term.confirm = reader  # type: ignore[method-assign]
+    _command, args = parse(argv)
+    code = act.run_reclaim(args, demo, term)  # type: ignore[arg-type]
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_the_cli_acts_on_the_host_as_it_is_when_you_answer_and_asks_again_if_it_changed() -> None:
+    import asyncio
+    import signal as sig
+
+    from gpudash.demo import DemoHost
+
+    demo = DemoHost(speed=20.0)
+    worker = next(p for p in demo.snapshot().processes if p.cmdline.startswith("VLLM::Worker_TP"))
+
+    def worker_dies() -> None:  # an operator in another terminal killed one worker
+        asyncio.run(demo.signal(worker.pid, worker.start_ticks, sig.SIGKILL))
+
+    reader = Reader([True, True], [worker_dies])
+    code, out, err = run_in_process([*RECLAIM, "--term-timeout", "1"], reader, demo)
+    assert reader.asked == 2  # asked again: what would be sent had changed
+    assert "The host changed while you read the plan:" in err
+    changed = err.split("The host changed while you read the plan:", 1)[1]
+    assert str(worker.pid) in changed.split("Proceed?", 1)[0]
+    assert code == 0, err
+    assert f"SIGTERM {worker.pid}" not in out  # the dead worker was not signalled
+
+
+def test_a_host_that_keeps_changing_under_the_prompt_is_left_alone() -> None:
+    import asyncio
+    import signal as sig
+
+    from gpudash.demo import DemoHost
+
+    demo = DemoHost(speed=20.0)
+    workers = [p for p in demo.snapshot().processes if p.cmdline.startswith("VLLM::Worker_TP")]
+
+    def dies(p: object) -> object:
+        return lambda: asyncio.run(demo.signal(p.pid, p.start_ticks, sig.SIGKILL))  # type: ignore[attr-defined]
+
+    reader = Reader([True, True, True], [dies(w) for w in workers[:3]])
+    code, out, err = run_in_process(RECLAIM, reader, demo)
+    assert code == 5 and "the plan keeps changing; nothing done" in err
+    assert out == "" and audit_records() == []
+
+
 # --- interrupted while acting -----------------------------------------------------------
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_interrupt_mid_action_reports_what_was_sent_and_audits_it(sig: int) -> None:
+    # SIGHUP: the operator's SSH session dropped. It killed gpudash with no outcome record.
     # TERM -> KILL after 600 simulated s (30 s real): interrupt while waiting to escalate.
     g = Interactive(*RECLAIM, "--yes", "--term-timeout", "600")
     g.wait_for_stderr("to exit after TERM")
@@ -208,6 +295,76 @@ def test_interrupt_mid_action_reports_what_was_sent_and_audits_it(sig: int) -> N
     assert outcome["id"] == intent["id"]
     assert [c["argv"][1] for c in outcome["commands"]] == ["stop", "disable"]
     assert {s["signal"] for s in outcome["signals"]} == {"SIGTERM"}
+
+
+def gpudash_signalled_at(hook: str, sig: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """gpudash with ``sig`` arriving from outside exactly as an audit record is written
+    (``hook``: intent or outcome): the narrowest windows of an action, made certain."""
+    code = (
+        "import os, signal, sys\n"
+        "from gpudash import audit\n"
+        f"real = audit.AuditTrail.{hook}\n"
+        "def hooked(self, *a):\n"
+        f"    os.kill(os.getpid(), signal.{sig})\n"
+        "    return real(self, *a)\n"
+        f"audit.AuditTrail.{hook} = hooked\n"
+        "from gpudash.cli.main import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          timeout=60, env=os.environ.copy())
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_an_interrupt_while_the_intent_is_written_cancels_and_still_audits(sig: str) -> None:
+    # Ctrl+C there said "interrupted twice" and exited 6 (one Ctrl+C, nothing sent), and
+    # SIGTERM killed gpudash: either way the audit kept an intent without an outcome.
+    r = gpudash_signalled_at("intent", sig, *RECLAIM, "--yes")
+    assert r.returncode == 5, (r.returncode, r.stderr)
+    assert "Traceback" not in r.stderr and "twice" not in r.stderr
+    assert "sent: nothing" in r.stdout
+    intent, outcome = audit_records()
+    assert outcome["record"] == "outcome" and outcome["id"] == intent["id"]
+    assert outcome["interrupted"] is True and outcome["commands"] == []
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_an_interrupt_while_the_outcome_is_written_keeps_the_outcome_and_the_report(
+    sig: str,
+) -> None:
+    # SIGTERM once the engine had finished (its handler gone) killed gpudash before the
+    # outcome record and the report: everything was sent and nothing said so.
+    r = gpudash_signalled_at("outcome", sig, *RECLAIM, "--yes", "--term-timeout", "1",
+                             "--json")
+    assert "Traceback" not in r.stderr
+    report = json.loads(r.stdout)  # the whole report, on stdout
+    assert report["verdict"] == "confirmed"
+    assert r.returncode == 0, (r.returncode, r.stderr)  # it had finished: the verdict stands
+    intent, outcome = audit_records()
+    assert outcome["id"] == intent["id"] == report["id"] and outcome["verdict"] == "confirmed"
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_an_interrupt_while_gpudash_starts_is_exit_5_without_a_traceback(sig: str) -> None:
+    # Ctrl+C in the first ~0.3 s (imports, argument parsing) printed a KeyboardInterrupt
+    # traceback and exited 130, outside the documented codes. Made certain here: the
+    # interrupt arrives while gpudash.cli.main is being imported.
+    code = (
+        "import builtins, os, signal, sys\n"
+        "real = builtins.__import__\n"
+        "def hooked(name, *a, **k):\n"
+        "    if name == 'gpudash.cli.main':\n"
+        f"        os.kill(os.getpid(), signal.{sig})\n"
+        "    return real(name, *a, **k)\n"
+        "builtins.__import__ = hooked\n"
+        "from gpudash.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code, *RECLAIM, "--yes"], capture_output=True,
+                       text=True, timeout=60, env=os.environ.copy())
+    assert r.returncode == 5, (r.returncode, r.stderr)
+    assert "Traceback" not in r.stderr and "nothing done" in r.stderr
+    assert r.stdout == "" and audit_records() == []
 
 
 # --- arguments are checked before anything is done ---------------------------------------
@@ -240,6 +397,79 @@ def test_help_documents_every_exit_code() -> None:
     r = gpudash("reclaim", "--help")
     for code in ("0", "1", "2", "3", "4", "5", "6", "70"):
         assert f"\n {code:>2}  " in r.stdout, code
+
+
+# --- every exit code, as documented ------------------------------------------------------
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])  # closed on return: connecting is refused
+
+
+SSH_ISOLATED = ("--ssh-config", os.devnull, "--known-hosts", os.devnull)
+
+
+@pytest.mark.parametrize("command", [("snapshot",), ("reclaim", "--unit", "x", "--yes")])
+def test_an_unreachable_host_is_exit_3_with_its_name(command: tuple[str, ...]) -> None:
+    host = f"ssh://root@127.0.0.1:{closed_port()}"
+    r = gpudash(command[0], host, *command[1:], *SSH_ISOLATED)
+    assert r.returncode == 3, r.stderr
+    assert f"{host}: cannot connect" in r.stderr and "Traceback" not in r.stderr
+    assert r.stdout == "" and audit_records() == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("command", [("snapshot",), ("reclaim", "--unit", "x", "--yes")])
+def test_an_interrupt_while_a_host_hangs_is_exit_5_with_nothing_done(
+    command: tuple[str, ...], sig: int,
+) -> None:
+    with socket.socket() as silent:  # accepts (the kernel does) and never says a word
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        host = f"ssh://root@127.0.0.1:{silent.getsockname()[1]}"
+        proc = subprocess.Popen([sys.executable, "-m", "gpudash", command[0], host,
+                                 *command[1:], *SSH_ISOLATED], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+        time.sleep(3)  # imported, connecting, waiting for a banner that never comes
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 5, err
+    assert "nothing" in err and "Traceback" not in err
+    assert out == "" and audit_records() == []
+
+
+def test_a_bug_is_exit_70_with_one_line_and_the_traceback_in_the_log() -> None:
+    code = (
+        "import sys\n"
+        "import gpudash.textreport as t\n"
+        "def broken(snap): raise RuntimeError('a bug for the test')\n"
+        "t.snapshot_text = broken\n"
+        "from gpudash.cli.main import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code, "snapshot", "--demo"], capture_output=True,
+                       text=True, timeout=60, env=os.environ.copy())
+    assert r.returncode == 70, r.stderr
+    log = state() / "gpudash.log"
+    assert r.stderr.strip().splitlines() == [
+        f"gpudash: internal error: RuntimeError: a bug for the test (traceback in {log})"]
+    text = log.read_text()
+    assert "Traceback" in text and "RuntimeError: a bug for the test" in text
+
+
+def test_the_readme_and_help_document_exactly_the_exit_codes_gpudash_uses() -> None:
+    from gpudash.cli.contract import EXIT_CODES_HELP, Exit
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    contract = readme.split("### The CLI contract", 1)[1].split("\n### ", 1)[0]
+    table = {int(m) for m in re.findall(r"^\| *(\d+) *\|", contract, re.MULTILINE)}
+    assert table == {int(e) for e in Exit}
+    helped = {int(m) for m in re.findall(r"^ *(\d+)  ", EXIT_CODES_HELP, re.MULTILINE)}
+    assert helped == {int(e) for e in Exit}
+    for promise in ("stdout carries only the result", "stderr", "Interrupts", "SIGTERM"):
+        assert promise in contract, promise
 
 
 # --- the model swap ------------------------------------------------------------------------
@@ -294,3 +524,52 @@ def test_leave_crashing_keeps_the_crash_looping_unit_for_inspection() -> None:
     rec = json.loads(r.stdout)
     assert rec["serving"]["stopped"] is False
     assert "Free memory on device" in rec["serving"]["failure_line"]
+
+
+def test_reclaim_waits_as_long_as_its_timeout_says() -> None:
+    # --timeout 900 on reclaim gave up following the memory after 600 s, silently.
+    from gpudash.cli.act import options_of
+    from gpudash.cli.args import parse
+
+    _c, args = parse([*RECLAIM, "--timeout", "900"])
+    assert options_of(args).verify_timeout == 900
+    _c, args = parse(["swap", "--demo", "--from", "a", "--to", "b", "--timeout", "3600"])
+    opts = options_of(args)  # a swap's timeout is the loading's; its reclaim stays bounded
+    assert opts.serve_timeout == 3600 and opts.verify_timeout == 600
+
+
+def test_a_link_that_stays_down_is_exit_4_after_three_looks_and_nothing_is_resent() -> None:
+    from gpudash.demo import DemoHost
+    from gpudash.source import CommandResult, LinkLost
+
+    class DropsAfterStop(DemoHost):
+        """The link drops while `systemctl disable` runs and never comes back."""
+
+        def __init__(self) -> None:
+            super().__init__(speed=20.0)
+            self.down = False
+            self.sent: list[str] = []
+
+        async def systemctl(self, verb: str, unit: str) -> CommandResult:
+            self.sent.append(verb)
+            if verb == "disable":
+                self.down = True
+                return CommandResult(("systemctl", verb, unit), None, "link lost")
+            return await super().systemctl(verb, unit)
+
+        async def sample(self):  # type: ignore[no-untyped-def]
+            if self.down:
+                raise LinkLost("demo-gpu01: link lost")
+            return await super().sample()
+
+    host = DropsAfterStop()
+    code, out, err = run_in_process([*RECLAIM, "--json"], Reader([True], []), host)
+    assert code == 4, err
+    assert [f"({n}/3)" in err for n in (1, 2, 3)] == [True, True, True]
+    assert host.sent == ["stop", "disable"]  # looked again three times, re-sent nothing
+    report = json.loads(out)
+    assert report["verdict"] == "unknown"
+    assert report["sent"] == ["systemctl stop vllm-minimax-m25.service: exit 0",
+                              "systemctl disable vllm-minimax-m25.service: no answer"]
+    intent, outcome = audit_records()
+    assert outcome["id"] == intent["id"] and outcome["verdict"] == "unknown"

@@ -207,9 +207,14 @@ def test_unreadable_requests_get_an_error_reply_and_the_collector_stays() -> Non
 def test_idle_holder_that_wakes_up_shows_its_cpu(tmp_path: Path) -> None:
     """An idle process's stat is re-read as the same bytes (nothing parsed): once it
     starts spinning the next read shows it."""
+    # It says when its start-up is behind it and spins when told: no fixed sleeps, so a
+    # loaded machine (a slow interpreter start) cannot make it look busy while "asleep".
     waker = subprocess.Popen(
-        [sys.executable, "-c", "import time\ntime.sleep(1.5)\nwhile True: pass"]
+        [sys.executable, "-c", "import sys\nprint('asleep', flush=True)\nsys.stdin.readline()"
+         "\nwhile True: pass"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
     )
+    assert waker.stdout is not None and waker.stdin is not None
+    waker.stdout.readline()
 
     class Gpus:
         def read(self):  # type: ignore[no-untyped-def]
@@ -221,16 +226,19 @@ def test_idle_holder_that_wakes_up_shows_its_cpu(tmp_path: Path) -> None:
         units=UnitReader("systemctl", str(tmp_path / "no-systemd")),
     )
     try:
-        time.sleep(0.3)
         seen = []
         for _ in range(4):  # asleep: 0 % once its start-up is behind the first reading
-            seen.append(collector.sample()["procs"][str(waker.pid)]["cpu_pct"])
+            seen.append(collector.sample()["procs"][str(waker.pid)].get("cpu_pct"))
             time.sleep(0.2)
         assert seen[-1] == 0 and seen[-2] == 0, seen
-        time.sleep(1.2)  # now spinning
-        collector.sample()
-        time.sleep(0.5)
-        assert collector.sample()["procs"][str(waker.pid)]["cpu_pct"] >= 30
+        waker.stdin.write(b"spin\n")
+        waker.stdin.flush()
+        deadline = time.monotonic() + 15
+        cpu = 0.0
+        while cpu < 30 and time.monotonic() < deadline:  # now spinning: a read shows it
+            time.sleep(0.5)
+            cpu = collector.sample()["procs"][str(waker.pid)]["cpu_pct"]
+        assert cpu >= 30, cpu
     finally:
         waker.kill()
         waker.wait()

@@ -67,6 +67,8 @@ async def test_an_unknown_outcome_is_reverified_a_bounded_number_of_times() -> N
     report, error = await c.run(c.begin(plan, 3, act=True), demo, lambda p: None,
                                 lambda why: None)
     assert report is not None and report.unknown
+    # the signal the link dropped under may have gone out: the report says so
+    assert report.sent_lines() == [f"SIGKILL {worker}: unknown"]
     c.finished(3, report, error)
     for attempt in range(REVERIFY.attempts):
         again = c.take_reverify(3)
@@ -75,3 +77,29 @@ async def test_an_unknown_outcome_is_reverified_a_bounded_number_of_times() -> N
         c.finished(3, running.report.__class__(again, unknown=True), None)  # still unknown
     assert c.take_reverify(3) is None  # given up: left to the log
     assert c.take_reverify(0) is None  # another host has nothing pending
+
+
+async def test_a_reverification_continues_its_actions_audit_record_and_keeps_what_was_sent() -> (
+    None
+):
+    # The dashboard's re-verification wrote an outcome under a new id with no intent and
+    # no commands or signals: the audit could not tie it to the action it concluded.
+    demo = DropsOnSignal(speed=100.0)
+    c = ActionController(FAST)
+    s = await demo.sample()
+    worker = next(p.pid for p in s.processes if p.cmdline == "VLLM::Worker_TP2")
+    plan = plan_action(s, ActionKind.KILL, pid=worker)
+    report, error = await c.run(c.begin(plan, 0, act=True), demo, lambda p: None,
+                                lambda why: None)
+    c.finished(0, report, error)
+    again = c.take_reverify(0)
+    assert again is plan
+    looked, error = await c.run(c.begin(again, 0, act=False), demo, lambda p: None,
+                                lambda why: None)
+    assert looked is not None and looked.reverified
+    assert looked.sent_lines() == [f"SIGKILL {worker}: unknown"]
+    intent, first, second = audit()
+    assert (intent["record"], first["record"], second["record"]) == ("intent", "outcome",
+                                                                     "outcome")
+    assert intent["id"] == first["id"] == second["id"]
+    assert first["verdict"] == "unknown" and second["sent"] == [f"SIGKILL {worker}: unknown"]

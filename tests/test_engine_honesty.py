@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import signal
 
+import pytest
+
 from gpudash.demo import MINIMAX, MODEL_MIB, NOTEBOOK_MIB, DemoHost
 from gpudash.engine import (
     ActionKind,
@@ -168,6 +170,61 @@ async def test_a_cancelled_action_keeps_a_report_of_what_was_sent() -> None:
     assert "systemctl stop vllm-minimax-m25.service: exit 0" in report.summary
     assert "SIGKILL" not in report.summary  # the escalation never happened, and it says so
     assert any(line.startswith("  sent: ") for line in report.describe())
+
+
+class SlowAnswers(Counting):
+    """The demo host, where a command or signal takes effect at once but its answer comes
+    late (``systemctl stop`` waits for the unit's TimeoutStopSec): an interrupt then lands
+    while the request is in flight."""
+
+    def __init__(self, demo: DemoHost, slow: str) -> None:
+        super().__init__(demo)
+        self.slow = slow
+        self.in_flight = asyncio.Event()
+
+    async def _late(self, what: str) -> None:
+        if what == self.slow:
+            self.in_flight.set()
+            await asyncio.sleep(60)
+
+    async def systemctl(self, verb: str, unit: str) -> CommandResult:
+        result = await self.demo.systemctl(verb, unit)  # it reached the host ...
+        await self._late(f"systemctl {verb}")  # ... the answer is still on its way
+        return result
+
+    async def signal(
+        self, pid: int, start_ticks: int | None, sig: int, *, boot_id: str | None = None
+    ) -> SignalOutcome:
+        outcome = await self.demo.signal(pid, start_ticks, sig, boot_id=boot_id)
+        await self._late(signal.Signals(sig).name)
+        return outcome
+
+
+@pytest.mark.parametrize("slow", ["systemctl stop", "SIGTERM"])
+async def test_an_interrupt_while_a_request_is_in_flight_counts_it_as_maybe_sent(
+    slow: str,
+) -> None:
+    # Ctrl+C during a slow `systemctl stop` said "sent: nothing" and exited 5 ("nothing
+    # was sent") although the stop had reached the host and was stopping the unit.
+    demo = DemoHost(speed=20.0)
+    host = SlowAnswers(demo, slow)
+    plan = plan_action(await demo.sample(), ActionKind.RECLAIM, unit=MINIMAX)
+    report = ActionReport(plan)
+    task = asyncio.ensure_future(execute(plan, host, FAST, report=report))
+    await asyncio.wait_for(host.in_flight.wait(), 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert report.interrupted
+    assert report.sent_anything, report.summary  # exit 6, not 5
+    assert "sent: nothing" not in report.summary
+    if slow == "systemctl stop":
+        assert report.commands[-1].argv == ("systemctl", "stop", "vllm-minimax-m25.service")
+        assert report.commands[-1].returncode is None  # no answer: it may have run
+        assert "systemctl stop vllm-minimax-m25.service: no answer" in report.summary
+    else:
+        assert report.signals[-1][1:] == ("SIGTERM", SignalOutcome.UNKNOWN)
+        assert f"SIGTERM {report.signals[-1][0]}: unknown" in report.summary
 
 
 async def test_a_respawn_is_the_result_not_followed_by_done() -> None:

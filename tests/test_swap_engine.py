@@ -117,3 +117,16 @@ async def test_a_link_lost_while_loading_is_re_verified_without_resending() -> N
     assert again.confirmed, again.describe()
     assert again.commands == [] and again.signals == []  # nothing re-sent
     assert again.serving is not None and again.serving.serving
+
+
+async def test_what_was_sent_is_listed_in_the_order_it_was_sent() -> None:
+    # "sent:" listed every systemctl before every signal, so an interrupted swap read as
+    # if the next model had been started before the old one's workers were signalled.
+    demo = DemoHost(speed=100.0, release_delay=1.0)
+    report = await execute(swap(await demo.sample()), demo, FAST)
+    assert report.confirmed, report.describe()
+    sent = report.sent_lines()
+    start = sent.index(f"systemctl start {KIMI}: exit 0")
+    signals = [i for i, line in enumerate(sent) if line.startswith(("SIGTERM", "SIGKILL"))]
+    assert signals and max(signals) < start, sent
+    assert sent[:2] == [f"systemctl stop {MINIMAX}: exit 0", f"systemctl disable {MINIMAX}: exit 0"]

@@ -46,7 +46,11 @@ PlanMaker = Callable[[HostSource], Coroutine[Any, Any, ActionPlan]]
 
 def options_of(args: argparse.Namespace) -> ExecOptions:
     timeout = args.timeout
-    return ExecOptions(term_timeout=args.term_timeout, verify_timeout=min(timeout, 600.0),
+    # reclaim: --timeout is how long the memory may take to come back. start/swap: it is
+    # the loading's (30 min by default); a swap's reclaim phase keeps at most 10 min.
+    starts = hasattr(args, "enable")
+    return ExecOptions(term_timeout=args.term_timeout,
+                       verify_timeout=min(timeout, 600.0) if starts else timeout,
                        poll=min(0.5, max(0.05, args.interval / 2)), serve_timeout=timeout,
                        stop_crash_loop=not getattr(args, "leave_crashing", False))
 
@@ -92,14 +96,15 @@ def run_action(
     args: argparse.Namespace, source: HostSource, term: Terminal, make: PlanMaker
 ) -> int:
     options = options_of(args)
-    acting: list[bool] = []
+    finished: list[int] = []  # the exit code, once the report is printed and audited
     with asyncio.Runner() as runner:
         try:
-            return _run(args, source, term, options, runner, acting, make)
+            return _run(args, source, term, options, runner, finished, make)
         except KeyboardInterrupt:
-            if acting:  # a second Ctrl+C while the first one's report was being written
-                term.error("interrupted twice: see the audit file for what was sent")
-                return Exit.INTERRUPTED
+            if finished:  # after the last line was printed: the verdict stands
+                return finished[0]
+            # _act handles every interrupt from its intent record to its last line, so
+            # this one came before: at the prompt, or while planning.
             term.error("interrupted before anything was sent: nothing done")
             return Exit.CANCELLED
         finally:
@@ -109,7 +114,7 @@ def run_action(
 
 def _run(
     args: argparse.Namespace, source: HostSource, term: Terminal, options: ExecOptions,
-    runner: asyncio.Runner, acting: list[bool], make: PlanMaker,
+    runner: asyncio.Runner, finished: list[int], make: PlanMaker,
 ) -> int:
     try:
         plan = runner.run(make(source))
@@ -146,8 +151,7 @@ def _run(
             if asked == MAX_REPLANS:
                 term.error("the plan keeps changing; nothing done")
                 return Exit.CANCELLED
-    acting.append(True)
-    return runner.run(_act(args, source, term, options, plan))
+    return runner.run(_act(args, source, term, options, plan, finished))
 
 
 async def _replan(source: HostSource, plan: ActionPlan) -> tuple[ActionPlan, list[str]]:
@@ -156,49 +160,108 @@ async def _replan(source: HostSource, plan: ActionPlan) -> tuple[ActionPlan, lis
 
 async def _act(
     args: argparse.Namespace, source: HostSource, term: Terminal, options: ExecOptions,
-    plan: ActionPlan,
+    plan: ActionPlan, finished: list[int],
 ) -> int:
     trail = audit.AuditTrail(plan, options.term_timeout)
-    try:
-        await asyncio.to_thread(trail.intent)
-    except OSError as exc:
-        term.error(f"warning: audit file not written: {exc}")
-    loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    assert task is not None
-    with contextlib.suppress(NotImplementedError, RuntimeError):
-        loop.add_signal_handler(signal.SIGTERM, task.cancel)  # `timeout`, systemd, CI
-    line = term.progress()
     report = ActionReport(plan)
-    try:
-        report = await execute(plan, source.control, options, line, report=report)
-        for attempt in range(1, REVERIFY.attempts + 1):
-            if not report.unknown:
-                break
-            # The link dropped mid-action: nothing is re-sent; look again once it is back.
+    line = term.progress()
+    with _Interrupts() as interrupts:
+        # From here to the last line printed an interrupt never ends gpudash mid-write: it
+        # cancels the engine while it acts, and before or after that it only sets a flag.
+        try:
+            trail.intent()  # synchronously: no interrupt between the record and the act
+        except OSError as exc:
+            term.error(f"warning: audit file not written: {exc}")
+        stopped = False
+        try:
+            if not interrupts.start_acting():
+                stopped = True  # interrupted while the intent was written: nothing sent
+            else:
+                report = await execute(plan, source.control, options, line, report=report)
+                for attempt in range(1, REVERIFY.attempts + 1):
+                    if not report.unknown:
+                        break
+                    # The link dropped mid-action: nothing is re-sent; look again once back.
+                    line.close()
+                    term.error(f"{report.summary}; re-verifying ({attempt}/{REVERIFY.attempts})")
+                    await asyncio.sleep(REVERIFY.delay(attempt))
+                    again = await reverify(plan, source.control, options, line)
+                    again.keep_sent(report)  # the outcome record keeps what went out
+                    report = again
+        except asyncio.CancelledError:
+            stopped = True  # our own interrupt: the report below says what was sent
+        except Exception as exc:  # a bug, after commands may have reached the host: audit them
+            audit.failed(report, exc)
             line.close()
-            term.error(f"{report.summary}; re-verifying ({attempt}/{REVERIFY.attempts})")
-            await asyncio.sleep(REVERIFY.delay(attempt))
-            report = await reverify(plan, source.control, options, line)
-    except asyncio.CancelledError:
-        if not report.interrupted:  # cancelled between the engine's steps
+            term.error(report.summary)
+            try:
+                trail.outcome(report)
+            except OSError as err:
+                term.error(f"warning: audit file not written: {err}")
+            raise
+        finally:
+            interrupts.stop_acting()
+            line.close()
+        if stopped and not report.interrupted:
+            # before anything was sent, or between the engine's steps
             report.interrupted = True
             sent = report.sent_lines()
             report.summary = ("interrupted before the outcome was verified; sent: "
                               + ("; ".join(sent) if sent else "nothing"))
-    except Exception as exc:  # a bug, after commands may have reached the host: audit them
-        audit.failed(report, exc)
-        line.close()
-        term.error(report.summary)
-        try:
-            trail.outcome(report)
-        except OSError as err:
-            term.error(f"warning: audit file not written: {err}")
-        raise
-    finally:
-        line.close()
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.remove_signal_handler(signal.SIGTERM)
+        finished.append(_finish(args, term, trail, report))
+        return finished[0]
+
+
+class _Interrupts:
+    """Ctrl+C, SIGTERM (``timeout``, systemd, CI) and SIGHUP (the operator's SSH session
+    dropped) while an action runs.
+
+    While acting, the first one cancels the action (the engine then reports what was
+    sent); before acting it means "do not start", after acting it changes nothing: the
+    verdict is known and is printed and audited whole. Python-level handlers run between
+    two bytecodes, so they only set flags and schedule the cancellation on the loop.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        self.task = task
+        self.acting = False
+        self.arrived = False  # an interrupt came (at any time)
+        self.cancelled = False  # ... while acting, and the action was told to stop
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _Interrupts:
+        with contextlib.suppress(ValueError):  # not the main thread: leave them as they are
+            for sig in self.SIGNALS:
+                self.previous[sig] = signal.signal(sig, self._on_signal)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        if self.acting and not self.cancelled:  # a second one must not cancel the report
+            self.cancelled = True
+            self.loop.call_soon_threadsafe(self.task.cancel)
+        self.arrived = True
+
+    def start_acting(self) -> bool:
+        """False when an interrupt came first (while the intent was written): do not act."""
+        self.acting = True
+        return not self.arrived
+
+    def stop_acting(self) -> None:
+        self.acting = False
+
+
+def _finish(
+    args: argparse.Namespace, term: Terminal, trail: audit.AuditTrail, report: ActionReport,
+) -> int:
     try:
         trail.outcome(report)  # synchronously: it must land even while being interrupted
     except OSError as exc:

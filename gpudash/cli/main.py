@@ -16,8 +16,10 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import signal
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from gpudash import logfile
 from gpudash.cli.args import parse
@@ -28,6 +30,8 @@ from gpudash.source import HostSource, SourceError
 from gpudash.untrusted import json_dumps
 
 log = logging.getLogger("gpudash.cli")
+
+AS_CTRL_C = (signal.SIGTERM, signal.SIGHUP)
 
 
 def open_sources(args: argparse.Namespace, *, demo_speed: float = 1.0) -> list[HostSource]:
@@ -145,8 +149,20 @@ async def _close_all(sources: Sequence[HostSource]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     term = Terminal()
-    command, args = parse(list(sys.argv[1:] if argv is None else argv))
-    logfile.setup(args.log_level)
+    try:
+        command, args = parse(list(sys.argv[1:] if argv is None else argv))
+        logfile.setup(args.log_level)
+    except KeyboardInterrupt:
+        term.error("interrupted while starting: nothing done")
+        return Exit.CANCELLED
+    previous: dict[signal.Signals, Any] = {}
+    if command is not None:
+        # SIGTERM (`timeout`, systemd, CI) and SIGHUP (the session dropped) are a Ctrl+C:
+        # before anything is sent they cancel (exit 5); while acting the action's own
+        # handler takes over (gpudash.cli.act). The dashboard handles them itself.
+        with contextlib.suppress(ValueError):  # not the main thread: leave them alone
+            for sig in AS_CTRL_C:
+                previous[sig] = signal.signal(sig, signal.default_int_handler)
     try:
         if command == "snapshot":
             return cmd_snapshot(args, term)
@@ -156,14 +172,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SourceError as exc:
         term.error(str(exc))
         return Exit.CONNECT
-    except KeyboardInterrupt:
-        term.error("interrupted")
+    except KeyboardInterrupt:  # the actions handle their own once they may send anything
+        term.error("interrupted: nothing done")
         return Exit.CANCELLED
     except Exception as exc:  # a bug: one line here, the traceback in the log
         log.exception("internal error")
         term.error(f"internal error: {type(exc).__name__}: {exc} "
                    f"(traceback in {logfile.log_path()})")
         return Exit.INTERNAL
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":

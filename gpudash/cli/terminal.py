@@ -60,8 +60,9 @@ class Terminal:
         try:
             stream.write(text)
             stream.flush()
-        except BrokenPipeError:
-            # The reader went away (`| head`): stop writing there, quietly, for good.
+        except OSError:  # BrokenPipeError, or EIO from a terminal that hung up
+            # The reader went away (`| head`, a closed terminal): stop writing there,
+            # quietly, for good.
             devnull = os.open(os.devnull, os.O_WRONLY)
             try:
                 os.dup2(devnull, stream.fileno())

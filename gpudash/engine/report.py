@@ -16,6 +16,9 @@ from gpudash.model import Unit
 from gpudash.source import CommandResult, SignalOutcome
 from gpudash.units import gib
 
+# A signal in these states reached the host or may have: only GONE/MISMATCH/DENIED did not.
+MAY_HAVE_SENT = frozenset({SignalOutcome.SENT, SignalOutcome.UNKNOWN})
+
 
 @dataclass(frozen=True, slots=True)
 class Progress:
@@ -112,13 +115,32 @@ class ActionReport:
     phases: list[PhaseOutcome] = field(default_factory=list)  # multi-phase plans, in order
     serving: ServingOutcome | None = None  # a start, restart or swap: how the unit came up
     summary: str = ""
+    sent_order: list[str] = field(default_factory=list, repr=False)  # "command"/"signal"
+
+    def record_command(self, result: CommandResult) -> None:
+        self.commands.append(result)
+        self.sent_order.append("command")
+
+    def record_signal(self, pid: int, name: str, outcome: SignalOutcome) -> None:
+        self.signals.append((pid, name, outcome))
+        self.sent_order.append("signal")
+
+    def keep_sent(self, earlier: ActionReport) -> None:
+        """A re-verification's report (it sends nothing) takes over what ``earlier``, the
+        run whose outcome it re-verifies, sent: one report still says all that went out."""
+        self.commands[:0] = earlier.commands
+        self.signals[:0] = earlier.signals
+        self.sent_order[:0] = earlier.sent_order
+        self.escalated[:0] = earlier.escalated
 
     def log(self, text: str) -> None:
         self.events.append((time.time(), text))
 
     @property
     def sent_anything(self) -> bool:
-        return bool(self.commands) or any(o is SignalOutcome.SENT for _p, _s, o in self.signals)
+        """Something reached the host, or may have (a request interrupted or cut off
+        before its answer)."""
+        return bool(self.commands) or any(o in MAY_HAVE_SENT for _p, _s, o in self.signals)
 
     @property
     def verdict(self) -> str:
@@ -133,13 +155,20 @@ class ActionReport:
         return "warning" if self.warnings else "confirmed"
 
     def sent_lines(self) -> list[str]:
-        """What reached the host (or may have), in order: commands and signals."""
+        """What reached the host (or may have), commands and signals in the order sent."""
+        order = self.sent_order
+        if len(order) != len(self.commands) + len(self.signals):  # lists filled by hand
+            order = ["command"] * len(self.commands) + ["signal"] * len(self.signals)
+        commands, signals = iter(self.commands), iter(self.signals)
         lines = []
-        for c in self.commands:
-            rc = "no answer" if c.returncode is None else f"exit {c.returncode}"
-            lines.append(f"{' '.join(c.argv)}: {rc}")
-        for pid, sig, outcome in self.signals:
-            lines.append(f"{sig} {pid}: {outcome.value}")
+        for kind in order:
+            if kind == "command":
+                c = next(commands)
+                rc = "no answer" if c.returncode is None else f"exit {c.returncode}"
+                lines.append(f"{' '.join(c.argv)}: {rc}")
+            else:
+                pid, sig, outcome = next(signals)
+                lines.append(f"{sig} {pid}: {outcome.value}")
         return lines
 
     def describe(self) -> list[str]:

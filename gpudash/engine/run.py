@@ -46,7 +46,7 @@ from gpudash.engine.report import (
 from gpudash.engine.target import Target, mem_sum
 from gpudash.logsigns import failure, load_progress
 from gpudash.model import HostSnapshot
-from gpudash.source import HostControl, SignalOutcome, SourceError
+from gpudash.source import CommandResult, HostControl, SignalOutcome, SourceError
 from gpudash.triage import label
 from gpudash.units import gib
 
@@ -336,8 +336,7 @@ class _Run:
         if found is not None:
             outcome.failure_line, outcome.failure_advice = found.line, found.advice
         if crashed and act and opts.stop_crash_loop:
-            result = await self.control.systemctl("stop", serving.unit)
-            report.commands.append(result)
+            result = await self._systemctl("stop", serving.unit)
             outcome.stopped = result.ok
         waiting = [st.detail or st.title for st in self.statuses if st.state is not GoalState.MET]
         why = "crashed" if crashed else f"not serving within {opts.serve_timeout:g} s"
@@ -371,13 +370,38 @@ class _Run:
             pass
         return out
 
+    async def _systemctl(self, verb: str, unit: str) -> CommandResult:
+        """Send one systemctl verb and record it. Interrupted (or the link lost) before its
+        answer, it is recorded with no answer: it may have reached the host and run."""
+        try:
+            result = await self.control.systemctl(verb, unit)
+        except asyncio.CancelledError:
+            self.report.record_command(CommandResult(
+                ("systemctl", verb, unit), None, "interrupted before its answer: may have run"))
+            raise
+        except SourceError as exc:
+            self.report.record_command(CommandResult(("systemctl", verb, unit), None, str(exc)))
+            raise
+        self.report.record_command(result)
+        return result
+
+    async def _signal(self, t: Target, name: str, sig: int) -> SignalOutcome:
+        """Send one pinned signal and record it; interrupted or cut off in flight, it is
+        ``UNKNOWN``."""
+        try:
+            outcome = await self.control.signal(t.pid, t.start_ticks, sig, boot_id=t.boot_id)
+        except (asyncio.CancelledError, SourceError):  # it may have reached the host
+            self.report.record_signal(t.pid, name, SignalOutcome.UNKNOWN)
+            raise
+        self.report.record_signal(t.pid, name, outcome)
+        return outcome
+
     async def _commands(self) -> bool:
         """The phase's systemctl verbs, in order. False when the action ended here."""
         report = self.report
         for step in self.phase.commands:
             self.tell("commands", f"systemctl {step.verb} {step.unit}")
-            result = await self.control.systemctl(step.verb, step.unit)
-            report.commands.append(result)
+            result = await self._systemctl(step.verb, step.unit)
             if result.returncode is None:
                 report.unknown = True
                 why = result.output.strip() or "link lost"
@@ -423,9 +447,7 @@ class _Run:
         escalate: list[Target] = []
         for step in steps:
             t = step.target
-            outcome = await self.control.signal(t.pid, t.start_ticks, step.sig,
-                                                boot_id=t.boot_id)
-            report.signals.append((t.pid, step.name, outcome))
+            outcome = await self._signal(t, step.name, step.sig)
             self.tell("signals", f"{step.name} {t.pid} ({t.label}): {outcome.value}")
             if outcome is SignalOutcome.UNKNOWN:
                 report.unknown = True
@@ -448,9 +470,7 @@ class _Run:
                           f"TERM: pid {', '.join(str(t.pid) for t in escalate)}{on}")
         self.term_left = None
         for t in escalate:
-            outcome = await self.control.signal(t.pid, t.start_ticks, _signal.SIGKILL,
-                                                boot_id=t.boot_id)
-            report.signals.append((t.pid, "SIGKILL", outcome))
+            outcome = await self._signal(t, "SIGKILL", _signal.SIGKILL)
             report.escalated.append(t.pid)
             self.tell("signals", f"escalated: SIGKILL {t.pid} ({t.label}) ignored TERM for "
                       f"{opts.term_timeout:g} s: {outcome.value}")

@@ -8,7 +8,10 @@ whose progress arrives as messages, logged, and appended to the audit file.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import signal
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -80,6 +83,9 @@ HOST_LIST_EVERY_SAMPLE = 16  # more hosts: the host list is redrawn once a secon
 MAX_REPLANS = 3  # the host keeps changing under the confirm dialog: stop asking
 
 log = logging.getLogger("gpudash.ui")
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +223,10 @@ class GpudashApp(App[int]):
         return self.main.holders
 
     def on_mount(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in STOP_SIGNALS:  # told from outside (kill, systemd, the terminal closing)
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, self._stop_from_outside)
         if self._keymap:
             self.set_keymap(self._keymap)
         # Which action a key means, after the user's keymap: a greyed-out action's key
@@ -761,14 +771,28 @@ class GpudashApp(App[int]):
             self._quit_when_done = True
             self.notify("gpudash quits as soon as the action has ended.")
         elif choice == NOW:
-            worker = self._action_worker
-            if worker is not None:
-                worker.cancel()
-                try:
-                    await worker.wait()
-                except (WorkerCancelled, WorkerFailed):
-                    pass  # cancelled as asked: _execute audited what was sent
-            self.exit(6)
+            await self._quit_now()
+
+    async def _quit_now(self) -> None:
+        worker = self._action_worker
+        if worker is not None:
+            worker.cancel()
+            try:
+                await worker.wait()
+            except (WorkerCancelled, WorkerFailed):
+                pass  # cancelled as asked: _execute audited what was sent
+        self.exit(6)
+
+    def _stop_from_outside(self) -> None:
+        """SIGTERM or SIGHUP: nobody is there to ask, so quit as "Quit now" does (an
+        action running is stopped where it is and audited; exit 6), else quit (exit 0)."""
+        log.warning("stop signal received: quitting%s",
+                    " (interrupting the running action)" if self.running else "")
+        if self.running:
+            self.run_worker(self._quit_now(), group="quit", exclusive=True,
+                            exit_on_error=False)
+        else:
+            self.exit(0)
 
     def notify(
         self, message: str, *, title: str = "", severity: SeverityLevel = "information",
