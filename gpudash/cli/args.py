@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +13,7 @@ from gpudash.cli.contract import EXIT_CODES_HELP
 from gpudash.logfile import LEVELS
 from gpudash.model import unit_name
 
-SUBCOMMANDS = ("snapshot", "reclaim", "start", "swap")
+SUBCOMMANDS = ("snapshot", "reclaim", "start", "swap", "exporter")
 
 
 def seconds(low: float, high: float, *, low_inclusive: bool = False) -> Callable[[str], float]:
@@ -31,6 +32,23 @@ def seconds(low: float, high: float, *, low_inclusive: bool = False) -> Callable
         return value
 
     return parse
+
+
+def listen_address(text: str) -> tuple[str, int]:
+    """An argparse type: ``HOST:PORT`` (``[::1]:PORT`` for IPv6), HOST an IP address or
+    ``localhost``; port 0 picks a free one."""
+    host, colon, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not colon or not host or not port.isdigit() or int(port) > 65535:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT (e.g. 127.0.0.1:9835), not {text!r}")
+    if host != "localhost":
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"HOST must be an IP address or localhost, not {host!r}") from None
+    return host, int(port)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -59,6 +77,9 @@ DESCRIPTIONS = {
     "start": "Start a unit (and enable it) and follow it loading until it serves: active "
     "without restarts, memory steady, its ready URL answering on the host. A crash loop "
     "is stopped and explained by its log line. Exit 0 only if serving.",
+    "exporter": "Follow the hosts and expose their triage as Prometheus metrics: GPU memory "
+    "used/total, orphaned memory per GPU and unit, restarts, crash loops, link up. Only "
+    "looks (every host read-only). Runs until SIGTERM or Ctrl+C.",
     "swap": "Reclaim one model with proof, check the next one fits, start it and prove it "
     "serves. Exit 0 only if the old memory came back and the new model serves.",
 }
@@ -72,6 +93,19 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
                                     description="Print one snapshot of each host.")
         _common(p)
         p.add_argument("--json", action="store_true", help="JSON (schema 1) instead of text")
+        return p
+    if command == "exporter":
+        from gpudash.cli.exporter import EXIT_HELP
+
+        p = argparse.ArgumentParser(prog="gpudash exporter", epilog=EXIT_HELP,
+                                    formatter_class=fmt, description=DESCRIPTIONS[command])
+        _common(p)
+        p.add_argument("--listen", type=listen_address, default=None, metavar="HOST:PORT",
+                       help="serve /metrics here (default 127.0.0.1:9835, unless only "
+                       "--textfile is given; port 0 picks a free port)")
+        p.add_argument("--textfile", type=Path, default=None, metavar="DIR",
+                       help="also write DIR/gpudash.prom every interval, atomically "
+                       "(node_exporter's textfile collector)")
         return p
     if command in ("reclaim", "start", "swap"):
         p = argparse.ArgumentParser(prog=f"gpudash {command}", epilog=epilog,

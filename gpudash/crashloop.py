@@ -1,0 +1,70 @@
+"""Crash loops: a unit that systemd keeps restarting by itself.
+
+One respawn is the incident (``kill -9`` on a ``Restart=always`` server); a crash loop is
+a unit that dies again and again (a model that does not fit, a bad flag). Telling the two
+apart needs more than one snapshot, so ``RestartWatch`` keeps, per unit, when its
+``NRestarts`` went up. Pure: the caller passes the time.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+
+from gpudash.model import Unit
+
+CRASH_LOOP_RESTARTS = 2  # automatic restarts ...
+CRASH_LOOP_WINDOW_S = 300.0  # ... within this many seconds make a crash loop
+
+
+def looks_crash_looping(unit: Unit) -> bool:
+    """What one snapshot alone proves: systemd is about to restart a unit it has already
+    restarted at least ``CRASH_LOOP_RESTARTS`` times (sub-state ``auto-restart``)."""
+    return unit.sub_state == "auto-restart" and (unit.n_restarts or 0) >= CRASH_LOOP_RESTARTS
+
+
+class RestartWatch:
+    """Automatic restarts of one host's units, as seen sample after sample.
+
+    ``NRestarts`` counts automatic restarts since the unit was last started by hand (a
+    manual start resets it to 0); an increase between two samples is a restart that
+    happened then. Restarts before the first sample have no time and never count.
+
+    A host reports a unit only while it holds GPU memory (or is watched), so a unit that
+    crashed may be missing from a few samples: it is remembered for a window after it was
+    last reported, and stays crash-looping while its restarts in the window say so.
+    """
+
+    def __init__(self, window_s: float = CRASH_LOOP_WINDOW_S,
+                 restarts: int = CRASH_LOOP_RESTARTS) -> None:
+        self.window_s = window_s
+        self.restarts = restarts
+        self._count: dict[str, int] = {}  # unit -> NRestarts when last reported
+        self._seen: dict[str, float] = {}  # unit -> when last reported
+        self._events: dict[str, deque[tuple[float, int]]] = {}  # unit -> (when, how many)
+
+    def observe(self, units: Iterable[Unit], now: float) -> frozenset[str]:
+        """Record one sample's units; the names of those crash-looping now."""
+        looping: set[str] = set()
+        for unit in units:
+            self._seen[unit.name] = now
+            events = self._events.setdefault(unit.name, deque())
+            if unit.n_restarts is not None:
+                before = self._count.get(unit.name)
+                if before is not None and unit.n_restarts > before:
+                    events.append((now, unit.n_restarts - before))
+                self._count[unit.name] = unit.n_restarts
+            if looks_crash_looping(unit):
+                looping.add(unit.name)
+        cutoff = now - self.window_s
+        for name in list(self._seen):
+            if self._seen[name] < cutoff:  # not reported for a whole window: forget it
+                del self._seen[name], self._events[name]
+                self._count.pop(name, None)
+                continue
+            events = self._events[name]
+            while events and events[0][0] < cutoff:
+                events.popleft()
+            if sum(n for _, n in events) >= self.restarts:
+                looping.add(name)
+        return frozenset(looping)
