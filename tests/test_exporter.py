@@ -356,3 +356,33 @@ def test_an_address_in_use_is_a_usage_error() -> None:
                             capture_output=True, text=True, timeout=30)
     assert cp.returncode == 2, cp.stderr
     assert f"cannot listen on 127.0.0.1:{port}" in cp.stderr and "Traceback" not in cp.stderr
+
+
+# --- the documented alert rules ----------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+RULES = ROOT / "docs" / "prometheus" / "gpudash-alerts.yml"
+
+
+def test_the_readme_shows_the_rules_file_as_it_is() -> None:
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("```yaml\ngroups:\n") + len("```yaml\n")
+    block = readme[start:readme.index("```", start)]
+    rules = "".join(ln for ln in RULES.read_text().splitlines(keepends=True)
+                    if not ln.startswith("#"))
+    assert rules.startswith(block), "README's alert rule differs from " + str(RULES)
+    assert "alert: GPUMemoryOrphaned" in block and "for: 10m" in block
+
+
+def test_promtool_accepts_the_alert_rules() -> None:
+    import shutil
+
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail("promtool required under CI=true (tests/run.sh installs prometheus)")
+        pytest.skip("no promtool (apt-get install prometheus)")
+    cp = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True,
+                        text=True, timeout=60)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert "SUCCESS: 3 rules found" in cp.stdout
