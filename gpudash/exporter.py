@@ -31,7 +31,7 @@ from gpudash.crashloop import RestartWatch
 from gpudash.engine.target import Target, expected_free
 from gpudash.model import HostSnapshot, Process
 from gpudash.source import HostSource, SourceError
-from gpudash.transport.reconnect import LinkState, reconnecting_stream
+from gpudash.transport import LinkState, reconnecting_stream, round_trip_s
 from gpudash.triage import Flag, OwnerKind, owner_kind, triage
 from gpudash.untrusted import clean
 
@@ -87,10 +87,9 @@ class HostWatch:
 
     def sampled(self, snap: HostSnapshot) -> None:
         looping = self.restarts.observe(snap.units, self.clock())
-        rtt = getattr(self.source, "round_trip_s", None)
         view = self.view
         self.view = HostView(view.name, view.link, snap, looping, view.samples + 1,
-                             rtt if isinstance(rtt, float) else None)
+                             round_trip_s(self.source))
 
     async def run(self) -> None:
         """Sample until cancelled. Nothing a host does ends this, nor any other host's."""

@@ -9,7 +9,6 @@ numbers, raise the documented alert, and vanish once reaped.
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import urllib.request
 from pathlib import Path
@@ -78,34 +77,38 @@ def test_prometheus_scrapes_the_exporter_over_the_demo(prometheus_server, tmp_pa
 
 @pytest.mark.lab
 def test_prometheus_sees_lab_orphans_arrive_with_the_hosts_numbers_and_go(
-    lab_host, prometheus_server, tmp_path: Path,  # type: ignore[no-untyped-def]
+    lab_hosts, prometheus_server, tmp_path: Path,  # type: ignore[no-untyped-def]
 ) -> None:
-    h = lab_host
-    wait_host(lambda: len(workers(h)) == 8, what="8 workers")
+    h, calm = lab_hosts(2)  # the incident plays on h; calm is watched beside it
+    for host in (h, calm):
+        wait_host(lambda host=host: len(workers(host)) == 8, what="8 workers")
     nobody = f"root@127.0.0.1:{free_port()}"  # refused on loopback: a host that fails
-    exporter = Exporter(tmp_path / "exporter.log", h.alias, f"ssh://{nobody}",
+    exporter = Exporter(tmp_path / "exporter.log", h.alias, f"ssh://{nobody}", calm.alias,
                         "--interval", "0.5", "--ssh-config", str(h.ssh_config_path),
                         "--known-hosts", str(h.known_hosts_path))
     try:
         prom = prometheus_server([exporter.target])
-        up = prom.wait("gpudash_link_up", lambda r: len(r) == 2 and 1.0 in r.values())
+        up = prom.wait("gpudash_link_up", lambda r: sorted(r.values()) == [0.0, 1.0, 1.0])
         hosts = by(up, "host")
-        assert hosts[h.alias] == 1.0
-        [down] = [name for name in hosts if name != h.alias]
-        assert hosts[down] == 0.0  # it fails; the lab host is watched all the same
+        assert hosts[h.alias] == hosts[calm.alias] == 1.0
+        [down] = [name for name in hosts if name not in (h.alias, calm.alias)]
+        assert hosts[down] == 0.0  # it fails; the lab hosts are watched all the same
         [info] = prom.query(f'gpudash_link_info{{host="{down}"}}')
         assert dict(info)["error"] and dict(info)["state"] in ("error", "reconnecting")
+        assert prom.query(f'gpudash_gpu_memory_used_bytes{{host="{down}"}}') == {}
         host = f'host="{h.alias}"'
 
-        # before: the host's own numbers, per GPU; nothing orphaned
-        truth = [u * MIB for u in h.gpu_used_mib()]
-        used = prom.wait(f"gpudash_gpu_memory_used_bytes{{{host}}}",
-                         lambda r: [by(r, "gpu").get(str(i)) for i in range(8)] == truth)
-        assert len(used) == 8
-        total = prom.query(f"gpudash_gpu_memory_total_bytes{{{host}}}")
-        assert set(total.values()) == {LAB_TOTAL_MIB * MIB} and len(total) == 8
+        # before: each host's own numbers, per GPU; nothing orphaned
+        for lab_host in (h, calm):
+            truth = [u * MIB for u in lab_host.gpu_used_mib()]
+            used = prom.wait(f'gpudash_gpu_memory_used_bytes{{host="{lab_host.alias}"}}',
+                             lambda r, truth=truth: [by(r, "gpu").get(str(i))
+                                                     for i in range(8)] == truth)
+            assert len(used) == 8
+            total = prom.query(f'gpudash_gpu_memory_total_bytes{{host="{lab_host.alias}"}}')
+            assert set(total.values()) == {LAB_TOTAL_MIB * MIB} and len(total) == 8
+        used = prom.query(f"gpudash_gpu_memory_used_bytes{{{host}}}")
         assert prom.query("gpudash_orphaned_bytes") == {}
-        assert prom.query(f'gpudash_unit_restarts_total{{{host},unit="{SGLANG}"}}') != {}
         assert set(prom.query(f'gpudash_unit_restarts_total{{{host},unit="{SGLANG}"}}')
                    .values()) == {0.0}
 
@@ -124,13 +127,16 @@ def test_prometheus_sees_lab_orphans_arrive_with_the_hosts_numbers_and_go(
         h.systemctl("stop", VLLM)
         assert h.unit_show(VLLM, ["ActiveState"])["ActiveState"] == "inactive"
         assert sorted(workers(h)) == sorted(old)
-        orphaned = prom.wait(f'gpudash_orphaned_bytes{{{host},unit="{VLLM}"}}',
+        orphaned = prom.wait(f'gpudash_orphaned_bytes{{unit="{VLLM}"}}',
                              lambda r: len(r) == 8)
+        assert {dict(k)["host"] for k in orphaned} == {h.alias}  # only where it happened
         assert by(orphaned, "gpu") == {str(i): WORKER_MIB * MIB for i in range(8)}
         uuids = {dict(k)["gpu"]: dict(k)["uuid"] for k in used}
         assert {dict(k)["gpu"]: dict(k)["uuid"] for k in orphaned} == uuids
         assert by(prom.query(f"gpudash_gpu_orphaned_bytes{{{host}}}"), "gpu") == {
             str(i): WORKER_MIB * MIB for i in range(8)}
+        assert set(prom.query(f'gpudash_gpu_orphaned_bytes{{host="{calm.alias}"}}')
+                   .values()) == {0.0}
         assert set(prom.query(f'gpudash_orphaned_processes{{{host},unit="{VLLM}"}}')
                    .values()) == {8.0}
         assert set(prom.query(f'gpudash_unit_info{{{host},unit="{VLLM}",'
@@ -155,7 +161,6 @@ def test_prometheus_sees_lab_orphans_arrive_with_the_hosts_numbers_and_go(
                   lambda r: [by(r, "gpu").get(str(i)) for i in range(8)] == truth)
         prom.wait('ALERTS{alertname="GPUMemoryOrphaned"}', lambda r: r == {})
     finally:
-        exporter.proc.send_signal(signal.SIGTERM)
         code, err = exporter.stop()
     assert code == 0, err
     assert "Traceback" not in err

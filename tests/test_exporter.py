@@ -346,6 +346,13 @@ def test_exporter_usage_errors_exit_2_with_nothing_served(args: list[str], messa
     assert cp.stdout == "" and "http://" not in cp.stderr
 
 
+def test_a_host_named_twice_is_a_usage_error() -> None:
+    cp = subprocess.run([sys.executable, "-m", "gpudash", "exporter", "gpu01", "gpu02", "gpu01"],
+                        capture_output=True, text=True, timeout=30)
+    assert cp.returncode == 2, cp.stderr
+    assert "HOST named more than once: gpu01" in cp.stderr
+
+
 def test_an_address_in_use_is_a_usage_error() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -158,6 +158,9 @@ def parse(argv: list[str]) -> tuple[str | None, argparse.Namespace]:
         parser.error("--demo takes no HOST")
     if command in ("reclaim", "start", "swap") and len(args.hosts) > 1:
         parser.error(f"{command} acts on one host at a time")
+    if command == "exporter" and (twice := sorted({h for h in args.hosts
+                                                   if args.hosts.count(h) > 1})):
+        parser.error(f"HOST named more than once: {', '.join(twice)}")
     if command == "swap" and unit_name(args.from_unit) == unit_name(args.to_unit):
         parser.error("--from and --to name the same unit: use start or restart")
     return command, args

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 from collections.abc import Sequence
@@ -25,6 +26,8 @@ from gpudash.cli.terminal import Terminal
 from gpudash.exporter import HostWatch, TriageCollector
 from gpudash.source import HostSource
 from gpudash.transport.reconnect import LinkState
+
+log = logging.getLogger("gpudash.cli")
 
 DEFAULT_LISTEN = ("127.0.0.1", 9835)
 TEXTFILE_NAME = "gpudash.prom"  # node_exporter reads *.prom; the temporary file is not one
@@ -71,6 +74,20 @@ def cmd_exporter(args: argparse.Namespace, term: Terminal, sources: Sequence[Hos
     if textfile is not None and (problem := textfile_problem(textfile)):
         term.error(problem)
         return Exit.USAGE
+    # SIGTERM before the loop's own handler is in place stops it the same way (exit 0)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return _export(args, term, sources, listen, textfile)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _export(args: argparse.Namespace, term: Terminal, sources: Sequence[HostSource],
+            listen: tuple[str, int] | None, textfile: Path | None) -> int:
     watches = [HostWatch(s, args.interval, on_link=LinkReporter(term)) for s in sources]
     registry = CollectorRegistry()
     registry.register(TriageCollector(watches))
@@ -126,5 +143,7 @@ async def _serve(watches: Sequence[HostWatch], registry: CollectorRegistry, path
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         for w in watches:
-            with contextlib.suppress(Exception):
+            try:
                 await w.source.close()
+            except Exception:  # noqa: BLE001 - closing a dead link has nothing to report
+                log.debug("closing %s failed", w.view.name, exc_info=True)
