@@ -124,6 +124,9 @@ class _Families:
         self.round_trip = g("gpudash_collector_round_trip_seconds", "A request's round trip "
                             "to the host's collector (not known for the shell collector or "
                             "the demo)", labels=HOST)
+        self.collector_cpu = c("gpudash_collector_cpu_seconds", "CPU time the collector (and "
+                               "the programs it ran) used on the host since it started; "
+                               "re-read every 10 s", labels=HOST)
         self.degraded = g("gpudash_host_degraded", "1 when the host's collector is degraded "
                           "(no python3, or no NVML and no nvidia-smi)", labels=HOST)
         self.used = g("gpudash_gpu_memory_used_bytes", "GPU memory in use, as the driver "
@@ -173,6 +176,8 @@ def _host(m: _Families, host: str, snap: HostSnapshot, view: HostView) -> None:
     m.sample_time.add_metric([host], snap.taken_at)
     if view.round_trip_s is not None:
         m.round_trip.add_metric([host], view.round_trip_s)
+    if snap.collector_cpu_s is not None:
+        m.collector_cpu.add_metric([host], snap.collector_cpu_s)
     m.degraded.add_metric([host], 1.0 if snap.degraded else 0.0)
     uuid = {g.index: clean(g.uuid or "") for g in snap.gpus}
 

@@ -109,6 +109,10 @@ def test_prometheus_sees_lab_orphans_arrive_with_the_hosts_numbers_and_go(
             assert set(total.values()) == {LAB_TOTAL_MIB * MIB} and len(total) == 8
         used = prom.query(f"gpudash_gpu_memory_used_bytes{{{host}}}")
         assert prom.query("gpudash_orphaned_bytes") == {}
+        # the collector's cost on each host arrives too (CPU seconds it has used)
+        cost = prom.query("gpudash_collector_cpu_seconds_total")
+        assert set(by(cost, "host")) == {h.alias, calm.alias}
+        assert all(0 < v < 60 for v in cost.values())
         assert set(prom.query(f'gpudash_unit_restarts_total{{{host},unit="{SGLANG}"}}')
                    .values()) == {0.0}
 
