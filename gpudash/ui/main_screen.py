@@ -224,6 +224,7 @@ class MainScreen(Screen[None]):
         elif isinstance(event.data_table, GpuTable) and not app.plot_all:
             self.refresh_plot()
 
+    @drawing
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         app = self.dashboard
         if isinstance(event.data_table, HostList) and event.row_key.value is not None:
