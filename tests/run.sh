@@ -22,10 +22,6 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "run.sh: installing ${need[*]}"
     apt-get update -q >/dev/null
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null
-    # Debian starts the packaged server where systemd runs: the tests want none of it
-    if [[ " ${need[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ]; then
-      systemctl disable --now prometheus.service >/dev/null 2>&1 || true
-    fi
   fi
 fi
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -32,23 +31,6 @@ def seconds(low: float, high: float, *, low_inclusive: bool = False) -> Callable
         return value
 
     return parse
-
-
-def listen_address(text: str) -> tuple[str, int]:
-    """An argparse type: ``HOST:PORT`` (``[::1]:PORT`` for IPv6), HOST an IP address or
-    ``localhost``; port 0 picks a free one."""
-    host, colon, port = text.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not colon or not host or not port.isdigit() or int(port) > 65535:
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT (e.g. 127.0.0.1:9835), not {text!r}")
-    if host != "localhost":
-        try:
-            ipaddress.ip_address(host)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"HOST must be an IP address or localhost, not {host!r}") from None
-    return host, int(port)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -95,7 +77,7 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true", help="JSON (schema 1) instead of text")
         return p
     if command == "exporter":
-        from gpudash.cli.exporter import EXIT_HELP
+        from gpudash.cli.exporter import EXIT_HELP, listen_address
 
         p = argparse.ArgumentParser(prog="gpudash exporter", epilog=EXIT_HELP,
                                     formatter_class=fmt, description=DESCRIPTIONS[command])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import os
 import signal
@@ -55,6 +56,23 @@ class LinkReporter:
             if self.last.get(host) is not None:
                 self.term.say(f"gpudash: {host}: connected again")
             self.last[host] = None
+
+
+def listen_address(text: str) -> tuple[str, int]:
+    """An argparse type: ``HOST:PORT`` (``[::1]:PORT`` for IPv6), HOST an IP address or
+    ``localhost``; port 0 picks a free one."""
+    host, colon, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not colon or not host or not port.isdigit() or int(port) > 65535:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT (e.g. 127.0.0.1:9835), not {text!r}")
+    if host != "localhost":
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"HOST must be an IP address or localhost, not {host!r}") from None
+    return host, int(port)
 
 
 def textfile_problem(directory: Path) -> str | None:
