@@ -13,18 +13,25 @@ from collections.abc import Iterable
 
 from gpudash.model import Unit
 
-CRASH_LOOP_RESTARTS = 2  # automatic restarts ...
-CRASH_LOOP_WINDOW_S = 300.0  # ... within this many seconds make a crash loop
+# NRestarts from which a service counts as crash-looping even between two restarts (the
+# fleet view's rule: keep the two equal).
+CRASH_LOOP_RESTARTS = 3
+WINDOW_RESTARTS = 2  # automatic restarts seen ...
+CRASH_LOOP_WINDOW_S = 300.0  # ... within this many seconds make a crash loop too
 
 
 def looks_crash_looping(unit: Unit) -> bool:
-    """What one snapshot alone proves: systemd is about to restart a unit it has already
-    restarted at least ``CRASH_LOOP_RESTARTS`` times (sub-state ``auto-restart``)."""
-    return unit.sub_state == "auto-restart" and (unit.n_restarts or 0) >= CRASH_LOOP_RESTARTS
+    """What one snapshot alone says: the unit died again after systemd restarted it
+    (``auto-restart`` with ``NRestarts`` >= 1: one ``kill -9`` is not a loop), or systemd
+    has restarted it by itself ``CRASH_LOOP_RESTARTS`` times or more."""
+    restarts = unit.n_restarts or 0
+    return (unit.sub_state == "auto-restart" and restarts >= 1) or (
+        restarts >= CRASH_LOOP_RESTARTS)
 
 
 class RestartWatch:
-    """Automatic restarts of one host's units, as seen sample after sample.
+    """Automatic restarts of one host's units, as seen sample after sample: crash-looping
+    is what ``looks_crash_looping`` says, or ``restarts`` within ``window_s``.
 
     ``NRestarts`` counts automatic restarts since the unit was last started by hand (a
     manual start resets it to 0); an increase between two samples is a restart that
@@ -36,7 +43,7 @@ class RestartWatch:
     """
 
     def __init__(self, window_s: float = CRASH_LOOP_WINDOW_S,
-                 restarts: int = CRASH_LOOP_RESTARTS) -> None:
+                 restarts: int = WINDOW_RESTARTS) -> None:
         self.window_s = window_s
         self.restarts = restarts
         self._count: dict[str, int] = {}  # unit -> NRestarts when last reported

@@ -144,8 +144,8 @@ class _Families:
         self.restarts = c("gpudash_unit_restarts", "Automatic restarts of the unit "
                           "(systemd's NRestarts: reset when started by hand)", labels=UNIT)
         self.crash_looping = g("gpudash_unit_crash_looping", "1 while systemd keeps "
-                               "restarting the unit (2 restarts in 5 min, or auto-restart "
-                               "after 2)", labels=UNIT)
+                               "restarting the unit (died again after a restart, 3 restarts "
+                               "or more, or 2 within 5 min)", labels=UNIT)
         self.unit_info = InfoMetricFamily("gpudash_unit", "The unit's systemd state",
                                           labels=UNIT)
 

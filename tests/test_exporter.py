@@ -172,16 +172,22 @@ def unit(n: int | None, sub: str = "running", name: str = "a.service") -> Unit:
 
 def test_restart_watch_tells_a_loop_from_a_respawn() -> None:
     w = RestartWatch(window_s=300, restarts=2)
-    assert w.observe([unit(5)], 0) == frozenset()  # restarts before we looked have no time
-    assert w.observe([unit(6)], 10) == frozenset()  # one respawn
-    assert w.observe([unit(7)], 20) == {"a.service"}  # two within the window
-    assert w.observe([], 30) == {"a.service"}  # missing from a sample: still looping
-    assert w.observe([unit(7)], 400) == frozenset()  # quiet for a window
-    assert w.observe([unit(0)], 410) == frozenset()  # started by hand: counter reset
-    assert w.observe([unit(1)], 420) == frozenset()
-    # one snapshot alone: waiting for its third start
-    assert RestartWatch().observe([unit(2, "auto-restart")], 0) == {"a.service"}
-    assert RestartWatch().observe([unit(1, "auto-restart")], 0) == frozenset()
+    assert w.observe([unit(1)], 0) == frozenset()  # restarts before we looked have no time
+    assert w.observe([unit(1)], 5) == frozenset()
+    assert w.observe([unit(2)], 10) == frozenset()  # one respawn seen
+    w2 = RestartWatch(window_s=300, restarts=2)
+    w2.observe([unit(0)], 0)
+    w2.observe([unit(1)], 10)
+    assert w2.observe([unit(2)], 20) == {"a.service"}  # two within the window
+    assert w2.observe([], 30) == {"a.service"}  # missing from a sample: still looping
+    assert w2.observe([unit(2)], 400) == frozenset()  # quiet for a window
+    assert w2.observe([unit(0)], 410) == frozenset()  # started by hand: counter reset
+    assert w2.observe([unit(1)], 420) == frozenset()
+    # what one snapshot says (the fleet view's rule): died again after a restart, or 3+
+    assert RestartWatch().observe([unit(1, "auto-restart")], 0) == {"a.service"}
+    assert RestartWatch().observe([unit(0, "auto-restart")], 0) == frozenset()
+    assert RestartWatch().observe([unit(3)], 0) == {"a.service"}
+    assert RestartWatch().observe([unit(2)], 0) == frozenset()
 
 
 class BrokenHost:
