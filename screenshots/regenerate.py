@@ -3,7 +3,8 @@
 Plays the incident on the demo (kill -9 of the vLLM main process, so systemd respawns it
 and the old workers are orphaned), then saves: the main screen, the confirm dialog of a
 reclaim plan, and the confirmed result; at 160x50 (main.svg, ...) and at a laptop's
-80x24 (main-80x24.svg, ...).
+80x24 (main-80x24.svg, ...). Then the fleet view of ``--demo-hosts 6`` (fleet.svg), after
+a reclaim on the host whose unit was stopped with its workers left behind.
 """
 
 from __future__ import annotations
@@ -65,10 +66,45 @@ async def main(theme: str, suffix: str, size: tuple[int, int]) -> None:
         app.save_screenshot(f"reclaim-confirmed{suffix}.svg", str(HERE))
 
 
+async def fleet(theme: str, suffix: str, size: tuple[int, int]) -> None:
+    from gpudash.demo_fleet import demo_fleet
+    from gpudash.fleet import summarize
+
+    app = GpudashApp(
+        demo_fleet(6, speed=20), interval=0.25, read_only=False, theme=theme,
+        exec_options=ExecOptions(term_timeout=10.0, poll=0.5),
+    )
+    async with app.run_test(size=size) as pilot:
+        def looping() -> bool:
+            t = app.views[4].triage
+            return t is not None and bool(summarize(t).crash_looping)
+
+        await until(pilot, looping)
+        app.fleet.sort_by("host")
+        await pilot.pause(0.2)
+        app.fleet.table.move_cursor(row=3)  # demo-gpu04: stopped, its workers left behind
+        await pilot.press("enter")
+        await until(pilot, lambda: app.availability("reclaim")[0] is True)
+        app.holders.select_key(f"u:{MINIMAX}")
+        await pilot.pause(0.2)
+        await pilot.press("r")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.press("y")
+        await until(pilot, lambda: len(app.reports) == 1, within=60)
+        await pilot.press("F")
+        app.fleet.sort_key, app.fleet.descending = "reclaim", True
+        app.fleet.rebuild(columns=True)
+        app.fleet.table.move_cursor(row=app.fleet._shown.index(2))  # the unreachable one
+        await pilot.pause(1.0)
+        app.save_screenshot(f"fleet{suffix}.svg", str(HERE))
+
+
 if __name__ == "__main__":
     # The demo's actions append to the audit file: keep these out of the real one.
     os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="gpudash-shots-")
     for name_suffix, terminal in SIZES.items():
         asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else "gpudash-night", name_suffix,
                          terminal))
+        asyncio.run(fleet(sys.argv[1] if len(sys.argv) > 1 else "gpudash-night", name_suffix,
+                          terminal))
     print("wrote", ", ".join(sorted(p.name for p in HERE.glob("*.svg"))))

@@ -207,6 +207,61 @@ async def test_stop_disable_shows_orphans_then_reap_frees(lab_host) -> None:
     assert h.alive(alice)
 
 
+# --- the fleet of lab hosts, named by a glob over their ssh config -----------------------
+
+
+async def test_fleet_by_glob_shows_the_orphans_and_the_reap_that_frees_them(
+    lab_hosts,
+) -> None:
+    from gpudash.transport.selection import select_hosts
+    from gpudash.ui.fleet_screen import FleetScreen
+
+    hosts = lab_hosts(2)
+    names = select_hosts(["labhost*"], ssh_config=hosts[0].ssh_config_path)
+    assert all(h.alias in names for h in hosts), names
+    sick, well = hosts
+    old_workers = wait_host(lambda: len(w := workers(sick)) == 8 and w, what="8 workers")
+    # the incident's step 2, by hand on the host: the unit down, its TP workers left
+    sick.ssh("systemctl", "stop", VLLM, check=True)
+    sick.ssh("systemctl", "disable", VLLM, check=True)
+    sources = [open_lab(h) for h in hosts]
+    app = make_app(sources)
+
+    def row(i: int) -> dict[str, str]:
+        table = app.fleet.table
+        keys = [str(c.value) for c in table.columns]
+        return dict(zip(keys, (c.plain for c in table.get_row(str(i))), strict=True))
+
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            assert isinstance(app.screen, FleetScreen)
+            await wait_for(pilot, lambda: row(0)["orphans"] == "8", within=30,
+                           what="the old workers counted as orphans in the fleet")
+            assert float(row(0)["reclaim"]) >= 8 * WORKER_MIB / 1024
+            assert row(1)["orphans"] == "0" and row(1)["reclaim"] == "0.0"
+            assert "connected" in row(0)["link"] and "connected" in row(1)["link"]
+            assert app.fleet._shown[0] == 0  # most reclaimable first
+            await pilot.press("enter")
+            assert app.current_host == 0 and not app.fleet_shown
+            await select(pilot, app, f"u:{VLLM}")
+            await run_confirmed(pilot, app, "o", within=60)
+            assert app.last_report is not None and app.last_report.confirmed, (
+                "\n".join(app.last_report.describe()) if app.last_report else None)
+            await pilot.press("F")
+            assert app.fleet_shown
+            await wait_for(pilot, lambda: row(0)["reclaim"] == "0.0", within=20,
+                           what="nothing left to reclaim")
+            assert row(0)["orphans"] == "0"
+            assert row(0)["action"].startswith("✔ Reap orphans"), row(0)
+            assert row(1)["action"] == "—"
+    finally:
+        for s in sources:
+            await s.close()
+    assert sick.gpu_used_mib() == BASELINE_WITHOUT_VLLM
+    assert not any(sick.alive(p) for p in old_workers)
+    assert all(u >= WORKER_MIB for u in well.gpu_used_mib())
+
+
 # --- (g) non-root without sudo: actions disabled with the reason ------------------------
 
 
@@ -273,6 +328,9 @@ async def test_three_hosts_one_powered_off_and_back(lab_hosts) -> None:
             await wait_for(pilot, lambda: all(v.state == "connected" and v.snapshot is not None
                                               for v in app.views), what="3 hosts connected")
             assert [v.snapshot.host for v in app.views] == [h.alias for h in hosts]
+            assert app.fleet_shown  # several hosts open on the fleet table
+            app.open_host(0)
+            await pilot.pause()
             await pilot.press("2")
             assert app.current_host == down
             first = app.views[down].snapshot.taken_at

@@ -125,3 +125,56 @@ def test_running_reclaim_small(snap_compare, size: tuple[int, int]) -> None:  # 
     app = frozen_app("gpudash-night", demo=HaltedDemo(),
                      exec_options=ExecOptions(term_timeout=10.0, poll=0.5))
     assert snap_compare(app, terminal_size=size, run_before=_reclaim_waiting_for_term)
+
+
+# --- the fleet table -----------------------------------------------------------------------
+
+
+class KeyChangedHost:
+    """A host whose key changed: refused once, never retried, so its row is the same on
+    every run."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @property
+    def control(self):  # type: ignore[no-untyped-def]
+        return self
+
+    async def stream(self, interval: float):  # type: ignore[no-untyped-def]
+        from gpudash.source import HostKeyError
+
+        raise HostKeyError(f"{self.name}: host key changed; ssh-keygen -R {self.name}")
+        yield  # pragma: no cover
+
+    async def close(self) -> None:
+        return None
+
+
+def frozen_fleet() -> GpudashApp:
+    from gpudash.demo_fleet import ScenarioHost
+
+    hosts = [ScenarioHost(f"gpu0{i + 1}", scenario, seed=7 + i) for i, scenario in
+             enumerate(("incident", "healthy", "stopped", "crash-loop", "healthy"))]
+    return GpudashApp(
+        [*hosts, KeyChangedHost("gpu06")], interval=3600.0, read_only=False,  # type: ignore[list-item]
+        theme="gpudash-night", exec_options=None, clock=lambda: FROZEN,
+        theme_dirs=[THEMES_DIR],
+    )
+
+
+async def _fleet_read(pilot) -> None:  # type: ignore[no-untyped-def]
+    app = pilot.app
+    for _ in range(200):
+        if all(v.snapshot is not None or v.state == "error" for v in app.views):
+            break
+        await pilot.pause(0.02)
+    app._log_action("gpu02", "Reclaim", "confirmed: 756.3 GiB back on 8 GPUs", True)
+    await pilot.pause(0.2)
+    app.fleet.refresh_all()
+    await pilot.pause(0.1)
+
+
+@pytest.mark.parametrize("size", [(120, 35), (80, 24)], ids=["120x35", "80x24"])
+def test_fleet_screen(snap_compare, size: tuple[int, int]) -> None:  # type: ignore[no-untyped-def]
+    assert snap_compare(frozen_fleet(), terminal_size=size, run_before=_fleet_read)

@@ -261,3 +261,19 @@ async def test_proxyjump_from_ssh_config(sshd_server: SshdServer, gpus) -> None:
     jumped, snap_jumped = await connections_while_sampling("gpu-behind-bastion", config)
     assert (direct, jumped) == (1, 2)
     assert [g.uuid for g in snap_jumped.gpus] == [g.uuid for g in snap_direct.gpus]
+
+
+async def test_many_hosts_connect_at_most_n_at_a_time(sshd_server: SshdServer, gpus) -> None:
+    """12 hosts started together against one real sshd: every connect waits for one of the
+    limiter's 3 slots, all 12 get their snapshot, and never more than 3 were in flight."""
+    from gpudash.transport.limiter import ConnectLimiter
+
+    limiter = ConnectLimiter(3)
+    sources = [ssh_source(sshd_server, limiter=limiter) for _ in range(12)]
+    try:
+        snaps = await asyncio.gather(*(s.control.sample() for s in sources))
+    finally:
+        await asyncio.gather(*(s.close() for s in sources))
+    assert len(snaps) == 12 and all(isinstance(s, HostSnapshot) for s in snaps)
+    assert limiter.peak == 3  # reached, and never exceeded
+    assert limiter.in_flight == 0 and limiter.backoff == 0.0

@@ -289,6 +289,8 @@ async def test_two_hosts_switch_with_number_keys() -> None:
     app = GpudashApp([a, b], interval=0.25, read_only=False, theme=None, exec_options=None)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: all(v.snapshot is not None for v in app.views))
+        assert app.fleet_shown  # several hosts start on the fleet table; enter opens one
+        await pilot.press("enter")
         assert app.query_one("#hosts").display
         await pilot.press("2")
         assert app.current_host == 1 and "gpu-b" in str(app.query_one("#header").render())

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from gpudash import __version__
 from gpudash.cli.contract import EXIT_CODES_HELP
+from gpudash.demo_fleet import MAX_DEMO_HOSTS
 from gpudash.logfile import LEVELS
 from gpudash.model import unit_name
 
@@ -33,11 +34,27 @@ def seconds(low: float, high: float, *, low_inclusive: bool = False) -> Callable
     return parse
 
 
+def _demo_hosts(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of hosts: {text!r}") from None
+    if not 1 <= value <= MAX_DEMO_HOSTS:
+        raise argparse.ArgumentTypeError(f"must be 1 to {MAX_DEMO_HOSTS}, not {value}")
+    return value
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("hosts", nargs="*", metavar="HOST",
-                   help="user@host, ssh://user@host:port or a ~/.ssh/config alias; "
+                   help="user@host, ssh://user@host:port or a ~/.ssh/config alias; a glob "
+                   "('gpu*') means every concrete Host of the ssh config it matches; "
                    "none: this machine")
+    p.add_argument("--hosts-file", type=Path, default=None, metavar="FILE",
+                   help="more hosts, one per line ('#' starts a comment; globs as above)")
     p.add_argument("--demo", action="store_true", help="the simulated incident host")
+    p.add_argument("--demo-hosts", type=_demo_hosts, default=None, metavar="N",
+                   help="with --demo: N simulated hosts (healthy, the incident, "
+                   "unreachable, ...) for the fleet view")
     p.add_argument("--interval", type=seconds(0.05, 3600, low_inclusive=True), default=1.0,
                    metavar="S", help="seconds between samples (default 1; 0.05 to 3600)")
     p.add_argument("--sudo", action="store_true",
@@ -136,8 +153,19 @@ def parse(argv: list[str]) -> tuple[str | None, argparse.Namespace]:
     command = argv[0] if argv and argv[0] in SUBCOMMANDS else None
     parser = build_parser(command)
     args = parser.parse_args(argv[1:] if command else argv)
-    if args.demo and args.hosts:
+    if args.demo_hosts is not None:
+        if command in ("reclaim", "start", "swap") and args.demo_hosts > 1:
+            parser.error(f"{command} acts on one host at a time")
+        args.demo = True  # --demo-hosts N is the demo, N hosts of it
+    if args.demo and (args.hosts or args.hosts_file):
         parser.error("--demo takes no HOST")
+    if args.hosts_file is not None or any(c in h for h in args.hosts for c in "*?["):
+        from gpudash.transport.selection import HostSelectionError, select_hosts
+
+        try:
+            args.hosts = select_hosts(args.hosts, args.hosts_file, args.ssh_config)
+        except HostSelectionError as exc:
+            parser.error(str(exc))
     if command in ("reclaim", "start", "swap") and len(args.hosts) > 1:
         parser.error(f"{command} acts on one host at a time")
     if command == "exporter" and (twice := sorted({h for h in args.hosts

@@ -37,6 +37,10 @@ def open_sources(args: argparse.Namespace, *, demo_speed: float = 1.0) -> list[H
     if args.demo:
         from gpudash.demo import DemoHost
 
+        if getattr(args, "demo_hosts", None):
+            from gpudash.demo_fleet import demo_fleet
+
+            return demo_fleet(args.demo_hosts, speed=demo_speed, read_only=read_only)
         return [DemoHost(speed=demo_speed, read_only=read_only)]
     from gpudash.transport import open_source  # live hosts: local or SSH
 

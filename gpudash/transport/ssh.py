@@ -21,6 +21,7 @@ import asyncssh
 from gpudash.source import CommandResult, ConnectError, LinkLost, SourceError
 from gpudash.transport.hostkeys import HostKeyCheck, KnownHosts, known_hosts_files, local_tokens
 from gpudash.transport.hostsource import CollectorSource
+from gpudash.transport.limiter import CONNECTS, ConnectLimiter
 from gpudash.transport.link import LINE_LIMIT, Connection, HostFacts, Pipe
 
 log = logging.getLogger("gpudash.transport")
@@ -142,6 +143,7 @@ class SshSettings:
     known_hosts: Path | None  # replaces the config's UserKnownHostsFile everywhere
     accept_new_host_key: bool
     connect_timeout: float
+    limiter: ConnectLimiter = CONNECTS  # shared by every host: no stampede on sshd or agent
 
 
 @dataclass(slots=True)
@@ -216,16 +218,17 @@ async def dial(
     )
     client = _Client(check)
     try:
-        conn = await asyncio.wait_for(
-            asyncssh.connect(
-                target.host,
-                tunnel=via.conn if via is not None else None,
-                known_hosts=known.trusted,
-                client_factory=lambda: client,
-                **common,
-            ),
-            settings.connect_timeout + 5,
-        )
+        async with settings.limiter.slot(_overloaded):
+            conn = await asyncio.wait_for(
+                asyncssh.connect(
+                    target.host,
+                    tunnel=via.conn if via is not None else None,
+                    known_hosts=known.trusted,
+                    client_factory=lambda: client,
+                    **common,
+                ),
+                settings.connect_timeout + 5,
+            )
     except BaseException as exc:
         if via is not None:
             via.close()
@@ -241,6 +244,14 @@ async def dial(
                 f"{label}: cannot record its new host key in {known.files.user[0]}: {exc}"
             ) from None
     return link
+
+
+def _overloaded(exc: BaseException) -> bool:
+    """A failed connect that more connects at once would make worse (a timeout, a reset,
+    sshd's MaxStartups dropping us), not one the host decided (a key, a refused login)."""
+    if isinstance(exc, asyncssh.PermissionDenied | asyncssh.HostKeyNotVerifiable):
+        return False
+    return isinstance(exc, TimeoutError | OSError | asyncssh.Error)
 
 
 async def _through(
@@ -391,12 +402,14 @@ class SshSource(CollectorSource):
         known_hosts: Path | None = None,
         python: str = "python3",
         connect_timeout: float = CONNECT_TIMEOUT_S,
+        limiter: ConnectLimiter | None = None,
     ) -> None:
         settings = SshSettings(
             config=ssh_config,
             known_hosts=known_hosts.expanduser() if known_hosts is not None else None,
             accept_new_host_key=accept_new_host_key,
             connect_timeout=connect_timeout,
+            limiter=limiter or CONNECTS,
         )
         connection = SshConnection(target, settings, python=python)
         super().__init__(connection, sudo=sudo, read_only=read_only, send_pynvml=True)

@@ -52,6 +52,7 @@ from gpudash.model import HostSnapshot, SourceKind
 from gpudash.source import HostSource, SourceError
 from gpudash.triage import HostTriage
 from gpudash.ui.commands import DashboardCommands
+from gpudash.ui.fleet_screen import FleetScreen, LastAction
 from gpudash.ui.hosts import HostView, follow_host
 from gpudash.ui.keymap import load_keymap
 from gpudash.ui.layout import PLOT_MIN
@@ -75,6 +76,7 @@ from gpudash.ui.widgets.holders import (
 
 DEFAULT_THEME = "gpudash-night"
 MAX_FPS = 5  # redraws per second at most, whatever the sample rate
+HOST_LIST_EVERY_SAMPLE = 16  # more hosts: the host list is redrawn once a second
 MAX_REPLANS = 3  # the host keeps changing under the confirm dialog: stop asking
 
 log = logging.getLogger("gpudash.ui")
@@ -90,7 +92,8 @@ class DashboardOutcome:
 # The destructive actions, by the name their binding and ``action_<name>`` method carry:
 # everything about them (title, key, label, what they need) is the engine's spec.
 ACTIONS = SPECS_BY_NAME
-# The one-line toast of a result; the Action panel and the log have the whole verdict.
+# The one-line toast of a result while another screen hides the Action panel; the panel
+# and the log have the whole verdict.
 VERDICT_TOAST = {"warning": "⚠ done, something is left to do", "failed": "✘ NOT confirmed",
                  "unknown": "? outcome unknown", "interrupted": "■ interrupted"}
 KEY_TO_ACTION = {spec.key: name for name, spec in ACTIONS.items()} | {"shift+d": "stop_disable"}
@@ -99,7 +102,7 @@ KEY_TO_ACTION = {spec.key: name for name, spec in ACTIONS.items()} | {"shift+d":
 def binding_table() -> dict[str, tuple[str, str]]:
     """id -> (default keys, description) of every binding a keymap may rebind."""
     out: dict[str, tuple[str, str]] = {}
-    for owner in (GpudashApp, ConfirmModal, HelpScreen, FilterScreen):
+    for owner in (GpudashApp, ConfirmModal, HelpScreen, FilterScreen, FleetScreen):
         for binding in owner.BINDINGS:
             if isinstance(binding, Binding) and binding.id:
                 out[binding.id] = (binding.key, binding.description)
@@ -121,6 +124,7 @@ class GpudashApp(App[int]):
         Binding("j", "journal", "Journal", show=False, id="gpudash.journal"),
         Binding("slash", "filter", "Filter", show=False, id="gpudash.filter"),
         Binding("h", "next_host", "Next host", id="gpudash.next_host"),
+        Binding("F", "fleet", "Fleet", id="gpudash.fleet"),
         *(
             Binding(str(n), f"host({n - 1})", f"Host {n}", show=False, id=f"gpudash.host{n}")
             for n in range(1, 10)
@@ -167,6 +171,8 @@ class GpudashApp(App[int]):
         self._startup_warnings: list[str] = []
         self.welcome = welcome  # the demo's walkthrough line
         self.main = MainScreen()
+        self.fleet = FleetScreen()  # several hosts: the table of them all, shown first
+        self.last_actions: dict[str, LastAction] = {}  # host name -> its latest action
         self.holder_filter = ""
         self._refresh_timer: Timer | None = None
         self._available: tuple[bool | None, ...] = ()
@@ -227,6 +233,10 @@ class GpudashApp(App[int]):
         for index in range(len(self.views)):
             self._follow(index)
         self.set_interval(1.0, self._tick)
+        if len(self.views) > 1:
+            # Installed, so that leaving it for a host keeps it (and its rows) for coming back.
+            self.install_screen(self.fleet, name="fleet")
+            self.push_screen("fleet")
 
     # --- hosts -------------------------------------------------------------------------
 
@@ -261,10 +271,14 @@ class GpudashApp(App[int]):
     def on_host_updated(self, message: HostUpdated) -> None:
         if not self.screen_stack:  # shutting down
             return
-        if message.host == self.current_host:
+        if self.fleet_shown:  # the host screen is hidden: one fleet row, nothing else
+            self.fleet.host_changed(message.host)
+        elif message.host == self.current_host:
             self._schedule_refresh()
-        else:
+        elif len(self.views) <= HOST_LIST_EVERY_SAMPLE:
             self._refresh_header()
+        # else: the host list follows the other hosts once a second (``_tick``): redrawn
+        # for every sample of 256 hosts it would take the whole event loop.
         # The footer rebuilds its keys on every refresh_bindings: only when one changed.
         available = tuple(self.availability(name)[0] for name in ACTIONS)
         if available != self._available:
@@ -308,6 +322,8 @@ class GpudashApp(App[int]):
         view.error = clean(message.error)
         view.retry_at = None if message.retry_in is None else self.clock() + message.retry_in
         self._refresh_header()
+        if self.fleet_shown:
+            self.fleet.host_changed(message.host)
 
     def on_host_connecting(self, message: HostConnecting) -> None:
         if not self.screen_stack:  # shutting down
@@ -316,10 +332,14 @@ class GpudashApp(App[int]):
         if message.attempt:
             view.state = "reconnecting"
             self._refresh_header()
+            if self.fleet_shown:
+                self.fleet.host_changed(message.host)
 
     def _tick(self) -> None:
         if not self.screen_stack:  # shutting down
             return
+        if self.fleet_shown:
+            self.fleet.tick()
         self._refresh_header()
 
     # --- drawing -----------------------------------------------------------------------
@@ -332,8 +352,17 @@ class GpudashApp(App[int]):
     def refresh_view(self) -> None:
         self.main.refresh_view()
 
+    @property
+    def fleet_shown(self) -> bool:
+        """The fleet table is what the operator sees (not the host screen), maybe under a
+        dialog, the help or the command palette."""
+        for screen in reversed(self.screen_stack):
+            if not isinstance(screen, ModalScreen):
+                return screen is self.fleet
+        return False
+
     def _refresh_header(self) -> None:
-        if self.main.ready:
+        if self.main.ready and not self.fleet_shown:
             self.main.refresh_header()
 
     def _refresh_progress(self) -> None:
@@ -345,12 +374,17 @@ class GpudashApp(App[int]):
         details: Sequence[str] = (),
     ) -> None:
         self.main.log_action(host, action, outcome, ok, details)
+        self.last_actions[host] = LastAction(action, outcome, ok, self.clock())
+        for index, view in enumerate(self.views):
+            if view.name == host and self.fleet.ready:
+                self.fleet.host_changed(index)
 
     def key_of(self, action: str) -> str:
         """The key the user presses for ``action``, after their keymap."""
         default = {name: spec.key for name, spec in ACTIONS.items()} | {
             "help": "question_mark", "quit": "q", "toggle_plot": "g", "filter": "slash",
-            "journal": "j"}
+            "journal": "j", "confirm.yes": "y", "confirm.no": "n", "confirm.escape": "escape",
+            "fleet": "F", "fleet.sort": "greater_than_sign", "fleet.reverse": "less_than_sign"}
         keys = self._keymap.get(f"gpudash.{action}", default.get(action, action))
         return self.get_key_display(Binding(keys.split(",")[0].strip(), action))
 
@@ -377,9 +411,11 @@ class GpudashApp(App[int]):
         if action == "command_palette" and isinstance(self.screen, ConfirmModal):
             return False  # the dialog is answered first: nothing is picked behind it
         if action in ACTIONS:
-            if isinstance(self.screen, ModalScreen):
-                return False
+            if isinstance(self.screen, ModalScreen) or self.fleet_shown:
+                return False  # the fleet acts on no host: open one first
             return self.availability(action)[0]
+        if action == "fleet":
+            return len(self.views) > 1 and not self.fleet_shown
         if action == "next_host":
             return len(self.views) > 1
         if action == "host":
@@ -391,7 +427,7 @@ class GpudashApp(App[int]):
 
     def on_key(self, event: Key) -> None:
         # A disabled action's key reaches here instead of its binding: say why.
-        if isinstance(self.screen, ModalScreen):
+        if isinstance(self.screen, ModalScreen | FleetScreen):
             return
         action = self._key_to_action.get(event.key)
         if action is None:
@@ -418,7 +454,7 @@ class GpudashApp(App[int]):
         Actions that do not fit the selection are offered greyed, with the reason as
         their help, as the footer greys their keys; read-only mode leaves them out."""
         out: list[tuple[str, str, str, bool]] = []
-        for name, spec in ACTIONS.items():
+        for name, spec in () if self.fleet_shown else ACTIONS.items():  # open a host first
             available, reason = self.availability(name)
             key = self.key_of(name)
             if available is True:
@@ -428,6 +464,8 @@ class GpudashApp(App[int]):
         out.append(("Plot: toggle all GPUs / selected GPU", f"key {self.key_of('toggle_plot')}",
                     "toggle_plot", True))
         if len(self.views) > 1:
+            out.append(("Fleet: every host in one table", f"key {self.key_of('fleet')}",
+                        "fleet", not self.fleet_shown))
             for i, v in enumerate(self.views):
                 out.append((f"Host: {clean(v.name)}", f"key {i + 1}", f"host({i})", True))
         return out
@@ -448,6 +486,20 @@ class GpudashApp(App[int]):
                 f"on a terminal of at least {PLOT_MIN} (this one is {width}x{height}).",
                 title="Memory plot", markup=False,
             )
+
+    def action_fleet(self) -> None:
+        """The fleet table (several hosts); Enter on a row comes back to that host."""
+        if len(self.views) > 1 and not self.fleet_shown:
+            self.push_screen("fleet")
+
+    def open_host(self, index: int) -> None:
+        """Leave the fleet table for host ``index``'s screen."""
+        if self.fleet_shown:
+            self.pop_screen()
+        if index != self.current_host:
+            self.action_host(index)
+        else:
+            self.refresh_view()  # drawn afresh: nothing was drawn while the fleet showed
 
     def action_next_host(self) -> None:
         self.action_host((self.current_host + 1) % len(self.views))
@@ -490,10 +542,12 @@ class GpudashApp(App[int]):
         if len(self.views) > 1:  # one host: nothing to switch to, no row for it
             last = min(9, len(self.views))
             rows.append((f"{key('next_host', 'h')}, 1-{last}", "Switch host", True))
+            rows.append((key("fleet", "F"), "Fleet: every host in one table (type to "
+                         "filter, > < sort, enter opens)", True))
         rows += [
             ("enter", "The selected owner, or log entry, in full", True),
             ("home, end", "First / last row", True),
-            ("tab", "Move focus: holders, GPUs, log", True),
+            ("tab", "Move focus: holders, log, GPUs", True),
             (key("hide_result", "x"), "Hide the action result panel", True),
             (key("theme", "T"), "Pick a theme", True),
             ("ctrl+p", "Command palette", True),
@@ -588,7 +642,9 @@ class GpudashApp(App[int]):
         news: list[str] = []
         for _ in range(MAX_REPLANS):
             lines = plan.describe(self.exec_options.term_timeout)
-            confirmed = await self.push_screen_wait(ConfirmModal(plan.title, news + lines))
+            keys = (self.key_of("confirm.yes"), self.key_of("confirm.no"),
+                    self.key_of("confirm.escape"))
+            confirmed = await self.push_screen_wait(ConfirmModal(plan.title, news + lines, keys))
             if not confirmed:
                 self._log_action(plan.host, plan.title, "cancelled: nothing was done", None)
                 self.notify("Cancelled: nothing was done.")
@@ -659,8 +715,11 @@ class GpudashApp(App[int]):
         self._log_action(plan.host, plan.title, outcome_line(report),
                          report.verdict == "confirmed",
                          report.describe()[1:])  # line 0 repeats the title and summary
-        # The verdict in full is in the Action panel and the log: a short toast covers
-        # neither on a small terminal.
+        # The verdict in full is in the Action panel and the log. A toast over them would
+        # only repeat it and hide the log's new entry and the walkthrough: it is raised
+        # only when another screen (help, the journal, a dialog) hides the panel.
+        if self.screen is self.main:
+            return
         if report.verdict == "confirmed":
             self.notify("✔ confirmed: see the Action panel", title=plan.title)
         else:

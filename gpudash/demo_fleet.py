@@ -1,0 +1,121 @@
+"""A simulated fleet for ``gpudash --demo --demo-hosts N``: the fleet view with no SSH.
+
+Each host is a ``DemoHost`` (the incident's 8-GPU box) brought, before its first sample,
+to one moment of the incident, so the fleet table has something to say in every column:
+
+- ``incident``: ``kill -9`` of the vLLM main process: systemd respawned it, the old TP
+  workers are orphans holding ~96.8 GiB per GPU;
+- ``healthy``: the model serves, nothing to reclaim;
+- ``unreachable``: every connect fails (as an unreachable host's would);
+- ``stopped``: ``systemctl stop`` + ``disable`` done, the workers left under PID 1;
+- ``crash-loop``: the old model reclaimed, the next one (too big) restarting forever.
+
+Scenarios repeat in that order (healthy twice as often) for more hosts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import AsyncIterator
+
+from gpudash.demo import DEEPSEEK, MINIMAX, DemoHost
+from gpudash.model import HostSnapshot
+from gpudash.source import CommandResult, ConnectError, HostControl, HostSource, SignalOutcome
+
+SCENARIOS = ("incident", "healthy", "unreachable", "stopped", "crash-loop", "healthy")
+MAX_DEMO_HOSTS = 256
+
+
+class ScenarioHost(DemoHost):
+    """The demo host, played to ``scenario`` before it is first read."""
+
+    def __init__(self, name: str, scenario: str, *, speed: float = 1.0,
+                 read_only: bool = False, seed: int = 7) -> None:
+        super().__init__(name, speed=speed, read_only=False, seed=seed)
+        self.scenario = scenario
+        self._arranged = False
+        self._keep_read_only = read_only
+
+    async def _arrange(self) -> None:
+        if self._arranged:
+            return
+        self._arranged = True
+        unit = self.units[MINIMAX]
+        main = self.processes.get(unit.main_pid or -1)
+        if self.scenario == "incident" and main is not None:
+            await self.signal(main.pid, main.start_ticks, signal.SIGKILL, boot_id=self.boot_id)
+        elif self.scenario == "stopped":
+            await self.systemctl("stop", MINIMAX)
+            await self.systemctl("disable", MINIMAX)
+        elif self.scenario == "crash-loop":
+            await self.systemctl("stop", MINIMAX)
+            await self.systemctl("disable", MINIMAX)
+            for p in [p for p in self.processes.values() if p.unit == MINIMAX]:
+                await self.signal(p.pid, p.start_ticks, signal.SIGKILL, boot_id=self.boot_id)
+            await self.systemctl("start", DEEPSEEK)
+        self.read_only = self._keep_read_only
+
+    async def stream(self, interval: float) -> AsyncIterator[HostSnapshot]:
+        await self._arrange()
+        async for snap in super().stream(interval):
+            yield snap
+
+    async def sample(self) -> HostSnapshot:
+        await self._arrange()
+        return await super().sample()
+
+
+class UnreachableHost(HostControl):
+    """A host no connect reaches: every read fails as a timed-out SSH connect does."""
+
+    def __init__(self, name: str, *, delay: float = 0.3) -> None:
+        self.name = name
+        self.delay = delay
+
+    def _error(self) -> ConnectError:
+        return ConnectError(f"{self.name}: no answer within 10 s (simulated: this demo "
+                            "host is unreachable)")
+
+    @property
+    def control(self) -> HostControl:
+        return self
+
+    async def stream(self, interval: float) -> AsyncIterator[HostSnapshot]:
+        await asyncio.sleep(self.delay)
+        raise self._error()
+        yield  # pragma: no cover - makes this an async generator
+
+    async def close(self) -> None:
+        return None
+
+    async def sample(self) -> HostSnapshot:
+        await asyncio.sleep(self.delay)
+        raise self._error()
+
+    async def systemctl(self, verb: str, unit: str) -> CommandResult:
+        raise self._error()
+
+    async def signal(self, pid: int, start_ticks: int | None, sig: int, *,
+                     boot_id: str | None = None) -> SignalOutcome:
+        raise self._error()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+def demo_fleet(count: int, *, speed: float = 1.0, read_only: bool = False) -> list[HostSource]:
+    """``count`` simulated hosts named demo-gpu01, demo-gpu02, …"""
+    if not 1 <= count <= MAX_DEMO_HOSTS:
+        raise ValueError(f"demo hosts: 1 to {MAX_DEMO_HOSTS}, not {count}")
+    width = max(2, len(str(count)))
+    hosts: list[HostSource] = []
+    for i in range(count):
+        name = f"demo-gpu{i + 1:0{width}d}"
+        scenario = SCENARIOS[i % len(SCENARIOS)]
+        if scenario == "unreachable":
+            hosts.append(UnreachableHost(name))
+        else:
+            hosts.append(ScenarioHost(name, scenario, speed=speed, read_only=read_only,
+                                      seed=7 + i))
+    return hosts

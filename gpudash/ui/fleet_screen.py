@@ -1,0 +1,499 @@
+"""The fleet: one row per host — link, GPUs, reclaimable memory, orphans, crash loops and
+the last action — sortable, filtered by typing; Enter opens the host, F comes back.
+
+What a row says about a host is ``gpudash.fleet.summarize`` of its triage (the exporter
+uses the same definition); this screen only draws it. A host that fails shows its error in
+its row; a row that cannot be drawn shows why in its row; neither takes the screen down.
+Work per sample: one row, and only its cells that changed.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
+
+from rich.markup import escape
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.events import Key, Resize
+from textual.screen import Screen
+from textual.timer import Timer
+from textual.widgets import DataTable, Static
+
+from gpudash.fleet import HostSummary, summarize
+from gpudash.triage import HostTriage
+from gpudash.ui.hosts import HostView
+from gpudash.ui.palette import Palette, palette
+from gpudash.ui.text import clean, literal
+from gpudash.units import MIB_PER_GIB, NA, gib_of
+
+if TYPE_CHECKING:
+    from gpudash.ui.app import GpudashApp
+
+log = logging.getLogger("gpudash.ui.fleet")
+
+# Characters that go to the filter as they are typed (what host names are made of, and
+# glob characters); every other key keeps its meaning.
+FILTER_CHARS = frozenset("-_.@:*[]")
+LINK_ORDER = {"error": 0, "reconnecting": 1, "stale": 2, "connecting": 3, "connected": 4}
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    key: str
+    title: str
+    width: int  # 0: shares what the fixed columns leave (link, last action)
+    short: str = ""  # the title on a narrow terminal
+    narrow: int | None = None  # the width there (0: hidden); None: as wide
+
+
+COLUMNS = (
+    Column("host", "Host", 18, narrow=12),
+    Column("link", "Link", 0),
+    Column("gpus", "GPUs", 5),
+    Column("mem", "GPU memory", 15),
+    Column("reclaim", "Reclaim GiB", 12, "Reclaim", 8),
+    Column("orphans", "Orphans", 7, "Orph", 5),
+    Column("crash", "Crash loop", 16, "Loop", 8),
+    Column("action", "Last action", 0),
+)
+COLUMN_KEYS = tuple(c.key for c in COLUMNS)
+FLUSH_HZ = 1  # fleet row redraws per second at most: each one renders every visible row again
+MODES = ((140, "wide"), (100, "medium"), (0, "narrow"))  # from this many columns
+
+
+def mode_of(width: int) -> str:
+    return next(mode for least, mode in MODES if width >= least)
+
+
+def column_widths(width: int) -> list[tuple[Column, str, int]]:
+    """(column, title, width) of the columns a terminal ``width`` wide shows: the memory
+    column from 140, short titles under 100; Link and Last action share the rest."""
+    mode = mode_of(width)
+    fixed: list[tuple[Column, str, int]] = []
+    for col in COLUMNS:
+        if col.key == "mem" and mode != "wide":
+            continue
+        narrow = mode == "narrow"
+        title = col.short if narrow and col.short else col.title
+        w = col.narrow if narrow and col.narrow is not None else col.width
+        fixed.append((col, title, max(w, len(title) + 1) if w else 0))
+    taken = sum(w + 2 for _c, _t, w in fixed if w)  # a cell is padded by one on each side
+    rest = max(24, width - 4 - taken - 4)  # the border, the scrollbar, two flexible cells
+    link = max(12, min(44, rest * 11 // 20))
+    return [(c, t, w or (link if c.key == "link" else rest - link)) for c, t, w in fixed]
+
+
+@dataclass(frozen=True, slots=True)
+class LastAction:
+    """The last action on a host, as the action log has it."""
+
+    title: str
+    outcome: str
+    ok: bool | None
+    at: float
+
+
+@dataclass(slots=True)
+class FleetRow:
+    """What one host's row shows, and what it sorts by."""
+
+    cells: dict[str, Text]
+    sort: dict[str, tuple[object, ...]]
+    link_text: str
+
+
+def _state_style(kind: str, pal: Palette) -> str:
+    return {"ok": pal.success, "warn": pal.warning, "error": f"bold {pal.error}"}[kind]
+
+
+def fleet_row(
+    view: HostView, summary: HostSummary | None, last: LastAction | None, now: float,
+    stale_after: float, pal: Palette,
+) -> FleetRow:
+    """The cells of one host's row (host text shown literally)."""
+    raw, kind = view.status(now, stale_after)
+    state = raw.split(" ", 1)[0].rstrip(":")
+    # Errors name their host ("gpu07: no answer …"); the row already does.
+    status = raw.replace(f"error: {view.name}: ", "error: ", 1)
+    cells: dict[str, Text] = {"host": literal(view.name, style="bold")}
+    link = Text("● ", style=_state_style(kind, pal))
+    link.append_text(literal(status, style=_state_style(kind, pal)))
+    cells["link"] = link
+    sort: dict[str, tuple[object, ...]] = {
+        "host": (view.name,), "link": (LINK_ORDER.get(state, 5), view.name)}
+    if summary is None:
+        for key in ("gpus", "mem", "reclaim", "orphans", "crash"):
+            cells[key] = Text(NA, style="dim")
+            sort[key] = (-1,)
+    else:
+        s = summary
+        cells["gpus"] = Text(f"{s.gpus_in_use}/{s.gpus_total}")
+        cells["mem"] = Text(gib_of(s.used_mib, s.total_mib))
+        reclaim = f"{s.reclaimable_mib / MIB_PER_GIB:.1f}" + ("+?" if s.unknown_holders else "")
+        cells["reclaim"] = Text(reclaim, style=f"bold {pal.orphan}" if s.reclaimable_mib
+                                or s.unknown_holders else "dim")
+        cells["orphans"] = Text(str(s.orphans), style=f"bold {pal.orphan}" if s.orphans
+                                else "dim")
+        if s.crash_looping:
+            crash = literal(f"{len(s.crash_looping)} {s.crash_looping[0].removesuffix('.service')}",
+                            style=f"bold {pal.error}")
+        else:
+            crash = Text("0", style="dim")
+        cells["crash"] = crash
+        sort |= {"gpus": (s.gpus_in_use, s.gpus_total), "mem": (s.used_mib or 0,),
+                 "reclaim": (s.reclaimable_mib, s.unknown_holders), "orphans": (s.orphans,),
+                 "crash": (len(s.crash_looping),)}
+    if last is None:
+        cells["action"] = Text("—", style="dim")
+        sort["action"] = (0.0,)
+    else:
+        mark = {True: "✔ ", False: "✘ ", None: ""}[last.ok]
+        style = {True: pal.success, False: pal.error, None: ""}[last.ok]
+        cells["action"] = literal(f"{mark}{last.title}: {last.outcome}", style=style)
+        sort["action"] = (last.at,)
+    return FleetRow(cells, sort, raw)
+
+
+def _same(a: Text, b: Text) -> bool:
+    return a.plain == b.plain and a.style == b.style and a.spans == b.spans
+
+
+def error_row(view: HostView, exc: Exception, pal: Palette) -> FleetRow:
+    """The row of a host whose row could not be made: the reason, in the row."""
+    why = f"display error: {type(exc).__name__}: {exc}"
+    cells = {k: Text("") for k in COLUMN_KEYS}
+    cells["host"] = literal(view.name, style="bold")
+    cells["link"] = literal(why, style=f"bold {pal.error}")
+    return FleetRow(cells, {k: (-1,) for k in COLUMN_KEYS} | {"host": (view.name,)}, why)
+
+
+class FleetTable(DataTable[Text]):
+    """The fleet's rows, keyed by host index."""
+
+    DEFAULT_CSS = """
+    FleetTable { height: 1fr; border: round $primary; }
+    """
+
+
+class FleetScreen(Screen[None]):
+    """Every host in one table. Typing filters by host name or link state; ``>`` sorts
+    by the next column, ``<`` reverses; Enter opens the host (``F`` there comes back)."""
+
+    BINDINGS = [
+        Binding("greater_than_sign", "sort_next", "Sort by next column",
+                id="gpudash.fleet.sort"),
+        Binding("less_than_sign", "sort_reverse", "Reverse the order",
+                id="gpudash.fleet.reverse"),
+        Binding("escape", "clear_filter", "Clear the filter", show=False,
+                id="gpudash.fleet.clear"),
+    ]
+
+    DEFAULT_CSS = """
+    FleetScreen { layout: vertical; }
+    FleetScreen #fleet-header { height: 1; background: $panel; }
+    FleetScreen #fleet-keys { height: 1; background: $panel; color: $text-muted; }
+    """
+
+    def __init__(self) -> None:
+        super().__init__(id="fleet")
+        self.filter_text = ""
+        self.sort_key = "reclaim"
+        self.descending = True
+        self.ready = False
+        self._rows: dict[int, FleetRow] = {}
+        self._summaries: dict[int, tuple[HostTriage, HostSummary | None]] = {}
+        self._shown: list[int] = []  # host indices in table order
+        self._order_dirty = False
+        self._mode = ""
+        self._row_errors: dict[int, str] = {}
+        self._dirty: set[int] = set()  # hosts whose row waits for the next flush
+        self._flush_timer: Timer | None = None
+
+    @property
+    def dashboard(self) -> GpudashApp:
+        return cast("GpudashApp", self.app)
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="fleet-header")
+        yield FleetTable(id="fleet-table", cursor_type="row", zebra_stripes=True)
+        yield Static(id="fleet-keys")
+
+    def on_mount(self) -> None:
+        self.table = self.query_one(FleetTable)
+        self.header = self.query_one("#fleet-header", Static)
+        self.keys = self.query_one("#fleet-keys", Static)
+        self.table.border_title = "Fleet"
+        self.ready = True
+        self.refresh_all()
+
+    def on_screen_resume(self) -> None:
+        if self.ready:
+            self.refresh_all()  # rows went stale while a host was on screen
+
+    def on_resize(self, event: Resize) -> None:
+        if self.ready:  # Link and Last action take what the terminal has
+            self.rebuild(columns=True)
+
+    # --- rows ----------------------------------------------------------------------------
+
+    def _summary(self, index: int) -> HostSummary | None:
+        result = self.dashboard.views[index].triage
+        if result is None:
+            return None
+        cached = self._summaries.get(index)
+        if cached is None or cached[0] is not result:  # one summary per new triage
+            cached = (result, summarize(result))
+            self._summaries[index] = cached
+        return cached[1]
+
+    def _make_row(self, index: int) -> FleetRow:
+        app = self.dashboard
+        view = app.views[index]
+        pal = palette(app)
+        try:
+            row = fleet_row(view, self._summary(index), app.last_actions.get(view.name),
+                            app.clock(), app.stale_after, pal)
+            self._row_errors.pop(index, None)
+            return row
+        except Exception as exc:  # noqa: BLE001 - one host's row never ends the screen
+            why = f"{type(exc).__name__}: {exc}"
+            if self._row_errors.get(index) != why:  # logged once, not once per sample
+                self._row_errors[index] = why
+                log.exception("fleet row of %s failed", view.name)
+            return error_row(view, exc, pal)
+
+    def row(self, index: int) -> FleetRow:
+        """The row of host ``index`` as last drawn (made now if it never was)."""
+        if index not in self._rows:
+            self._rows[index] = self._make_row(index)
+        return self._rows[index]
+
+    def _matches(self, index: int) -> bool:
+        text = self.filter_text.lower()
+        if not text:
+            return True
+        name = self.dashboard.views[index].name.lower()
+        if any(c in text for c in "*[]"):
+            return fnmatch.fnmatchcase(name, text)
+        return text in name or self.row(index).link_text.lower().startswith(text)
+
+    def _order(self) -> list[int]:
+        shown = [i for i in range(len(self.dashboard.views)) if self._matches(i)]
+        key = self.sort_key
+
+        def by(i: int) -> tuple[object, ...]:
+            return self.row(i).sort.get(key, (-1,))
+
+        shown.sort(key=lambda i: self.row(i).sort["host"])
+        shown.sort(key=by, reverse=self.descending)  # stable: ties stay by name
+        return shown
+
+    def _columns(self) -> None:
+        self._mode = mode_of(self.app.size.width)
+        self.table.clear(columns=True)
+        for col, title, width in column_widths(self.app.size.width):
+            arrow = ("▼" if self.descending else "▲") if col.key == self.sort_key else ""
+            self.table.add_column(f"{title}{arrow}", key=col.key, width=width)
+
+    def rebuild(self, *, columns: bool = False) -> None:
+        """Filter and sort every row again; the cursor stays on its host."""
+        if not self.ready:
+            return
+        try:
+            cursor = self._cursor_index()
+            with self.app.batch_update():
+                if columns or not self.table.columns:
+                    self._columns()
+                else:
+                    self.table.clear()
+                keys = [str(k.value) for k in self.table.columns]
+                self._shown = self._order()
+                for i in self._shown:
+                    cells = self.row(i).cells
+                    self.table.add_row(*(cells[k] for k in keys), key=str(i))
+                if cursor is not None and cursor in self._shown:
+                    self.table.move_cursor(row=self._shown.index(cursor), animate=False)
+            self._order_dirty = False
+            self.refresh_header()
+        except Exception as exc:  # noqa: BLE001 - logged; the screen stays
+            self.dashboard.drawing_failed("fleet table", exc)
+
+    def refresh_all(self) -> None:
+        self._rows = {i: self._make_row(i) for i in range(len(self.dashboard.views))}
+        self.rebuild(columns=True)
+
+    def host_changed(self, index: int) -> None:
+        """A host has news: its row is redrawn (only the cells that changed) at the next
+        flush, at most ``FLUSH_HZ`` times a second for all the hosts that changed: every
+        cell update makes the table render its visible rows again, so 256 hosts' samples
+        are drawn together, not one by one."""
+        if not self.ready:
+            return
+        self._dirty.add(index)
+        if self._flush_timer is None:
+            self._flush_timer = self.set_timer(1 / FLUSH_HZ, self.flush)
+
+    def flush(self) -> None:
+        """Redraw the rows of the hosts that changed since the last flush."""
+        self._flush_timer = None
+        dirty, self._dirty = self._dirty, set()
+        if not self.ready:
+            return
+        with self.app.batch_update():
+            for index in sorted(dirty):
+                self._redraw_row(index)
+
+    def _redraw_row(self, index: int) -> None:
+        old = self._rows.get(index)
+        new = self._rows[index] = self._make_row(index)
+        try:
+            visible = index in self._shown
+            if visible != self._matches(index):
+                self._order_dirty = True
+            if old is not None and old.sort.get(self.sort_key) != new.sort.get(self.sort_key):
+                self._order_dirty = True
+            if visible and index == self._cursor_index():
+                self._subtitle(index)
+            if visible:
+                for col in self.table.columns:
+                    key = str(col.value)
+                    if old is None or not _same(old.cells[key], new.cells[key]):
+                        self.table.update_cell(str(index), key, new.cells[key])
+        except Exception as exc:  # noqa: BLE001 - logged; the screen stays
+            self.dashboard.drawing_failed("fleet row", exc)
+
+    def tick(self) -> None:
+        """Once a second: ages and retry countdowns move, a changed order is applied (a
+        sorted table does not jump at every sample)."""
+        if not self.ready:
+            return
+        app = self.dashboard
+        now = app.clock()
+        for i, view in enumerate(app.views):
+            row = self._rows.get(i)
+            if row is None or view.status(now, app.stale_after)[0] != row.link_text:
+                self.host_changed(i)
+        if self._order_dirty:
+            self.rebuild()
+        else:
+            self.refresh_header()
+
+    def refresh_header(self) -> None:
+        try:
+            self._draw_header()
+        except Exception as exc:  # noqa: BLE001 - logged; the screen stays
+            self.dashboard.drawing_failed("fleet header", exc)
+
+    def _draw_header(self) -> None:
+        app = self.dashboard
+        pal = palette(app)
+        views = app.views
+        now = app.clock()
+        states = [v.status(now, app.stale_after)[1] for v in views]
+        reclaim = sum(s.reclaimable_mib for _t, s in self._summaries.values() if s is not None)
+        out = Text()
+        out.append(" gpudash ", style="bold reverse")
+        out.append(" fleet ", style="bold")
+        if app.read_only:
+            out.append(" READ-ONLY ", style=f"bold reverse {pal.warning}")
+            out.append(" ")
+        out.append(f"{len(views)} hosts", style="bold")
+        out.append(f"  │ {states.count('ok')} connected", style=pal.success)
+        if states.count("error"):
+            out.append(f"  │ {states.count('error')} failing", style=f"bold {pal.error}")
+        if states.count("warn"):
+            out.append(f"  │ {states.count('warn')} waiting", style=pal.warning)
+        out.append(f"  │ {reclaim / MIB_PER_GIB:.1f} GiB reclaimable",
+                   style=f"bold {pal.orphan}" if reclaim else "dim")
+        if self.filter_text:
+            out.append("  │ filter: ")
+            out.append_text(literal(self.filter_text, style="bold"))
+            out.append(f" ({len(self._shown)} shown)", style="dim")
+        self.header.update(out)
+        self.keys.update(self._key_line())
+
+    def _key_line(self) -> Text:
+        key: Callable[[str], str] = self.dashboard.key_of
+        if self._mode == "narrow":
+            text = (f" type: filter  enter open ({key('fleet')} back)  "
+                    f"{key('fleet.sort')} sort  {key('fleet.reverse')} reverse  "
+                    f"{key('help')} help  ^q quit")
+        else:
+            text = (f" type to filter  esc clear  enter open host ({key('fleet')} comes back)"
+                    f"  {key('fleet.sort')} sort by next column  {key('fleet.reverse')} "
+                    f"reverse  {key('help')} help  ctrl+q quit")
+        return Text(text)
+
+    # --- keys ----------------------------------------------------------------------------
+
+    def _cursor_index(self) -> int | None:
+        if not self._shown or self.table.row_count == 0:
+            return None
+        row = self.table.cursor_row
+        return self._shown[row] if 0 <= row < len(self._shown) else None
+
+    def on_key(self, event: Key) -> None:
+        """Host-name characters go to the filter, backspace takes one back."""
+        char = event.character
+        if event.key == "backspace" and self.filter_text:
+            self.filter_text = self.filter_text[:-1]
+        elif char is not None and len(char) == 1 and event.is_printable and (
+            char.isalnum() or char in FILTER_CHARS
+        ):
+            self.filter_text += char
+        else:
+            return
+        event.stop()
+        event.prevent_default()
+        self.rebuild()
+
+    def action_clear_filter(self) -> None:
+        if self.filter_text:
+            self.filter_text = ""
+            self.rebuild()
+
+    def action_sort_next(self) -> None:
+        keys = [str(c.value) for c in self.table.columns]
+        at = keys.index(self.sort_key) if self.sort_key in keys else -1
+        self.sort_by(keys[(at + 1) % len(keys)])
+
+    def action_sort_reverse(self) -> None:
+        self.descending = not self.descending
+        self.rebuild(columns=True)
+
+    def sort_by(self, key: str) -> None:
+        """Sort by column ``key``: names A to Z, numbers biggest first."""
+        self.sort_key = key
+        self.descending = key not in ("host", "link")
+        self.rebuild(columns=True)
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        key = str(event.column_key.value)
+        if key == self.sort_key:
+            self.action_sort_reverse()
+        else:
+            self.sort_by(key)
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        """A cut-off link state (an error) in full under the table, for the row under
+        the cursor."""
+        if event.row_key.value is not None:
+            self._subtitle(int(event.row_key.value))
+
+    def _subtitle(self, index: int) -> None:
+        row = self._rows.get(index)
+        if row is None or row.link_text == "connected":
+            self.table.border_subtitle = None
+        else:
+            name = self.dashboard.views[index].name
+            status = row.link_text.replace(f"error: {name}: ", "error: ", 1)
+            self.table.border_subtitle = escape(clean(f"{name}: {status}"))
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.row_key.value is not None:
+            self.dashboard.open_host(int(event.row_key.value))

@@ -1,0 +1,318 @@
+"""The fleet view: one row per host, sorted and filtered; Enter opens a host, F comes back;
+a failing host (or a row that cannot be drawn) stays in its row."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from gpudash.demo import MINIMAX, DemoHost
+from gpudash.demo_fleet import ScenarioHost, UnreachableHost, demo_fleet
+from gpudash.engine import ExecOptions
+from gpudash.fleet import summarize
+from gpudash.model import HostSnapshot
+from gpudash.source import HostControl, HostKeyError
+from gpudash.ui import fleet_screen
+from gpudash.ui.app import GpudashApp
+from gpudash.ui.fleet_screen import FleetScreen
+from gpudash.ui.main_screen import MainScreen
+from gpudash.ui.screens import ConfirmModal
+from gpudash.units import MIB_PER_GIB
+
+SIZE = (160, 50)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+
+
+def fleet_app(sources: list, **kw: object) -> GpudashApp:  # type: ignore[type-arg]
+    return GpudashApp(sources, interval=0.25, read_only=False, theme=None,
+                      exec_options=ExecOptions(term_timeout=2.0, poll=0.2), **kw)  # type: ignore[arg-type]
+
+
+async def wait_for(pilot, predicate, within: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + within
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await pilot.pause(0.05)
+
+
+def cells(app: GpudashApp, index: int) -> dict[str, str]:
+    table = app.fleet.table
+    keys = [str(c.value) for c in table.columns]
+    return dict(zip(keys, (c.plain for c in table.get_row(str(index))), strict=True))
+
+
+def shown_names(app: GpudashApp) -> list[str]:
+    return [app.views[i].name for i in app.fleet._shown]
+
+
+async def all_read(pilot, app: GpudashApp) -> None:  # type: ignore[no-untyped-def]
+    await wait_for(pilot, lambda: all(v.snapshot is not None or v.state == "error"
+                                      for v in app.views) and app.fleet.ready)
+    await pilot.pause(0.3)
+
+
+async def test_several_hosts_open_the_fleet_and_rows_say_what_the_triage_says() -> None:
+    app = fleet_app(demo_fleet(6, speed=20))
+    async with app.run_test(size=SIZE) as pilot:
+        await all_read(pilot, app)
+        assert isinstance(app.screen, FleetScreen)
+        keys = [str(c.value) for c in app.fleet.table.columns]
+        assert keys == ["host", "link", "gpus", "mem", "reclaim", "orphans", "crash", "action"]
+        app.fleet.refresh_all()  # the triage and the table from the same instant
+        for i, view in enumerate(app.views):
+            row = cells(app, i)
+            assert row["host"] == view.name
+            if view.triage is None:
+                continue
+            s = summarize(view.triage)
+            assert row["gpus"] == f"{s.gpus_in_use}/{s.gpus_total}"
+            assert row["reclaim"] == f"{s.reclaimable_mib / MIB_PER_GIB:.1f}"
+            assert row["orphans"] == str(s.orphans)
+            assert row["crash"] == (f"{len(s.crash_looping)} "
+                                    f"{s.crash_looping[0].removesuffix('.service')}"
+                                    if s.crash_looping else "0")
+            assert "connected" in row["link"]
+        stopped = cells(app, 3)  # workers under PID 1: everything but alice's notebook
+        assert stopped["orphans"] == "8" and stopped["reclaim"] == "754.3"
+        assert cells(app, 1)["reclaim"] == "0.0"  # the healthy one
+
+
+async def test_one_host_shows_the_host_screen_and_no_fleet() -> None:
+    app = fleet_app([DemoHost()])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.view.snapshot is not None)
+        assert isinstance(app.screen, MainScreen)
+        await pilot.press("F")
+        assert isinstance(app.screen, MainScreen)
+        assert app.check_action("fleet", ()) is False
+
+
+async def test_sort_by_column_and_reverse() -> None:
+    app = fleet_app(demo_fleet(6, speed=20))
+    async with app.run_test(size=SIZE) as pilot:
+        await all_read(pilot, app)
+        # default: most reclaimable first, hosts that could not be read last
+        assert app.fleet.sort_key == "reclaim" and app.fleet.descending
+        reclaim = [app.fleet.row(i).sort["reclaim"] for i in app.fleet._shown]
+        assert reclaim == sorted(reclaim, reverse=True)
+        assert shown_names(app)[-1] == "demo-gpu03"  # unreachable: nothing known
+        await pilot.press("less_than_sign")  # reverse
+        assert not app.fleet.descending
+        assert shown_names(app)[0] == "demo-gpu03"
+        app.fleet.sort_by("host")
+        await pilot.pause()
+        assert shown_names(app) == sorted(v.name for v in app.views)
+        await pilot.press("greater_than_sign")  # the next column: link, errors first
+        assert app.fleet.sort_key == "link"
+        assert shown_names(app)[0] == "demo-gpu03"
+        assert "Link▲" in [str(c.label) for c in app.fleet.table.columns.values()]
+
+
+async def test_typing_filters_and_backspace_and_escape_undo_it() -> None:
+    app = fleet_app(demo_fleet(12, speed=20))
+    async with app.run_test(size=SIZE) as pilot:
+        await all_read(pilot, app)
+        await pilot.press("g", "p", "u", "1")
+        assert app.fleet.filter_text == "gpu1"
+        assert sorted(shown_names(app)) == ["demo-gpu10", "demo-gpu11", "demo-gpu12"]
+        assert app.fleet.table.row_count == 3
+        assert isinstance(app.screen, FleetScreen)  # letters never reached host actions
+        await pilot.press("backspace")
+        assert app.fleet.filter_text == "gpu" and len(shown_names(app)) == 12
+        await pilot.press("escape")
+        assert app.fleet.filter_text == "" and len(shown_names(app)) == 12
+        await pilot.press("asterisk", "0", "3")
+        assert shown_names(app) == ["demo-gpu03"]  # a glob matches whole names
+        await pilot.press("escape", "e", "r", "r")  # the link state: hosts failing now
+        await wait_for(pilot, lambda: bool(shown_names(app)))
+        assert set(shown_names(app)) <= {"demo-gpu03", "demo-gpu09"}  # the unreachable
+
+
+async def test_enter_opens_the_host_and_f_comes_back() -> None:
+    app = fleet_app(demo_fleet(6, speed=20))
+    async with app.run_test(size=SIZE) as pilot:
+        await all_read(pilot, app)
+        app.fleet.sort_by("host")
+        await pilot.pause()
+        app.fleet.table.move_cursor(row=3)  # demo-gpu04
+        await pilot.press("enter")
+        assert isinstance(app.screen, MainScreen)
+        assert app.current_host == 3 and "demo-gpu04" in str(app.query_one("#header").render())
+        history = len(app.view.history)
+        await wait_for(pilot, lambda: len(app.view.history) > history)  # live, not frozen
+        await pilot.press("F")
+        assert isinstance(app.screen, FleetScreen)
+        assert app.fleet._cursor_index() == 3  # the cursor is where it was
+        await pilot.press("down", "enter")
+        assert app.current_host == 4 and isinstance(app.screen, MainScreen)
+
+
+async def test_last_action_and_its_outcome_show_in_the_hosts_row() -> None:
+    app = fleet_app([ScenarioHost("gpu-a", "healthy", speed=20),
+                     ScenarioHost("gpu-b", "stopped", speed=20, seed=3)])
+    async with app.run_test(size=SIZE) as pilot:
+        await all_read(pilot, app)
+        app.fleet.sort_by("host")
+        app.fleet.table.move_cursor(row=1)
+        await pilot.press("enter")
+        assert app.current_host == 1
+        await wait_for(pilot, lambda: app.availability("reap")[0] is True)
+        await pilot.press("o")  # reap the orphans of the stopped unit
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.press("y")
+        await wait_for(pilot, lambda: len(app.reports) == 1, within=30)
+        await pilot.press("F")
+        await wait_for(pilot, lambda: "Reap" in cells(app, 1)["action"])
+        row = cells(app, 1)
+        verdict = app.reports[0].verdict
+        assert row["action"].startswith("✔ " if verdict == "confirmed" else "✘ ")
+        assert cells(app, 0)["action"] == "—"
+        await wait_for(pilot, lambda: cells(app, 1)["reclaim"] == "0.0", within=20)
+        assert cells(app, 1)["orphans"] == "0"
+
+
+class RefusedKey(HostControl):
+    """A host whose key changed: never retried, the error stays."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @property
+    def control(self) -> HostControl:
+        return self
+
+    async def stream(self, interval: float) -> AsyncIterator[HostSnapshot]:
+        raise HostKeyError(f"{self.name}: host key changed (in /root/.ssh/known_hosts:3)")
+        yield  # pragma: no cover
+
+    async def close(self) -> None:
+        return None
+
+    async def sample(self) -> HostSnapshot:
+        raise HostKeyError("changed")
+
+    async def systemctl(self, verb: str, unit: str):  # type: ignore[no-untyped-def]
+        raise HostKeyError("changed")
+
+    async def signal(self, *a: object, **kw: object):  # type: ignore[no-untyped-def]
+        raise HostKeyError("changed")
+
+    async def sleep(self, seconds: float) -> None:
+        return None
+
+
+async def test_a_failing_host_shows_its_error_in_its_row_and_the_rest_go_on() -> None:
+    app = fleet_app([ScenarioHost("gpu-a", "healthy", speed=20), UnreachableHost("gpu-b"),
+                     RefusedKey("gpu-c\x1b[31m")])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.views[2].state == "error"
+                       and app.views[1].error is not None)
+        await wait_for(pilot, lambda: "host key changed" in cells(app, 2)["link"])
+        assert "\x1b" not in cells(app, 2)["host"] and "\\x1b" in cells(app, 2)["host"]
+        await wait_for(pilot, lambda: "no answer within 10 s" in cells(app, 1)["link"]
+                       or "reconnecting" in cells(app, 1)["link"])
+        assert cells(app, 1)["reclaim"] == "N/A"
+        history = len(app.views[0].history)
+        await wait_for(pilot, lambda: len(app.views[0].history) > history + 2)
+        assert cells(app, 0)["gpus"] == "8/8"
+        assert "failing" in str(app.fleet.header.render())  # gpu-c, and gpu-b at times
+
+
+async def test_a_row_that_cannot_be_drawn_says_so_and_the_others_stay(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real = fleet_screen.summarize
+
+    def broken(result):  # type: ignore[no-untyped-def]
+        if result.snapshot.host == "gpu-b":
+            raise KeyError("gpu 9")
+        return real(result)
+
+    monkeypatch.setattr(fleet_screen, "summarize", broken)
+    app = fleet_app([ScenarioHost("gpu-a", "stopped", speed=20),
+                     ScenarioHost("gpu-b", "healthy", speed=20, seed=3)])
+    async with app.run_test(size=SIZE) as pilot:
+        await all_read(pilot, app)
+        await wait_for(pilot, lambda: "display error" in cells(app, 1)["link"])
+        assert "KeyError" in cells(app, 1)["link"]
+        assert cells(app, 0)["orphans"] == "8"
+        history = len(app.views[0].history)
+        await wait_for(pilot, lambda: len(app.views[0].history) > history + 2)
+        assert isinstance(app.screen, FleetScreen)
+
+
+async def test_host_screen_is_not_drawn_while_the_fleet_is_on_screen(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    app = fleet_app(demo_fleet(3, speed=20))
+    async with app.run_test(size=SIZE) as pilot:
+        await all_read(pilot, app)
+        redraws: list[int] = []
+        monkeypatch.setattr(app.main, "refresh_view", lambda: redraws.append(1))
+        history = len(app.views[0].history)
+        await wait_for(pilot, lambda: len(app.views[0].history) > history + 3)
+        assert redraws == []
+        await pilot.press("enter")
+        assert redraws  # drawn afresh when it comes back on screen
+
+
+async def test_fleet_key_is_rebindable(tmp_path: Path) -> None:
+    (tmp_path / "config" / "gpudash").mkdir(parents=True)
+    (tmp_path / "config" / "gpudash" / "keymap.toml").write_text(
+        '"gpudash.fleet" = "ctrl+f"\n"gpudash.fleet.sort" = "ctrl+s"\n')
+    app = fleet_app(demo_fleet(2, speed=20))
+    async with app.run_test(size=SIZE) as pilot:
+        await all_read(pilot, app)
+        await pilot.press("ctrl+s")
+        assert app.fleet.sort_key != "reclaim"
+        assert "ctrl+f comes back" in str(app.fleet.keys.render()).replace("^f", "ctrl+f")
+        await pilot.press("enter")
+        await pilot.press("ctrl+f")
+        assert isinstance(app.screen, FleetScreen)
+        assert MINIMAX  # the demo's unit, for readers of this test
+
+
+async def test_the_fleet_offers_no_host_action_until_a_host_is_open() -> None:
+    app = fleet_app(demo_fleet(2, speed=20))
+    async with app.run_test(size=SIZE) as pilot:
+        await all_read(pilot, app)
+        offered = {action for _t, _h, action, _a in app.palette_commands()}
+        assert "reclaim" not in offered and "host(1)" in offered
+        assert app.check_action("reclaim", ()) is False
+        await pilot.press("ctrl+p")  # the palette over the fleet: still the fleet
+        await pilot.pause(0.2)
+        assert app.fleet_shown
+        await pilot.press("escape")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.view.triage is not None)
+        assert "reclaim" in {action for _t, _h, action, _a in app.palette_commands()}
+
+
+async def test_columns_follow_the_terminal_width_even_when_resized_elsewhere() -> None:
+    app = fleet_app(demo_fleet(3, speed=20))
+    async with app.run_test(size=SIZE) as pilot:
+        await all_read(pilot, app)
+        assert "mem" in [str(c.value) for c in app.fleet.table.columns]
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause(0.2)
+        labels = [str(c.label) for c in app.fleet.table.columns.values()]
+        assert "mem" not in [str(c.value) for c in app.fleet.table.columns]
+        assert "Orph" in labels and "Last action" in labels
+        assert sum(c.get_render_width(app.fleet.table) for c in
+                   app.fleet.table.columns.values()) <= 80 - 2
+        await pilot.press("enter")
+        await pilot.resize_terminal(160, 50)  # on the host screen
+        await pilot.pause(0.2)
+        await pilot.press("F")
+        await pilot.pause(0.2)
+        assert "mem" in [str(c.value) for c in app.fleet.table.columns]
+        assert "comes back" in str(app.fleet.keys.render())  # the wide key line
