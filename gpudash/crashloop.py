@@ -1,9 +1,11 @@
-"""Crash loops: a unit that systemd keeps restarting by itself.
+"""Crash loops as only a history of samples shows them.
 
 One respawn is the incident (``kill -9`` on a ``Restart=always`` server); a crash loop is
-a unit that dies again and again (a model that does not fit, a bad flag). Telling the two
-apart needs more than one snapshot, so ``RestartWatch`` keeps, per unit, when its
-``NRestarts`` went up. Pure: the caller passes the time.
+a unit that dies again and again (a model that does not fit, a bad flag). One snapshot
+tells them apart in most cases (``fleet.unit_crash_looping``, the fleet view's rule);
+``RestartWatch`` adds what a follower of the host sees: restarts close together, and a
+unit that drops out of the snapshot between crashes (it held no GPU memory just then).
+Pure: the caller passes the time.
 """
 
 from __future__ import annotations
@@ -11,27 +13,17 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
+from gpudash.fleet import unit_crash_looping
 from gpudash.model import Unit
 
-# NRestarts from which a service counts as crash-looping even between two restarts (the
-# fleet view's rule: keep the two equal).
-CRASH_LOOP_RESTARTS = 3
 WINDOW_RESTARTS = 2  # automatic restarts seen ...
 CRASH_LOOP_WINDOW_S = 300.0  # ... within this many seconds make a crash loop too
 
 
-def looks_crash_looping(unit: Unit) -> bool:
-    """What one snapshot alone says: the unit died again after systemd restarted it
-    (``auto-restart`` with ``NRestarts`` >= 1: one ``kill -9`` is not a loop), or systemd
-    has restarted it by itself ``CRASH_LOOP_RESTARTS`` times or more."""
-    restarts = unit.n_restarts or 0
-    return (unit.sub_state == "auto-restart" and restarts >= 1) or (
-        restarts >= CRASH_LOOP_RESTARTS)
-
-
 class RestartWatch:
     """Automatic restarts of one host's units, as seen sample after sample: crash-looping
-    is what ``looks_crash_looping`` says, or ``restarts`` within ``window_s``.
+    is what the fleet view says of one snapshot (``fleet.unit_crash_looping``), or
+    ``restarts`` seen within ``window_s``.
 
     ``NRestarts`` counts automatic restarts since the unit was last started by hand (a
     manual start resets it to 0); an increase between two samples is a restart that
@@ -61,7 +53,7 @@ class RestartWatch:
                 if before is not None and unit.n_restarts > before:
                     events.append((now, unit.n_restarts - before))
                 self._count[unit.name] = unit.n_restarts
-            if looks_crash_looping(unit):
+            if unit_crash_looping(unit):
                 looping.add(unit.name)
         cutoff = now - self.window_s
         for name in list(self._seen):

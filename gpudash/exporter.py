@@ -29,6 +29,7 @@ from prometheus_client.core import (
 
 from gpudash.crashloop import RestartWatch
 from gpudash.engine.target import Target, expected_free
+from gpudash.fleet import reclaimable_by_gpu
 from gpudash.model import HostSnapshot, Process
 from gpudash.source import HostSource, SourceError
 from gpudash.transport import LinkState, reconnecting_stream, round_trip_s
@@ -134,6 +135,9 @@ class _Families:
         self.total = g("gpudash_gpu_memory_total_bytes", "GPU memory in all", labels=GPU)
         self.gpu_orphaned = g("gpudash_gpu_orphaned_bytes", "GPU memory held by orphaned "
                               "processes (what reaping them brings back)", labels=GPU)
+        self.reclaimable = g("gpudash_reclaimable_bytes", "GPU memory reclaim would give "
+                             "back: held by orphans, or by units down or respawning (the fleet "
+                             "view's figure)", labels=GPU)
         self.orphaned = g("gpudash_orphaned_bytes", "GPU memory held by orphaned processes "
                           "of the unit (what reaping them brings back); only where > 0",
                           labels=GPU_UNIT)
@@ -203,6 +207,9 @@ def _host(m: _Families, host: str, snap: HostSnapshot, view: HostView) -> None:
                 by_gpu[gpu] = by_gpu.get(gpu, 0) + mib
     for gpu, mib in sorted(by_gpu.items()):
         m.gpu_orphaned.add_metric(gpu_labels(gpu), float(mib * MIB))
+    reclaimable, _unknown = reclaimable_by_gpu(tri)
+    for g in snap.gpus:
+        m.reclaimable.add_metric(gpu_labels(g.index), float(reclaimable.get(g.index, 0) * MIB))
 
     services = [u for u in snap.units if owner_kind(u.name) is OwnerKind.SERVICE]
     for u in services:

@@ -141,6 +141,11 @@ def test_prometheus_sees_lab_orphans_arrive_with_the_hosts_numbers_and_go(
             str(i): WORKER_MIB * MIB for i in range(8)}
         assert set(prom.query(f'gpudash_gpu_orphaned_bytes{{host="{calm.alias}"}}')
                    .values()) == {0.0}
+        # reclaimable (the fleet view's figure): the workers, and on GPUs 6-7 also the
+        # respawned SGLang's schedulers
+        reclaimable = by(prom.query(f"gpudash_reclaimable_bytes{{{host}}}"), "gpu")
+        assert all(reclaimable[str(i)] == WORKER_MIB * MIB for i in range(5))
+        assert all(reclaimable[str(i)] >= WORKER_MIB * MIB for i in (6, 7))
         assert set(prom.query(f'gpudash_orphaned_processes{{{host},unit="{VLLM}"}}')
                    .values()) == {8.0}
         assert set(prom.query(f'gpudash_unit_info{{{host},unit="{VLLM}",'

@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpudash.crashloop import RestartWatch
 from gpudash.demo import DEEPSEEK, MINIMAX, DemoHost
 from gpudash.exporter import MIB, HostView, HostWatch, TriageCollector, metric_families
+from gpudash.fleet import summarize
 from gpudash.model import HostSnapshot, Unit
 from gpudash.source import ConnectError, HostControl
 from gpudash.transport.reconnect import LinkState
@@ -114,6 +115,13 @@ async def test_orphaned_bytes_per_gpu_and_unit_equal_the_triage() -> None:
     assert ("active_state", "inactive") in info and ("kill_mode", "process") in info
     # alice's notebook holds GPU0 memory but is nobody's orphan
     assert value(s, "gpudash_gpu_memory_used_bytes", gpu="0") > got["0"]
+    # reclaimable is the fleet view's own figure, GPU by GPU
+    fleet_row = summarize(tri)
+    for g in snap.gpus:
+        assert value(s, "gpudash_reclaimable_bytes", gpu=str(g.index)) == (
+            fleet_row.reclaimable_by_gpu.get(g.index, 0) * MIB)
+    assert sum(v for v in series(s, "gpudash_reclaimable_bytes").values()) == (
+        fleet_row.reclaimable_mib * MIB) > 0
 
 
 async def test_series_of_reaped_orphans_leave_no_stale_label_set_behind() -> None:
