@@ -75,6 +75,35 @@ def test_prometheus_scrapes_the_exporter_over_the_demo(prometheus_server, tmp_pa
     assert "Traceback" not in err
 
 
+def test_prometheus_tells_the_demo_fleets_hosts_apart(prometheus_server, tmp_path: Path
+                                                      ) -> None:  # type: ignore[no-untyped-def]
+    """gpudash --demo-hosts 5: the incident, healthy, unreachable, stopped, crash loop."""
+    exporter = Exporter(tmp_path / "exporter.log", "--demo-hosts", "5", "--interval", "0.5")
+    try:
+        prom = prometheus_server([exporter.target])
+        up = prom.wait("gpudash_link_up", lambda r: len(r) == 5)
+        assert by(up, "host") == {"demo-gpu01": 1.0, "demo-gpu02": 1.0, "demo-gpu03": 0.0,
+                                  "demo-gpu04": 1.0, "demo-gpu05": 1.0}
+        orphans = prom.wait(f'gpudash_orphaned_processes{{unit="{MINIMAX}"}}',
+                            lambda r: len(r) == 4)
+        assert by(orphans, "host") == {"demo-gpu01": 8.0, "demo-gpu02": 0.0,
+                                       "demo-gpu04": 8.0, "demo-gpu05": 0.0}
+        assert by(prom.query(f'gpudash_unit_restarts_total{{unit="{MINIMAX}"}}'), "host")[
+            "demo-gpu01"] == 1.0  # the kill -9: respawned once
+        assert by(prom.query(f'sum by (host) (gpudash_orphaned_bytes{{unit="{MINIMAX}"}})'),
+                  "host").keys() == {"demo-gpu01", "demo-gpu04"}
+        looping = prom.wait("gpudash_unit_crash_looping == 1", lambda r: len(r) >= 1,
+                            timeout=60)
+        assert {(dict(k)["host"], dict(k)["unit"]) for k in looping} == {
+            ("demo-gpu05", "vllm-deepseek-v3.service")}
+        [info] = prom.query('gpudash_link_info{host="demo-gpu03"}')
+        assert "unreachable" in dict(info)["error"]
+    finally:
+        code, err = exporter.stop()
+    assert code == 0, err
+    assert err.count("demo-gpu03: no answer") == 1  # said once, not once per retry
+
+
 @pytest.mark.lab
 def test_prometheus_sees_lab_orphans_arrive_with_the_hosts_numbers_and_go(
     lab_hosts, prometheus_server, tmp_path: Path,  # type: ignore[no-untyped-def]

@@ -50,7 +50,9 @@ class LinkReporter:
     def __call__(self, host: str, state: LinkState) -> None:
         if state.state in ("error", "stale"):
             if self.last.get(host) != state.error:
-                self.term.error(f"{host}: {state.error}")
+                said = state.error or state.state
+                # transport errors name their host already
+                self.term.error(said if said.startswith(f"{host}:") else f"{host}: {said}")
             self.last[host] = state.error
         elif state.state == "connected":
             if self.last.get(host) is not None:
