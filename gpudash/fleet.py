@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpudash.model import Unit
 from gpudash.triage import Flag, HostTriage, OwnerKind, holds
 
 # NRestarts from which a service counts as crash-looping even between two restarts.
@@ -41,16 +42,17 @@ class HostSummary:
     errors: tuple[str, ...]
 
 
+def unit_crash_looping(unit: Unit) -> bool:
+    """What one snapshot says of a unit: systemd keeps restarting it."""
+    restarts = unit.n_restarts or 0
+    return (unit.sub_state == "auto-restart" and restarts >= 1) or (
+        restarts >= CRASH_LOOP_RESTARTS
+    )
+
+
 def crash_looping(result: HostTriage) -> tuple[str, ...]:
     """The services of the host that systemd keeps restarting."""
-    out = []
-    for unit in result.snapshot.units:
-        restarts = unit.n_restarts or 0
-        if (unit.sub_state == "auto-restart" and restarts >= 1) or (
-            restarts >= CRASH_LOOP_RESTARTS
-        ):
-            out.append(unit.name)
-    return tuple(sorted(out))
+    return tuple(sorted(u.name for u in result.snapshot.units if unit_crash_looping(u)))
 
 
 def reclaimable_by_gpu(result: HostTriage) -> tuple[dict[int, int], int]:

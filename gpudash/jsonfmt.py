@@ -47,6 +47,7 @@ def host_to_json(snapshot: HostSnapshot) -> dict[str, Any]:
         "cpu_pct": snapshot.cpu_pct,
         "mem_used_mib": snapshot.mem_used_mib,
         "mem_total_mib": snapshot.mem_total_mib,
+        "collector_cpu_s": snapshot.collector_cpu_s,
         "gpus": gpus,
         "processes": processes,
         "units": [_fields(u) for u in snapshot.units],

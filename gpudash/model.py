@@ -119,6 +119,8 @@ class HostSnapshot:
     cannot_act_reason: str | None = None
     boot_id: str | None = None  # the host's boot: a process identity holds within one boot
     cpu_pct: float | None = None  # host CPU busy, % of all CPUs, since the previous sample
+    # CPU seconds the collector (and what it ran) used on the host since it started
+    collector_cpu_s: float | None = None
     mem_used_mib: int | None = None  # host RAM in use: total less what is available
     mem_total_mib: int | None = None
 

@@ -16,6 +16,8 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   command -v make >/dev/null || need+=(make)
   command -v tmux >/dev/null || need+=(tmux)
   command -v xauth >/dev/null || need+=(xauth)  # the no-X11-forwarding test needs a real one
+  # the exporter's end-to-end test starts its own server on 127.0.0.1 (promtool: the rules)
+  command -v prometheus >/dev/null || need+=(prometheus)
   if [ ${#need[@]} -gt 0 ]; then
     echo "run.sh: installing ${need[*]}"
     apt-get update -q >/dev/null

@@ -108,6 +108,25 @@ def test_host_cpu_and_memory_agree_with_and_without_psutil(
     assert a >= 100 / (os.cpu_count() or 1) / 2  # this loop alone kept one core busy
 
 
+def test_the_collector_reports_its_own_cpu_time_every_ten_seconds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(hostside, "HOST_STATS_S", 0.0)
+    clock = [1000.0]
+    monkeypatch.setattr(hostside.time, "monotonic", lambda: clock[0])
+    stats = hostside.HostStats(None)
+    first = stats.read()["collector_cpu_s"]
+    t = os.times()
+    assert 0 < first <= t[0] + t[1] + t[2] + t[3] + 0.01  # this process, its children
+    deadline = time.process_time() + 0.3
+    while time.process_time() < deadline:  # burn CPU: the figure must not move yet
+        pass
+    clock[0] += 5
+    assert stats.read()["collector_cpu_s"] == first  # re-read only every OWN_CPU_S
+    clock[0] += hostside.OWN_CPU_S
+    assert stats.read()["collector_cpu_s"] >= first + 0.2
+
+
 def test_busy_holder_shows_high_cpu_and_a_sleeping_one_about_zero(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DOMAIN = ["model", "source", "triage", "engine", "demo", "jsonfmt", "audit", "textreport",
           "untrusted", "units", "collector", "transport", "logfile", "controller",
-          "cli.contract", "cli.terminal", "cli.act"]
+          "cli.contract", "cli.terminal", "cli.act", "cli.exporter", "exporter", "crashloop"]
 
 
 LINT_IMPORTS = "from importlinter.cli import lint_imports_command; lint_imports_command()"

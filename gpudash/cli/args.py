@@ -13,7 +13,7 @@ from gpudash.demo_fleet import MAX_DEMO_HOSTS
 from gpudash.logfile import LEVELS
 from gpudash.model import unit_name
 
-SUBCOMMANDS = ("snapshot", "reclaim", "start", "swap")
+SUBCOMMANDS = ("snapshot", "reclaim", "start", "swap", "exporter")
 
 
 def seconds(low: float, high: float, *, low_inclusive: bool = False) -> Callable[[str], float]:
@@ -76,6 +76,9 @@ DESCRIPTIONS = {
     "start": "Start a unit (and enable it) and follow it loading until it serves: active "
     "without restarts, memory steady, its ready URL answering on the host. A crash loop "
     "is stopped and explained by its log line. Exit 0 only if serving.",
+    "exporter": "Follow the hosts and expose their triage as Prometheus metrics: GPU memory "
+    "used/total, orphaned memory per GPU and unit, restarts, crash loops, link up. Only "
+    "looks (every host read-only). Runs until SIGTERM or Ctrl+C.",
     "swap": "Reclaim one model with proof, check the next one fits, start it and prove it "
     "serves. Exit 0 only if the old memory came back and the new model serves.",
 }
@@ -89,6 +92,19 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
                                     description="Print one snapshot of each host.")
         _common(p)
         p.add_argument("--json", action="store_true", help="JSON (schema 1) instead of text")
+        return p
+    if command == "exporter":
+        from gpudash.cli.exporter import EXIT_HELP, listen_address
+
+        p = argparse.ArgumentParser(prog="gpudash exporter", epilog=EXIT_HELP,
+                                    formatter_class=fmt, description=DESCRIPTIONS[command])
+        _common(p)
+        p.add_argument("--listen", type=listen_address, default=None, metavar="HOST:PORT",
+                       help="serve /metrics here (default 127.0.0.1:9835, unless only "
+                       "--textfile is given; port 0 picks a free port)")
+        p.add_argument("--textfile", type=Path, default=None, metavar="DIR",
+                       help="also write DIR/gpudash.prom every interval, atomically "
+                       "(node_exporter's textfile collector)")
         return p
     if command in ("reclaim", "start", "swap"):
         p = argparse.ArgumentParser(prog=f"gpudash {command}", epilog=epilog,
@@ -152,6 +168,9 @@ def parse(argv: list[str]) -> tuple[str | None, argparse.Namespace]:
             parser.error(str(exc))
     if command in ("reclaim", "start", "swap") and len(args.hosts) > 1:
         parser.error(f"{command} acts on one host at a time")
+    if command == "exporter" and (twice := sorted({h for h in args.hosts
+                                                   if args.hosts.count(h) > 1})):
+        parser.error(f"HOST named more than once: {', '.join(twice)}")
     if command == "swap" and unit_name(args.from_unit) == unit_name(args.to_unit):
         parser.error("--from and --to name the same unit: use start or restart")
     return command, args

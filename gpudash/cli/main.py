@@ -6,6 +6,7 @@
     gpudash reclaim [HOST] --unit U    stop + disable U, reap its leftovers, wait, report
     gpudash start [HOST] --unit U      start U, follow it loading, prove it serves
     gpudash swap [HOST] --from A --to B   reclaim A with proof, start B, prove it serves
+    gpudash exporter [HOST ...]        the triage as Prometheus metrics (127.0.0.1:9835)
 
 What goes to stdout and stderr, and the exit codes: ``gpudash.cli.contract``.
 """
@@ -168,6 +169,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_snapshot(args, term)
         if command in ("reclaim", "start", "swap"):
             return cmd_act(command, args, term)
+        if command == "exporter":
+            from gpudash.cli.exporter import cmd_exporter
+
+            args.read_only = True  # the exporter only looks
+            return cmd_exporter(args, term, open_sources(args))
         return cmd_dashboard(args, term)
     except SourceError as exc:
         term.error(str(exc))

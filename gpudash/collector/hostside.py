@@ -67,7 +67,8 @@ SIGNAL_OUTCOMES = ("sent", "gone", "mismatch", "denied", "unknown")
 # pid and unit name whose values have the keys below. Keys whose value is None are left out.
 SNAPSHOT_KEYS = (
     "v", "host", "taken_at", "boot_id", "source", "degraded", "errors", "can_act",
-    "cannot_act_reason", "cpu_pct", "mem_used_mib", "mem_total_mib", "gpus", "procs", "units",
+    "cannot_act_reason", "cpu_pct", "mem_used_mib", "mem_total_mib", "collector_cpu_s",
+    "gpus", "procs", "units",
 )
 GPU_KEYS = (
     "index", "uuid", "name", "memory_total_mib", "memory_used_mib", "memory_reserved_mib",
@@ -113,6 +114,7 @@ HOT_STATES = (b"D", b"Z", b"T", b"t", b"X")  # states whose process is re-read e
 FD_CACHE_MAX = 4096  # most /proc/PID/stat fds kept open (also <= half of RLIMIT_NOFILE)
 STAT_BYTES = 4096  # /proc/PID/stat is one line of at most ~1 KB
 HOST_STATS_S = 1.0  # the host's CPU % and RAM are re-read at most this often (seconds)
+OWN_CPU_S = 10.0  # the collector's own CPU time, this often: a changed field costs wire bytes
 NA_MARKERS = ("[N/A]", "[Not Supported]", "[Insufficient Permissions]", "N/A", "[Unknown Error]")
 SMI_GPU_FIELDS = (
     "index,uuid,name,memory.total,memory.used,utilization.gpu,temperature.gpu,"
@@ -1415,6 +1417,8 @@ class HostStats:
         self.last: tuple[float, float] | None = None  # (busy, total) CPU time, /proc path
         self.primed = False
         self.read_at = -HOST_STATS_S
+        self.own_read_at = -OWN_CPU_S
+        self.own_cpu_s: float | None = None
         self.values: Json = {}
 
     @property
@@ -1422,8 +1426,10 @@ class HostStats:
         return self.psutil is not None
 
     def read(self) -> Json:
-        """{"cpu_pct", "mem_used_mib", "mem_total_mib"}: the same values (and dict) for
-        ``HOST_STATS_S`` after each reading (a CPU % over less than that is noise)."""
+        """{"cpu_pct", "mem_used_mib", "mem_total_mib", "collector_cpu_s"}: the same
+        values (and dict) for ``HOST_STATS_S`` after each reading (a CPU % over less than
+        that is noise). ``collector_cpu_s``: CPU seconds this collector and the programs it
+        waited for (systemctl, nvidia-smi) used since it started, every ``OWN_CPU_S``."""
         now = time.monotonic()
         if now - self.read_at < HOST_STATS_S:
             return self.values
@@ -1431,10 +1437,15 @@ class HostStats:
         cpu = self._cpu_psutil() if self.psutil is not None else self._cpu_proc()
         used, total = self._mem_psutil() if self.psutil is not None else self._mem_proc()
         primed, self.primed = self.primed, True
+        if now - self.own_read_at >= OWN_CPU_S:
+            self.own_read_at = now
+            t = os.times()
+            self.own_cpu_s = round(t[0] + t[1] + t[2] + t[3], 2)
         self.values = {
             "cpu_pct": round(cpu, 1) if primed and cpu is not None else None,
             "mem_used_mib": used,
             "mem_total_mib": total,
+            "collector_cpu_s": self.own_cpu_s,
         }
         return self.values
 

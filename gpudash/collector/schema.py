@@ -106,6 +106,7 @@ BOUNDS: dict[type, dict[str, Bound]] = {
         "cpu_pct": Number(0, 100),
         "mem_used_mib": Number(0, HOST_MIB_MAX),
         "mem_total_mib": Number(0, HOST_MIB_MAX),
+        "collector_cpu_s": Number(0, 2**40),
     },
 }
 # Fields read elsewhere: a Process's GPU memory map (``gpu_memory``), and what a snapshot

@@ -1,0 +1,248 @@
+"""The triage as Prometheus metrics, for ``gpudash exporter``.
+
+``HostWatch`` follows one host through the same reconnecting stream the dashboard uses
+and keeps what it knows as one immutable ``HostView``, replaced whole on every sample or
+link change. ``TriageCollector`` (a ``prometheus_client`` collector) reads each host's
+view once per scrape and triages that snapshot, so a scrape is consistent per host and a
+process, unit or GPU that went away leaves no series behind. ``metric_families`` is the
+pure part: views in, metric families out.
+
+Series of a host whose link is not up are left out (its ``gpudash_link_up`` is 0 and
+``gpudash_link_info`` carries the error): a number the exporter cannot vouch for now is
+not exported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
+
+from gpudash.crashloop import RestartWatch
+from gpudash.engine.target import Target, expected_free
+from gpudash.fleet import reclaimable_by_gpu
+from gpudash.model import HostSnapshot, Process
+from gpudash.source import HostSource, SourceError
+from gpudash.transport import LinkState, reconnecting_stream, round_trip_s
+from gpudash.triage import Flag, OwnerKind, owner_kind, triage
+from gpudash.untrusted import clean
+
+log = logging.getLogger("gpudash.exporter")
+
+MIB = 1 << 20  # bytes
+RETRY_S = 30.0  # a host whose stream gave up (a host key problem) is tried again after this
+
+HOST = ["host"]
+GPU = ["host", "gpu", "uuid"]
+UNIT = ["host", "unit"]
+GPU_UNIT = ["host", "gpu", "uuid", "unit"]
+
+
+@dataclass(frozen=True, slots=True)
+class HostView:
+    """What the exporter knows of one host at one instant (never mutated: replaced)."""
+
+    name: str
+    link: LinkState
+    snapshot: HostSnapshot | None = None
+    crash_looping: frozenset[str] = frozenset()  # unit names
+    samples: int = 0  # snapshots received since the exporter started
+    round_trip_s: float | None = None
+
+    @property
+    def up(self) -> bool:
+        return self.link.state == "connected" and self.snapshot is not None
+
+
+LinkListener = Callable[[str, LinkState], None]
+
+
+class HostWatch:
+    """Follows one host for as long as it runs; ``view`` is always its newest state."""
+
+    def __init__(
+        self, source: HostSource, interval: float, *, on_link: LinkListener | None = None,
+        clock: Callable[[], float] = time.monotonic, retry_s: float = RETRY_S,
+    ) -> None:
+        self.source = source
+        self.interval = interval
+        self.on_link = on_link
+        self.clock = clock
+        self.retry_s = retry_s
+        self.restarts = RestartWatch()
+        self.view = HostView(source.name, LinkState("connecting", time.time()))
+
+    def link_changed(self, state: LinkState) -> None:
+        self.view = replace(self.view, link=state)
+        if self.on_link is not None:
+            self.on_link(self.view.name, state)
+
+    def sampled(self, snap: HostSnapshot) -> None:
+        looping = self.restarts.observe(snap.units, self.clock())
+        view = self.view
+        self.view = HostView(view.name, view.link, snap, looping, view.samples + 1,
+                             round_trip_s(self.source))
+
+    async def run(self) -> None:
+        """Sample until cancelled. Nothing a host does ends this, nor any other host's."""
+        while True:
+            try:
+                async for snap in reconnecting_stream(self.source, self.interval,
+                                                      self.link_changed):
+                    self.sampled(snap)
+                self.link_changed(LinkState("error", time.time(), error="the stream ended"))
+            except SourceError:
+                pass  # a host key problem: reported by the stream; the operator must act
+            except Exception as exc:  # noqa: BLE001 - a bug must not silence the other hosts
+                log.exception("%s: following the host failed", self.view.name)
+                self.link_changed(LinkState("error", time.time(),
+                                            error=f"internal error: {type(exc).__name__}"))
+            await asyncio.sleep(self.retry_s)
+
+
+class _Families:
+    """The families of one scrape, filled host by host."""
+
+    def __init__(self) -> None:
+        g, c = GaugeMetricFamily, CounterMetricFamily
+        self.link_up = g("gpudash_link_up", "1 when the host's link is up and sampling, "
+                         "else 0 (the other series of the host are left out)", labels=HOST)
+        self.link_info = InfoMetricFamily("gpudash_link", "The host's link state and its "
+                                          "last error", labels=HOST)
+        self.samples = c("gpudash_samples", "Snapshots received from the host since the "
+                         "exporter started", labels=HOST)
+        self.sample_time = g("gpudash_sample_timestamp_seconds", "When the host took its "
+                             "newest snapshot (epoch seconds)", labels=HOST)
+        self.round_trip = g("gpudash_collector_round_trip_seconds", "A request's round trip "
+                            "to the host's collector (not known for the shell collector or "
+                            "the demo)", labels=HOST)
+        self.collector_cpu = c("gpudash_collector_cpu_seconds", "CPU time the collector (and "
+                               "the programs it ran) used on the host since it started; "
+                               "re-read every 10 s", labels=HOST)
+        self.degraded = g("gpudash_host_degraded", "1 when the host's collector is degraded "
+                          "(no python3, or no NVML and no nvidia-smi)", labels=HOST)
+        self.used = g("gpudash_gpu_memory_used_bytes", "GPU memory in use, as the driver "
+                      "reports it", labels=GPU)
+        self.total = g("gpudash_gpu_memory_total_bytes", "GPU memory in all", labels=GPU)
+        self.gpu_orphaned = g("gpudash_gpu_orphaned_bytes", "GPU memory held by orphaned "
+                              "processes (what reaping them brings back)", labels=GPU)
+        self.reclaimable = g("gpudash_reclaimable_bytes", "GPU memory reclaim would give "
+                             "back: held by orphans, or by units down or respawning (the fleet "
+                             "view's figure)", labels=GPU)
+        self.orphaned = g("gpudash_orphaned_bytes", "GPU memory held by orphaned processes "
+                          "of the unit (what reaping them brings back); only where > 0",
+                          labels=GPU_UNIT)
+        self.orphans = g("gpudash_orphaned_processes", "Orphaned processes of the unit that "
+                         "hold GPU memory", labels=UNIT)
+        self.unit_memory = g("gpudash_unit_gpu_memory_bytes", "GPU memory held by the "
+                             "unit's processes", labels=GPU_UNIT)
+        self.restarts = c("gpudash_unit_restarts", "Automatic restarts of the unit "
+                          "(systemd's NRestarts: reset when started by hand)", labels=UNIT)
+        self.crash_looping = g("gpudash_unit_crash_looping", "1 while systemd keeps "
+                               "restarting the unit (died again after a restart, 3 restarts "
+                               "or more, or 2 within 5 min)", labels=UNIT)
+        self.unit_info = InfoMetricFamily("gpudash_unit", "The unit's systemd state",
+                                          labels=UNIT)
+
+    def __iter__(self) -> Iterator[Metric]:
+        return iter(vars(self).values())
+
+
+def metric_families(views: Sequence[HostView]) -> list[Metric]:
+    """Every host's series, from one view each."""
+    m = _Families()
+    for view in views:
+        host = clean(view.name)
+        m.link_up.add_metric([host], 1.0 if view.up else 0.0)
+        m.link_info.add_metric([host], {"state": view.link.state,
+                                        "error": clean(view.link.error or "")})
+        m.samples.add_metric([host], float(view.samples))
+        if view.up and view.snapshot is not None:
+            _host(m, host, view.snapshot, view)
+    return list(m)
+
+
+def orphaned_mib(snap: HostSnapshot, orphans: Sequence[Process]) -> dict[int, int]:
+    """Per GPU, what reaping ``orphans`` brings back: the engine's own expectation."""
+    return expected_free(snap, [Target.of(p, snap.boot_id) for p in orphans])
+
+
+def _host(m: _Families, host: str, snap: HostSnapshot, view: HostView) -> None:
+    m.sample_time.add_metric([host], snap.taken_at)
+    if view.round_trip_s is not None:
+        m.round_trip.add_metric([host], view.round_trip_s)
+    if snap.collector_cpu_s is not None:
+        m.collector_cpu.add_metric([host], snap.collector_cpu_s)
+    m.degraded.add_metric([host], 1.0 if snap.degraded else 0.0)
+    uuid = {g.index: clean(g.uuid or "") for g in snap.gpus}
+
+    def gpu_labels(index: int) -> list[str]:
+        return [host, str(index), uuid.get(index, "")]
+
+    for g in snap.gpus:
+        if g.memory_used_mib is not None:  # N/A stays absent, never 0
+            m.used.add_metric(gpu_labels(g.index), float(g.memory_used_mib * MIB))
+        if g.memory_total_mib is not None:
+            m.total.add_metric(gpu_labels(g.index), float(g.memory_total_mib * MIB))
+
+    tri = triage(snap)
+    orphans_of: dict[str, list[Process]] = {}
+    for p in snap.processes:
+        if p.unit and Flag.ORPHAN in tri.flags.get(p.pid, ()):
+            orphans_of.setdefault(p.unit, []).append(p)
+    by_gpu = {g.index: 0 for g in snap.gpus}
+    for unit, procs in sorted(orphans_of.items()):
+        for gpu, mib in sorted(orphaned_mib(snap, procs).items()):
+            if mib > 0:
+                m.orphaned.add_metric(gpu_labels(gpu) + [clean(unit)], float(mib * MIB))
+                by_gpu[gpu] = by_gpu.get(gpu, 0) + mib
+    for gpu, mib in sorted(by_gpu.items()):
+        m.gpu_orphaned.add_metric(gpu_labels(gpu), float(mib * MIB))
+    reclaimable, _unknown = reclaimable_by_gpu(tri)
+    for g in snap.gpus:
+        m.reclaimable.add_metric(gpu_labels(g.index), float(reclaimable.get(g.index, 0) * MIB))
+
+    services = [u for u in snap.units if owner_kind(u.name) is OwnerKind.SERVICE]
+    for u in services:
+        labels = [host, clean(u.name)]
+        m.orphans.add_metric(labels, float(len(orphans_of.get(u.name, ()))))
+        if u.n_restarts is not None:
+            m.restarts.add_metric(labels, float(u.n_restarts))
+        m.unit_info.add_metric(labels, {
+            "active_state": clean(u.active_state or ""), "sub_state": clean(u.sub_state or ""),
+            "unit_file_state": clean(u.unit_file_state or ""),
+            "restart": clean(u.restart or ""), "kill_mode": clean(u.kill_mode or ""),
+        })
+    # a crash-looping unit may be missing from this sample (it held nothing just now)
+    for name in sorted({u.name for u in services} | view.crash_looping):
+        m.crash_looping.add_metric([host, clean(name)],
+                                   1.0 if name in view.crash_looping else 0.0)
+    for group in tri.groups:
+        if group.kind is OwnerKind.SERVICE:
+            for gpu, mib in sorted(group.gpu_memory_mib.items()):
+                m.unit_memory.add_metric(gpu_labels(gpu) + [clean(group.key)], float(mib * MIB))
+
+
+class TriageCollector:
+    """A ``prometheus_client`` collector over the hosts' watches."""
+
+    def __init__(self, watches: Sequence[HostWatch]) -> None:
+        self.watches = tuple(watches)
+
+    def collect(self) -> Iterator[Metric]:
+        started = time.perf_counter()
+        views = [w.view for w in self.watches]  # one reference each: a consistent scrape
+        yield from metric_families(views)
+        cost = GaugeMetricFamily("gpudash_exporter_scrape_duration_seconds",
+                                 "What building this scrape took the exporter")
+        cost.add_metric([], time.perf_counter() - started)
+        yield cost
