@@ -82,6 +82,12 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
                            help="the unit to reclaim (e.g. vllm-minimax-m25)")
             p.add_argument("--to", dest="to_unit", required=True, metavar="UNIT",
                            help="the unit to start once the memory is back")
+        elif command == "reclaim":
+            which = p.add_mutually_exclusive_group(required=True)
+            which.add_argument("--unit", help="the systemd unit (.service optional)")
+            which.add_argument("--container", metavar="NAME",
+                               help="a Docker or Podman container (name or id): stop it, "
+                               "turn its restart policy off, reap what is left")
         else:
             p.add_argument("--unit", required=True,
                            help="the systemd unit (.service optional)")
