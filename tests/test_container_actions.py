@@ -166,3 +166,25 @@ def test_cli_reclaim_container_on_the_demo_exits_0_with_proof() -> None:
 def test_cli_reclaim_takes_a_unit_or_a_container_not_both() -> None:
     r = gpudash("reclaim", "--demo", "--container", "x", "--unit", "y")
     assert r.returncode == 2 and "not allowed with" in r.stderr
+
+
+def test_snapshot_json_has_owner_objects_with_capabilities() -> None:
+    r = gpudash("snapshot", "--demo", "--json")
+    assert r.returncode == 0, r.stderr
+    (host,) = json.loads(r.stdout)["hosts"]
+    owners = {o["key"]: o for o in host["owners"]}
+    embed = owners[EMBED]
+    assert embed["kind"] == "container" and embed["runtime"] == "docker"
+    assert embed["container_id"] == EMBED_ID
+    assert embed["capabilities"] == ["disable", "reclaim", "remove", "stop"]
+    assert embed["respawner"] == "docker (restart policy always)"
+    assert embed["gpu_memory_mib"] == {"7": EMBED_MIB}
+    (c,) = host["containers"]
+    assert (c["name"], c["restart_policy"], c["restart_count"]) == ("vllm-embed", "always", 0)
+    main = next(p for p in host["processes"] if p["pid"] == c["main_pid"])
+    assert main["owner"] == EMBED
+    svc = owners["vllm-minimax-m25.service"]
+    assert svc["kind"] == "service" and "start" in svc["capabilities"]
+    assert svc["respawner"] == "systemd (Restart=always)"
+    kernel = next(p for p in host["processes"] if p["pid"] == 90211)
+    assert owners[kernel["owner"]]["kind"] == "session"
