@@ -290,3 +290,26 @@ def test_podman_cannot_turn_its_restart_policy_off_here() -> None:
     assert g is not None and g.owner is not None
     assert Capability.DISABLE not in g.owner.capabilities
     assert "not supported" in g.owner.unable(Capability.DISABLE)
+
+
+def test_pods_get_namespace_and_name_where_crictl_answers(tmp_path: Path) -> None:
+    host(tmp_path)
+    cg = (f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
+          f"{POD.replace('-', '_')}.slice/cri-containerd-{CID}.scope")
+    fake_proc(tmp_path, 100, "vllm", cg)
+    crictl = tmp_path / "crictl"
+    crictl.write_text("#!/bin/sh\ncat <<'J'\n" + json.dumps({"items": [
+        {"id": "s1", "metadata": {"name": "vllm-0", "uid": POD, "namespace": "ml"}},
+        {"id": "s2", "metadata": {"name": "other", "uid": "bad uid;", "namespace": "x"}},
+    ]}) + "\nJ\n")
+    crictl.chmod(0o755)
+    c = collector(tmp_path, {100: {0: 5000}}, {})
+    c.pods = hostside.PodReader(which=lambda name: str(crictl) if name == "crictl" else None)
+    snap = c.sample()
+    assert snap["pods"] == {POD: {"uid": POD, "namespace": "ml", "name": "vllm-0"}}
+    assert snap["containers"] == {}  # the kubelet's containers are not docker's to inspect
+    decoded = SnapshotDecoder("h").feed(json.dumps({"k": "full", "s": snap}).encode())
+    g = triage(decoded).group("pod:ml/vllm-0")
+    assert g is not None and g.kind is OwnerKind.POD
+    c.pods = hostside.PodReader(which=lambda name: None)  # no crictl: the UID only
+    assert c.sample(force_units=True)["pods"] == {POD: {"uid": POD}}
