@@ -166,3 +166,32 @@ def test_a_worker_surviving_docker_rm_f_is_an_orphan_and_reaped(dock) -> None:  
 
     asyncio.run(reap())
     assert not h.alive(worker) and h.gpu_used_mib()[4] == 0
+
+
+def test_operator_sees_no_metadata_without_sudo_and_reclaims_with_it(dock) -> None:  # type: ignore[no-untyped-def]
+    h = dock
+    cid = run_holder(h, "ops", 3)
+    target = f"operator@{h.alias}"
+    cp = gpudash(h, "snapshot", target, "--json")
+    assert cp.returncode == 0, cp.stderr
+    [snap] = json.loads(cp.stdout)["hosts"]
+    # the operator may not talk to dockerd: the container is known by its cgroup only,
+    # the refusal is said, and no action is offered on a guess
+    owner = next(o for o in snap["owners"] if o["container_id"] == cid)
+    assert owner["key"] == f"docker:{cid[:12]}" and owner["capabilities"] == []
+    assert any("docker inspect: permission denied" in e for e in snap["errors"]), snap["errors"]
+    h.grant_sudo()
+    try:
+        cp = gpudash(h, "reclaim", target, "--sudo", "--container", "ops", "--yes", "--json",
+                     "--timeout", "60", "--term-timeout", "3")
+        assert cp.returncode == 0, cp.stdout + cp.stderr
+        rec = json.loads(cp.stdout)
+        assert rec["confirmed"] is True, rec["summary"]
+        argvs = [c["argv"] for c in rec["commands"]]
+        assert ["sudo", "-n", "docker", "stop", "-t", "10", "--", cid] in argvs, argvs
+    finally:
+        h.revoke_sudo()
+    item = inspect(h, "ops")
+    assert item["State"]["Status"] == "exited"
+    assert item["HostConfig"]["RestartPolicy"]["Name"] == "no"
+    assert h.gpu_used_mib()[3] == 0
