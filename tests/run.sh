@@ -17,10 +17,11 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   command -v tmux >/dev/null || need+=(tmux)
   command -v xauth >/dev/null || need+=(xauth)  # the no-X11-forwarding test needs a real one
   [ -x /usr/sbin/dockerd ] || need+=(docker.io)  # a real dockerd inside a lab host
+  [ -x /usr/bin/podman ] || need+=(podman)  # and a real podman
   if [ ${#need[@]} -gt 0 ]; then
     echo "run.sh: installing ${need[*]}"
     apt-get update -q >/dev/null
-    # dockerd is for the lab hosts only (they start it themselves): never start it here
+    # dockerd and podman are for the lab hosts only (they start them): never start them here
     rcd=""
     if [ ! -e /usr/sbin/policy-rc.d ]; then
       printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d

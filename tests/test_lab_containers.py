@@ -3,8 +3,9 @@ started with ``--restart always`` holds stand-in GPU memory; ``kill -9`` of its 
 process makes Docker restart it (gpudash flags it), ``gpudash reclaim --container`` frees
 it with proof, and a worker that survives ``docker rm -f`` is an ORPHAN that reap ends.
 
-Podman is not tried here: it is not installed on the lab machines (Debian's podman pulls
-a second container stack); its owners and commands are covered without a daemon.
+Podman (Debian 12's 4.3, rootful, systemd cgroup manager: ``libpod-<id>.scope``) runs in
+the same host: its restart trap is the same, and ``podman update`` there cannot change a
+restart policy, so reclaim stops it and says policy off is not supported.
 """
 
 from __future__ import annotations
@@ -195,3 +196,37 @@ def test_operator_sees_no_metadata_without_sudo_and_reclaims_with_it(dock) -> No
     assert item["State"]["Status"] == "exited"
     assert item["HostConfig"]["RestartPolicy"]["Name"] == "no"
     assert h.gpu_used_mib()[3] == 0
+
+
+def test_podman_container_is_an_owner_restarted_after_kill_9_and_reclaimed(dock) -> None:  # type: ignore[no-untyped-def]
+    h = dock
+    if not Path("/usr/bin/podman").exists():
+        lab_unavailable("a podman lab host needs podman on this machine (tests/run.sh installs it)")
+    h.start_podman()
+    cid = h.podman("run", "-d", "--name", "pm", "--restart", "always",
+                   *labmod.PODMAN_RUN_ARGS, *labmod.DOCKER_RUN_ARGS, labmod.PODMAN_IMAGE,
+                   "/usr/local/bin/fakegpu", "hold", "--gpu", "2", "--mib", str(MIB)
+                   ).stdout.strip()
+    wait_host(lambda: h.gpu_used_mib()[2] >= MIB, what="podman's holder on GPU2")
+    snap = snapshot(h)
+    owner = next(o for o in snap["owners"] if o["key"] == "podman:pm")
+    assert owner["runtime"] == "podman" and owner["container_id"] == cid
+    assert owner["respawner"] == "podman (restart policy always)"
+    assert owner["capabilities"] == ["reclaim", "remove", "stop"]  # no policy off in podman
+    pid0 = int(h.podman("inspect", "-f", "{{.State.Pid}}", "pm").stdout)
+    h.sh(f"kill -9 {pid0}")
+    wait_host(lambda: h.podman("inspect", "-f", "{{.State.Status}} {{.RestartCount}}", "pm"
+                               ).stdout.split() == ["running", "1"], what="podman's restart")
+    snap = snapshot(h)
+    owner = next(o for o in snap["owners"] if o["key"] == "podman:pm")
+    assert "RESPAWNED" in owner["flags"]
+    cp = gpudash(h, "reclaim", h.alias, "--container", "pm", "--yes", "--json",
+                 "--timeout", "60", "--term-timeout", "3")
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    rec = json.loads(cp.stdout)
+    assert rec["confirmed"] is True, rec["summary"]
+    plan = "\n".join(rec["plan"])
+    assert "podman stop -t 10 pm" in plan and "update --restart" not in plan
+    assert "not supported" in plan
+    assert h.podman("inspect", "-f", "{{.State.Status}}", "pm").stdout.strip() == "exited"
+    assert h.gpu_used_mib()[2] == 0

@@ -74,6 +74,11 @@ MASKED_UNITS = (
     "docker.service",
     "docker.socket",
     "containerd.service",
+    "podman.service",
+    "podman.socket",
+    "podman-restart.service",
+    "podman-auto-update.service",
+    "podman-auto-update.timer",
     "apt-daily.timer",
     "apt-daily-upgrade.timer",
     "dpkg-db-backup.timer",
@@ -249,6 +254,19 @@ DOCKER_DAEMON_JSON = (
     '{"storage-driver": "vfs", "iptables": false, "ip-forward": false, "bridge": "none"}\n'
 )
 DOCKER_IMAGE = "gpulab/base:1"  # docker import of a tarball made on the spot
+PODMAN_IMAGE = "localhost/gpulab/base:1"
+# the hybrid cgroup layout leaves cgroup v2 without controllers: podman must not set a
+# pids limit there (runc: "openat2 .../pids.max: no such file")
+PODMAN_RUN_ARGS = ("--pids-limit=0",)
+PODMAN_STORAGE_CONF = (
+    '[storage]\ndriver = "vfs"\nrunroot = "/run/containers/storage"\n'
+    'graphroot = "/var/lib/containers/storage"\n'
+)
+_ROOTFS_TAR = (  # a rootfs of symlinks into the host's /usr, on stdout as a tar
+    "set -e; d=$(mktemp -d); cd $d; mkdir -p usr etc proc sys dev tmp run root; "
+    "for l in bin sbin lib lib64; do ln -s usr/$l $l; done; "
+    "touch etc/group; echo 'root:x:0:0:root:/root:/bin/sh' > etc/passwd; "
+)
 # what a container of the lab runs with: the host's /usr (python3, the stand-in driver),
 # the stand-in's state, and the host's procfs, so the stand-in records host PIDs as the
 # real driver does (tests/fakegpu/README.md, FAKEGPU_HOST_PROC)
@@ -913,12 +931,20 @@ class LabHost:
                                 check=False).stdout
                 raise LabError(f"{self.name}: dockerd did not answer:\n{log}")
             time.sleep(0.2)
-        self.sh(
-            "set -e; d=$(mktemp -d); cd $d; mkdir -p usr etc proc sys dev tmp run root; "
-            "for l in bin sbin lib lib64; do ln -s usr/$l $l; done; "
-            "touch etc/passwd etc/group; echo 'root:x:0:0:root:/root:/bin/sh' > etc/passwd; "
-            f"tar -c . | /usr/bin/docker import - {DOCKER_IMAGE} >/dev/null; cd /; rm -rf $d"
-        )
+        self.sh(_ROOTFS_TAR + f"tar -c . | /usr/bin/docker import - {DOCKER_IMAGE} >/dev/null; "
+                "cd /; rm -rf $d")
+
+    def start_podman(self) -> None:
+        """Podman (daemonless) inside a docker-capable host: vfs storage, the lab image."""
+        if not self.spec.docker:
+            raise LabError(f"{self.name} was not booted for containers (HostSpec(docker=True))")
+        self._write("/etc/containers/storage.conf", PODMAN_STORAGE_CONF)
+        self.sh(_ROOTFS_TAR + "tar -c . | /usr/bin/podman import - gpulab/base:1 >/dev/null; "
+                "cd /; rm -rf $d", timeout=120)
+
+    def podman(self, *args: str, check: bool = True, timeout: float = 60
+               ) -> subprocess.CompletedProcess:
+        return self.exec(["/usr/bin/podman", *args], check=check, timeout=timeout)
 
     def docker(self, *args: str, check: bool = True, timeout: float = 60
                ) -> subprocess.CompletedProcess:
