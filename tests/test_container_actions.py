@@ -188,3 +188,14 @@ def test_snapshot_json_has_owner_objects_with_capabilities() -> None:
     assert svc["respawner"] == "systemd (Restart=always)"
     kernel = next(p for p in host["processes"] if p["pid"] == 90211)
     assert owners[kernel["owner"]]["kind"] == "session"
+
+
+def test_reclaiming_a_podman_container_stops_it_and_says_the_policy_stays() -> None:
+    s = snap([proc(100, 50, f"/machine.slice/libpod-{CID}.scope", 30000)],
+             [vllm(runtime="podman")])
+    plan = plan_action(s, ActionKind.RECLAIM, container="vllm")
+    assert [(c.runtime, c.verb) for c in plan.commands] == [("podman", "stop")]
+    assert any("cannot turn a restart policy off" in n for n in plan.notes)
+    assert [t.pid for t in plan.targets] == [100]
+    with pytest.raises(PlanError, match="not supported"):
+        plan_action(s, ActionKind.DISABLE, container="vllm")

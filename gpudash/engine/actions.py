@@ -472,7 +472,9 @@ def plan_container(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> 
             if (c.restart_policy or "no") != "no" or kind is ActionKind.DISABLE:
                 steps.append(command("no-restart"))
         else:
-            notes.append(owner.unable(Capability.DISABLE))
+            notes.append(f"{c.runtime} cannot turn a restart policy off here (podman update "
+                         f"has no --restart): it stays {c.restart_policy or 'unknown'}; "
+                         f"{c.runtime} stop marks it stopped, so it stays down until started.")
     if kind in STOPPING and not c.is_down:
         steps.append(command("stop"))
     if kind is ActionKind.REMOVE:
