@@ -16,6 +16,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import stat
 import time
 import uuid
 from pathlib import Path
@@ -96,15 +97,35 @@ def outcome_record(report: ActionReport, action_id: str | None = None) -> dict[s
 
 
 def write(record: dict[str, Any], path: Path) -> Path:
-    """Append one record as one line; returns ``path``. Raises OSError if it cannot."""
+    """Append one record as one line; returns ``path``. Raises OSError if it cannot.
+
+    A directory or file left readable by an older gpudash (0755, 0644) is made private
+    first: the modes given to mkdir and open apply only to what they create."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if stat.S_IMODE(path.parent.stat().st_mode) != 0o700:
+        path.parent.chmod(0o700)
     line = (json.dumps(record, ensure_ascii=True) + "\n").encode("ascii")
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
+        if stat.S_IMODE(os.fstat(fd).st_mode) != 0o600:
+            os.fchmod(fd, 0o600)
         os.write(fd, line)  # one write of one line: appends from two gpudash never interleave
     finally:
         os.close(fd)
     return path
+
+
+def failed(report: ActionReport, exc: BaseException) -> ActionReport:
+    """``report`` (live, with what was sent) as the outcome of an action that raised:
+    its verdict is ``failed`` and its summary says why and what had reached the host."""
+    report.confirmed = False
+    sent = report.sent_lines()
+    report.summary = (
+        f"failed unexpectedly ({type(exc).__name__}: {exc}); sent: "
+        + ("; ".join(sent) if sent else "nothing")
+    )
+    report.log(report.summary)
+    return report
 
 
 class AuditTrail:

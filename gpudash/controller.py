@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpudash import config, footprints
-from gpudash.audit import AuditTrail
+from gpudash.audit import AuditTrail, failed
 from gpudash.engine import (
     REVERIFY,
     ActionPlan,
@@ -106,6 +106,11 @@ class ActionController:
             raise
         except Exception as exc:  # the engine must never take the front end down
             log.exception("action %s failed", plan.title)
+            if running.act:  # what it had sent is audited all the same
+                try:
+                    await asyncio.to_thread(trail.outcome, failed(running.report, exc))
+                except OSError as err:
+                    on_audit_error(str(err))
             return None, f"{type(exc).__name__}: {exc}"
         try:
             await asyncio.to_thread(trail.outcome, report)

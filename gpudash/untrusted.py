@@ -21,6 +21,13 @@ _C0 = "\x00-\x1f"
 _UNSAFE_BEYOND_C0 = (
     "\x7f-\x9f\u061c\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2064"
     "\u2066-\u206f\ufeff\ufff9-\ufffb\ud800-\udfff"
+    # every other format character (Unicode category Cf): the soft hyphen, Arabic and
+    # Syriac marks, the Mongolian vowel separator, Egyptian hieroglyph and shorthand
+    # format controls, musical formatting, and the tag characters, which hide ASCII
+    # text that renders as nothing at all
+    "\xad\u0600-\u0605\u06dd\u070f\u0890\u0891\u08e2\u180e"
+    "\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3"
+    "\U0001d173-\U0001d17a\U000e0000-\U000e007f"
 )
 _UNSAFE = re.compile(f"[{_C0}{_UNSAFE_BEYOND_C0}]")
 # json.dumps escapes C0 inside strings itself; outside them only indentation whitespace.
@@ -29,7 +36,9 @@ _JSON_UNSAFE = re.compile(f"[{_UNSAFE_BEYOND_C0}]")
 
 def _escape(match: re.Match[str]) -> str:
     code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def clean(value: object) -> str:
@@ -38,7 +47,11 @@ def clean(value: object) -> str:
 
 
 def _json_escape(match: re.Match[str]) -> str:
-    return f"\\u{ord(match.group()):04x}"
+    code = ord(match.group())
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    high, low = divmod(code - 0x10000, 0x400)  # JSON spells these as a surrogate pair
+    return f"\\u{0xD800 + high:04x}\\u{0xDC00 + low:04x}"
 
 
 def json_dumps(obj: Any, **kwargs: Any) -> str:

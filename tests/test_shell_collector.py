@@ -68,3 +68,59 @@ def test_frame_lines_are_markers_or_quoted_host_text() -> None:
     ):
         with pytest.raises(ProtocolError):
             shell.parse_frame(bad)
+
+
+def test_a_frame_is_bounded_in_bytes_not_only_in_lines() -> None:
+    # a compromised host without python3 (or pretending): lines up to the line limit,
+    # never an @end, must not make gpudash hold 200,000 of them
+    reader = shell.FrameReader()
+    reader.feed("@frame 5")
+    reader.feed("@units")
+    line = "|" + "x" * (1 << 20)
+    with pytest.raises(ProtocolError, match="frame too long"):
+        for _ in range(shell.MAX_FRAME_LINES):
+            reader.feed(line)
+    assert sum(map(len, reader.lines)) <= shell.MAX_FRAME_BYTES + len(line)
+
+
+@pytest.mark.parametrize("frame", [
+    ["@frame 5", "@apps", "|GPU-a, 1, x, 5", "@stat " + "9" * 5000, "|x", "@end"],
+    ["@frame 5", "@btime " + "9" * 5000 + " 100", "@end"],
+    ["@frame " + "9" * 5000, "@end"],
+    ["@frame 5", "@apps", "|GPU-a, " + "9" * 5000 + ", x, 5", "@end"],
+])
+def test_absurd_numbers_in_a_frame_are_a_protocol_error(frame: list[str]) -> None:
+    try:
+        state = shell.parse_frame(frame)
+    except ProtocolError:
+        return
+    from gpudash.collector.wire import to_snapshot
+
+    with pytest.raises(ProtocolError):  # decodes, or is refused as a whole: never a crash
+        to_snapshot(state, "h", source=SourceKind.SHELL, degraded=True)
+        raise ProtocolError("decoded")
+
+
+def test_the_script_caps_each_command_line_it_sends(gpus) -> None:  # type: ignore[no-untyped-def]
+    # One GPU user's 100 KiB command lines would otherwise fill the frame: enough of
+    # them and it is refused as too long, and the host drops out of view.
+    import subprocess
+
+    long_name = "x" * 100_000
+    holder = gpus.hold(0, 1000, long_name)
+    done = subprocess.run(
+        ["sh", "-c", shell.STREAM_SCRIPT, "sh", "1", "1"],
+        env=gpus.env, capture_output=True, text=True, errors="replace", timeout=60,
+    )
+    lines = done.stdout.splitlines()
+    at = lines.index(f"@cmdline {holder.pid}")
+    assert lines[at + 1].startswith("|xxxx")
+    assert len(lines[at + 1]) <= shell.CMDLINE_BYTES + 1
+    # and what the decoder makes of it says it was cut
+    from gpudash.collector.hostside import TRUNCATED
+    from gpudash.collector.wire import to_snapshot
+
+    frame = lines[lines.index(next(x for x in lines if x.startswith("@frame"))):]
+    snap = to_snapshot(shell.parse_frame(frame[: frame.index("@end") + 1]), "h")
+    proc = snap.process(holder.pid)
+    assert proc is not None and proc.cmdline.endswith(TRUNCATED)

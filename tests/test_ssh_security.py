@@ -29,7 +29,7 @@ from sshd.fixture import (  # noqa: F401
 from gpudash.source import HostKeyError
 from gpudash.transport import open_source
 from gpudash.transport.hostkeys import KnownHosts
-from gpudash.transport.ssh import SshSource
+from gpudash.transport.ssh import RUN_OUTPUT_MAX, SshSource
 
 pytestmark = pytest.mark.ssh
 
@@ -263,3 +263,24 @@ async def test_open_source_passes_known_hosts_to_the_jump(
         await source.close()
     assert len(snap.gpus) == 4
     assert os.environ["HOME"] == str(home)
+
+
+async def test_a_commands_output_is_bounded_whatever_the_host_sends(
+    sshd_server: SshdServer, tmp_path: Path, home: Path
+) -> None:
+    # systemctl and the shell fallback's signal run to completion, for up to 150 s: a
+    # compromised host answering with endless output must not fill the operator's memory
+    config = sshd_server.write_config(
+        tmp_path / "config", {"gpu-a": f"UserKnownHostsFile {sshd_server.known_hosts}"}
+    )
+    connection = SshSource("gpu-a", ssh_config=config).connection
+    try:
+        await connection.connect()
+        flood = "head -c 33554432 /dev/zero | tr '\\0' x; printf '\\377\\nsent\\n'; exit 3"
+        done = await connection.run(["sh", "-c", flood], 60)
+    finally:
+        await connection.close()
+    assert done.returncode == 3
+    assert len(done.output) <= RUN_OUTPUT_MAX + 100
+    # the tail is kept (the shell fallback's verdict is its last line), invalid UTF-8 shown
+    assert done.output.endswith("\ufffd\nsent\n") and "output cut" in done.output

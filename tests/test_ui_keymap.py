@@ -127,3 +127,20 @@ async def test_conflicting_keymap_keeps_stop_on_s_and_warns_once() -> None:
         assert isinstance(app.screen, HelpScreen)
         keys = [key for key, _d, _a in app.screen.rows]
         assert keys.count("s") == 1 and "k" in keys
+
+
+async def test_the_confirm_dialog_names_the_keys_of_the_keymap() -> None:
+    # "y: confirm  n/Esc: cancel" was fixed text: with y rebound it named a dead key.
+    write_keymap('"gpudash.confirm.yes" = "Y"\n"gpudash.confirm.no" = "N"\n')
+    app = GpudashApp([DemoHost(speed=50)], interval=0.25, read_only=False, theme=None,
+                     exec_options=ExecOptions())
+    async with app.run_test(size=(160, 50)) as pilot:
+        for _ in range(100):
+            if app.selected_key:
+                break
+            await pilot.pause(0.05)
+        await pilot.press("s")
+        await pilot.pause(0.3)
+        assert isinstance(app.screen, ConfirmModal)
+        question = str(app.screen.query_one("#question").render())
+        assert "Y: confirm" in question and "N/Esc: cancel" in question, question

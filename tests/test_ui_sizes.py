@@ -241,3 +241,208 @@ async def test_120x35_unit_panel_shows_the_warnings_before_the_facts() -> None:
         shown = screen_text(app)
         assert "⚠ Restart=always: killing the" in shown
         assert "⚠ KillMode=process: stopping" in shown
+
+
+async def test_the_result_toast_does_not_cover_the_log_when_the_panel_shows_it() -> None:
+    # The verdict is in the Action panel: a toast saying "see the Action panel" hid the
+    # log's new entry and the walkthrough line for 5-10 s (half the lower screen at 80x24).
+    app = make_app()
+    async with app.run_test(size=LAPTOP, notifications=True) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.press("D")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.last_report is not None, within=30)
+        await pilot.pause(0.3)
+        assert not [n for n in app._notifications if "Action panel" in n.message]
+        assert "⚠ stopped and disabled" in screen_text(app)
+
+
+async def test_the_result_is_toasted_when_another_screen_hides_the_panel() -> None:
+    from gpudash.ui.screens import HelpScreen
+
+    app = make_app(DemoHost(speed=5, release_delay=2))  # slow enough to open help
+    async with app.run_test(size=LAPTOP, notifications=True) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.press("r")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.running)
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+        await wait_for(pilot, lambda: app.last_report is not None, within=30)
+        await pilot.pause(0.2)
+        toasts = [n for n in app._notifications if "Action panel" in n.message]
+        assert len(toasts) == 1 and toasts[0].title.startswith("Reclaim unit")
+
+
+async def test_the_selected_row_stays_in_view_when_holders_get_shorter() -> None:
+    # When a reap ended, the Action panel grew by its verdict lines and Holders lost
+    # theirs: the selected unit, on the last row shown, went out of view.
+    from rich.text import Text
+
+    from gpudash.ui.widgets.holders import HolderRow
+
+    def rows(keys: list[str]) -> list[HolderRow]:
+        return [HolderRow(k, (Text(k), *(Text(""),) * 8)) for k in keys]
+
+    app = GpudashApp([DemoHost(speed=50)], interval=3600.0, read_only=True, theme=None,
+                     exec_options=None)
+    async with app.run_test(size=PANE) as pilot:
+        await wait_for(pilot, lambda: app.view.snapshot is not None)
+        await pilot.pause(0.2)
+        table = app.query_one(HoldersTable)
+        table.show(rows([f"p:{n}" for n in range(1, 22)]))
+        await pilot.pause(0.1)
+        table.select_key("p:21")  # the last row, at the bottom of the view
+        await pilot.pause(0.2)
+        table.styles.max_height = 8  # what the grown Action panel leaves
+        await pilot.pause(0.3)
+        top = int(table.scroll_y)
+        shown = table.scrollable_content_region.height - 1  # rows under the header
+        assert top <= table.cursor_row < top + shown, (top, shown, table.cursor_row)
+
+
+async def test_holders_flags_take_the_room_they_need_and_no_more() -> None:
+    # The Flags column was 20 cells whether empty or not: at 120x35 the RSS was cut to
+    # "9.", and "2×ORPHAN RESPAWNED UNIT INACTIVE" to "…RESPAWNED U".
+    app = make_app()
+    async with app.run_test(size=PANE) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.pause(0.2)
+        worker = next(line for line in screen_text(app).splitlines() if "vLLM TP1 worker" in line)
+        assert re.search(r"99 %\s+\d+\.\d GiB", worker), worker
+        await pilot.press("D")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.last_report is not None, within=30)
+        await pilot.pause(0.3)
+        shown = screen_text(app)
+        assert "8×ORPHAN UNIT INACTIVE" in shown
+        worker = next(line for line in shown.splitlines() if "vLLM TP1 worker" in line)
+        assert re.search(r"ORPHAN\s+99 %", worker), worker
+    async with make_app().run_test(size=LAPTOP) as pilot:  # CPU stays in 80 columns
+        app = pilot.app
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.press("D")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.last_report is not None, within=30)
+        await pilot.pause(0.3)
+        worker = next(line for line in screen_text(app).splitlines() if "vLLM TP1 worker" in line)
+        assert re.search(r"ORPHAN\s+99 %", worker), worker
+
+
+async def test_80x24_confirm_says_how_to_answer_in_full() -> None:
+    # The buttons' room cut "Run it?  y: confirm  n/Esc: cancel" to "n/Esc:".
+    app = make_app()
+    async with app.run_test(size=LAPTOP) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.press("r")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.pause(0.3)
+        assert "n/Esc: cancel" in screen_text(app)
+
+
+async def test_80x24_log_shows_the_outcome() -> None:
+    # Time, host and a 40-cell action left the outcome 8 cells at 80 columns: "stopped a".
+    # One host is named in the header; the log's host column is for several.
+    app = make_app()
+    async with app.run_test(size=LAPTOP) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.press("r")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.press("n")
+        log = app.query_one(ActionLog)
+        await wait_for(pilot, lambda: bool(log.entries))
+        await pilot.pause(0.2)
+        line = next(t for t in screen_text(app).splitlines() if "Reclaim unit" in t)
+        assert "cancelled: nothing was done" in line, line
+    two = GpudashApp([DemoHost("a", speed=50), DemoHost("b", speed=50, seed=3)], interval=0.25,
+                     read_only=False, theme=None, exec_options=None)
+    async with two.run_test(size=(160, 50)) as pilot:
+        await pilot.pause(0.2)
+        assert "host" in [str(c.value) for c in two.query_one(ActionLog).columns]
+
+
+async def test_120x35_a_long_verdict_never_scrolls_the_screen() -> None:
+    # A swap to a model that cannot load ends with a long verdict: the Action panel grew
+    # past what the screen had, the whole screen scrolled (header and GPUs out of view,
+    # the walkthrough cut), and the server's log line was said twice.
+    from gpudash.ui.models import ModelPicker
+
+    app = make_app(DemoHost(speed=50, release_delay=1), welcome=True)  # + walkthrough
+    async with app.run_test(size=PANE) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.press("w")
+        await wait_for(pilot, lambda: isinstance(app.screen, ModelPicker))
+        await pilot.press(*"deepseek", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.last_report is not None, within=60)
+        await pilot.pause(0.5)
+        assert app.last_report is not None and app.last_report.verdict == "failed"
+        assert app.screen.max_scroll_y == 0 and app.screen.scroll_y == 0
+        shown = screen_text(app)
+        assert "gpudash" in shown.splitlines()[0] and "✘ NOT confirmed" in shown
+        assert app.query_one(HoldersTable).size.height >= 3
+        panel = str(app.query_one("#progress").render())
+        assert panel.count("ValueError: Free memory on device") == 1, panel
+        assert "→ another process still holds GPU memory" in panel  # the advice stays
+
+
+async def test_80x24_a_cut_verdict_says_where_the_rest_is() -> None:
+    # At 80x24 a failed swap's verdict takes more rows than the screen has: the rest was
+    # below the panel's edge with no word.
+    from gpudash.ui.models import ModelPicker
+    from gpudash.ui.widgets.progress import MORE, ActionProgressPanel
+
+    app = make_app(DemoHost(speed=50, release_delay=1), welcome=True)
+    async with app.run_test(size=LAPTOP) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.press("w")
+        await wait_for(pilot, lambda: isinstance(app.screen, ModelPicker))
+        await pilot.press(*"deepseek", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.last_report is not None, within=60)
+        await pilot.pause(0.5)
+        panel = app.query_one(ActionProgressPanel)
+        assert panel.border_subtitle == MORE
+        assert "cut: Enter on its Action log entry" in screen_text(app)
+        app.query_one(ActionLog).focus()
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, DetailScreen))
+        assert "crash-looping" in app.screen.body.plain
+    async with make_app().run_test(size=(160, 50)) as pilot:  # room enough: no word
+        app = pilot.app
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.press("D")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.last_report is not None, within=30)
+        await pilot.pause(0.3)
+        assert app.query_one(ActionProgressPanel).border_subtitle is None
+
+
+async def test_120x35_a_cut_unit_panel_says_so() -> None:
+    # After stop + disable the unit's warnings fill the panel at 120x35 and its facts
+    # (Restart=, KillMode=, MainPID) fell below the edge with no word.
+    from gpudash.ui.widgets.unit_panel import CUT, UnitPanel
+
+    app = make_app()
+    async with app.run_test(size=(160, 50)) as pilot:
+        await select(pilot, app, "u:session-4.scope")
+        await pilot.pause(0.3)
+        assert app.query_one(UnitPanel).border_subtitle is None  # it all fits
+    app = make_app()
+    async with app.run_test(size=PANE) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.press("D")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.last_report is not None, within=30)
+        await pilot.pause(0.3)
+        assert "MainPID" not in screen_text(app)
+        assert app.query_one(UnitPanel).border_subtitle == CUT
+        assert "cut: Enter shows it all" in screen_text(app)

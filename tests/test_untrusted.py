@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import unicodedata
 
 import pytest
 from hypothesis import given
@@ -46,3 +47,21 @@ def test_json_output_is_equivalent_valid_utf8_and_inert(text: str, indent: int |
 def test_json_output_keeps_readable_unicode() -> None:
     assert json_dumps("é日本") == '"é日本"'
     assert json_dumps("a\x1b[2Jb\u202e") == '"a\\u001b[2Jb\\u202e"'
+
+
+# Every character that is a control, a format character (invisible: the tag characters
+# hide whole ASCII words), a line/paragraph separator or a lone surrogate.
+HIDDEN = [
+    chr(c) for c in range(0x110000)
+    if unicodedata.category(chr(c)) in ("Cc", "Cf", "Cs", "Zl", "Zp")
+]
+
+
+def test_every_control_format_character_and_surrogate_is_escaped() -> None:
+    text = " ".join(HIDDEN)  # apart: a high surrogate then a low one is one JSON character
+    shown = clean(text)
+    assert not any(c in shown for c in HIDDEN)
+    assert shown.isascii()
+    doc = json_dumps({"t": text}, indent=2)
+    assert json.loads(doc) == {"t": text} and all(clean(line) == line for line in doc.split("\n"))
+    assert clean("run\U000e0072\U000e006d me") == "run\\U000e0072\\U000e006d me"

@@ -187,6 +187,15 @@ async def _act(
             sent = report.sent_lines()
             report.summary = ("interrupted before the outcome was verified; sent: "
                               + ("; ".join(sent) if sent else "nothing"))
+    except Exception as exc:  # a bug, after commands may have reached the host: audit them
+        audit.failed(report, exc)
+        line.close()
+        term.error(report.summary)
+        try:
+            trail.outcome(report)
+        except OSError as err:
+            term.error(f"warning: audit file not written: {err}")
+        raise
     finally:
         line.close()
         with contextlib.suppress(NotImplementedError, RuntimeError):

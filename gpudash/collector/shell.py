@@ -17,6 +17,7 @@ from typing import Any
 
 from gpudash.collector.hostside import (
     BOOT_ID,
+    CMDLINE_MAX,
     SMI_APP_FIELDS,
     SMI_GPU_FIELDS,
     UNIT_PROPERTIES,
@@ -25,9 +26,14 @@ from gpudash.collector.hostside import (
     parse_smi_gpus,
     parse_stat,
     parse_systemctl_show,
+    snapshot_bound,
     unit_of_cgroup,
 )
 from gpudash.source import ProtocolError
+
+# Bytes of a command line the script sends: one past the decoder's limit, so a longer one
+# is still cut with its mark, and no user's command lines can fill a frame.
+CMDLINE_BYTES = CMDLINE_MAX + 1
 
 STREAM_SCRIPT = (
     r"""
@@ -53,7 +59,8 @@ while :; do
   for pid in $pids; do
     echo "@stat $pid"; cat /proc/$pid/stat 2>/dev/null | q
     echo "@user $pid"; stat -c %U /proc/$pid 2>/dev/null | q
-    echo "@cmdline $pid"; cat /proc/$pid/cmdline 2>/dev/null | tr '\000\n' '  ' | q
+    echo "@cmdline $pid"
+    head -c CMDLINE_BYTES /proc/$pid/cmdline 2>/dev/null | tr '\000\n' '  ' | q
     echo "@cgroup $pid"; cat /proc/$pid/cgroup 2>/dev/null | q
   done
   if [ -d /run/systemd/system ]; then
@@ -72,6 +79,7 @@ done
 """.replace("GPU_FIELDS", SMI_GPU_FIELDS)
     .replace("APP_FIELDS", SMI_APP_FIELDS)
     .replace("PROPS", UNIT_PROPERTIES)
+    .replace("CMDLINE_BYTES", str(CMDLINE_BYTES))
 )
 
 SIGNAL_SCRIPT = r"""
@@ -121,6 +129,8 @@ def signal_command(pid: int, start_ticks: int, sig: int, boot_id: str | None = N
 
 
 MAX_FRAME_LINES = 200_000
+# A frame is one snapshot: no more text than the Python collector's largest line.
+MAX_FRAME_BYTES = 2 * snapshot_bound()
 
 
 class FrameReader:
@@ -128,18 +138,20 @@ class FrameReader:
 
     def __init__(self) -> None:
         self.lines: list[str] = []
+        self.size = 0  # characters in ``lines``
 
     def feed(self, line: str) -> list[str] | None:
         """Take one line (without its newline); a whole frame once it is complete."""
         if not line.startswith(("@", "|")):
             raise ProtocolError("shell collector: a line that is neither marker nor quoted")
         if line.startswith("@frame "):
-            self.lines = []  # a frame starts afresh (one cut short before it is dropped)
+            self.lines, self.size = [], 0  # a frame starts afresh (one cut short: dropped)
         self.lines.append(line)
+        self.size += len(line)
         if line == "@end":
-            frame, self.lines = self.lines, []
+            frame, self.lines, self.size = self.lines, [], 0
             return frame
-        if len(self.lines) > MAX_FRAME_LINES:
+        if len(self.lines) > MAX_FRAME_LINES or self.size > MAX_FRAME_BYTES:
             raise ProtocolError("shell collector: frame too long")
         return None
 
@@ -160,7 +172,15 @@ def _sections(frame: list[str]) -> list[tuple[str, str, list[str]]]:
 
 
 def parse_frame(frame: list[str]) -> dict[str, Any]:
-    """One frame (its lines, ``@frame`` .. ``@end``) as a wire snapshot dict."""
+    """One frame (its lines, ``@frame`` .. ``@end``) as a wire snapshot dict; anything
+    it cannot read (a 5000-digit pid included) is a ``ProtocolError``."""
+    try:
+        return _parse_frame(frame)
+    except (ValueError, OverflowError) as exc:
+        raise ProtocolError(f"shell collector: unreadable frame ({exc})"[:200]) from None
+
+
+def _parse_frame(frame: list[str]) -> dict[str, Any]:
     sections = _sections(frame)
     if not sections or sections[0][0] != "@frame" or sections[-1][0] != "@end":
         raise ProtocolError("shell collector: truncated frame")

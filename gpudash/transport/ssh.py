@@ -29,6 +29,9 @@ CONNECT_TIMEOUT_S = 10.0
 KEEPALIVE_INTERVAL_S = 5.0
 KEEPALIVE_COUNT_MAX = 3
 MAX_JUMPS = 8  # ProxyJump chains (and loops) end here
+# What a command run to completion (systemctl, the shell fallback's signal) may leave in
+# memory: the last MiB of its output. A host cannot make gpudash hold more.
+RUN_OUTPUT_MAX = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,15 +341,33 @@ class SshConnection(Connection):
         if link is None:
             return CommandResult(tuple(argv), None, "not connected")
         try:
-            done = await asyncio.wait_for(
-                link.conn.run(shlex.join(argv), check=False, stderr=asyncssh.STDOUT), limit_s
-            )
+            status, output = await asyncio.wait_for(self._run(link, shlex.join(argv)), limit_s)
         except TimeoutError:
             return CommandResult(tuple(argv), None, f"no answer within {limit_s:g} s")
         except (OSError, asyncssh.Error) as exc:
             return CommandResult(tuple(argv), None, f"link lost: {exc}")
-        output = done.stdout if isinstance(done.stdout, str) else ""
-        return CommandResult(tuple(argv), done.exit_status, output)
+        return CommandResult(tuple(argv), status, output)
+
+    async def _run(self, link: SshLink, line: str) -> tuple[int | None, str]:
+        """Run ``line`` to its end; its exit status and the last ``RUN_OUTPUT_MAX`` bytes
+        of its output (stdout and stderr together), invalid UTF-8 replaced."""
+        proc = await link.conn.create_process(line, encoding=None, stderr=asyncssh.STDOUT)
+        kept = bytearray()
+        cut = 0
+        try:
+            while chunk := await proc.stdout.read(1 << 16):
+                kept += chunk
+                if len(kept) > RUN_OUTPUT_MAX:
+                    cut += len(kept) - RUN_OUTPUT_MAX
+                    del kept[:-RUN_OUTPUT_MAX]
+            await proc.wait_closed()
+        finally:
+            proc.close()
+        output = kept.decode("utf-8", "replace")
+        if cut:
+            output = f"[{cut} bytes of output cut]\n" + output
+        status: int | None = proc.exit_status
+        return status, output
 
     async def close(self) -> None:
         link = self.link

@@ -91,7 +91,8 @@ class DashboardOutcome:
 # The destructive actions, by the name their binding and ``action_<name>`` method carry:
 # everything about them (title, key, label, what they need) is the engine's spec.
 ACTIONS = SPECS_BY_NAME
-# The one-line toast of a result; the Action panel and the log have the whole verdict.
+# The one-line toast of a result while another screen hides the Action panel; the panel
+# and the log have the whole verdict.
 VERDICT_TOAST = {"warning": "⚠ done, something is left to do", "failed": "✘ NOT confirmed",
                  "unknown": "? outcome unknown", "interrupted": "■ interrupted"}
 KEY_TO_ACTION = {spec.key: name for name, spec in ACTIONS.items()} | {"shift+d": "stop_disable"}
@@ -351,7 +352,7 @@ class GpudashApp(App[int]):
         """The key the user presses for ``action``, after their keymap."""
         default = {name: spec.key for name, spec in ACTIONS.items()} | {
             "help": "question_mark", "quit": "q", "toggle_plot": "g", "filter": "slash",
-            "journal": "j"}
+            "journal": "j", "confirm.yes": "y", "confirm.no": "n", "confirm.escape": "escape"}
         keys = self._keymap.get(f"gpudash.{action}", default.get(action, action))
         return self.get_key_display(Binding(keys.split(",")[0].strip(), action))
 
@@ -496,7 +497,7 @@ class GpudashApp(App[int]):
         rows += [
             ("enter", "The selected owner, or log entry, in full", True),
             ("home, end", "First / last row", True),
-            ("tab", "Move focus: holders, GPUs, log", True),
+            ("tab", "Move focus: holders, log, GPUs", True),
             (key("hide_result", "x"), "Hide the action result panel", True),
             (key("theme", "T"), "Pick a theme", True),
             ("ctrl+p", "Command palette", True),
@@ -591,7 +592,9 @@ class GpudashApp(App[int]):
         news: list[str] = []
         for _ in range(MAX_REPLANS):
             lines = plan.describe(self.exec_options.term_timeout)
-            confirmed = await self.push_screen_wait(ConfirmModal(plan.title, news + lines))
+            keys = (self.key_of("confirm.yes"), self.key_of("confirm.no"),
+                    self.key_of("confirm.escape"))
+            confirmed = await self.push_screen_wait(ConfirmModal(plan.title, news + lines, keys))
             if not confirmed:
                 self._log_action(plan.host, plan.title, "cancelled: nothing was done", None)
                 self.notify("Cancelled: nothing was done.")
@@ -662,8 +665,11 @@ class GpudashApp(App[int]):
         self._log_action(plan.host, plan.title, outcome_line(report),
                          report.verdict == "confirmed",
                          report.describe()[1:])  # line 0 repeats the title and summary
-        # The verdict in full is in the Action panel and the log: a short toast covers
-        # neither on a small terminal.
+        # The verdict in full is in the Action panel and the log. A toast over them would
+        # only repeat it and hide the log's new entry and the walkthrough: it is raised
+        # only when another screen (help, the journal, a dialog) hides the panel.
+        if self.screen is self.main:
+            return
         if report.verdict == "confirmed":
             self.notify("✔ confirmed: see the Action panel", title=plan.title)
         else:

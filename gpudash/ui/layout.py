@@ -14,6 +14,18 @@ TINY = 30  # below: GPUs as a grid; while acting, the action panel takes their p
 
 PLOT_MIN = f"{WIDE}x{TINY}"
 
+MIDDLE_MIN = 5  # rows Holders keep whatever else is shown (app.tcss #middle)
+PROGRESS_MAX = 16  # rows of the action panel at most (app.tcss #progress), and when short
+PROGRESS_MAX_SHORT = 12
+
+
+def progress_room(height: int, others: int) -> int:
+    """Rows the action panel may take: its cap, or what the rest of the screen leaves once
+    Holders have their least (``others``: the rows of everything else shown). Past that
+    the whole screen scrolled, header and GPUs out of view."""
+    cap = PROGRESS_MAX if height >= SHORT else PROGRESS_MAX_SHORT
+    return max(3, min(cap, height - others - MIDDLE_MIN))
+
 
 def size_classes(width: int, height: int) -> dict[str, bool]:
     """Screen CSS class -> whether it applies at ``width`` x ``height``."""

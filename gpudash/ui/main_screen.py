@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal
+from textual.css.scalar import Scalar
 from textual.events import Resize
 from textual.screen import Screen
 from textual.widgets import DataTable
 
-from gpudash.ui.layout import progress_columns, size_classes
+from gpudash.ui.layout import progress_columns, progress_room, size_classes
 from gpudash.ui.palette import palette
 from gpudash.ui.screens import DetailScreen
 from gpudash.ui.text import clean
@@ -117,6 +118,7 @@ class MainScreen(Screen[None]):
             return
         # Under 30 rows the log's column header would leave it one row.
         self.action_log.show_header = not self.has_class("-tiny")
+        self.action_log.fit(hosts=len(self.dashboard.views) > 1, narrow=self.has_class("-thin"))
         self.refresh_unit()
         self.refresh_progress()
 
@@ -163,7 +165,7 @@ class MainScreen(Screen[None]):
         group = view.triage.group(owner) if view.triage and owner else None
         process = view.snapshot.process(pid) if view.snapshot and pid is not None else None
         pal = palette(app)
-        self.unit_panel.update(unit_text(group, process, pal))
+        self.unit_panel.show(unit_text(group, process, pal))
         # Too thin for the unit panel: its gist goes on Holders' border, Enter shows it all.
         self.holders.border_subtitle = unit_gist(group, pal) if self.has_class("-thin") else None
 
@@ -197,11 +199,27 @@ class MainScreen(Screen[None]):
         self.set_class(shown, "-acting")
         if not shown or state is None:
             return
+        self.fit_progress()
+        self.call_after_refresh(self.fit_progress)  # again once the others are laid out
         width, height = app.size
         options = app.exec_options
         panel.show(state.plan, state.progress, state.report, state.error, palette(app),
                    settle=options.settle, term_timeout=options.term_timeout,
                    columns=progress_columns(width, height))
+
+    def fit_progress(self) -> None:
+        """Cap the action panel at what the screen has left for it (see progress_room)."""
+        top = self.query_one("#top")
+        acting_tiny = self.has_class("-tiny") and self.has_class("-acting")
+        others = sum(
+            w.outer_size.height
+            for w in (self.header_bar, self.host_list, self.notice, self.action_log,
+                      self.guide, self.query_one(DashboardFooter))
+            if w.display
+        ) + (0 if acting_tiny or not top.display else top.outer_size.height)
+        room = progress_room(self.size.height, others)
+        if self.progress_panel.styles.max_height != Scalar.from_number(room):
+            self.progress_panel.styles.max_height = room
 
     def log_action(
         self, host: str, action: str, outcome: str, ok: bool | None,
@@ -224,6 +242,7 @@ class MainScreen(Screen[None]):
         elif isinstance(event.data_table, GpuTable) and not app.plot_all:
             self.refresh_plot()
 
+    @drawing
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         app = self.dashboard
         if isinstance(event.data_table, HostList) and event.row_key.value is not None:

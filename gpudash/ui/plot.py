@@ -13,6 +13,12 @@ from rich.text import Text
 
 from gpudash.units import MIB_PER_GIB
 
+# plotext aborts the whole process (a C++ std::bad_alloc, no Python exception to catch)
+# on some points outside the y limit, over a wide x range: a host whose clock jumps, or
+# that says it uses more than it has, must never get such points to it. Only the last
+# WINDOW_S seconds before the latest sample are drawn, each reading within 0..ymax.
+WINDOW_S = 6 * 3600.0
+
 # One colour per GPU index, readable on dark and light backgrounds.
 GPU_COLOURS = (
     "#ff5f5f", "#5fafff", "#5fd787", "#ffaf5f", "#af87ff", "#5fd7d7", "#ff87d7", "#d7d75f",
@@ -49,9 +55,14 @@ def render_history(
     fig.theme("simple")
     fig.legend(False)
     drawn = False
+    top = ymax_gib if ymax_gib else None
     for gpu in gpus:
-        xs = [t - last for t, used in points if used.get(gpu) is not None]
-        ys = [(used.get(gpu) or 0) / MIB_PER_GIB for t, used in points if used.get(gpu) is not None]
+        shown = [
+            (t - last, min(mib / MIB_PER_GIB, top) if top is not None else mib / MIB_PER_GIB)
+            for t, used in points
+            if (mib := used.get(gpu)) is not None and -WINDOW_S <= t - last <= 0
+        ]
+        xs, ys = [x for x, _ in shown], [max(0.0, y) for _, y in shown]
         if not xs:
             continue
         if len(xs) == 1:  # a single sample still shows as a short flat line

@@ -60,7 +60,7 @@ class ConfirmModal(ModalScreen[bool]):
     ConfirmModal #outcome { dock: bottom; height: auto; }
     ConfirmModal #answer { height: 1; margin-top: 1; }
     ConfirmModal #question { width: 1fr; text-style: bold; }
-    ConfirmModal Button { margin-left: 2; }
+    ConfirmModal Button { margin-left: 2; min-width: 9; }
     ToastRack.-under-confirm ToastHolder { display: none; }
     """
     SCOPED_CSS = False  # the rule above is for the toast racks of the screens below too
@@ -70,10 +70,12 @@ class ConfirmModal(ModalScreen[bool]):
         Binding("escape", "cancel", "Cancel", id="gpudash.confirm.escape"),
     ]
 
-    def __init__(self, title: str, lines: list[str]) -> None:
+    def __init__(self, title: str, lines: list[str],
+                 keys: tuple[str, str, str] = ("y", "n", "Esc")) -> None:
         super().__init__()
         self.title_text = title
         self.lines = lines
+        self.keys = keys  # confirm, cancel, cancel: as the user's keymap has them
 
     def compose(self) -> ComposeResult:
         heading, *rest = self.lines or [""]
@@ -85,7 +87,8 @@ class ConfirmModal(ModalScreen[bool]):
             with Vertical(id="outcome"):
                 yield Static(plan_text(outcome, first_bold=False), id="summary")
                 with Horizontal(id="answer"):
-                    yield Static("Run it?  y: confirm  n/Esc: cancel",
+                    yes, no, escape = (k.capitalize() if k == "esc" else k for k in self.keys)
+                    yield Static(Text(f"Run it?  {yes}: confirm  {no}/{escape}: cancel"),
                                  id="question")
                     yield Button("Cancel", id="cancel", variant="primary", compact=True)
                     yield Button("Confirm", id="confirm", variant="error", compact=True)

@@ -40,25 +40,44 @@ class ActionLog(DataTable[Text]):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(cursor_type="row", **kwargs)  # type: ignore[arg-type]
         self.entries: list[LogEntry] = []
+        self._styles: list[str] = []  # each entry's outcome style
+        self._layout: tuple[bool, bool] | None = None  # (host column, narrow)
 
     def on_mount(self) -> None:
-        self.add_column("Time", key="time", width=8)
-        self.add_column("Host", key="host", width=14)
-        self.add_column("Action", key="action", width=40)
-        self.add_column("Outcome", key="outcome", width=100)
         self.border_title = "Action log"
         self.border_subtitle = "Enter: full entry"
+        self.fit(hosts=True, narrow=False)
+
+    def fit(self, *, hosts: bool, narrow: bool) -> None:
+        """The columns for the screen: the host only with several hosts (the header names
+        one), a shorter action when narrow, so that the outcome keeps room at 80 columns."""
+        if self._layout == (hosts, narrow):
+            return
+        self._layout = (hosts, narrow)
+        row = self.cursor_row
+        self.clear(columns=True)
+        self.add_column("Time", key="time", width=8)
+        if hosts:
+            self.add_column("Host", key="host", width=14)
+        self.add_column("Action", key="action", width=24 if narrow else 40)
+        self.add_column("Outcome", key="outcome", width=100)
+        for index, (entry, style) in enumerate(zip(self.entries, self._styles, strict=True)):
+            self._add_row(index, entry, style)
+        if self.row_count:
+            self.move_cursor(row=min(row, self.row_count - 1), animate=False)
+
+    def _add_row(self, index: int, entry: LogEntry, style: str) -> None:
+        cells = [Text(time.strftime("%H:%M:%S", time.localtime(entry.at)))]
+        if self._layout is None or self._layout[0]:
+            cells.append(literal(entry.host))
+        cells += [literal(entry.action), literal(entry.outcome, style=style)]
+        self.add_row(*cells, key=str(index + 1))
 
     def add(self, entry: LogEntry, ok_style: str, bad_style: str) -> None:
         self.entries.append(entry)
         style = "" if entry.ok is None else ok_style if entry.ok else bad_style
-        self.add_row(
-            Text(time.strftime("%H:%M:%S", time.localtime(entry.at))),
-            literal(entry.host),
-            literal(entry.action),
-            literal(entry.outcome, style=style),
-            key=str(len(self.entries)),
-        )
+        self._styles.append(style)
+        self._add_row(len(self.entries) - 1, entry, style)
         # After the next refresh: the table knows its new height only then, and a short
         # log must scroll to the newest entry.
         self.call_after_refresh(self.move_cursor, row=self.row_count - 1, animate=False)

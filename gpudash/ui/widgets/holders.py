@@ -20,14 +20,27 @@ from gpudash.units import NA, gib, percent
 COLUMNS = (
     ("who", "Owner / PID", 28),
     ("mem", "GPU memory", 13),
-    ("flags", "Flags", 20),
-    ("st", "St", 2),
+    ("flags", "Flags", 0),  # as wide as the widest flags shown (column_widths)
     ("cpu", "CPU", 5),  # % of one CPU: a spinning orphan from an idle one
     ("rss", "RSS", 8),
+    ("st", "St", 2),  # after CPU and RSS: ZOMBIE and D-STATE are flags already
     ("age", "Age", 5),
     ("user", "User", 8),
     ("cmd", "Command", 200),
 )
+FLAGS_MAX = 34  # "16×ORPHAN RESPAWNED UNIT INACTIVE" and a little more
+
+
+def column_widths(rows: list[HolderRow]) -> tuple[int, ...]:
+    """The columns' widths for these rows: Flags takes what its widest cell needs (an
+    empty column gave 15 cells that CPU and RSS lack on a small terminal)."""
+    flags = max((row.cells[2].cell_len for row in rows), default=0)
+    return tuple(
+        min(FLAGS_MAX, max(len(label), flags)) if key == "flags" else width
+        for key, label, width in COLUMNS
+    )
+
+
 FLAG_ORDER = (
     Flag.ORPHAN, Flag.RESPAWNED, Flag.UNIT_INACTIVE, Flag.ZOMBIE, Flag.D_STATE, Flag.DEVICE_HOLDER,
 )
@@ -105,9 +118,9 @@ def _process_rows(
                 who,
                 gpu_memory_text(dict(p.gpu_memory_mib)),
                 flags_text(node.flags - {Flag.UNIT_INACTIVE}, pal),
-                Text(p.state or "?"),
                 Text(percent(p.cpu_pct), justify="right"),
                 Text(gib(p.rss_mib), justify="right"),
+                Text(p.state or "?"),
                 Text(duration(age), justify="right"),
                 literal(p.user or NA),
                 literal(p.cmdline or p.name, style="dim"),
@@ -194,9 +207,23 @@ class HoldersTable(DataTable[Text]):
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
-        for key, label, width in COLUMNS:
-            self.add_column(label, key=key, width=width)
+        self._widths: tuple[int, ...] = ()
+        self._add_columns(column_widths([]))
         self._cells: dict[str, tuple[Text, ...]] = {}
+
+    def _add_columns(self, widths: tuple[int, ...]) -> None:
+        self._widths = widths
+        for (key, label, _default), width in zip(COLUMNS, widths, strict=True):
+            self.add_column(label, key=key, width=width)
+
+    def on_resize(self) -> None:
+        # Holders get shorter when the Action panel grows (its verdict lines): the
+        # selected row stays in view, as the cursor keys would keep it.
+        self.call_after_refresh(self._cursor_in_view)
+
+    def _cursor_in_view(self) -> None:
+        if self.row_count:  # the row the cursor is on by then, not when resized
+            self.move_cursor(row=self.cursor_row, animate=False)
 
     def selected_key(self) -> str | None:
         if not self.row_count:
@@ -208,7 +235,8 @@ class HoldersTable(DataTable[Text]):
         """Update in place when the rows are the same; else rebuild and keep the cursor."""
         keys = [r.key for r in rows]
         current = [str(k.value) for k in self.rows]
-        if keys == current:
+        widths = column_widths(rows)
+        if keys == current and widths == self._widths:
             for row in rows:
                 if self._cells.get(row.key) != row.cells:
                     for (col, _, _), cell in zip(COLUMNS, row.cells, strict=True):
@@ -218,7 +246,9 @@ class HoldersTable(DataTable[Text]):
         selected = self.selected_key()
         index = self.cursor_row
         scroll_y = self.scroll_y
-        self.clear()
+        self.clear(columns=widths != self._widths)
+        if not self.columns:
+            self._add_columns(widths)
         self._cells = {}
         for row in rows:
             self.add_row(*row.cells, key=row.key)

@@ -109,10 +109,13 @@ def _result_lines(report: ActionReport, pal: Palette) -> list[Text]:
                           f"GPU(s), ready in {seconds(round(sv.ready_s or 0))}",
                           style=pal.success))
     elif sv is not None and not sv.serving:
-        if sv.failure_line:
+        if sv.failure_line and sv.failure_line not in report.summary:  # said once
             lines.append(literal(f"log: {sv.failure_line}", style=f"bold {pal.error}"))
+        if sv.failure_line:
             lines.append(literal(f"→ {sv.failure_advice}", style=pal.warning))
-        lines += [literal(f"  │ {line}", style="dim") for line in sv.log_tail[-LOG_SHOWN:]]
+        tail = [line for line in sv.log_tail
+                if not sv.failure_line or sv.failure_line not in line]  # said above
+        lines += [literal(f"  │ {line}", style="dim") for line in tail[-LOG_SHOWN:]]
     return lines
 
 
@@ -193,12 +196,18 @@ def _gpu_cell(
     return cell
 
 
+MORE = "cut: Enter on its Action log entry shows it all"
+
+
 class ActionProgressPanel(Static):
-    """Shown while an action runs and after it ends, until the next one (x hides it)."""
+    """Shown while an action runs and after it ends, until the next one (x hides it).
+
+    When the screen leaves it fewer rows than the result has, its border says where the
+    rest is (the log entry's detail view): what is cut is never out of reach."""
 
     DEFAULT_CSS = """
     ActionProgressPanel {
-        height: auto; overflow-y: auto;
+        height: auto; overflow-y: hidden;
         border: round $accent; padding: 0 1; display: none;
     }
     ActionProgressPanel.-shown { display: block; }
@@ -226,3 +235,10 @@ class ActionProgressPanel(Static):
                        "-failed")
         self.update(progress_text(plan, progress, report, error, pal, settle,
                                   term_timeout=term_timeout, columns=columns))
+        self.call_after_refresh(self._say_if_cut)
+
+    def _say_if_cut(self) -> None:
+        box = self.content_size
+        needed = self.get_content_height(box, self.app.size, box.width) if box.width else 0
+        self.border_subtitle = MORE if needed > box.height else None
+

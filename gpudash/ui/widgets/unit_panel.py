@@ -107,9 +107,25 @@ def unit_gist(group: OwnerGroup | None, pal: Palette) -> Text | None:
     return out
 
 
+CUT = "cut: Enter shows it all"
+
+
 class UnitPanel(Static):
-    """Facts and advice about the selected owner."""
+    """Facts and advice about the selected owner; when they do not fit, the border says
+    so (Enter on the selection shows them in full)."""
 
     DEFAULT_CSS = """
-    UnitPanel { height: 1fr; overflow-y: auto; }
+    UnitPanel { height: 1fr; overflow-y: hidden; }
     """
+
+    def show(self, text: Text) -> None:
+        self.update(text)
+        self.call_after_refresh(self._say_if_cut)
+
+    def on_resize(self) -> None:
+        self._say_if_cut()
+
+    def _say_if_cut(self) -> None:
+        box = self.content_size
+        needed = self.get_content_height(box, self.app.size, box.width) if box.width else 0
+        self.border_subtitle = CUT if needed > box.height else None
