@@ -70,6 +70,11 @@ def inspect(host, name: str) -> dict:  # type: ignore[no-untyped-def]
 
 def snapshot(host) -> dict:  # type: ignore[no-untyped-def]
     cp = gpudash(host, "snapshot", host.alias, "--json")
+    if cp.returncode == 3 and "no answer within" in cp.stderr:
+        # The connection probe has 15 s; on a CI machine running several suites at once
+        # the first login after `docker rm -f` (30 s of dockerd and systemd work) was
+        # seen to need more. One more try: what is asserted is what the snapshot says.
+        cp = gpudash(host, "snapshot", host.alias, "--json")
     assert cp.returncode == 0, cp.stderr
     [snap] = json.loads(cp.stdout)["hosts"]
     return snap
