@@ -161,6 +161,9 @@ def test_cli_reclaim_container_on_the_demo_exits_0_with_proof() -> None:
     assert rec["confirmed"] is True
     assert any("docker stop -t 10 vllm-embed" in line for line in rec["plan"])
     assert [g["index"] for g in rec["gpus"]] == [7]
+    after = rec["container_after"]
+    assert (after["name"], after["state"], after["restart_policy"]) == (
+        "vllm-embed", "exited", "no")
 
 
 def test_cli_reclaim_takes_a_unit_or_a_container_not_both() -> None:
