@@ -54,8 +54,9 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 DESCRIPTIONS = {
-    "reclaim": "Stop and disable a unit, reap what is left of it, wait until its GPU memory "
-    "is back, print a per-GPU report. Exit 0 only if confirmed free.",
+    "reclaim": "Stop and disable a unit (or stop a container and turn its restart policy "
+    "off), reap what is left of it, wait until its GPU memory is back, print a per-GPU "
+    "report. Exit 0 only if confirmed free.",
     "start": "Start a unit (and enable it) and follow it loading until it serves: active "
     "without restarts, memory steady, its ready URL answering on the host. A crash loop "
     "is stopped and explained by its log line. Exit 0 only if serving.",
