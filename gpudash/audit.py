@@ -77,6 +77,14 @@ def outcome_record(report: ActionReport, action_id: str | None = None) -> dict[s
             for lo in report.leftovers
         ],
         "warnings": list(report.warnings),
+        "container_after": None if report.container_after is None else {
+            "id": report.container_after.id,
+            "runtime": report.container_after.runtime,
+            "name": report.container_after.name,
+            "state": report.container_after.state,
+            "restart_policy": report.container_after.restart_policy,
+            "restart_count": report.container_after.restart_count,
+        },
         "phases": [{"name": ph.name, "confirmed": ph.confirmed, "seconds": round(ph.seconds, 1),
                     "summary": ph.summary} for ph in report.phases],
         "serving": None if report.serving is None else {

@@ -7,6 +7,11 @@ and orphans the old workers; ``systemctl stop`` kills only the main and leaves t
 workers under PID 1; memory comes back a short delay after its holder dies; one worker
 ignores SIGTERM; alice's notebook kernel holds 2 GiB on GPU 0 and must never be touched.
 
+With ``containers`` (the dashboard's ``--demo``) a small embedding model runs as a Docker
+container started with ``--restart always`` (1000 MiB on GPU 7): ``kill -9`` of its main
+process makes Docker restart it (RestartCount + 1, a new pid), the trap one layer up;
+``docker stop`` marks it stopped, ``docker update --restart=no`` turns the policy off.
+
 It runs on simulated time: ``speed`` simulated seconds pass per real second, so tests
 play minutes of incident in a fraction of a second.
 """
@@ -22,7 +27,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from gpudash.demo_models import SimLoad, SimServer
-from gpudash.model import Gpu, HostSnapshot, Process, SourceKind, Unit, unit_name
+from gpudash.model import Container, Gpu, HostSnapshot, Process, SourceKind, Unit, unit_name
 from gpudash.source import CommandResult, HostControl, SignalOutcome
 
 HZ = 100  # clock ticks per second, as in /proc/PID/stat
@@ -40,6 +45,13 @@ DEEPSEEK_SERVER = SimServer("deepseek-ai/DeepSeek-V3", 8002, gpu_memory_utilizat
 HOST_CPUS = 128
 HOST_MEM_MIB = 2063 * 1024  # 2 TiB of RAM, as a host of eight 96 GiB GPUs has
 HOST_BASE_MIB = 41 * 1024  # the OS, page tables, the driver
+EMBED_MIB = 1000  # the container's model on GPU 7, beside MiniMax's worker there
+EMBED_ID = "c0ffee5e" + "9d2b4a71" * 7
+EMBED_NAME = "vllm-embed"
+EMBED_IMAGE = "vllm/vllm-openai:v0.11.0"
+EMBED_CMD = ("python3 -m vllm.entrypoints.openai.api_server --model BAAI/bge-m3 "
+             "--task embed --gpu-memory-utilization 0.011 --port 8100")
+SHIM_PID = 4711  # containerd-shim-runc-v2: the container's main's parent on the host
 SERVER_CMD = (
     "python3 -m vllm.entrypoints.openai.api_server --model MiniMaxAI/MiniMax-M2.5 "
     "--tensor-parallel-size 8 --enable-expert-parallel --port 8000"
@@ -65,6 +77,25 @@ class SimProcess:
     device_mib: dict[int, int] = field(default_factory=dict)
     cpu_pct: float = 0.0  # a TP worker spins (NCCL, shm broadcast); a notebook idles
     rss_mib: int = 300
+
+
+@dataclass(slots=True)
+class SimContainer:
+    """A Docker container as ``docker inspect`` shows it."""
+
+    id: str
+    name: str
+    image: str
+    restart_policy: str = "always"
+    restart_count: int = 0
+    state: str = "running"  # running | restarting | exited | removed
+    main_pid: int | None = None
+    restart_at: float | None = None
+    manually_stopped: bool = False
+
+    @property
+    def scope(self) -> str:
+        return f"docker-{self.id}.scope"
 
 
 @dataclass(slots=True)
@@ -98,6 +129,7 @@ class DemoHost(HostControl):
         release_delay: float = 2.0,
         seed: int = 7,
         read_only: bool = False,
+        containers: bool = False,
     ) -> None:
         self.name = name
         self.speed = speed
@@ -110,9 +142,14 @@ class DemoHost(HostControl):
         self._next_pid = 215000
         self.processes: dict[int, SimProcess] = {}
         self.units: dict[str, SimUnit] = {}
+        self.containers: dict[str, SimContainer] = {}
         self._releases: list[tuple[float, int, int]] = []  # (at, gpu, mib)
         self.boot_id = f"5e1f0c2a-8d3a-4b71-9f0e-{random.Random(-seed).getrandbits(48):012x}"
         self._build_incident()
+        if containers:
+            c = SimContainer(EMBED_ID, EMBED_NAME, EMBED_IMAGE)
+            self.containers[c.id] = c
+            self._run_container(c, age=5400)
 
     # --- simulated clock ------------------------------------------------------------
 
@@ -214,6 +251,13 @@ class DemoHost(HostControl):
         serving.script(GPU_TOTAL_MIB)
         unit.loads.append(serving)  # it has served for two hours
 
+    def _run_container(self, c: SimContainer, *, age: float = 0.0) -> None:
+        """dockerd (re)starts the container: its main process under the shim."""
+        main = self.spawn(ppid=SHIM_PID, user="root", name="python3", cmdline=EMBED_CMD,
+                          unit=c.scope, gpu_memory_mib={7: EMBED_MIB}, age=age, cpu_pct=1.5,
+                          rss_mib=3 * 1024)
+        c.main_pid, c.state = main.pid, "running"
+
     def _launch(self, unit: SimUnit) -> None:
         """systemd starts the unit's main process (by hand or automatically)."""
         if unit.server is None or unit.name == MINIMAX:
@@ -238,6 +282,11 @@ class DemoHost(HostControl):
 
     def _advance(self) -> None:
         now = self.now()
+        for c in self.containers.values():
+            if c.restart_at is not None and now >= c.restart_at:
+                c.restart_at = None
+                c.restart_count += 1
+                self._run_container(c)
         for unit in self.units.values():
             if unit.restart_at is not None and now >= unit.restart_at:
                 unit.restart_at = None
@@ -287,6 +336,20 @@ class DemoHost(HostControl):
         for child in self.processes.values():
             if child.ppid == p.pid:
                 child.ppid = 1  # re-parented, still holding its CUDA context
+        for c in self.containers.values():
+            if c.main_pid == p.pid:  # the PID namespace ends with its init
+                c.main_pid = None
+                # (what escaped it to PID 1 is not in its PID namespace: it lives on)
+                for q in [q for q in self.processes.values()
+                          if q.unit == c.scope and q.ppid != 1]:
+                    self.processes.pop(q.pid, None)
+                    for gpu, mib in q.gpu_memory_mib.items():
+                        self._releases.append((now + self.release_delay, gpu, mib))
+                if not c.manually_stopped and c.restart_policy in (
+                        "always", "unless-stopped", "on-failure"):
+                    c.state, c.restart_at = "restarting", now + 0.1
+                else:
+                    c.state = "exited"
         for unit in self.units.values():
             if unit.main_pid == p.pid:
                 unit.main_pid = None
@@ -358,6 +421,8 @@ class DemoHost(HostControl):
             gpus=tuple(gpus),
             processes=procs,
             units=units,
+            containers=tuple(_container_view(c) for c in self.containers.values()
+                             if c.state != "removed"),
             source=SourceKind.DEMO,
             boot_id=self.boot_id,
             cpu_pct=round(min(100.0, sum(p.cpu_pct for p in sims) / HOST_CPUS + 0.4), 1),
@@ -371,6 +436,37 @@ class DemoHost(HostControl):
 
     async def sample(self) -> HostSnapshot:
         return self.snapshot()
+
+    async def container(
+        self, runtime: str, verb: str, container: str, stop_timeout: int = 10
+    ) -> CommandResult:
+        words = {"stop": ["stop", "-t", str(stop_timeout)], "no-restart": ["update",
+                 "--restart=no"], "rm": ["rm"]}.get(verb, [verb])
+        argv = (runtime, *words, "--", container)
+        if self.read_only:
+            return CommandResult(argv, 1, "read-only mode")
+        self._advance()
+        c = self.containers.get(container)
+        if c is None or c.state == "removed" or runtime != "docker":
+            return CommandResult(argv, 1, f"Error response from daemon: No such container: "
+                                 f"{container}")
+        if verb == "stop":
+            c.manually_stopped, c.restart_at = True, None
+            main = self.processes.get(c.main_pid) if c.main_pid else None
+            if main is not None:
+                self._die(main)
+            c.state = "exited"
+            return CommandResult(argv, 0, container + "\n")
+        if verb == "no-restart":
+            c.restart_policy = "no"
+            return CommandResult(argv, 0, container + "\n")
+        if verb == "rm":
+            if c.state != "exited":
+                return CommandResult(argv, 1, "Error response from daemon: cannot remove a "
+                                     "running container: stop the container before removing")
+            c.state = "removed"
+            return CommandResult(argv, 0, container + "\n")
+        return CommandResult(argv, 1, f"unsupported verb {verb}")
 
     async def systemctl(self, verb: str, unit: str) -> CommandResult:
         argv = ("systemctl", verb, unit)
@@ -528,6 +624,12 @@ def _cgroup(p: SimProcess) -> str | None:
     if p.unit.startswith("session-"):
         return f"/user.slice/user-1001.slice/{p.unit}"
     return f"/system.slice/{p.unit}"
+
+
+def _container_view(c: SimContainer) -> Container:
+    state = "restarting" if c.restart_at is not None else c.state
+    return Container(c.id, "docker", c.name, c.image, state, c.restart_policy,
+                     c.restart_count, c.main_pid)
 
 
 def _unit_view(u: SimUnit) -> Unit:

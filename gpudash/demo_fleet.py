@@ -96,6 +96,11 @@ class UnreachableHost(HostControl):
     async def systemctl(self, verb: str, unit: str) -> CommandResult:
         raise self._error()
 
+    async def container(
+        self, runtime: str, verb: str, container: str, stop_timeout: int = 10
+    ) -> CommandResult:
+        raise self._error()
+
     async def signal(self, pid: int, start_ticks: int | None, sig: int, *,
                      boot_id: str | None = None) -> SignalOutcome:
         raise self._error()

@@ -1,9 +1,11 @@
-"""The ``--json`` snapshot format (``"schema": 1``), documented in the README.
+"""The ``--json`` snapshot format (``"schema": 2``), documented in the README.
 
 N/A is ``null``. GPU memory per process is keyed by the GPU index as a string (JSON
-object keys are strings). Every field of the model's ``Gpu``, ``Process`` and ``Unit`` is
-written under its own name, so a field added to the model appears here too; fields are
-only ever added to schema 1, never renamed or removed.
+object keys are strings). Every field of the model's ``Gpu``, ``Process``, ``Unit``,
+``Container`` and ``Pod`` is written under its own name, so a field added to the model
+appears here too; fields are only ever added, never renamed or removed. Schema 2 added
+owners (a unit, a container, a pod, a session, nobody: ``owners`` and each process's
+``owner``), ``containers`` and ``pods``; everything of schema 1 is where it was.
 """
 
 from __future__ import annotations
@@ -13,9 +15,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from gpudash.model import HostSnapshot
-from gpudash.triage import process_flags
+from gpudash.triage import process_flags, triage
 
-SCHEMA = 1
+SCHEMA = 2
 
 
 def _fields(obj: Any) -> dict[str, Any]:
@@ -29,9 +31,29 @@ def host_to_json(snapshot: HostSnapshot) -> dict[str, Any]:
         gpu = _fields(g)
         gpu["memory_free_mib"] = g.memory_free_mib
         gpus.append(gpu)
+    result = triage(snapshot)
+    owner_of = {n.process.pid: group.key for group in result.groups for n in group.nodes()}
+    owners = []
+    for group in result.groups:
+        o = group.owner
+        owners.append({
+            "key": group.key,
+            "kind": group.kind.value,
+            "unit": group.unit.name if group.unit is not None else None,
+            "container_id": o.container_id if o is not None else None,
+            "runtime": o.runtime if o is not None else None,
+            "pod_uid": o.pod_uid if o is not None else None,
+            "capabilities": sorted(c.value for c in o.capabilities) if o is not None else [],
+            "respawner": o.respawner if o is not None else None,
+            "flags": sorted(f.value for f in group.flags),
+            "gpu_memory_mib": {str(k): v for k, v in sorted(group.gpu_memory_mib.items())},
+            "pids": sorted(n.process.pid for n in group.nodes()),
+            "warnings": list(group.warnings),
+        })
     processes = []
     for p in snapshot.processes:
         process = _fields(p)
+        process["owner"] = owner_of.get(p.pid)
         process["gpu_memory_mib"] = {str(k): v for k, v in sorted(p.gpu_memory_mib.items())}
         process["flags"] = sorted(f.value for f in flags.get(p.pid, ()))
         processes.append(process)
@@ -51,6 +73,9 @@ def host_to_json(snapshot: HostSnapshot) -> dict[str, Any]:
         "gpus": gpus,
         "processes": processes,
         "units": [_fields(u) for u in snapshot.units],
+        "containers": [_fields(c) for c in snapshot.containers],
+        "pods": [_fields(p) for p in snapshot.pods],
+        "owners": owners,
     }
 
 
@@ -60,5 +85,6 @@ def document(
     """The whole ``--json`` document; hosts that failed appear with their error."""
     out: list[dict[str, Any]] = [host_to_json(h) for h in hosts]
     for name, message in (errors or {}).items():
-        out.append({"name": name, "error": message, "gpus": [], "processes": [], "units": []})
+        out.append({"name": name, "error": message, "gpus": [], "processes": [], "units": [],
+                    "containers": [], "pods": [], "owners": []})
     return {"schema": SCHEMA, "hosts": out}

@@ -95,6 +95,46 @@ class Unit:
         return self.active_state in ("inactive", "failed")
 
 
+@dataclass(frozen=True, slots=True)
+class Container:
+    """A Docker or Podman container that processes' cgroups name, as its runtime inspects it.
+
+    ``state`` is the runtime's (running, exited, restarting, paused, created, dead), or
+    ``removed`` when the runtime said no such container exists; None: not inspected (no
+    CLI, or it did not answer)."""
+
+    id: str  # the full id, as the cgroup path names it
+    runtime: str  # docker | podman
+    name: str | None = None
+    image: str | None = None
+    state: str | None = None
+    restart_policy: str | None = None  # no, always, unless-stopped, on-failure
+    restart_count: int | None = None  # restarts the runtime made by itself
+    main_pid: int | None = None  # None when it is not running
+
+    @property
+    def short_id(self) -> str:
+        return self.id[:12]
+
+    @property
+    def label(self) -> str:
+        return self.name or self.short_id
+
+    @property
+    def is_down(self) -> bool:
+        return self.state in ("exited", "dead", "created", "removed")
+
+
+@dataclass(frozen=True, slots=True)
+class Pod:
+    """A Kubernetes pod: its UID from the cgroup path; namespace and name where crictl
+    answers."""
+
+    uid: str
+    namespace: str | None = None
+    name: str | None = None
+
+
 class SourceKind(StrEnum):
     NVML = "nvml"
     NVIDIA_SMI = "nvidia-smi"
@@ -123,6 +163,21 @@ class HostSnapshot:
     collector_cpu_s: float | None = None
     mem_used_mib: int | None = None  # host RAM in use: total less what is available
     mem_total_mib: int | None = None
+    containers: tuple[Container, ...] = ()
+    pods: tuple[Pod, ...] = ()
+
+    def container(self, ref: str) -> Container | None:
+        """The container with this id, id prefix (12+ characters) or name."""
+        for c in self.containers:
+            if c.id == ref or c.name == ref or (len(ref) >= 12 and c.id.startswith(ref)):
+                return c
+        return None
+
+    def pod(self, uid: str) -> Pod | None:
+        for p in self.pods:
+            if p.uid == uid:
+                return p
+        return None
 
     def process(self, pid: int) -> Process | None:
         for p in self.processes:

@@ -63,6 +63,12 @@ class HostControl(Protocol):
         """Run ``systemctl VERB UNIT`` (verb: stop, disable, start, enable)."""
         ...
 
+    async def container(
+        self, runtime: str, verb: str, container: str, stop_timeout: int = 10
+    ) -> CommandResult:
+        """Run ``docker|podman VERB CONTAINER`` (verb: stop, no-restart, rm)."""
+        ...
+
     async def signal(
         self, pid: int, start_ticks: int | None, sig: int, *, boot_id: str | None = None
     ) -> SignalOutcome:

@@ -11,7 +11,20 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from gpudash.model import HostSnapshot, Process, Unit
+from gpudash.model import Container, HostSnapshot, Process, Unit
+from gpudash.owners import (
+    NO_UNIT,
+    Owner,
+    OwnerKind,
+    container_key,
+    container_orphan,
+    container_respawned,
+    container_warnings,
+    owners,
+    unit_kind,
+)
+
+__all__ = ["NO_UNIT", "Owner", "OwnerKind"]  # re-exported: the owner kind lives in owners
 
 
 class Flag(StrEnum):
@@ -24,15 +37,6 @@ class Flag(StrEnum):
     DEVICE_HOLDER = "DEVICE HOLDER"
 
 
-class OwnerKind(StrEnum):
-    SERVICE = "service"
-    SESSION = "session"
-    CONTAINER = "container"
-    SCOPE = "scope"
-    NONE = "no unit"
-
-
-NO_UNIT = "no unit"
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,13 +58,14 @@ class ProcessNode:
 class OwnerGroup:
     """All GPU-relevant processes of one owner (a unit, a session, or nobody)."""
 
-    key: str  # unit name, or NO_UNIT
+    key: str  # unit name, ``docker:NAME``, ``pod:NS/NAME``, or NO_UNIT
     kind: OwnerKind
     unit: Unit | None
     flags: frozenset[Flag]
     roots: tuple[ProcessNode, ...]
     gpu_memory_mib: Mapping[int, int]
     warnings: tuple[str, ...]
+    owner: Owner | None = None  # what it is and what it can do (None: a unit, as before)
 
     @property
     def total_gpu_memory_mib(self) -> int:
@@ -100,21 +105,9 @@ class HostTriage:
 
 # --- owner classification -------------------------------------------------------------
 
-_CONTAINER_SCOPE = re.compile(r"^(docker|cri-containerd|crio|libpod|containerd)-[0-9a-f]+\.scope$")
-
-
 def owner_kind(unit: str | None) -> OwnerKind:
-    if not unit:
-        return OwnerKind.NONE
-    if _CONTAINER_SCOPE.match(unit):
-        return OwnerKind.CONTAINER
-    if unit.startswith("session-") and unit.endswith(".scope"):
-        return OwnerKind.SESSION
-    if unit.startswith("user@") and unit.endswith(".service"):
-        return OwnerKind.SESSION
-    if unit.endswith(".scope"):
-        return OwnerKind.SCOPE
-    return OwnerKind.SERVICE
+    """The owner kind a unit name alone says (``gpudash.owners.unit_kind``)."""
+    return unit_kind(unit)
 
 
 # --- labels (friendly only) -----------------------------------------------------------
@@ -204,9 +197,26 @@ def process_flags(snapshot: HostSnapshot) -> dict[int, frozenset[Flag]]:
         if u.main_pid:
             live_trees[u.name] = {u.main_pid} | _descendants(u.main_pid, children)
 
+    owner_by_pid = owners(snapshot)
     flags: dict[int, frozenset[Flag]] = {}
     for p in snapshot.processes:
         f: set[Flag] = set()
+        owner = owner_by_pid[p.pid]
+        if owner.kind in (OwnerKind.CONTAINER, OwnerKind.POD):
+            # A container's processes answer to its runtime, not to the scope unit.
+            if holds(p) and container_orphan(p, owner):
+                f.add(Flag.ORPHAN)
+            c = owner.container
+            if c is not None and c.main_pid == p.pid and container_respawned(owner):
+                f.add(Flag.RESPAWNED)
+            if p.state == "Z":
+                f.add(Flag.ZOMBIE)
+            elif p.state == "D":
+                f.add(Flag.D_STATE)
+            if p.device_gpus:
+                f.add(Flag.DEVICE_HOLDER)
+            flags[p.pid] = frozenset(f)
+            continue
         if p.state == "Z":
             f.add(Flag.ZOMBIE)
         elif p.state == "D":
@@ -322,20 +332,26 @@ def triage(snapshot: HostSnapshot, previous: HostSnapshot | None = None) -> Host
     units = {u.name: u for u in snapshot.units}
     prev_units = {u.name: u for u in previous.units} if previous else {}
 
+    owner_by_pid = owners(snapshot)
     members: dict[str, list[Process]] = {}
+    owner_of_key: dict[str, Owner] = {}
     for p in snapshot.processes:
-        members.setdefault(p.unit or NO_UNIT, []).append(p)
+        owner = owner_by_pid[p.pid]
+        members.setdefault(owner.key, []).append(p)
+        owner_of_key.setdefault(owner.key, owner)
 
     groups: list[OwnerGroup] = []
     for key, procs in members.items():
+        owner = owner_of_key[key]
         # A service holding nothing is still shown (its main process, its state); other
         # owners appear only while they hold memory.
-        if not any(holds(p) for p in procs) and (
-            key == NO_UNIT or owner_kind(key) is not OwnerKind.SERVICE
-        ):
+        if not any(holds(p) for p in procs) and owner.kind is not OwnerKind.SERVICE:
+            continue
+        if owner.kind in (OwnerKind.CONTAINER, OwnerKind.POD):
+            groups.append(_container_group(owner, procs, flags))
             continue
         unit = units.get(key)
-        kind = owner_kind(None if key == NO_UNIT else key)
+        kind = owner.kind
         gflags: set[Flag] = set()
         if unit is not None and kind is OwnerKind.SERVICE:
             if unit.is_down:
@@ -361,6 +377,7 @@ def triage(snapshot: HostSnapshot, previous: HostSnapshot | None = None) -> Host
                 roots=_tree(procs, flags, unit.main_pid if unit else None),
                 gpu_memory_mib=mem,
                 warnings=warnings,
+                owner=owner,
             )
         )
     # Units the host reports without any process left (a reclaimed service) stay visible:
@@ -371,6 +388,48 @@ def triage(snapshot: HostSnapshot, previous: HostSnapshot | None = None) -> Host
             if unit_respawned(unit, prev_units.get(unit.name)):
                 gflags.add(Flag.RESPAWNED)
             groups.append(OwnerGroup(unit.name, OwnerKind.SERVICE, unit, frozenset(gflags), (),
-                                     {}, unit_warnings(unit, frozenset(gflags), 0)))
+                                     {}, unit_warnings(unit, frozenset(gflags), 0),
+                                     Owner(OwnerKind.SERVICE, unit.name, unit)))
+    # A stopped container stays visible too ("exited, restart policy no, 0 GiB").
+    for c in snapshot.containers:
+        from_container = _container_left(c, owner_of_key)
+        if from_container is not None:
+            groups.append(from_container)
     groups.sort(key=lambda g: (g.kind is OwnerKind.NONE, -g.total_gpu_memory_mib, g.key))
     return HostTriage(snapshot, tuple(groups), flags, holders_by_gpu(snapshot))
+
+
+def _memory(procs: Iterable[Process]) -> dict[int, int]:
+    mem: dict[int, int] = {}
+    for p in procs:
+        for gpu, mib in p.gpu_memory_mib.items():
+            mem[gpu] = mem.get(gpu, 0) + (mib or 0)
+        for gpu in p.device_gpus:
+            mem.setdefault(gpu, 0)
+    return mem
+
+
+def _container_group(owner: Owner, procs: list[Process], flags: Mapping[int, frozenset[Flag]]
+                     ) -> OwnerGroup:
+    """The group of a container's or a pod's processes, warned per its runtime's rules."""
+    gflags: set[Flag] = set()
+    if container_respawned(owner):
+        gflags.add(Flag.RESPAWNED)
+    orphan_count = sum(1 for p in procs if Flag.ORPHAN in flags[p.pid])
+    if orphan_count:
+        gflags.add(Flag.ORPHAN)
+    main = owner.container.main_pid if owner.container is not None else None
+    return OwnerGroup(owner.key, owner.kind, owner.unit, frozenset(gflags),
+                      _tree(procs, flags, main), _memory(procs),
+                      container_warnings(owner, orphan_count), owner)
+
+
+def _container_left(c: Container, seen: Mapping[str, Owner]) -> OwnerGroup | None:
+    """A container the host reports without any process (stopped), as an empty group."""
+    if c.state == "removed" or any(o.container_id == c.id for o in seen.values()):
+        return None
+    owner = Owner(OwnerKind.CONTAINER, container_key(c.runtime, c.label), None, c, c.id,
+                  c.runtime)
+    gflags = {Flag.RESPAWNED} if container_respawned(owner) else set()
+    return OwnerGroup(owner.key, owner.kind, None, frozenset(gflags), (), {},
+                      container_warnings(owner, 0), owner)

@@ -18,10 +18,19 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   command -v xauth >/dev/null || need+=(xauth)  # the no-X11-forwarding test needs a real one
   # the exporter's end-to-end test starts its own server on 127.0.0.1 (promtool: the rules)
   command -v prometheus >/dev/null || need+=(prometheus)
+  [ -x /usr/sbin/dockerd ] || need+=(docker.io)  # a real dockerd inside a lab host
+  [ -x /usr/bin/podman ] || need+=(podman)  # and a real podman
   if [ ${#need[@]} -gt 0 ]; then
     echo "run.sh: installing ${need[*]}"
     apt-get update -q >/dev/null
+    # dockerd and podman are for the lab hosts only (they start them): never start them here
+    rcd=""
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+      printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+      rcd=/usr/sbin/policy-rc.d
+    fi
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null
+    [ -z "$rcd" ] || rm -f "$rcd"
   fi
 fi
 

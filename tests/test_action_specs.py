@@ -18,7 +18,8 @@ def test_every_action_has_one_spec_with_its_own_key_and_binding() -> None:
     assert {s.binding_id for s in SPECS.values()} == {
         "gpudash.stop_unit", "gpudash.disable_unit", "gpudash.stop_disable",
         "gpudash.terminate", "gpudash.kill", "gpudash.reap", "gpudash.reclaim",
-        "gpudash.start_unit", "gpudash.restart_unit", "gpudash.enable_unit", "gpudash.swap"}
+        "gpudash.start_unit", "gpudash.restart_unit", "gpudash.enable_unit", "gpudash.swap",
+            "gpudash.remove_container"}
 
 
 def selections(snap: HostSnapshot) -> list[Selection]:

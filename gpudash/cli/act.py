@@ -57,7 +57,8 @@ def options_of(args: argparse.Namespace) -> ExecOptions:
 
 def run_reclaim(args: argparse.Namespace, source: HostSource, term: Terminal) -> int:
     async def make(source: HostSource) -> ActionPlan:
-        return plan_action(await source.control.sample(), ActionKind.RECLAIM, unit=args.unit)
+        return plan_action(await source.control.sample(), ActionKind.RECLAIM, unit=args.unit,
+                           container=getattr(args, "container", None))
 
     return run_action(args, source, term, make)
 

@@ -71,8 +71,9 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 DESCRIPTIONS = {
-    "reclaim": "Stop and disable a unit, reap what is left of it, wait until its GPU memory "
-    "is back, print a per-GPU report. Exit 0 only if confirmed free.",
+    "reclaim": "Stop and disable a unit (or stop a container and turn its restart policy "
+    "off), reap what is left of it, wait until its GPU memory is back, print a per-GPU "
+    "report. Exit 0 only if confirmed free.",
     "start": "Start a unit (and enable it) and follow it loading until it serves: active "
     "without restarts, memory steady, its ready URL answering on the host. A crash loop "
     "is stopped and explained by its log line. Exit 0 only if serving.",
@@ -115,6 +116,12 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
                            help="the unit to reclaim (e.g. vllm-minimax-m25)")
             p.add_argument("--to", dest="to_unit", required=True, metavar="UNIT",
                            help="the unit to start once the memory is back")
+        elif command == "reclaim":
+            which = p.add_mutually_exclusive_group(required=True)
+            which.add_argument("--unit", help="the systemd unit (.service optional)")
+            which.add_argument("--container", metavar="NAME",
+                               help="a Docker or Podman container (name or id): stop it, "
+                               "turn its restart policy off, reap what is left")
         else:
             p.add_argument("--unit", required=True,
                            help="the systemd unit (.service optional)")

@@ -4,6 +4,7 @@
     gpudash --demo                     dashboard on the simulated incident host
     gpudash snapshot [HOST ...] --json one snapshot per host
     gpudash reclaim [HOST] --unit U    stop + disable U, reap its leftovers, wait, report
+    gpudash reclaim [HOST] --container C   the same for a Docker/Podman container
     gpudash start [HOST] --unit U      start U, follow it loading, prove it serves
     gpudash swap [HOST] --from A --to B   reclaim A with proof, start B, prove it serves
     gpudash exporter [HOST ...]        the triage as Prometheus metrics (127.0.0.1:9835)
@@ -45,7 +46,7 @@ def open_sources(args: argparse.Namespace, *, demo_speed: float = 1.0) -> list[H
             from gpudash.demo_fleet import demo_fleet
 
             return demo_fleet(args.demo_hosts, speed=demo_speed, read_only=read_only)
-        return [DemoHost(speed=demo_speed, read_only=read_only)]
+        return [DemoHost(speed=demo_speed, read_only=read_only, containers=True)]
     from gpudash.transport import open_source  # live hosts: local or SSH
 
     targets: list[str | None] = list(args.hosts) or [None]

@@ -45,10 +45,12 @@ from typing import TYPE_CHECKING, Any
 # decoder (gpudash/collector/wire.py) imports these names, and a test holds the key lists
 # equal to the fields of gpudash's model (Gpu, Process, Unit, HostSnapshot).
 
-PROTOCOL = 2  # 2: boot_id, CPU and memory of the host and of each process, source "none"
+PROTOCOL = 3  # 2: boot_id, CPU and memory of the host and of each process, source "none"
+# 3: "containers" (docker/podman inspect of the containers their cgroups name) and "pods"
 
 # gpudash -> collector, one JSON object a line: {"op": OP_..., ...}
 OP_WATCH = "watch"  # {"unit": NAME}: report this unit from now on; re-read everything
+# ({"container": ID} the same for a container: a stopped one has no process to name it)
 OP_REFRESH = "refresh"  # re-read everything in the next sample
 OP_SAMPLE = "sample"  # serve: {"id"} -> K_FULL with a fresh snapshot and the same "id"
 OP_SIGNAL = "signal"  # serve: {"id", "pid", "start", "sig", "boot"?} -> K_SIGNAL, same "id"
@@ -68,7 +70,7 @@ SIGNAL_OUTCOMES = ("sent", "gone", "mismatch", "denied", "unknown")
 SNAPSHOT_KEYS = (
     "v", "host", "taken_at", "boot_id", "source", "degraded", "errors", "can_act",
     "cannot_act_reason", "cpu_pct", "mem_used_mib", "mem_total_mib", "collector_cpu_s",
-    "gpus", "procs", "units",
+    "gpus", "procs", "units", "containers", "pods",
 )
 GPU_KEYS = (
     "index", "uuid", "name", "memory_total_mib", "memory_used_mib", "memory_reserved_mib",
@@ -83,6 +85,13 @@ UNIT_KEYS = (
     "name", "active_state", "sub_state", "unit_file_state", "restart", "kill_mode",
     "n_restarts", "main_pid", "control_group", "description",
 )
+# "containers" is keyed by the container id its processes' cgroups name, "pods" by pod UID.
+CONTAINER_KEYS = (  # state "removed": the runtime answered that no such container exists
+    "id", "runtime", "name", "image", "state", "restart_policy", "restart_count", "main_pid",
+)
+POD_KEYS = ("uid", "namespace", "name")
+CONTAINER_RUNTIMES = ("docker", "podman", "cri")  # cri: a Kubernetes pod's (crictl)
+REMOVED = "removed"
 SOURCES = ("nvml", "nvidia-smi", "none")  # "none": no GPU facts at all (degraded)
 
 # Limits. A host's text is anybody's (a GPU user picks their cmdline): this collector
@@ -90,6 +99,7 @@ SOURCES = ("nvml", "nvidia-smi", "none")  # "none": no GPU facts at all (degrade
 MAX_GPUS = 64
 MAX_PROCS = 2048  # GPU holders first, then the other processes of their units
 MAX_UNITS = 256
+MAX_CONTAINERS = 32  # and as many pods: those whose processes a snapshot lists
 MAX_ERRORS = 32
 TRUNCATED = "\u2026[truncated]"  # ends every text that was cut
 CMDLINE_MAX = 4096  # bytes of one cmdline as JSON text (escapes counted), mark included
@@ -98,10 +108,19 @@ CMDLINE_BUDGET = 1 << 20  # bytes of all cmdlines longer than CMDLINE_SHORT in a
 CGROUP_MAX = 512
 TEXT_MAX = 256  # every other text: names, states, users, units, descriptions, GPU names
 ERROR_MAX = 512
+WORD_MAX = 32  # a container's state and restart policy: one word
 
 MIB = 1024 * 1024
 UNIT_COMPONENT = re.compile(r"[A-Za-z0-9:_.\\@-]{1,240}\.(service|scope)")  # fullmatch
 BOOT_ID = re.compile(r"[0-9a-fA-F-]{1,64}")  # fullmatch
+CONTAINER_ID = re.compile(r"[0-9a-f]{12,64}")  # fullmatch
+POD_UID = re.compile(r"[0-9a-f-]{8,64}")  # fullmatch
+# docker-<id>.scope (systemd driver), libpod-<id>.scope (podman), cri-containerd-/crio-
+_CONTAINER_PART = re.compile(r"(docker|libpod|cri-containerd|crio|containerd)-([0-9a-f]{12,64})"
+                             r"(?:\.scope)?")
+# kubepods-besteffort-pod<uid, _ for ->.slice (systemd driver), pod<uid> (cgroupfs)
+_POD_PART = re.compile(r"(?:kubepods(?:-[a-z]+)?-)?pod([0-9a-f_-]{8,64})(?:\.slice)?")
+CONTAINER_CLI_TIMEOUT_S = 5.0
 UNIT_PROPERTIES = (
     "Id,ActiveState,SubState,UnitFileState,Restart,KillMode,NRestarts,MainPID,"
     "ControlGroup,Description"
@@ -165,9 +184,12 @@ def snapshot_bound() -> int:
         + MAX_GPUS * 16  # gpu_memory_mib: '"63":16777215,'
     )
     unit = len(UNIT_KEYS) * number + CGROUP_MAX + 7 * TEXT_MAX
+    container = len(CONTAINER_KEYS) * number + 64 + 8 + 2 * TEXT_MAX + 2 * WORD_MAX
+    pod = len(POD_KEYS) * number + 64 + 2 * TEXT_MAX
     top = len(SNAPSHOT_KEYS) * number + 3 * TEXT_MAX + ERROR_MAX + MAX_ERRORS * (ERROR_MAX + 3)
     return (
         top + MAX_GPUS * gpu + MAX_PROCS * proc + CMDLINE_BUDGET + CMDLINE_MAX + MAX_UNITS * unit
+        + MAX_CONTAINERS * (container + pod)
     )
 
 
@@ -219,6 +241,38 @@ def unit_of_cgroup(path: str | None) -> str | None:
         if UNIT_COMPONENT.fullmatch(part):
             return part
     return None
+
+
+def container_of_cgroup(path: str | None) -> tuple[str, str | None, str | None] | None:
+    """``(runtime, container id, pod UID)`` of the container a cgroup belongs to, or None.
+
+    Docker ``/system.slice/docker-<id>.scope`` or ``/docker/<id>``; Podman
+    ``/machine.slice/libpod-<id>.scope`` (``libpod-conmon-`` is its monitor, not it);
+    Kubernetes ``/kubepods.slice/.../kubepods-<qos>-pod<uid>.slice/cri-containerd-<id>.scope``
+    or ``/kubepods/<qos>/pod<uid>/<id>``: the runtime is then ``cri`` (the kubelet owns it)
+    and the id may be None (the pod's own cgroup).
+    """
+    if not path:
+        return None
+    parts = path.split("/")
+    pod = None
+    if "kubepods" in path:
+        for part in parts:
+            m = _POD_PART.fullmatch(part)
+            if m:
+                pod = m.group(1).replace("_", "-")
+    for i, part in enumerate(parts):
+        m = _CONTAINER_PART.fullmatch(part)
+        if m:
+            runtime = "podman" if m.group(1) == "libpod" else "docker"
+            return ("cri" if pod else runtime), m.group(2), pod
+        if part in ("docker", "libpod_parent") and i + 1 < len(parts):
+            below = parts[i + 1]
+            if CONTAINER_ID.fullmatch(below):
+                return ("cri" if pod else "docker"), below, pod
+        if pod and CONTAINER_ID.fullmatch(part):
+            return "cri", part, pod
+    return ("cri", None, pod) if pod else None
 
 
 def unit_cgroup(path: str, unit: str) -> str:
@@ -1388,6 +1442,166 @@ class UnitReader:
         return [self.last[n] for n in sorted(names) if n in self.last], errors
 
 
+# ------------------------------------------------------------------------- containers
+
+
+def _get(d: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(key)
+    return d
+
+
+def parse_inspect(text: str, runtime: str) -> list[Json]:
+    """``docker inspect`` / ``podman inspect`` JSON (a list) -> container dicts."""
+    try:
+        items = json.loads(text) if text.strip() else []
+    except ValueError:
+        return []
+    out: list[Json] = []
+    for item in items if isinstance(items, list) else []:
+        cid = _get(item, "Id")
+        if not isinstance(cid, str) or not CONTAINER_ID.fullmatch(cid):
+            continue
+        c: Json = {"id": cid, "runtime": runtime}
+        name = _get(item, "Name")
+        image = _get(item, "Config", "Image") or _get(item, "ImageName")
+        policy = _get(item, "HostConfig", "RestartPolicy", "Name")
+        for field, value, limit in (
+            ("name", name.lstrip("/") if isinstance(name, str) else None, TEXT_MAX),
+            ("image", image, TEXT_MAX),
+            ("state", _get(item, "State", "Status"), WORD_MAX),
+            ("restart_policy", policy or ("no" if policy == "" else None), WORD_MAX),
+        ):
+            if isinstance(value, str) and value:
+                c[field] = cap_text(value, limit)
+        for field, value in (("restart_count", _get(item, "RestartCount")),
+                             ("main_pid", _get(item, "State", "Pid"))):
+            low = 0 if field == "restart_count" else 1  # Pid 0: not running
+            if type(value) is int and low <= value < 2**31:
+                c[field] = value
+        out.append(c)
+    return out
+
+
+def _missing(stderr: str, ids: list[str]) -> set[str]:
+    """The ids the runtime said do not exist (``No such object/container: ID``)."""
+    gone = set()
+    for line in stderr.lower().splitlines():
+        if "no such" in line:
+            gone |= {i for i in ids if i in line}
+    return gone
+
+
+class ContainerReader:
+    """Name, image, state and restart policy of the containers the processes' cgroups name,
+    from ONE batched ``docker inspect`` (and ``podman inspect``) when the set changed or
+    ``UNIT_TTL_S`` passed. No CLI: no metadata and no error (the host runs no such runtime).
+
+    A container once seen stays reported while the runtime knows it: after ``docker stop``
+    no process names it, and its state ``exited`` is the proof.
+    """
+
+    def __init__(self, sudo: bool = False, which: Any = shutil.which) -> None:
+        self.clis = {rt: which(rt) for rt in ("docker", "podman")}
+        self.sudo = sudo and hasattr(os, "geteuid") and os.geteuid() != 0
+        self.remembered: dict[str, str] = {}  # id -> runtime
+        self.last: dict[str, Json] = {}
+        self.key: object = None
+        self.read_at = 0.0
+
+    def read(self, seen: dict[str, str], force: bool = False) -> tuple[list[Json], list[str]]:
+        """``seen``: container id -> runtime, from this sample's cgroups."""
+        for cid, runtime in seen.items():
+            if runtime in self.clis and self.clis[runtime]:
+                self.remembered[cid] = runtime
+        errors: list[str] = []
+        if len(self.remembered) > MAX_CONTAINERS:
+            errors.append(f"{len(self.remembered) - MAX_CONTAINERS} containers beyond "
+                          f"{MAX_CONTAINERS} not inspected")
+        while len(self.remembered) > MAX_CONTAINERS:  # the oldest first
+            self.remembered.pop(next(iter(self.remembered)))
+        ids = dict(self.remembered)
+        now = time.monotonic()
+        key = tuple(sorted(ids))
+        if not force and key == self.key and now - self.read_at < UNIT_TTL_S:
+            return [self.last[i] for i in sorted(ids) if i in self.last], []
+        found: dict[str, Json] = {}
+        for runtime in ("docker", "podman"):
+            asked = sorted(i for i, rt in ids.items() if rt == runtime)
+            cli = self.clis.get(runtime)
+            if not asked or not cli:
+                continue
+            argv = [cli, "inspect", "--type", "container", "--", *asked]
+            if self.sudo:
+                argv = ["sudo", "-n", *argv]
+            try:
+                done = subprocess.run(argv, capture_output=True, text=True, encoding="utf-8",
+                                      errors="replace", timeout=CONTAINER_CLI_TIMEOUT_S)
+            except (OSError, subprocess.SubprocessError) as exc:
+                errors.append(f"{runtime} inspect failed: {exc}")
+                continue
+            got = {c["id"]: c for c in parse_inspect(done.stdout, runtime)}
+            gone = _missing(done.stderr, asked) - set(got)
+            if done.returncode != 0 and not got and not gone:
+                errors.append(f"{runtime} inspect: " + (done.stderr.strip()[:200] or
+                                                        f"exit {done.returncode}"))
+            for cid in gone:
+                got[cid] = {"id": cid, "runtime": runtime, "state": REMOVED}
+                if cid not in seen:  # removed, and no process names it: forget it
+                    self.remembered.pop(cid, None)
+            found.update(got)
+        self.last, self.key, self.read_at = found, key, now
+        return [found[i] for i in sorted(found)], errors
+
+
+def parse_crictl_pods(text: str) -> list[Json]:
+    """``crictl pods -o json`` -> pod dicts (uid, namespace, name)."""
+    try:
+        items = _get(json.loads(text), "items")
+    except ValueError:
+        return []
+    out = []
+    for item in items if isinstance(items, list) else []:
+        uid, ns, name = (_get(item, "metadata", k) for k in ("uid", "namespace", "name"))
+        if isinstance(uid, str) and POD_UID.fullmatch(uid):
+            pod: Json = {"uid": uid}
+            for field, value in (("namespace", ns), ("name", name)):
+                if isinstance(value, str) and value:
+                    pod[field] = cap_text(value, TEXT_MAX)
+            out.append(pod)
+    return out
+
+
+class PodReader:
+    """Namespace and name of the Kubernetes pods the cgroups name, where ``crictl`` answers;
+    else only their UIDs (from the cgroup path)."""
+
+    def __init__(self, sudo: bool = False, which: Any = shutil.which) -> None:
+        self.crictl = which("crictl")
+        self.sudo = sudo and hasattr(os, "geteuid") and os.geteuid() != 0
+        self.last: dict[str, Json] = {}
+        self.read_at = -UNIT_TTL_S
+
+    def read(self, uids: set[str], force: bool = False) -> list[Json]:
+        if not uids:
+            return []
+        now = time.monotonic()
+        if self.crictl and (force or now - self.read_at >= UNIT_TTL_S
+                            or not uids <= set(self.last)):
+            argv = [self.crictl, "pods", "-o", "json"]
+            try:
+                done = subprocess.run(["sudo", "-n", *argv] if self.sudo else argv,
+                                      capture_output=True, text=True, encoding="utf-8",
+                                      errors="replace", timeout=CONTAINER_CLI_TIMEOUT_S)
+                self.last = {p["uid"]: p for p in parse_crictl_pods(done.stdout)}
+            except (OSError, subprocess.SubprocessError):
+                self.last = {}
+            self.read_at = now
+        return [self.last.get(u) or {"uid": u} for u in sorted(uids)][:MAX_CONTAINERS]
+
+
 # ------------------------------------------------------------------------------- host
 
 
@@ -1547,6 +1761,7 @@ class Collector:
         gpus: Any = None,
         source: str = "nvml",
         stats: HostStats | None = None,
+        containers: ContainerReader | None = None,
     ) -> None:
         if gpus is None:
             gpus, source = gpu_reader(nvml_source)
@@ -1554,10 +1769,13 @@ class Collector:
         self.source = source
         self.proc = proc or ProcReader()
         self.units = units or UnitReader()
+        self.containers = containers or ContainerReader(sudo)
+        self.pods = PodReader(sudo)
         self.stats = stats or HostStats(load_psutil(), self.proc.proc)
         self.boot_id = read_boot_id(self.proc.proc)
         self.can_act, self.reason = act_permission(sudo)
         self.watched: set[str] = set()
+        self.watched_containers: dict[str, str] = {}  # id -> runtime
         self.holding: dict[int, tuple[Json, dict[int, int], Json, str]] = {}
         self.devices = DeviceHolders(self.proc.proc, gpus=gpus)
         host = os.uname().nodename if hasattr(os, "uname") else "localhost"
@@ -1637,6 +1855,19 @@ class Collector:
             names |= set(sorted(self.watched)[: MAX_UNITS - len(names)])
         key = (tuple(membership), tuple(sorted(self.watched)))
         units, unit_errors = self.units.read(names, key, force_units)
+        seen: dict[str, str] = {}
+        pod_uids: set[str] = set()
+        for info in procs.values():
+            ref = container_of_cgroup(info.get("cgroup"))
+            if ref is not None:
+                if ref[1] is not None and ref[0] != "cri":
+                    seen[ref[1]] = ref[0]
+                if ref[2] is not None:
+                    pod_uids.add(ref[2])
+        for cid, runtime in self.watched_containers.items():
+            seen.setdefault(cid, runtime)
+        containers, container_errors = self.containers.read(seen, force_units)
+        unit_errors = unit_errors + container_errors
         snap: Json = {
             "v": PROTOCOL,
             "host": self.host,
@@ -1647,6 +1878,8 @@ class Collector:
             "gpus": {str(g["index"]): g for g in gpus},
             "procs": procs,
             "units": {u["name"]: u for u in units},
+            "containers": {c["id"]: c for c in containers},
+            "pods": {p["uid"]: p for p in self.pods.read(pod_uids, force_units)},
         }
         if self.source == "none":
             snap["degraded"] = True
@@ -1754,6 +1987,12 @@ def _command(line: bytes, collector: Collector) -> Json | None:
         request = json.loads(line)
         op = request["op"]
         if op == OP_WATCH:
+            if "container" in request:
+                cid, runtime = str(request["container"]), str(request.get("runtime"))
+                if CONTAINER_ID.fullmatch(cid) and runtime in ("docker", "podman"):
+                    if len(collector.watched_containers) < MAX_CONTAINERS:
+                        collector.watched_containers[cid] = runtime
+                return None
             collector.watched.add(str(request["unit"]))
             return None
         if op == OP_REFRESH:

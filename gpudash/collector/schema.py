@@ -28,12 +28,15 @@ from gpudash.collector.hostside import (
     BOOT_ID,
     CGROUP_MAX,
     CMDLINE_MAX,
+    CONTAINER_ID,
     ERROR_MAX,
     MAX_GPUS,
+    POD_UID,
     TEXT_MAX,
     TRUNCATED,
+    WORD_MAX,
 )
-from gpudash.model import Gpu, HostSnapshot, Process, Unit
+from gpudash.model import Container, Gpu, HostSnapshot, Pod, Process, Unit
 from gpudash.source import ProtocolError
 
 MIB_MAX = 2**24  # 16 TiB: GPU memory, or one process's RSS
@@ -99,6 +102,21 @@ BOUNDS: dict[type, dict[str, Bound]] = {
         "control_group": Text(CGROUP_MAX),
         "description": Text(TEXT_MAX),
     },
+    Container: {
+        "id": Text(64, identity=True, pattern=CONTAINER_ID),
+        "runtime": Text(8, identity=True, pattern=re.compile("docker|podman")),
+        "name": Text(TEXT_MAX),
+        "image": Text(TEXT_MAX),
+        "state": Text(WORD_MAX),
+        "restart_policy": Text(WORD_MAX),
+        "restart_count": Number(0, 2**31),
+        "main_pid": Number(1, PID_MAX, identity=True),
+    },
+    Pod: {
+        "uid": Text(64, identity=True, pattern=POD_UID),
+        "namespace": Text(TEXT_MAX),
+        "name": Text(TEXT_MAX),
+    },
     HostSnapshot: {
         "taken_at": Number(0, EPOCH_MAX, identity=True),
         "boot_id": Text(64, identity=True, pattern=BOOT_ID),
@@ -115,6 +133,7 @@ SPECIAL = {
     Process: {"gpu_memory_mib", "device_gpus"},
     HostSnapshot: {
         "host", "gpus", "processes", "units", "source", "degraded", "errors", "can_act",
+        "containers", "pods",
     },
 }
 

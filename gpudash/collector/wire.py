@@ -19,23 +19,26 @@ from typing import Any
 
 from gpudash.collector import schema
 from gpudash.collector.hostside import (
+    CONTAINER_KEYS,
     ERROR_MAX,
     GPU_KEYS,
     K_ERROR,
     K_FULL,
     K_PATCH,
     K_READY,
+    MAX_CONTAINERS,
     MAX_ERRORS,
     MAX_GPUS,
     MAX_PROCS,
     MAX_UNITS,
+    POD_KEYS,
     PROC_KEYS,
     PROTOCOL,
     SNAPSHOT_KEYS,
     UNIT_KEYS,
     snapshot_bound,
 )
-from gpudash.model import Gpu, HostSnapshot, Process, SourceKind, Unit
+from gpudash.model import Container, Gpu, HostSnapshot, Pod, Process, SourceKind, Unit
 from gpudash.source import ProtocolError
 
 log = logging.getLogger("gpudash.wire")
@@ -47,13 +50,16 @@ _SECTIONS = {
     "gpus": frozenset(GPU_KEYS),
     "procs": frozenset(PROC_KEYS),
     "units": frozenset(UNIT_KEYS),
+    "containers": frozenset(CONTAINER_KEYS),
+    "pods": frozenset(POD_KEYS),
 }
 _TOP = frozenset(SNAPSHOT_KEYS)
 _TEXT = {
     cls: {name: b.limit for name, b in bounds.items() if isinstance(b, schema.Text)}
     for cls, bounds in schema.BOUNDS.items()
 }
-_SECTION_TEXT = {"gpus": _TEXT[Gpu], "procs": _TEXT[Process], "units": _TEXT[Unit]}
+_SECTION_TEXT = {"gpus": _TEXT[Gpu], "procs": _TEXT[Process], "units": _TEXT[Unit],
+                 "containers": _TEXT[Container], "pods": _TEXT[Pod]}
 
 
 def apply_merge_patch(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
@@ -94,6 +100,8 @@ class _Cache:
             "gpus": {},
             "procs": {},
             "units": {},
+            "containers": {},
+            "pods": {},
         }
 
 
@@ -113,10 +121,20 @@ def _unit(d: dict[str, Any], where: str, notes: list[str]) -> Unit:
     return Unit(**schema.fields(Unit, d, where, notes))
 
 
+def _container(d: dict[str, Any], where: str, notes: list[str]) -> Container:
+    return Container(**schema.fields(Container, d, where, notes))
+
+
+def _pod(d: dict[str, Any], where: str, notes: list[str]) -> Pod:
+    return Pod(**schema.fields(Pod, d, where, notes))
+
+
 _KINDS = {
     "gpus": (_gpu, "index", MAX_GPUS, "gpu"),
     "procs": (_process, "pid", MAX_PROCS, "process"),
     "units": (_unit, "name", MAX_UNITS, "unit"),
+    "containers": (_container, "id", MAX_CONTAINERS, "container"),
+    "pods": (_pod, "uid", MAX_CONTAINERS, "pod"),
 }
 
 
@@ -209,6 +227,8 @@ def _to_snapshot(
     gpus = _section(state, "gpus", notes, cache)
     processes = _section(state, "procs", notes, cache)
     units = _section(state, "units", notes, cache)
+    containers = _section(state, "containers", notes, cache)
+    pods = _section(state, "pods", notes, cache)
     said = [schema.cut(e, ERROR_MAX) for e in errors]
     if notes:
         shown = ", ".join(notes[:3]) + (", ..." if len(notes) > 3 else "")
@@ -219,6 +239,8 @@ def _to_snapshot(
         gpus=tuple(gpus),
         processes=tuple(processes),
         units=tuple(units),
+        containers=tuple(containers),
+        pods=tuple(pods),
         source=source or kind,
         degraded=degraded or bool(_flag(state, "degraded")),
         errors=tuple(said) + extra_errors,

@@ -16,6 +16,7 @@ from gpudash.engine.actions import (
     Needs,
     plan_action,
     replan,
+    selection_for,
 )
 from gpudash.engine.plan import (
     STARTING,
@@ -71,5 +72,6 @@ __all__ = [
     "plan_changes",
     "replan",
     "reverify",
+    "selection_for",
     "unit_state",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import signal as _signal
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -25,15 +25,23 @@ from gpudash.engine.plan import (
     Serving,
     plan_changes,
 )
-from gpudash.engine.steps import Signal, Step, Systemctl
+from gpudash.engine.steps import ContainerCommand, Signal, Step, Systemctl
 from gpudash.engine.target import Target, expected_free
 from gpudash.model import HostSnapshot, Process, SourceKind, Unit, unit_name
+from gpudash.owners import (
+    Capability,
+    Owner,
+    container_members,
+    container_owner,
+    owner_of,
+    pod_advice,
+)
 from gpudash.triage import Flag, HostTriage, OwnerKind, holds, label, owner_kind, process_flags
 from gpudash.units import gib
 
 
 class Needs(StrEnum):
-    UNIT = "unit"  # a system service: a unit row or one of its processes
+    UNIT = "unit"  # a system service (or, where it can, a container): an owner row or a process
     PROCESS = "process"  # one process
     ORPHANS = "orphans"  # orphans of the selected unit, else of the whole host
     UNIT_AND_TARGET = "unit and target"  # a service to reclaim and the one to start (swap)
@@ -50,6 +58,13 @@ class ActionSpec:
     planner: Callable[[ActionSpec, HostSnapshot, Selection], ActionPlan]
     # what else must hold, read from the snapshot alone (cheap): a reason, or None
     fits: Callable[[HostSnapshot, Selection], str | None] | None = None
+    # what the selected owner must be able to do; containers are offered the specs whose
+    # capability their runtime has (stop, restart policy off, remove, reclaim)
+    capability: Capability | None = None
+    # the same action for a container: its planner (None: systemd units only)
+    container_planner: Callable[[ActionSpec, HostSnapshot, Selection], ActionPlan] | None = None
+    # a rare action: hidden (not greyed) where it does not fit, so it costs no footer room
+    hidden_unless_fits: bool = False
 
     @property
     def binding_id(self) -> str:
@@ -61,6 +76,13 @@ class ActionSpec:
         if not snap.can_act:
             return snap.cannot_act_reason or f"cannot act on {snap.host}"
         if self.needs in (Needs.UNIT, Needs.UNIT_AND_TARGET) and sel.unit is None:
+            owner = selected_owner(snap, sel)
+            if owner is not None and self.capability is not None:
+                if self.container_planner is None or not owner.can(self.capability):
+                    return owner.unable(self.capability)
+                return None if self.fits is None else self.fits(snap, sel)
+            if self.container_planner is not None:
+                return "select a system service or a container (its row or one of its processes)"
             return "select a system service (a unit row or one of its processes)"
         if self.needs is Needs.PROCESS and (sel.pid is None or sel.pid == 1):
             return "select a process"
@@ -68,8 +90,12 @@ class ActionSpec:
             orphans = result.orphans()
             if sel.unit is not None:
                 orphans = tuple(p for p in orphans if p.unit == sel.unit)
+            elif sel.container is not None:
+                c = snap.container(sel.container)
+                members = {p.pid for p in container_members(snap, c)} if c else set()
+                orphans = tuple(p for p in orphans if p.pid in members)
             if not orphans:
-                where = f" of {sel.unit}" if sel.unit else ""
+                where = f" of {sel.unit or sel.container}" if sel.unit or sel.container else ""
                 return f"no orphaned processes{where} hold GPU memory"
         return None if self.fits is None else self.fits(snap, sel)
 
@@ -77,7 +103,25 @@ class ActionSpec:
         """The exact plan for ``sel`` on ``snapshot``; ``PlanError`` says why not."""
         if not snapshot.can_act:
             raise PlanError(snapshot.cannot_act_reason or f"cannot act on {snapshot.host}")
+        if sel.unit is None and self.needs in (Needs.UNIT, Needs.UNIT_AND_TARGET):
+            owner = selected_owner(snapshot, sel)
+            if owner is not None and self.capability is not None:
+                if self.container_planner is None or not owner.can(self.capability):
+                    raise PlanError(owner.unable(self.capability))
+                return self.container_planner(self, snapshot, sel)
         return self.planner(self, snapshot, sel)
+
+
+def selected_owner(snapshot: HostSnapshot, sel: Selection) -> Owner | None:
+    """The container or pod the selection names (None: a unit, a process, or nothing)."""
+    if sel.container is not None:
+        return container_owner(snapshot, sel.container)
+    if sel.pod is not None:
+        for p in snapshot.processes:
+            o = owner_of(p, snapshot)
+            if o.kind is OwnerKind.POD and o.pod_uid == sel.pod:
+                return o
+    return None
 
 
 # --- planners ------------------------------------------------------------------------------
@@ -192,7 +236,10 @@ def _process_notes(snapshot: HostSnapshot, p: Process, owner: Unit | None) -> li
                 f"pid {p.pid} is the main process of {owner.name} "
                 f"(Restart={owner.restart}): systemd will respawn it. Stop the unit instead."
             )
+    notes += _container_kill_notes(snapshot, p)
     kind = owner_kind(p.unit)
+    if kind is OwnerKind.CONTAINER:
+        return notes
     if kind is OwnerKind.SESSION:
         notes.append(
             f"pid {p.pid} belongs to {p.user or '?'}'s login session ({p.unit}): "
@@ -219,8 +266,12 @@ def plan_process(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Ac
     t = pin(snapshot, p)
     kill = spec.kind is ActionKind.KILL
     owner = snapshot.unit(p.unit) if p.unit else None
+    container = owner_of(p, snapshot).container
+    if container is not None:
+        owner = None  # a container's scope unit does not restart it: its runtime does
     return _new_plan(
         spec, snapshot, Selection(pid=p.pid), f"pid {p.pid}",
+        container_before=container,
         steps=(Signal(t, _signal.SIGKILL if kill else _signal.SIGTERM, escalate=not kill),),
         expected_free_mib=expected_free(snapshot, [t]),
         notes=tuple(_process_notes(snapshot, p, owner)),
@@ -233,17 +284,22 @@ def plan_reap(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Actio
     """TERM (then KILL) every orphan holding GPU memory, of one unit or of the host."""
     unit = unit_name(sel.unit) if sel.unit else None
     flags = process_flags(snapshot)
+    container = snapshot.container(sel.container) if sel.container else None
+    if sel.container and container is None:
+        raise PlanError(f"container {sel.container} is not known on {snapshot.host}")
+    members = {p.pid for p in container_members(snapshot, container)} if container else None
     orphans = [
         p for p in snapshot.processes
         if Flag.ORPHAN in flags[p.pid] and p.start_ticks is not None
-        and (unit is None or p.unit == unit)
+        and (unit is None or p.unit == unit) and (members is None or p.pid in members)
     ]
-    where = f" of {unit}" if unit else ""
+    where = f" of {unit}" if unit else (f" of {container.label}" if container else "")
     if not orphans:
         raise PlanError(f"no orphaned processes{where} hold GPU memory on {snapshot.host}")
     targets = [pin(snapshot, p) for p in orphans]
     return _new_plan(
-        spec, snapshot, Selection(unit=unit), f"{len(targets)} orphan(s){where}",
+        spec, snapshot, Selection(unit=unit, container=container.id if container else None),
+        f"{len(targets)} orphan(s){where}",
         steps=tuple(Signal(t, escalate=True) for t in targets),
         expected_free_mib=expected_free(snapshot, targets),
         untouched=_left_alone(snapshot, targets),
@@ -371,17 +427,129 @@ def plan_swap(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Actio
     )
 
 
+# --- containers ------------------------------------------------------------------------------
+
+
+def _container_only(snapshot: HostSnapshot, sel: Selection) -> str | None:
+    if sel.container is None:
+        return "select a stopped container"
+    c = snapshot.container(sel.container)
+    if c is not None and not c.is_down:
+        return f"{c.label} is {c.state}: stop or reclaim it first"
+    return None
+
+
+CONTAINER_STOP_TIMEOUT_S = 10  # docker stop's own default between SIGTERM and SIGKILL
+
+
+def _require_container(snapshot: HostSnapshot, ref: str | None) -> Owner:
+    if not ref:
+        raise PlanError("select a container first")
+    owner = container_owner(snapshot, ref)
+    if owner is None or owner.container is None:
+        raise PlanError(f"container {ref} is not known on {snapshot.host} (its runtime did "
+                        "not report it)")
+    return owner
+
+
+def plan_container(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> ActionPlan:
+    """stop / restart policy off / stop + policy off / reclaim / remove of one container."""
+    owner = _require_container(snapshot, sel.container)
+    c = owner.container
+    assert c is not None
+    kind = spec.kind
+    members = container_members(snapshot, c)
+    steps: list[Step] = []
+    notes: list[str] = []
+
+    def command(verb: str) -> ContainerCommand:
+        return ContainerCommand(c.runtime, verb, c.id, c.label, CONTAINER_STOP_TIMEOUT_S)
+
+    # Policy off first: a container whose main process dies while it is being stopped
+    # must not be restarted by the daemon meanwhile.
+    if kind in DISABLING:
+        if owner.can(Capability.DISABLE):
+            if (c.restart_policy or "no") != "no" or kind is ActionKind.DISABLE:
+                steps.append(command("no-restart"))
+        else:
+            notes.append(f"{c.runtime} cannot turn a restart policy off here (podman update "
+                         f"has no --restart): it stays {c.restart_policy or 'unknown'}; "
+                         f"{c.runtime} stop marks it stopped, so it stays down until started.")
+    if kind in STOPPING and not c.is_down:
+        steps.append(command("stop"))
+    if kind is ActionKind.REMOVE:
+        if not c.is_down:
+            raise PlanError(f"{owner.describe()} is {c.state}: stop or reclaim it first")
+        steps.append(command("rm"))
+    alive_members = [p for p in members if p.start_ticks is not None and p.pid != 1]
+    targets: list[Target] = []
+    if kind is ActionKind.RECLAIM:
+        # Whatever of its cgroup is alive now is pinned; stop takes the container, the
+        # signals take what escaped it (re-parented to PID 1, or left by a removed one).
+        targets = [pin(snapshot, p) for p in alive_members]
+        steps += [Signal(t, escalate=True) for t in targets]
+        expected = expected_free(snapshot, targets)
+    elif kind in STOPPING:
+        escaped = [p for p in alive_members if p.ppid == 1]
+        kept = [p for p in alive_members if p not in escaped]
+        expected = expected_free(snapshot, (pin(snapshot, p) for p in kept))
+        if any(holds(p) for p in escaped):
+            notes.append(f"{len(escaped)} process(es) escaped from {owner.describe()} to PID 1: "
+                         f"{c.runtime} stop will not end them; reclaim, or reap afterwards.")
+    else:
+        expected = {}
+    if kind is ActionKind.DISABLE:
+        notes.append("Restart policy off changes only what the daemon does when it exits; "
+                     "nothing stops now.")
+    if c.is_down and kind in STOPPING:
+        notes.append(f"{owner.describe()} is already {c.state}.")
+    plan = _new_plan(
+        spec, snapshot, Selection(container=c.id), owner.describe(),
+        steps=tuple(steps),
+        expected_free_mib=expected,
+        notes=tuple(notes),
+        untouched=_left_alone(snapshot, targets or [pin(snapshot, p) for p in members]),
+        container_before=c,
+    )
+    return replace(plan, title=f"{CONTAINER_TITLES.get(kind, spec.title)}: {plan.subject}")
+
+
+CONTAINER_TITLES = {  # what each owner-wide action does to a container
+    ActionKind.STOP: "Stop container",
+    ActionKind.DISABLE: "Restart policy off",
+    ActionKind.STOP_DISABLE: "Stop container + restart policy off",
+    ActionKind.RECLAIM: "Reclaim container (stop + restart policy off + reap + wait)",
+    ActionKind.REMOVE: "Remove container",
+}
+
+
+def _container_kill_notes(snapshot: HostSnapshot, p: Process) -> list[str]:
+    """Killing a container's main process: its runtime's restart policy brings it back."""
+    owner = owner_of(p, snapshot)
+    if owner.kind is OwnerKind.POD:
+        return [f"pid {p.pid}: " + pod_advice(owner)]
+    c = owner.container
+    if owner.kind is OwnerKind.CONTAINER and c is not None and owner.respawner:
+        return [f"pid {p.pid} belongs to {owner.describe()} (restart policy "
+                f"{c.restart_policy}): {c.runtime} will restart it. Stop or reclaim the "
+                "container instead."]
+    return []
+
+
 # --- the registry --------------------------------------------------------------------------
 
 SPECS: dict[ActionKind, ActionSpec] = {
     spec.kind: spec
     for spec in (
-        ActionSpec(ActionKind.STOP, "stop_unit", "Stop unit", "s", "Stop", Needs.UNIT,
-                   plan_unit),
+        ActionSpec(ActionKind.STOP, "stop_unit", "Stop unit", "s", "Stop",
+                   Needs.UNIT, plan_unit, capability=Capability.STOP,
+                   container_planner=plan_container),
         ActionSpec(ActionKind.DISABLE, "disable_unit", "Disable unit", "d", "Disable",
-                   Needs.UNIT, plan_unit),
+                   Needs.UNIT, plan_unit, capability=Capability.DISABLE,
+                   container_planner=plan_container),
         ActionSpec(ActionKind.STOP_DISABLE, "stop_disable", "Stop + disable unit", "D",
-                   "Stop+disable", Needs.UNIT, plan_unit),
+                   "Stop+disable", Needs.UNIT, plan_unit, capability=Capability.STOP,
+                   container_planner=plan_container),
         ActionSpec(ActionKind.TERMINATE, "terminate", "Terminate process (TERM, then KILL)",
                    "t", "Terminate", Needs.PROCESS, plan_process),
         ActionSpec(ActionKind.KILL, "kill", "Kill process (KILL)", "k", "Kill", Needs.PROCESS,
@@ -389,15 +557,21 @@ SPECS: dict[ActionKind, ActionSpec] = {
         ActionSpec(ActionKind.REAP, "reap", "Reap orphans", "o", "Reap orphans", Needs.ORPHANS,
                    plan_reap),
         ActionSpec(ActionKind.RECLAIM, "reclaim", "Reclaim unit (stop + disable + reap + wait)",
-                   "r", "Reclaim", Needs.UNIT, plan_unit),
+                   "r", "Reclaim", Needs.UNIT, plan_unit,
+                   capability=Capability.RECLAIM, container_planner=plan_container),
         ActionSpec(ActionKind.START, "start_unit", "Start unit and follow it to serving", "u",
-                   "Start", Needs.UNIT, plan_start, _startable),
+                   "Start", Needs.UNIT, plan_start, _startable, capability=Capability.START),
         ActionSpec(ActionKind.RESTART, "restart_unit", "Restart unit and follow it to serving",
-                   "R", "Restart", Needs.UNIT, plan_start),
+                   "R", "Restart", Needs.UNIT, plan_start, capability=Capability.START),
         ActionSpec(ActionKind.ENABLE, "enable_unit", "Enable unit (start at boot)", "e",
-                   "Enable", Needs.UNIT, plan_enable),
+                   "Enable", Needs.UNIT, plan_enable, capability=Capability.START),
         ActionSpec(ActionKind.SWAP, "swap", "Swap model (reclaim, start the next, prove it "
-                   "serves)", "w", "Swap", Needs.UNIT_AND_TARGET, plan_swap),
+                   "serves)", "w", "Swap", Needs.UNIT_AND_TARGET, plan_swap,
+                   capability=Capability.START),
+        ActionSpec(ActionKind.REMOVE, "remove_container", "Remove a stopped container "
+                   "(docker rm)", "X", "Remove", Needs.UNIT, plan_container,
+                   _container_only, capability=Capability.REMOVE,
+                   container_planner=plan_container, hidden_unless_fits=True),
     )
 }
 SPECS_BY_NAME = {spec.name: spec for spec in SPECS.values()}
@@ -407,10 +581,29 @@ ACTION_TITLES = {k: s.title for k, s in SPECS.items()}
 
 
 def plan_action(
-    snapshot: HostSnapshot, kind: ActionKind, *, unit: str | None = None, pid: int | None = None
+    snapshot: HostSnapshot, kind: ActionKind, *, unit: str | None = None, pid: int | None = None,
+    container: str | None = None,
 ) -> ActionPlan:
-    """Build the exact plan for ``kind`` on the given unit or pid, from one snapshot."""
-    return SPECS[kind].plan(snapshot, Selection(unit=unit, pid=pid))
+    """Build the exact plan for ``kind`` on the given unit, container or pid, from one
+    snapshot."""
+    return SPECS[kind].plan(snapshot, Selection(unit=unit, pid=pid, container=container))
+
+
+def selection_for(result: HostTriage | None, owner_key: str | None, pid: int | None
+                  ) -> Selection:
+    """What the operator points at (an owner's row, or one of its processes) as the engine
+    takes it: a service by its unit, a container by its id, a pod by its UID."""
+    group = result.group(owner_key) if result is not None and owner_key else None
+    owner = group.owner if group is not None else None
+    if owner is None or group is None:
+        return Selection(pid=pid)
+    if owner.kind is OwnerKind.SERVICE and group.unit is not None:
+        return Selection(unit=group.key, pid=pid)
+    if owner.kind is OwnerKind.CONTAINER and owner.container is not None:
+        return Selection(container=owner.container.id, pid=pid)
+    if owner.kind is OwnerKind.POD:
+        return Selection(pod=owner.pod_uid, pid=pid)
+    return Selection(pid=pid)
 
 
 def replan(plan: ActionPlan, snapshot: HostSnapshot) -> tuple[ActionPlan, list[str]]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from gpudash.engine.target import Target
-from gpudash.model import HostSnapshot, Process, Unit
+from gpudash.model import Container, HostSnapshot, Process, Unit
 from gpudash.source import HostControl
 from gpudash.units import gib
 
@@ -176,6 +176,84 @@ class UnitEnabled(Goal):
             return GoalStatus(self.title, GoalState.MET)
         return GoalStatus(self.title, GoalState.PENDING,
                           f"{u.name} is {u.unit_file_state} after enable")
+
+
+class ContainerNoRespawn(Goal):
+    """After killing a container's main process: its runtime must not restart it."""
+
+    title = "no respawn"
+
+    def __init__(self, before: Container, watch_s: float) -> None:
+        self.before = before
+        self.watch_s = watch_s
+
+    def check(self, snap: HostSnapshot, elapsed: float) -> GoalStatus:
+        c = snap.container(self.before.id)
+        if c is not None and container_respawned(self.before, c):
+            return GoalStatus(
+                self.title, GoalState.FAILED,
+                f"{c.runtime} restarted container {c.label}: new main pid {c.main_pid}, "
+                f"RestartCount {self.before.restart_count or 0} -> {c.restart_count} "
+                f"(stop the container instead)",
+            )
+        if elapsed < self.watch_s:
+            return GoalStatus(self.title, GoalState.PENDING,
+                              f"watching whether {self.before.runtime} restarts the container")
+        return GoalStatus(self.title, GoalState.MET)
+
+
+def container_respawned(before: Container, now: Container) -> bool:
+    return (now.restart_count or 0) > (before.restart_count or 0) or (
+        now.main_pid not in (None, before.main_pid))
+
+
+class ContainerDown(Goal):
+    """After ``docker stop``: the container is exited (or gone)."""
+
+    title = "container stopped"
+    waited = False
+
+    def __init__(self, container: Container) -> None:
+        self.container = container
+
+    def check(self, snap: HostSnapshot, elapsed: float) -> GoalStatus:
+        c = snap.container(self.container.id)
+        if c is None or c.is_down:
+            return GoalStatus(self.title, GoalState.MET)
+        return GoalStatus(self.title, GoalState.PENDING, f"{c.label} is {c.state} after stop")
+
+
+class ContainerPolicyOff(Goal):
+    """After ``docker update --restart=no``: the daemon will not restart it by itself."""
+
+    title = "restart policy off"
+    waited = False
+
+    def __init__(self, container: Container) -> None:
+        self.container = container
+
+    def check(self, snap: HostSnapshot, elapsed: float) -> GoalStatus:
+        c = snap.container(self.container.id)
+        if c is None or (c.restart_policy or "no") == "no":
+            return GoalStatus(self.title, GoalState.MET)
+        return GoalStatus(self.title, GoalState.PENDING,
+                          f"{c.label} still has restart policy {c.restart_policy}")
+
+
+class ContainerRemoved(Goal):
+    """After ``docker rm``: the runtime no longer knows it."""
+
+    title = "container removed"
+    waited = False
+
+    def __init__(self, container: Container) -> None:
+        self.container = container
+
+    def check(self, snap: HostSnapshot, elapsed: float) -> GoalStatus:
+        c = snap.container(self.container.id)
+        if c is None or c.state == "removed":
+            return GoalStatus(self.title, GoalState.MET)
+        return GoalStatus(self.title, GoalState.PENDING, f"{c.label} is still {c.state}")
 
 
 def respawned(before: Unit, now: Unit) -> bool:

@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from gpudash.engine.steps import Signal, Step, Systemctl
+from gpudash.engine.steps import Command, ContainerCommand, Signal, Step, Systemctl
 from gpudash.engine.target import Target
-from gpudash.model import Unit
+from gpudash.model import Container, Unit
 from gpudash.units import gib, gib_number
 
 
@@ -30,6 +30,7 @@ class ActionKind(StrEnum):
     RESTART = "restart"
     ENABLE = "enable"
     SWAP = "swap"
+    REMOVE = "remove"  # a stopped container: docker rm
 
 
 STOPPING = frozenset({ActionKind.STOP, ActionKind.STOP_DISABLE, ActionKind.RECLAIM})
@@ -48,6 +49,8 @@ class Selection:
 
     unit: str | None = None
     pid: int | None = None
+    container: str | None = None  # a Docker/Podman container's name or id
+    pod: str | None = None  # a Kubernetes pod's UID: gpudash explains, does not act
     target: str | None = None  # swap: the unit to start once ``unit`` is reclaimed
     enable: bool = False  # start/swap: also enable the started unit (boot)
     ready_url: str | None = None  # probed on the host; None: from the unit's port, if known
@@ -85,8 +88,8 @@ class Phase:
     serving: Serving | None = None  # this phase is proven when the unit serves
 
     @property
-    def commands(self) -> tuple[Systemctl, ...]:
-        return tuple(s for s in self.steps if isinstance(s, Systemctl))
+    def commands(self) -> tuple[Command, ...]:
+        return tuple(s for s in self.steps if isinstance(s, Systemctl | ContainerCommand))
 
     @property
     def signals(self) -> tuple[Signal, ...]:
@@ -106,6 +109,7 @@ class ActionPlan:
     notes: tuple[str, ...] = ()
     untouched: tuple[Target, ...] = ()  # other holders the plan leaves alone, for the record
     unit_before: Unit | None = None
+    container_before: Container | None = None  # the container acted on, as planned
     simulated: bool = False  # planned on the demo host: nothing real is touched
     phases: tuple[Phase, ...] = ()  # (): one phase, ``steps``, proven by the kind's goals
     fit: tuple[str, ...] = ()  # how what is started fits beside what stays (swap)
@@ -116,8 +120,8 @@ class ActionPlan:
         return self.phases or (Phase(self.kind.value, self.kind, self.steps),)
 
     @property
-    def commands(self) -> tuple[Systemctl, ...]:
-        return tuple(s for s in self.steps if isinstance(s, Systemctl))
+    def commands(self) -> tuple[Command, ...]:
+        return tuple(s for s in self.steps if isinstance(s, Systemctl | ContainerCommand))
 
     @property
     def signals(self) -> tuple[Signal, ...]:

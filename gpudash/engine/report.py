@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gpudash.engine.plan import ActionPlan
-from gpudash.model import Unit
+from gpudash.model import Container, Unit
 from gpudash.source import CommandResult, SignalOutcome
 from gpudash.units import gib
 
@@ -108,6 +108,7 @@ class ActionReport:
     leftovers: list[Leftover] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # true, done, yet worth acting on
     unit_after: Unit | None = None  # the unit as the last sample showed it
+    container_after: Container | None = None  # the container, likewise
     confirmed: bool = False
     unknown: bool = False  # the link dropped: the outcome must be re-verified
     reverified: bool = False  # this report comes from reverify(), after a link loss
@@ -177,6 +178,8 @@ class ActionReport:
         u = self.unit_after
         if u is not None:
             lines.append(f"  {unit_state(u)}")
+        if self.container_after is not None:
+            lines.append(f"  {container_state(self.container_after)}")
         for g in self.gpus:
             freed = "N/A" if g.freed_mib is None else gib(g.freed_mib)
             mark = "ok" if g.confirmed else "NOT FREED"
@@ -220,3 +223,13 @@ def unit_state(u: Unit) -> str:
     if u.n_restarts:
         parts.append(f"NRestarts {u.n_restarts}")
     return f"{u.name}: " + ", ".join(parts)
+
+
+def container_state(c: Container) -> str:
+    """``docker container vllm: exited, restart policy no, RestartCount 1``."""
+    parts = [c.state or "N/A"]
+    if c.restart_policy:
+        parts.append(f"restart policy {c.restart_policy}")
+    if c.restart_count:
+        parts.append(f"RestartCount {c.restart_count}")
+    return f"{c.runtime} container {c.label}: " + ", ".join(parts)

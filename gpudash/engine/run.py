@@ -15,8 +15,13 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gpudash.collector.hostside import container_of_cgroup
 from gpudash.engine.actions import PROCESS_ACTIONS, UNIT_ACTIONS
 from gpudash.engine.goals import (
+    ContainerDown,
+    ContainerNoRespawn,
+    ContainerPolicyOff,
+    ContainerRemoved,
     Goal,
     GoalState,
     GoalStatus,
@@ -41,11 +46,13 @@ from gpudash.engine.report import (
     PhaseOutcome,
     Progress,
     ServingOutcome,
+    container_state,
     unit_state,
 )
+from gpudash.engine.steps import ContainerCommand
 from gpudash.engine.target import Target, mem_sum
 from gpudash.logsigns import failure, load_progress
-from gpudash.model import HostSnapshot
+from gpudash.model import HostSnapshot, Process
 from gpudash.source import CommandResult, HostControl, SignalOutcome, SourceError
 from gpudash.triage import label
 from gpudash.units import gib
@@ -142,6 +149,18 @@ def _respawn_watch(plan: ActionPlan) -> bool:
     )
 
 
+def _container_respawn_watch(plan: ActionPlan) -> bool:
+    """Signalling a container's main process under a restart policy: watch for the restart."""
+    c = plan.container_before
+    return (
+        plan.kind in PROCESS_ACTIONS
+        and c is not None
+        and not c.is_down
+        and c.main_pid in {t.pid for t in plan.targets}
+        and (c.restart_policy or "no") != "no"
+    )
+
+
 class _Run:
     """One execution of a plan: the report being filled and the numbers shown live."""
 
@@ -183,6 +202,17 @@ class _Run:
             goals.append(UnitNotEnabled(plan.unit_before.name))
         if plan.unit_before is not None and kind is ActionKind.ENABLE:
             goals.append(UnitEnabled(plan.unit_before.name))
+        c = plan.container_before
+        if c is not None:
+            if _container_respawn_watch(plan):
+                goals.append(ContainerNoRespawn(c, self.opts.respawn_watch))
+            if kind in STOPPING:
+                goals.append(ContainerDown(c))
+            if kind in DISABLING and any(isinstance(s, ContainerCommand) and
+                                         s.verb == "no-restart" for s in self.phase.steps):
+                goals.append(ContainerPolicyOff(c))
+            if kind is ActionKind.REMOVE:
+                goals.append(ContainerRemoved(c))
         return goals
 
     # --- telling ---------------------------------------------------------------------
@@ -385,6 +415,22 @@ class _Run:
         self.report.record_command(result)
         return result
 
+    async def _container(self, step: ContainerCommand) -> CommandResult:
+        """Send one docker/podman command and record it, as ``_systemctl`` does."""
+        argv = (step.runtime, step.verb, step.container)
+        try:
+            result = await self.control.container(
+                step.runtime, step.verb, step.container, step.stop_timeout)
+        except asyncio.CancelledError:
+            self.report.record_command(
+                CommandResult(argv, None, "interrupted before its answer: may have run"))
+            raise
+        except SourceError as exc:
+            self.report.record_command(CommandResult(argv, None, str(exc)))
+            raise
+        self.report.record_command(result)
+        return result
+
     async def _signal(self, t: Target, name: str, sig: int) -> SignalOutcome:
         """Send one pinned signal and record it; interrupted or cut off in flight, it is
         ``UNKNOWN``."""
@@ -400,17 +446,23 @@ class _Run:
         """The phase's systemctl verbs, in order. False when the action ended here."""
         report = self.report
         for step in self.phase.commands:
-            self.tell("commands", f"systemctl {step.verb} {step.unit}")
-            result = await self._systemctl(step.verb, step.unit)
+            if isinstance(step, ContainerCommand):
+                said = step.describe(self.opts.term_timeout).split("  (")[0]
+                self.tell("commands", said)
+                result = await self._container(step)
+            else:
+                said = f"systemctl {step.verb} {step.unit}"
+                self.tell("commands", said)
+                result = await self._systemctl(step.verb, step.unit)
             if result.returncode is None:
                 report.unknown = True
                 why = result.output.strip() or "link lost"
-                report.summary = f"systemctl {step.verb} {step.unit}: {why}; outcome unknown"
+                report.summary = f"{said}: {why}; outcome unknown"
                 self.tell("done", report.summary)
                 return False
             if not result.ok:
                 report.summary = (
-                    f"systemctl {step.verb} {step.unit} failed ({result.returncode}): "
+                    f"{said} failed ({result.returncode}): "
                     f"{result.output.strip()[:200]}"
                 )
                 self.tell("done", report.summary)
@@ -534,6 +586,8 @@ class _Run:
         report.leftovers = explained + survivors
         if plan.unit_before is not None:
             report.unit_after = snap.unit(plan.unit_before.name)
+        if plan.container_before is not None:
+            report.container_after = snap.container(plan.container_before.id)
         # What the unit's goals say went differently from the plan.
         problems = [s.detail for s in self.statuses
                     if s.state is not GoalState.MET and s.title not in (
@@ -563,6 +617,10 @@ class _Run:
                                                ({ActionKind.ENABLE}, "enabled"))
                                 if self.phase.kind in k)
             parts.append(f"{done}: {unit_state(report.unit_after)}")
+        elif memory_ok and report.container_after is not None and plan.kind not in (
+            PROCESS_ACTIONS
+        ):
+            parts.append(f"done: {container_state(report.container_after)}")
         elif memory_ok:
             parts.append("done; no GPU memory was expected back")
         parts += report.warnings
@@ -639,6 +697,13 @@ def _explain(plan: ActionPlan, snap: HostSnapshot, gpus: list[int]) -> list[Left
                                     f"{label(p) or p.name}: a process forked from a CUDA "
                                     "process keeps its memory; the driver does not list it"))
                 explained = True
+            elif (c := plan.container_before) is not None and _in_container(p, c.id):
+                now = snap.container(c.id)
+                again = now is not None and (now.restart_count or 0) > (c.restart_count or 0)
+                why = (f"restarted by {c.runtime} (RestartCount {now.restart_count})"
+                       if again and now is not None else "new process of the container")
+                out.append(Leftover(p.pid, gpu, mib, why, label(p) or p.name))
+                explained = True
             elif plan.unit_before is not None and p.unit == plan.unit_before.name:
                 why = "respawned" if was_respawned else "new process of the unit"
                 out.append(Leftover(p.pid, gpu, mib, why, label(p) or p.name))
@@ -659,6 +724,11 @@ def _explain(plan: ActionPlan, snap: HostSnapshot, gpus: list[int]) -> list[Left
                 )
             )
     return out
+
+
+def _in_container(p: Process, container_id: str) -> bool:
+    ref = container_of_cgroup(p.cgroup)
+    return ref is not None and ref[1] == container_id
 
 
 def _phases_summary(report: ActionReport) -> str:

@@ -43,4 +43,26 @@ class Signal:
         return text
 
 
-Step = Systemctl | Signal
+@dataclass(frozen=True, slots=True)
+class ContainerCommand:
+    """``docker VERB CONTAINER`` (or podman) on the host; the id travels, the name is shown."""
+
+    runtime: str  # docker | podman
+    verb: str  # stop | no-restart | rm
+    container: str  # the full id: names can be reused, ids cannot
+    name: str  # for the operator
+    stop_timeout: int = 10  # stop: seconds docker waits after SIGTERM before SIGKILL
+
+    @property
+    def unit(self) -> str:
+        """What the command is about, as a unit command's ``unit`` is (for messages)."""
+        return f"{self.runtime}:{self.name}"
+
+    def describe(self, term_timeout: float) -> str:
+        verb = {"stop": f"stop -t {self.stop_timeout}", "no-restart": "update --restart=no",
+                "rm": "rm"}.get(self.verb, self.verb)
+        return f"{self.runtime} {verb} {self.name}  ({self.container[:12]})"
+
+
+Command = Systemctl | ContainerCommand
+Step = Systemctl | ContainerCommand | Signal

@@ -44,6 +44,41 @@ def validate_signal(sig: int) -> int:
     return sig
 
 
+CONTAINER_VERBS = {  # verb -> the runtime's arguments before the container
+    "stop": ("stop", "-t", "{timeout}"),
+    "no-restart": ("update", "--restart=no"),
+    "rm": ("rm",),
+}
+CONTAINER_RUNTIMES = frozenset({"docker", "podman"})
+# Docker's and Podman's own rule for names ([a-zA-Z0-9][a-zA-Z0-9_.-]*), or a hex id
+_CONTAINER_REF = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]{0,253}")
+
+
+def validate_container(ref: str) -> str:
+    """A container name or id, or ``ValueError``: no option, no shell word, no path."""
+    if not isinstance(ref, str) or _CONTAINER_REF.fullmatch(ref) is None:
+        raise ValueError(f"not a container name or id: {ref!r}")
+    return ref
+
+
+def container_argv(runtime: str, verb: str, ref: str, *, sudo: bool,
+                   stop_timeout: int = 10) -> list[str]:
+    """``[sudo -n] docker|podman VERB... -- CONTAINER`` after validating every part."""
+    if runtime not in CONTAINER_RUNTIMES:
+        raise ValueError(f"container runtime not allowed: {runtime!r}")
+    if verb not in CONTAINER_VERBS:
+        raise ValueError(f"container verb not allowed: {verb!r}")
+    if isinstance(stop_timeout, bool) or not isinstance(stop_timeout, int) or not (
+        0 <= stop_timeout <= 3600
+    ):
+        raise ValueError(f"stop timeout out of range: {stop_timeout!r}")
+    if runtime == "podman" and verb == "no-restart":
+        raise ValueError("podman: turning a restart policy off is not supported")
+    words = [w.format(timeout=stop_timeout) for w in CONTAINER_VERBS[verb]]
+    argv = [runtime, *words, "--", validate_container(ref)]
+    return ["sudo", "-n", *argv] if sudo else argv
+
+
 def systemctl_argv(verb: str, unit: str, *, sudo: bool) -> list[str]:
     """``[sudo -n] systemctl VERB -- UNIT`` after validating both."""
     argv = ["systemctl", validate_verb(verb), "--", validate_unit(unit)]

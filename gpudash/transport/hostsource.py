@@ -14,7 +14,12 @@ from collections.abc import AsyncIterator
 from gpudash.collector.hostside import OP_REFRESH, OP_WATCH
 from gpudash.model import HostSnapshot
 from gpudash.source import CommandResult, HostControl, SignalOutcome, SourceError
-from gpudash.transport.actions import systemctl_argv, validate_pid, validate_signal
+from gpudash.transport.actions import (
+    container_argv,
+    systemctl_argv,
+    validate_pid,
+    validate_signal,
+)
 from gpudash.transport.collectors import (
     Collector,
     CollectorOptions,
@@ -25,6 +30,7 @@ from gpudash.transport.collectors import (
 from gpudash.transport.link import Connection
 
 SYSTEMCTL_TIMEOUT_S = 150.0  # `systemctl stop` waits for TimeoutStopSec (90 s by default)
+CONTAINER_SLACK_S = 60.0  # beyond a stop's own timeout: the daemon's work, a slow rm
 READ_ONLY_REASON = "opened read-only (--read-only)"
 
 
@@ -99,6 +105,12 @@ class CollectorSource:
         if self._collector is not None:
             self._collector.poke(request(OP_WATCH, unit=unit) if unit else request(OP_REFRESH))
 
+    def poke_container(self, container: str, runtime: str) -> None:
+        """Tell the running collector to keep reporting ``container`` (a stopped one has no
+        process to name it) and to re-read everything now."""
+        if self._collector is not None:
+            self._collector.poke(request(OP_WATCH, container=container, runtime=runtime))
+
     async def close(self) -> None:
         collector, self._collector = self._collector, None
         if collector is not None:
@@ -147,6 +159,26 @@ class SourceControl:
         argv = systemctl_argv(verb, unit, sudo=source.sudo and not collector.facts.is_root)
         result = await source.connection.run(argv, SYSTEMCTL_TIMEOUT_S)
         source.poke(unit)
+        return result
+
+    async def container(
+        self, runtime: str, verb: str, container: str, stop_timeout: int = 10
+    ) -> CommandResult:
+        """``[sudo -n] docker|podman VERB -- CONTAINER`` on the host."""
+        source = self.source
+        argv = container_argv(runtime, verb, container, sudo=source.sudo,
+                              stop_timeout=stop_timeout)  # validated before anything runs
+        if source.read_only:
+            return CommandResult(tuple(argv), 1, f"refused: {READ_ONLY_REASON}")
+        try:
+            collector = await source.collector()
+        except SourceError as exc:
+            return CommandResult(tuple(argv), None, str(exc))
+        argv = container_argv(runtime, verb, container, stop_timeout=stop_timeout,
+                              sudo=source.sudo and not collector.facts.is_root)
+        source.poke_container(container, runtime)
+        result = await source.connection.run(argv, stop_timeout + CONTAINER_SLACK_S)
+        source.poke_container(container, runtime)
         return result
 
     async def sleep(self, seconds: float) -> None:

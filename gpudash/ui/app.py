@@ -50,6 +50,7 @@ from gpudash.engine import (
     PlanError,
     Selection,
     replan,
+    selection_for,
 )
 from gpudash.model import HostSnapshot, SourceKind
 from gpudash.source import HostSource, SourceError
@@ -410,12 +411,14 @@ class GpudashApp(App[int]):
         if view.snapshot is None or view.triage is None:
             return None, f"no sample from {view.name} yet"
         reason = ACTIONS[action].precheck(view.triage, self.selection())
+        if reason is not None and ACTIONS[action].hidden_unless_fits:
+            return False, reason
         return (True, "") if reason is None else (None, reason)
 
     def selection(self) -> Selection:
         """What the operator points at in the holders view, as the engine takes it."""
-        _owner, unit, pid = selection_of(self.view.triage, self.selected_key)
-        return Selection(unit=unit, pid=pid)
+        owner, _unit, pid = selection_of(self.view.triage, self.selected_key)
+        return selection_for(self.view.triage, owner, pid)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "command_palette" and isinstance(self.screen, ConfirmModal):

@@ -371,11 +371,11 @@ EXPORT void fakegpu_bus_id_legacy(const fg_gpu *g, char *buf, unsigned len)
 
 /* ------------------------------------------------------------ /proc utils */
 
-/* Read state char and starttime (field 22) of pid. Returns 0 or -1. */
-static int proc_stat(unsigned pid, char *state, unsigned long long *start)
+/* Read state char and starttime (field 22) of pid in the procfs at root. 0 or -1. */
+static int proc_stat_at(const char *root, unsigned pid, char *state, unsigned long long *start)
 {
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%u/stat", pid);
+    char path[320], buf[1024];
+    snprintf(path, sizeof path, "%s/%u/stat", root, pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -1;
@@ -398,6 +398,32 @@ static int proc_stat(unsigned pid, char *state, unsigned long long *start)
     }
     *start = strtoull(p, NULL, 10);
     return 0;
+}
+
+static int proc_stat(unsigned pid, char *state, unsigned long long *start)
+{
+    return proc_stat_at("/proc", pid, state, start);
+}
+
+/* This process's pid and start time as the driver's readers see them. The real driver
+ * reports host PIDs whatever PID namespace a process is in (a container's): with
+ * $FAKEGPU_HOST_PROC naming the host's procfs mounted inside the container, its "self"
+ * link gives this process's pid in the host's namespace. */
+static int self_identity(unsigned *pid, char *state, unsigned long long *start)
+{
+    const char *root = getenv("FAKEGPU_HOST_PROC");
+    if (root && *root) {
+        char link[300], buf[32];
+        snprintf(link, sizeof link, "%s/self", root);
+        ssize_t n = readlink(link, buf, sizeof buf - 1);
+        if (n <= 0)
+            return -1;
+        buf[n] = 0;
+        *pid = (unsigned)strtoul(buf, NULL, 10);
+        return proc_stat_at(root, *pid, state, start);
+    }
+    *pid = (unsigned)getpid();
+    return proc_stat(*pid, state, start);
 }
 
 /* alive = exists, same start time, not a zombie */
@@ -735,8 +761,7 @@ EXPORT int fakegpu_hold_multi(const unsigned *gpus, const unsigned long long *mi
     }
     pthread_once(&atfork_once, register_atfork);
     memset(&e, 0, sizeof e);
-    e.pid = (unsigned)getpid();
-    if (proc_stat(e.pid, &st, &e.start))
+    if (self_identity(&e.pid, &st, &e.start))
         return -1;
     for (unsigned i = 0; i < n; i++) {
         if (gpus[i] >= FG_MAX_GPUS) {

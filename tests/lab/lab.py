@@ -72,7 +72,13 @@ MASKED_UNITS = (
     "cron.service",
     "exim4.service",
     "docker.service",
+    "docker.socket",
     "containerd.service",
+    "podman.service",
+    "podman.socket",
+    "podman-restart.service",
+    "podman-auto-update.service",
+    "podman-auto-update.timer",
     "apt-daily.timer",
     "apt-daily-upgrade.timer",
     "dpkg-db-backup.timer",
@@ -237,6 +243,41 @@ class HostSpec:
     total_mib: int = 97887
     teardown_ms: int | None = None
     users: tuple[str, ...] = ("operator", "alice")
+    # a real dockerd can run inside (shared/LAB.md): all capabilities, no seccomp filter,
+    # cgroup v2 inside; docker.service is left unmasked and started by the test
+    docker: bool = False
+
+
+DOCKER_UNITS = ("docker.service", "docker.socket", "containerd.service")
+# overlay-on-overlay and iptables are not there; /proc/sys is read-only
+DOCKER_DAEMON_JSON = (
+    '{"storage-driver": "vfs", "iptables": false, "ip-forward": false, "bridge": "none"}\n'
+)
+DOCKER_IMAGE = "gpulab/base:1"  # docker import of a tarball made on the spot
+PODMAN_IMAGE = "localhost/gpulab/base:1"
+# the hybrid cgroup layout leaves cgroup v2 without controllers: podman must not set a
+# pids limit there (runc: "openat2 .../pids.max: no such file")
+PODMAN_RUN_ARGS = ("--pids-limit=0",)
+PODMAN_STORAGE_CONF = (
+    '[storage]\ndriver = "vfs"\nrunroot = "/run/containers/storage"\n'
+    'graphroot = "/var/lib/containers/storage"\n'
+)
+_ROOTFS_TAR = (  # a rootfs of symlinks into the host's /usr, on stdout as a tar
+    "set -e; d=$(mktemp -d); cd $d; mkdir -p usr etc proc sys dev tmp run root; "
+    "for l in bin sbin lib lib64; do ln -s usr/$l $l; done; "
+    "touch etc/group; echo 'root:x:0:0:root:/root:/bin/sh' > etc/passwd; "
+)
+# what a container of the lab runs with: the host's /usr (python3, the stand-in driver),
+# the stand-in's state, and the host's procfs, so the stand-in records host PIDs as the
+# real driver does (tests/fakegpu/README.md, FAKEGPU_HOST_PROC)
+DOCKER_RUN_ARGS = (
+    "--network", "none",
+    "-v", "/usr:/usr:ro",
+    "-v", f"{FAKEGPU_STATE}:{FAKEGPU_STATE}",
+    "-v", "/proc:/hostproc:ro",
+    *(a for k, v in FAKEGPU_ENV.items() for a in ("-e", f"{k}={v}")),
+    "-e", "FAKEGPU_HOST_PROC=/hostproc",
+)
 
 
 # The stub modules that make `python3 -m NAME` run a payload main.
@@ -558,7 +599,10 @@ class LabHost:
         # systemd: boot target, masks, env, speed
         self._symlink("/etc/systemd/system/default.target", "/lib/systemd/system/multi-user.target")
         for u in MASKED_UNITS:
-            self._symlink(f"/etc/systemd/system/{u}", "/dev/null")
+            if not (spec.docker and u in DOCKER_UNITS):
+                self._symlink(f"/etc/systemd/system/{u}", "/dev/null")
+        if spec.docker:
+            self._write("/etc/docker/daemon.json", DOCKER_DAEMON_JSON)
         for w in ("multi-user.target.wants", "timers.target.wants", "getty.target.wants"):
             d = r / "etc/systemd/system" / w
             if d.is_dir():
@@ -678,6 +722,8 @@ class LabHost:
             self._mount()
             log = open(self.console_log, "ab")
             env = {"PATH": CONTAINER_PATH, "LANG": "C.UTF-8", "SYSTEMD_LOG_COLOR": "0"}
+            if self.spec.docker:  # runc needs keyrings and more; cgroup v2 inside
+                env |= {"SYSTEMD_SECCOMP": "0", "SYSTEMD_NSPAWN_UNIFIED_HIERARCHY": "1"}
             # nspawn --keep-unit puts the container's cgroups (payload/, supervisor/) next
             # to its own: give every host its own cgroup so containers never share one.
             _remove_cgroups(self.cgroup_tag)
@@ -695,6 +741,7 @@ class LabHost:
                 "--register=no",
                 "--keep-unit",
                 "--console=read-only",
+                *(["--capability=all"] if self.spec.docker else []),
             ]
             self.nspawn = subprocess.Popen(
                 ["/bin/sh", "-c", " && ".join([*moves, 'exec "$@"']), "sh", *nspawn],
@@ -870,6 +917,38 @@ class LabHost:
             stderr=subprocess.DEVNULL,
             capture_output=False,
         )
+
+    def start_docker(self, timeout: float = 60) -> None:
+        """Start dockerd inside and import the lab's image (a rootfs of symlinks into the
+        host's /usr, which every container bind-mounts read-only)."""
+        if not self.spec.docker:
+            raise LabError(f"{self.name} was not booted for docker (HostSpec(docker=True))")
+        self.systemctl("start", "docker.service")
+        deadline = time.monotonic() + timeout
+        while self.exec(["/usr/bin/docker", "info"], check=False).returncode:
+            if time.monotonic() > deadline:
+                log = self.exec(["journalctl", "-u", "docker", "-n", "40", "--no-pager"],
+                                check=False).stdout
+                raise LabError(f"{self.name}: dockerd did not answer:\n{log}")
+            time.sleep(0.2)
+        self.sh(_ROOTFS_TAR + f"tar -c . | /usr/bin/docker import - {DOCKER_IMAGE} >/dev/null; "
+                "cd /; rm -rf $d")
+
+    def start_podman(self) -> None:
+        """Podman (daemonless) inside a docker-capable host: vfs storage, the lab image."""
+        if not self.spec.docker:
+            raise LabError(f"{self.name} was not booted for containers (HostSpec(docker=True))")
+        self._write("/etc/containers/storage.conf", PODMAN_STORAGE_CONF)
+        self.sh(_ROOTFS_TAR + "tar -c . | /usr/bin/podman import - gpulab/base:1 >/dev/null; "
+                "cd /; rm -rf $d", timeout=120)
+
+    def podman(self, *args: str, check: bool = True, timeout: float = 60
+               ) -> subprocess.CompletedProcess:
+        return self.exec(["/usr/bin/podman", *args], check=check, timeout=timeout)
+
+    def docker(self, *args: str, check: bool = True, timeout: float = 60
+               ) -> subprocess.CompletedProcess:
+        return self.exec(["/usr/bin/docker", *args], check=check, timeout=timeout)
 
     def systemctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         return self.exec(["systemctl", "--no-pager", *args], check=check)

@@ -14,7 +14,8 @@ from gpudash.units import NA, gib
 
 _KIND_NOTE = {
     OwnerKind.SESSION: "a login session: somebody's live work; reap never touches it",
-    OwnerKind.CONTAINER: "a container scope: stop it with its container runtime",
+    OwnerKind.CONTAINER: "a container: its runtime did not say more (no CLI, or no permission)",
+    OwnerKind.POD: "a Kubernetes pod: the kubelet restarts it; gpudash does not act on it",
     OwnerKind.SCOPE: "a transient scope",
     OwnerKind.NONE: "no systemd unit owns these processes",
 }
@@ -60,6 +61,16 @@ def unit_text(group: OwnerGroup | None, process: Process | None, pal: Palette) -
         row("NRestarts", None if unit.n_restarts is None else str(unit.n_restarts),
             pal.notice if unit.n_restarts else "")
         row("MainPID", None if unit.main_pid is None else str(unit.main_pid))
+    elif group.owner is not None and group.owner.container is not None:
+        c = group.owner.container
+        row("Container", f"{c.runtime} {c.short_id}")
+        row("Image", c.image)
+        row("State", c.state, pal.notice if c.is_down else pal.success)
+        row("Restart", c.restart_policy,
+            pal.warning if (c.restart_policy or "no") not in ("no", "") else "")
+        row("Restarts", None if c.restart_count is None else str(c.restart_count),
+            pal.notice if c.restart_count else "")
+        row("Main pid", None if c.main_pid is None else str(c.main_pid))
     else:
         out.append_text(Text(_KIND_NOTE.get(group.kind, group.kind.value), style="dim"))
         out.append("\n")
