@@ -127,12 +127,20 @@ class MainScreen(Screen[None]):
         app = self.dashboard
         pal = palette(app)
         now = app.clock()
-        self.header_bar.update(
+        self.header_bar.show(
             header_text(app.views, app.current_host, now, app.stale_after, app.read_only, pal)
         )
         self.notice.show(app.view, now, pal)
         if len(app.views) > 1:
             self.host_list.show(app.views, now, app.stale_after, pal)
+
+    @drawing
+    def refresh_host_rows(self, hosts: set[int]) -> None:
+        """Only these hosts' rows of the host list (their samples arrived)."""
+        app = self.dashboard
+        if len(app.views) > 1:
+            self.host_list.show(app.views, app.clock(), app.stale_after, palette(app),
+                                only=hosts)
 
     @drawing
     def refresh_view(self) -> None:

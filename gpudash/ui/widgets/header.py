@@ -7,7 +7,7 @@ from textual.widgets import DataTable, Static
 
 from gpudash.ui.hosts import HostView
 from gpudash.ui.palette import Palette
-from gpudash.ui.text import literal
+from gpudash.ui.text import literal, same_text
 from gpudash.units import NA, gib_of, percent
 
 
@@ -57,6 +57,18 @@ class HeaderBar(Static):
     HeaderBar { height: 1; background: $panel; }
     """
 
+    _shown: Text | None = None
+
+    def show(self, text: Text) -> None:
+        """Draw ``text`` unless it is what is shown already."""
+        last = self._shown
+        if last is None or not same_text(last, text):
+            self._shown = text
+            self.update(text)
+
+
+COLUMNS = ("n", "host", "state", "mem", "orphans")
+
 
 class HostList(DataTable[Text]):
     """One summary row per host when several are shown; enter/1-9 switches."""
@@ -72,9 +84,17 @@ class HostList(DataTable[Text]):
         self.add_column("State", key="state", width=40)
         self.add_column("GPU memory", key="mem", width=22)
         self.add_column("Orphans", key="orphans", width=8)
+        self._cells: dict[str, tuple[Text, ...]] = {}
 
-    def show(self, views: list[HostView], now: float, stale_after: float, pal: Palette) -> None:
+    def show(self, views: list[HostView], now: float, stale_after: float, pal: Palette,
+             only: set[int] | None = None) -> None:
+        """The rows of ``only`` (default: all). Touch only the cells that changed: each
+        ``update_cell`` redraws the table, and with many hosts every host's sample
+        would otherwise redraw every row."""
+        shown = self._cells
         for i, view in enumerate(views):
+            if only is not None and i not in only and str(i) in shown:
+                continue
             status, kind = view.status(now, stale_after)
             used, total = view.used_total_mib()
             mem = gib_of(used, total)
@@ -86,8 +106,12 @@ class HostList(DataTable[Text]):
                 Text(mem),
                 Text(str(orphans), style=f"bold {pal.orphan}" if orphans else ""),
             )
-            if str(i) in {str(k.value) for k in self.rows}:
-                for col, cell in zip(("n", "host", "state", "mem", "orphans"), cells, strict=True):
-                    self.update_cell(str(i), col, cell)
+            key = str(i)
+            before = shown.get(key)
+            if before is None:
+                self.add_row(*cells, key=key)
             else:
-                self.add_row(*cells, key=str(i))
+                for col, old, cell in zip(COLUMNS, before, cells, strict=True):
+                    if not same_text(old, cell):
+                        self.update_cell(key, col, cell)
+            shown[key] = cells

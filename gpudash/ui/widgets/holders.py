@@ -14,7 +14,7 @@ from textual.widgets import DataTable
 
 from gpudash.triage import Flag, HostTriage, OwnerGroup, OwnerKind, ProcessNode
 from gpudash.ui.palette import Palette
-from gpudash.ui.text import duration, literal
+from gpudash.ui.text import duration, literal, same_text
 from gpudash.units import NA, gib, percent
 
 COLUMNS = (
@@ -209,10 +209,14 @@ class HoldersTable(DataTable[Text]):
         keys = [r.key for r in rows]
         current = [str(k.value) for k in self.rows]
         if keys == current:
+            # Only the cells that changed: every update_cell redraws the whole table.
             for row in rows:
-                if self._cells.get(row.key) != row.cells:
-                    for (col, _, _), cell in zip(COLUMNS, row.cells, strict=True):
-                        self.update_cell(row.key, col, cell)
+                before = self._cells.get(row.key)
+                if before is None or not all(map(same_text, before, row.cells)):
+                    for i, ((col, _, _), cell) in enumerate(zip(COLUMNS, row.cells,
+                                                                 strict=True)):
+                        if before is None or not same_text(before[i], cell):
+                            self.update_cell(row.key, col, cell)
                     self._cells[row.key] = row.cells
             return
         selected = self.selected_key()

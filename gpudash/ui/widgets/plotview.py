@@ -8,6 +8,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from gpudash.ui.plot import gpu_colour, render_history
+from gpudash.ui.text import same_text
 
 
 class MemoryPlot(Static):
@@ -23,6 +24,7 @@ class MemoryPlot(Static):
         self._gpus: Sequence[int] = ()
         self._ymax: float | None = None
         self._title = ""
+        self._shown: Text | None = None
 
     def show(
         self,
@@ -51,4 +53,6 @@ class MemoryPlot(Static):
         out.append_text(legend)
         out.append("\n")
         out.append_text(chart)
-        self.update(out)
+        if self._shown is None or not same_text(out, self._shown):  # else: nothing to draw
+            self._shown = out
+            self.update(out)
