@@ -5,11 +5,11 @@ from __future__ import annotations
 from rich.text import Text
 from textual.geometry import Size
 from textual.widget import Widget
-from textual.widgets import DataTable
 
 from gpudash.model import Gpu, HostSnapshot
 from gpudash.ui.palette import Palette
 from gpudash.ui.text import literal, same_text
+from gpudash.ui.widgets.celltable import CellTable
 from gpudash.units import NA, celsius, gib_of, percent, watts
 
 _EIGHTHS = " ▏▎▍▌▋▊▉"
@@ -55,7 +55,7 @@ def gpu_cells(gpu: Gpu, pal: Palette) -> list[Text]:
     ]
 
 
-class GpuTable(DataTable[Text]):
+class GpuTable(CellTable):
     """GPUs of the shown host; rows keyed by GPU index so the cursor survives refreshes."""
 
     DEFAULT_CSS = """
@@ -90,9 +90,9 @@ class GpuTable(DataTable[Text]):
             key = str(gpu.index)
             before = self._cells[key]
             cells = gpu_cells(gpu, pal)
-            for i, ((col, _, _), cell) in enumerate(zip(COLUMNS, cells, strict=True)):
-                if not same_text(cell, before[i]):
-                    self.update_cell(key, col, cell)
+            self.set_cells(key, {col: cell for (col, _, _), old, cell
+                                 in zip(COLUMNS, before, cells, strict=True)
+                                 if not same_text(old, cell)})
             self._cells[key] = cells
 
     def selected_gpu(self) -> int | None:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 from gpudash.ui.hosts import HostView
 from gpudash.ui.palette import Palette
 from gpudash.ui.text import literal, same_text
+from gpudash.ui.widgets.celltable import CellTable
 from gpudash.units import NA, gib_of, percent
 
 
@@ -70,7 +71,7 @@ class HeaderBar(Static):
 COLUMNS = ("n", "host", "state", "mem", "orphans")
 
 
-class HostList(DataTable[Text]):
+class HostList(CellTable):
     """One summary row per host when several are shown; enter/1-9 switches."""
 
     DEFAULT_CSS = """
@@ -111,7 +112,7 @@ class HostList(DataTable[Text]):
             if before is None:
                 self.add_row(*cells, key=key)
             else:
-                for col, old, cell in zip(COLUMNS, before, cells, strict=True):
-                    if not same_text(old, cell):
-                        self.update_cell(key, col, cell)
+                self.set_cells(key, {col: cell for col, old, cell
+                                     in zip(COLUMNS, before, cells, strict=True)
+                                     if not same_text(old, cell)})
             shown[key] = cells
