@@ -127,7 +127,7 @@ class MainScreen(Screen[None]):
         app = self.dashboard
         pal = palette(app)
         now = app.clock()
-        self.header_bar.show(
+        self.header_bar.update(
             header_text(app.views, app.current_host, now, app.stale_after, app.read_only, pal)
         )
         self.notice.show(app.view, now, pal)

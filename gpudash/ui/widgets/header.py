@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
 
 from gpudash.ui.hosts import HostView
 from gpudash.ui.palette import Palette
 from gpudash.ui.text import literal, same_text
 from gpudash.ui.widgets.celltable import CellTable
+from gpudash.ui.widgets.quiet import QuietStatic
 from gpudash.units import NA, gib_of, percent
 
 
@@ -53,19 +53,11 @@ def header_text(
     return out
 
 
-class HeaderBar(Static):
+class HeaderBar(QuietStatic):
     DEFAULT_CSS = """
     HeaderBar { height: 1; background: $panel; }
     """
-
-    _shown: Text | None = None
-
-    def show(self, text: Text) -> None:
-        """Draw ``text`` unless it is what is shown already."""
-        last = self._shown
-        if last is None or not same_text(last, text):
-            self._shown = text
-            self.update(text)
+    FIXED_SIZE = True
 
 
 COLUMNS = ("n", "host", "state", "mem", "orphans")

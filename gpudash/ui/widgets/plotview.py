@@ -5,18 +5,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from rich.text import Text
-from textual.widgets import Static
 
 from gpudash.ui.plot import gpu_colour, render_history
-from gpudash.ui.text import same_text
+from gpudash.ui.widgets.quiet import QuietStatic
 
 
-class MemoryPlot(Static):
+class MemoryPlot(QuietStatic):
     """Used GiB per GPU over time, drawn by plotext; a legend line above it."""
 
     DEFAULT_CSS = """
     MemoryPlot { height: 1fr; width: 1fr; overflow: hidden; }
     """
+    FIXED_SIZE = True  # the layout gives it its size, whatever it draws
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__("", **kwargs)  # type: ignore[arg-type]
@@ -24,7 +24,6 @@ class MemoryPlot(Static):
         self._gpus: Sequence[int] = ()
         self._ymax: float | None = None
         self._title = ""
-        self._shown: Text | None = None
 
     def show(
         self,
@@ -53,6 +52,4 @@ class MemoryPlot(Static):
         out.append_text(legend)
         out.append("\n")
         out.append_text(chart)
-        if self._shown is None or not same_text(out, self._shown):  # else: nothing to draw
-            self._shown = out
-            self.update(out)
+        self.update(out)
