@@ -154,8 +154,9 @@ def rss_mb(root: psutil.Process, children: bool) -> float:
 
 
 def measure(term: Terminal, warmup: float, seconds: float, children: bool
-            ) -> tuple[float, float, float]:
-    """(CPU % of one core, RSS MB of the program, RSS MB with its children)."""
+            ) -> tuple[float, float, float, float]:
+    """(CPU % of one core, of it the program's own, RSS MB of the program, RSS MB with
+    its children)."""
     time.sleep(warmup)
     if term.proc.poll() is not None:
         raise RuntimeError(f"{term.proc.args[0]} exited with {term.proc.returncode}")
@@ -163,10 +164,11 @@ def measure(term: Terminal, warmup: float, seconds: float, children: bool
     before, t0 = cpu_snapshot(root, children), time.monotonic()
     time.sleep(seconds)
     after, t1 = cpu_snapshot(root, children), time.monotonic()
+    own = (after[root.pid][0] - before[root.pid][0]) / (t1 - t0)
     if term.proc.poll() is not None:
         raise RuntimeError(f"{term.proc.args[0]} exited with {term.proc.returncode}")
     share = cpu_between(before, after, children) / (t1 - t0)
-    return 100 * share, rss_mb(root, False), rss_mb(root, True)
+    return 100 * share, 100 * own, rss_mb(root, False), rss_mb(root, True)
 
 
 def key_latencies(term: Terminal, n: int) -> list[float]:
@@ -222,19 +224,20 @@ def run_one(label: str, argv: list[str], env: dict[str, str], args: argparse.Nam
             ) -> dict[str, Any]:
     term = Terminal(argv, env, args.cols, args.rows)
     try:
-        cpu, rss, rss_tree = measure(term, args.warmup, args.seconds, children)
+        cpu, own, rss, rss_tree = measure(term, args.warmup, args.seconds, children)
         lat = key_latencies(term, keys) if keys else []
         if note is not None:
             print(f"  ({note()})")
     finally:
         term.stop()
-    row = {"what": label, "cpu_pct": round(cpu, 2), "rss_mb": round(rss, 1),
+    row = {"what": label, "cpu_pct": round(cpu, 2), "own_cpu_pct": round(own, 2),
+           "rss_mb": round(rss, 1),
            "rss_tree_mb": round(rss_tree, 1), "out_kb_s": round(term.bytes / 1e3 / (
                args.warmup + args.seconds), 1)}
     if lat:
         row["key_ms_median"] = round(1000 * statistics.median(lat), 1)
         row["key_ms_max"] = round(1000 * max(lat), 1)
-    print(f"{label:44} {cpu:6.2f} % {rss:7.1f} MB {rss_tree:7.1f} MB"
+    print(f"{label:44} {cpu:6.2f} % {own:6.2f} % {rss:7.1f} MB {rss_tree:7.1f} MB"
           + (f"   key {row['key_ms_median']:.0f} ms median, {row['key_ms_max']:.0f} ms max"
              if lat else ""), flush=True)
     return row
@@ -392,7 +395,8 @@ def main() -> None:
     stand = StandIn(work, args.holders)
     print(f"stand-in: 8 GPUs, {args.holders} holders; terminal {args.cols}x{args.rows}; "
           f"1 s interval; {args.warmup:g} s warm-up, {args.seconds:g} s measured")
-    print(f"{'what':44} {'CPU, % of one core':>10} {'RSS':>10} {'RSS+children':>10}")
+    print(f"{'what':44} {'CPU':>8} {'(own)':>8} {'RSS':>10} {'+children':>10}  "
+          "(CPU: % of one core)")
     try:
         if not args.hosts:
             rows = peer(args, stand)
