@@ -12,8 +12,10 @@ from textual.app import App, ComposeResult
 from gpudash.demo import DemoHost
 from gpudash.ui.app import GpudashApp
 from gpudash.ui.text import same_text
+from gpudash.ui.widgets import plotview
 from gpudash.ui.widgets.celltable import CellTable
 from gpudash.ui.widgets.holders import COLUMNS, HolderRow, HoldersTable
+from gpudash.ui.widgets.plotview import MemoryPlot
 
 ROWS = 12
 
@@ -107,3 +109,43 @@ async def test_other_hosts_samples_redraw_their_rows_in_the_host_list() -> None:
             cells = [str(c) for c in host_list.get_row(str(i))]
             assert cells[1] == view.name and "connected" in cells[2]
             assert cells[3] != "N/A" and used is not None and total is not None
+
+
+class OnePlot(App[None]):
+    def compose(self) -> ComposeResult:
+        yield MemoryPlot()
+
+
+async def test_the_plot_draws_a_memory_change_at_once_and_a_mere_time_shift_every_5_s(
+    monkeypatch: Any,
+) -> None:
+    drawn: list[int] = []
+    real = plotview.render_history
+
+    def counting(history: Any, *args: Any, **kwargs: Any) -> Text:
+        drawn.append(len(history))
+        return real(history, *args, **kwargs)
+
+    monkeypatch.setattr(plotview, "render_history", counting)
+    app = OnePlot()
+    async with app.run_test(size=(100, 30)) as pilot:
+        plot = app.query_one(MemoryPlot)
+        await pilot.pause()
+        history: list[tuple[float, dict[int, int | None]]] = []
+
+        def sample(t: float, mib: int) -> None:
+            history.append((t, {0: mib}))
+            plot.show(history, [0], 80.0, "all GPUs")
+
+        for t in range(4):
+            sample(float(t), 1000)
+        drawn.clear()
+        sample(4.0, 1000)  # same memory, 1 s later: nothing to draw yet
+        assert drawn == []
+        sample(5.0, 900)  # memory came back: drawn now
+        assert drawn == [6]
+        sample(6.0, 900)
+        sample(9.9, 900)
+        assert drawn == [6]
+        sample(10.0, 900)  # 5 s of samples since the last drawing: the time axis moves
+        assert drawn == [6, 9]
