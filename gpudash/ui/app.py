@@ -344,9 +344,15 @@ class GpudashApp(App[int]):
             self._refresh_header()
 
     def _tick(self) -> None:
+        """Once a second: ages and staleness move on without samples. A header the
+        current host's sample drew less than a second ago is left as it is (a second
+        redraw a second, for "last sample 0.4 s ago")."""
         if not self.screen_stack:  # shutting down
             return
-        self._refresh_header()
+        if time.monotonic() - self._last_refresh >= 0.9:
+            self._refresh_header()
+        elif len(self.views) > 1 and self.main.ready:
+            self.main.refresh_host_rows(set(range(len(self.views))))
 
     # --- drawing -----------------------------------------------------------------------
 
