@@ -171,20 +171,26 @@ def measure(term: Terminal, warmup: float, seconds: float, children: bool
     return 100 * share, 100 * own, rss_mb(root, False), rss_mb(root, True)
 
 
-def key_latencies(term: Terminal, n: int) -> list[float]:
-    """Seconds from pressing ``?`` to the help screen on the terminal, n times."""
-    out = []
+def key_latencies(term: Terminal, n: int, hosts: int) -> dict[str, list[float]]:
+    """Seconds from a key to its effect on the terminal, n times each: ``?`` until the
+    help screen shows (then Esc), and with several hosts ``2`` / ``1`` until the header
+    names host 2 / host 1 (a switch redraws every panel)."""
+    presses = [("help (?)", b"?", HELP_MARK, b"\x1b")]
+    if hosts > 1:
+        presses += [("switch host (2, 1)", b"2", f"[2/{hosts}]".encode(), b""),
+                    ("switch host (2, 1)", b"1", f"[1/{hosts}]".encode(), b"")]
+    out: dict[str, list[float]] = {}
     for _ in range(n):
-        term.clear()
-        t0 = time.monotonic()
-        term.key(b"?")
-        if not term.wait_for(HELP_MARK, 10.0):
-            out.append(float("inf"))
-        else:
-            out.append(time.monotonic() - t0)
-        time.sleep(0.3)
-        term.key(b"\x1b")
-        time.sleep(1.2)
+        for what, key, mark, undo in presses:
+            term.clear()
+            t0 = time.monotonic()
+            term.key(key)
+            seen = term.wait_for(mark, 10.0)
+            out.setdefault(what, []).append(time.monotonic() - t0 if seen else float("inf"))
+            time.sleep(0.3)
+            if undo:
+                term.key(undo)
+            time.sleep(0.9)
     return out
 
 
@@ -220,12 +226,12 @@ class StandIn:
 
 
 def run_one(label: str, argv: list[str], env: dict[str, str], args: argparse.Namespace,
-            children: bool, keys: int = 0, note: Callable[[], str] | None = None
-            ) -> dict[str, Any]:
+            children: bool, keys: int = 0, note: Callable[[], str] | None = None,
+            hosts: int = 1) -> dict[str, Any]:
     term = Terminal(argv, env, args.cols, args.rows)
     try:
         cpu, own, rss, rss_tree = measure(term, args.warmup, args.seconds, children)
-        lat = key_latencies(term, keys) if keys else []
+        lat = key_latencies(term, keys, hosts) if keys else {}
         if note is not None:
             print(f"  ({note()})")
     finally:
@@ -234,12 +240,13 @@ def run_one(label: str, argv: list[str], env: dict[str, str], args: argparse.Nam
            "rss_mb": round(rss, 1),
            "rss_tree_mb": round(rss_tree, 1), "out_kb_s": round(term.bytes / 1e3 / (
                args.warmup + args.seconds), 1)}
-    if lat:
-        row["key_ms_median"] = round(1000 * statistics.median(lat), 1)
-        row["key_ms_max"] = round(1000 * max(lat), 1)
-    print(f"{label:44} {cpu:6.2f} % {own:6.2f} % {rss:7.1f} MB {rss_tree:7.1f} MB"
-          + (f"   key {row['key_ms_median']:.0f} ms median, {row['key_ms_max']:.0f} ms max"
-             if lat else ""), flush=True)
+    print(f"{label:44} {cpu:6.2f} % {own:6.2f} % {rss:7.1f} MB {rss_tree:7.1f} MB",
+          flush=True)
+    for what, times in lat.items():
+        median, worst = 1000 * statistics.median(times), 1000 * max(times)
+        row[f"key {what}"] = {"median_ms": round(median, 1), "max_ms": round(worst, 1)}
+        print(f"  key {what}: {median:.0f} ms median, {worst:.0f} ms max "
+              f"({len(times)} presses; target < 100 ms)")
     return row
 
 
@@ -281,7 +288,7 @@ def fleet_ssh(args: argparse.Namespace, stand: StandIn, work: Path) -> list[dict
                 return "sshd sessions changing"
 
         return [run_one(f"gpudash, {args.hosts} hosts over SSH (dashboard only)", argv,
-                        stand.env, args, False, args.keys, sessions)]
+                        stand.env, args, False, args.keys, sessions, args.hosts)]
     finally:
         try:
             stop_sshd(server)
@@ -293,7 +300,7 @@ def fleet_ssh(args: argparse.Namespace, stand: StandIn, work: Path) -> list[dict
 def fleet_copies(args: argparse.Namespace, stand: StandIn) -> list[dict[str, Any]]:
     argv = [sys.executable, str(Path(__file__).resolve()), "--serve-copies", str(args.hosts)]
     return [run_one(f"gpudash, {args.hosts} copies of one host (dashboard only)", argv,
-                    stand.env, args, False, args.keys)]
+                    stand.env, args, False, args.keys, hosts=args.hosts)]
 
 
 # --- the copies mode's dashboard (runs in the pseudo-terminal) -----------------------

@@ -4,13 +4,16 @@ these assert the behaviour the figures rest on."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from rich.text import Text
 from textual.app import App, ComposeResult
 
 from gpudash.demo import DemoHost
+from gpudash.triage import triage
 from gpudash.ui.app import GpudashApp
+from gpudash.ui.hosts import HostView
 from gpudash.ui.text import same_text
 from gpudash.ui.widgets import plotview
 from gpudash.ui.widgets.celltable import CellTable
@@ -149,3 +152,19 @@ async def test_the_plot_draws_a_memory_change_at_once_and_a_mere_time_shift_ever
         assert drawn == [6]
         sample(10.0, 900)  # 5 s of samples since the last drawing: the time axis moves
         assert drawn == [6, 9]
+
+
+async def test_history_keeps_every_sample_and_shares_unchanged_memory() -> None:
+    demo = DemoHost("gpu-a")
+    view = HostView(source=demo, name="gpu-a")
+    first = await demo.control.sample()
+    later = dataclasses.replace(first, taken_at=first.taken_at + 1)
+    view.record(first, triage(first, None), None, 0.0)
+    view.record(later, triage(later, first), None, 1.0)
+    assert [t for t, _ in view.history] == [first.taken_at, first.taken_at + 1]
+    assert view.history[0][1] is view.history[1][1] == first.used_by_gpu()
+    gpus = list(first.gpus)
+    gpus[0] = dataclasses.replace(gpus[0], memory_used_mib=(gpus[0].memory_used_mib or 0) + 1)
+    changed = dataclasses.replace(later, taken_at=later.taken_at + 1, gpus=tuple(gpus))
+    view.record(changed, triage(changed, later), None, 2.0)
+    assert view.history[2][1] == changed.used_by_gpu() != view.history[1][1]

@@ -53,7 +53,10 @@ class HostView:
         self.error = None
         self.retry_at = None
         self.attempt = 0
-        self.history.append((snapshot.taken_at, snapshot.used_by_gpu()))
+        used = snapshot.used_by_gpu()
+        if self.history and self.history[-1][1] == used:
+            used = self.history[-1][1]  # memory as before: share it (300 samples x hosts)
+        self.history.append((snapshot.taken_at, used))
 
     def age(self, now: float) -> float | None:
         return None if self.received_at is None else max(0.0, now - self.received_at)
