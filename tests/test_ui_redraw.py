@@ -168,3 +168,24 @@ async def test_history_keeps_every_sample_and_shares_unchanged_memory() -> None:
     changed = dataclasses.replace(later, taken_at=later.taken_at + 1, gpus=tuple(gpus))
     view.record(changed, triage(changed, later), None, 2.0)
     assert view.history[2][1] == changed.used_by_gpu() != view.history[1][1]
+
+
+async def test_host_rows_off_screen_wait_and_are_current_once_scrolled_to() -> None:
+    hosts = [DemoHost(f"gpu-{i:02d}", speed=50, seed=i) for i in range(30)]
+    app = GpudashApp(hosts, interval=0.25, read_only=True, theme=None, exec_options=None)
+    async with app.run_test(size=(160, 50)) as pilot:
+        for _ in range(200):
+            if all(v.snapshot is not None for v in app.views):
+                break
+            await pilot.pause(0.05)
+        await pilot.pause(0.6)
+        host_list = app.query_one("#hosts", CellTable)
+        last = len(hosts) - 1
+        for i in (1, last):  # both change (what their row shows); the next tick draws
+            app.views[i].name = f"renamed-{i}"
+        await pilot.pause(1.3)
+        assert str(host_list.get_row("1")[1]) == "renamed-1"  # on screen: drawn
+        assert str(host_list.get_row(str(last))[1]) == f"gpu-{last}"  # below: not yet
+        host_list.scroll_end(animate=False)
+        await pilot.pause(0.1)
+        assert str(host_list.get_row(str(last))[1]) == f"renamed-{last}"

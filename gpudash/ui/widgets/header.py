@@ -78,16 +78,31 @@ class HostList(CellTable):
         self.add_column("GPU memory", key="mem", width=22)
         self.add_column("Orphans", key="orphans", width=8)
         self._cells: dict[str, tuple[Text, ...]] = {}
+        self._behind: set[int] = set()  # rows off screen whose host changed since drawn
+        self._last: tuple[list[HostView], float, float, Palette] | None = None
+
+    def _on_screen(self) -> range:
+        """Indices of the rows in view now (one row a line), with one either side."""
+        top = int(self.scroll_y)
+        return range(max(0, top - 1), top + max(1, self.size.height) + 1)
 
     def show(self, views: list[HostView], now: float, stale_after: float, pal: Palette,
              only: set[int] | None = None) -> None:
-        """The rows of ``only`` (default: all). Touch only the cells that changed: each
-        ``update_cell`` redraws the table, and with many hosts every host's sample
-        would otherwise redraw every row."""
+        """The rows of ``only`` (default: all) that are on screen; the others are drawn
+        when scrolled to. Touch only the cells that changed: each ``update_cell``
+        redraws the table, and with many hosts every host's sample would otherwise
+        redraw every row."""
         shown = self._cells
+        self._last = (views, now, stale_after, pal)
+        visible = self._on_screen()
         for i, view in enumerate(views):
-            if only is not None and i not in only and str(i) in shown:
-                continue
+            if str(i) in shown:
+                if only is not None and i not in only:
+                    continue
+                if i not in visible:  # no widget work for a host not on screen
+                    self._behind.add(i)
+                    continue
+            self._behind.discard(i)
             status, kind = view.status(now, stale_after)
             used, total = view.used_total_mib()
             mem = gib_of(used, total)
@@ -108,3 +123,9 @@ class HostList(CellTable):
                                      in zip(COLUMNS, before, cells, strict=True)
                                      if not same_text(old, cell)})
             shown[key] = cells
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        if getattr(self, "_last", None) is not None and self._behind:
+            assert self._last is not None
+            self.show(*self._last, only=set(self._behind))
