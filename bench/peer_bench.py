@@ -33,6 +33,7 @@ import json
 import os
 import pty
 import shutil
+import signal
 import statistics
 import struct
 import subprocess
@@ -398,6 +399,8 @@ def main() -> None:
         serve_copies(args.serve_copies)
         return
     args.cols, args.rows = (int(v) for v in args.size.lower().split("x"))
+    # terminated: clean up as after Ctrl+C (holders, sshd, the program measured)
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(143))
     work = Path(tempfile.mkdtemp(prefix="gpudash-peer-"))
     stand = StandIn(work, args.holders)
     print(f"stand-in: 8 GPUs, {args.holders} holders; terminal {args.cols}x{args.rows}; "
