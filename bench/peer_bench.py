@@ -299,7 +299,8 @@ def fleet_ssh(args: argparse.Namespace, stand: StandIn, work: Path) -> list[dict
 
 
 def fleet_copies(args: argparse.Namespace, stand: StandIn) -> list[dict[str, Any]]:
-    argv = [sys.executable, str(Path(__file__).resolve()), "--serve-copies", str(args.hosts)]
+    argv = [sys.executable, str(Path(__file__).resolve()), "--serve-copies", str(args.hosts),
+            *(["--lockstep"] if args.lockstep else [])]
     return [run_one(f"gpudash, {args.hosts} copies of one host (dashboard only)", argv,
                     stand.env, args, False, args.keys, hosts=args.hosts)]
 
@@ -347,11 +348,13 @@ class Feed:
 
 
 class CopySource:
-    """A host made of the feed's lines, decoded as a remote host's would be."""
+    """A host made of the feed's lines, decoded as a remote host's would be; each line
+    ``offset`` seconds late (real hosts' samples are not in step with each other)."""
 
-    def __init__(self, name: str, feed: Feed) -> None:
+    def __init__(self, name: str, feed: Feed, offset: float = 0.0) -> None:
         self.name = name
         self.feed = feed
+        self.offset = offset
 
     def stream(self, interval: float) -> AsyncIterator[Any]:
         return self._stream()
@@ -363,6 +366,8 @@ class CopySource:
         q = self.feed.subscribe()
         while True:
             line = await q.get()
+            if self.offset:
+                await asyncio.sleep(self.offset)
             yield decoder.feed(line)
 
     @property
@@ -373,11 +378,12 @@ class CopySource:
         return None
 
 
-def serve_copies(k: int) -> None:
+def serve_copies(k: int, lockstep: bool) -> None:
     from gpudash.ui.app import run_dashboard
 
     feed = Feed()
-    sources: list[Any] = [CopySource(f"copy-{i:03d}", feed) for i in range(k)]
+    sources: list[Any] = [CopySource(f"copy-{i:03d}", feed, 0.0 if lockstep else 0.9 * i / k)
+                          for i in range(k)]
     run_dashboard(sources, interval=1.0, read_only=True, theme=None, exec_options=None)
 
 
@@ -393,10 +399,13 @@ def main() -> None:
     parser.add_argument("--via", choices=("ssh", "copies"), default="copies")
     parser.add_argument("--keys", type=int, default=0, help="time this many key presses")
     parser.add_argument("--json", type=Path, default=None, help="also write rows here")
+    parser.add_argument("--lockstep", action="store_true",
+                        help="copies: every host's sample at the same instant (worst case "
+                        "for keys; default: spread over the interval, as real hosts are)")
     parser.add_argument("--serve-copies", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_copies:
-        serve_copies(args.serve_copies)
+        serve_copies(args.serve_copies, args.lockstep)
         return
     args.cols, args.rows = (int(v) for v in args.size.lower().split("x"))
     # terminated: clean up as after Ctrl+C (holders, sshd, the program measured)
