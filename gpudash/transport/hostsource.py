@@ -9,12 +9,28 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator
+import shlex
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from urllib.parse import urlsplit
 
+from gpudash import modelservers
 from gpudash.collector.hostside import OP_REFRESH, OP_WATCH
 from gpudash.model import HostSnapshot
-from gpudash.source import CommandResult, HostControl, SignalOutcome, SourceError
-from gpudash.transport.actions import systemctl_argv, validate_pid, validate_signal
+from gpudash.source import (
+    CommandResult,
+    HostControl,
+    LinkLost,
+    ProtocolError,
+    SignalOutcome,
+    SourceError,
+)
+from gpudash.transport.actions import (
+    systemctl_argv,
+    validate_pid,
+    validate_signal,
+    validate_unit,
+)
 from gpudash.transport.collectors import (
     Collector,
     CollectorOptions,
@@ -26,6 +42,49 @@ from gpudash.transport.link import Connection
 
 SYSTEMCTL_TIMEOUT_S = 150.0  # `systemctl stop` waits for TimeoutStopSec (90 s by default)
 READ_ONLY_REASON = "opened read-only (--read-only)"
+QUERY_TIMEOUT_S = 20.0  # reading unit properties
+JOURNAL_QUIET_S = 24 * 3600.0  # a followed journal may be quiet that long: not a lost link
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+# A GET on the host itself (servers listen on loopback): the status, or why there is none.
+# Python 3.7 stdlib, run isolated; the URL is an argument, never part of the program.
+_HTTP_GET = (
+    "import sys,urllib.request,urllib.error\n"
+    "try:\n"
+    " r=urllib.request.urlopen(urllib.request.Request(sys.argv[1]),timeout=float(sys.argv[2]))\n"
+    " print(r.status)\n"
+    "except urllib.error.HTTPError as e:\n"
+    " print(e.code)\n"
+    "except Exception as e:\n"
+    " r=getattr(e,'reason',e)\n"
+    " print('error',getattr(r,'strerror',None) or r)\n"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class HttpAnswer:
+    """What a GET of a ready URL on the host got: a status, or the error instead."""
+
+    url: str
+    status: int | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    """One line of a unit's journal (host text: shown literally, never interpreted)."""
+
+    message: str
+    time: float | None = None
+    unit: str | None = None
+
+
+def loopback_url(url: str) -> str:
+    """``url`` if it is plain http to the host's loopback, else ``ValueError``."""
+    parts = urlsplit(url) if isinstance(url, str) else None
+    if (parts is None or parts.scheme != "http" or parts.hostname not in LOOPBACK_HOSTS
+            or any(c.isspace() for c in url) or len(url) > 2000):
+        raise ValueError(f"not a loopback http URL: {url!r}")
+    return url
 
 
 class CollectorSource:
@@ -151,3 +210,82 @@ class SourceControl:
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
+
+    def _as_root(self, argv: list[str], collector: Collector) -> list[str]:
+        return ["sudo", "-n", *argv] if self.source.sudo and not collector.facts.is_root else argv
+
+    async def probe_http(self, url: str, timeout_s: float) -> HttpAnswer:
+        """GET ``url`` on the host (its loopback): the status, or why there is none."""
+        loopback_url(url)
+        timeout_s = min(max(float(timeout_s), 0.1), 60.0)
+        try:
+            collector = await self.source.collector()
+        except SourceError as exc:
+            return HttpAnswer(url, None, str(exc))
+        python = collector.facts.python
+        if python is not None:
+            argv = [python, "-I", "-c", _HTTP_GET, url, f"{timeout_s:g}"]
+        else:  # the shell fallback's host: curl, if it has one
+            argv = ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}\\n",
+                    "--max-time", f"{timeout_s:g}", "--", url]
+        result = await self.source.connection.run(argv, timeout_s + 10)
+        words = result.output.strip().splitlines()[-1:] or [""]
+        answer = words[0].strip()
+        if answer.isdigit() and int(answer) > 0:
+            return HttpAnswer(url, int(answer), None)
+        if result.returncode is None:
+            return HttpAnswer(url, None, result.output or "no answer")
+        said = answer.removeprefix("error").strip() or f"exit {result.returncode}"
+        return HttpAnswer(url, None, said[:200])
+
+    async def model_units(self, patterns: Sequence[str] = ()
+                          ) -> tuple[modelservers.ModelUnit, ...]:
+        """Every model-server unit on the host, running or not (see ``modelservers``)."""
+        collector = await self.source.collector()
+        plain = ["--no-legend", "--no-pager", "--plain"]
+        units = await self.source.connection.run(
+            ["systemctl", "list-units", "--type=service", "--all", *plain], QUERY_TIMEOUT_S)
+        files = await self.source.connection.run(
+            ["systemctl", "list-unit-files", "--type=service", *plain], QUERY_TIMEOUT_S)
+        if units.returncode is None or files.returncode is None:
+            raise LinkLost(f"{self.source.name}: unit list not read: "
+                           f"{units.output if units.returncode is None else files.output}")
+        names = []
+        for name in modelservers.unit_names(units.output, files.output):
+            try:
+                names.append(validate_unit(name))
+            except ValueError:
+                continue  # host text that is no unit name: not asked about
+        if not names:
+            return ()
+        show = await self.source.connection.run(
+            ["systemctl", "show", "-p", ",".join(modelservers.SHOW_PROPERTIES), "--", *names],
+            QUERY_TIMEOUT_S)
+        if show.returncode is None:
+            raise LinkLost(f"{self.source.name}: unit properties not read: {show.output}")
+        del collector  # connected: the link the lists came over
+        return modelservers.model_units(modelservers.parse_show(show.output), patterns)
+
+    async def journal(self, unit: str, *, lines: int = 200, follow: bool = True
+                      ) -> AsyncIterator[LogLine]:
+        """The unit's journal: the last ``lines``, then (``follow``) each new one."""
+        unit = validate_unit(unit)
+        lines = min(max(int(lines), 0), 10000)
+        collector = await self.source.collector()
+        argv = ["journalctl", "--no-pager", "-o", "cat", "-n", str(lines), "-u", unit]
+        if follow:
+            argv.append("-f")
+        pipe = await self.source.connection.open(shlex.join(self._as_root(argv, collector)))
+        try:
+            while True:
+                try:
+                    raw = await pipe.readline(JOURNAL_QUIET_S if follow else QUERY_TIMEOUT_S)
+                except LinkLost:
+                    if not follow and not self.source.connection.link_down():
+                        return  # journalctl printed its lines and exited
+                    raise
+                except ProtocolError:
+                    continue  # a line longer than the channel's limit: skipped
+                yield LogLine(raw.decode("utf-8", "replace").rstrip("\n"), None, unit)
+        finally:
+            pipe.close()
