@@ -113,3 +113,82 @@ def test_swap_that_cannot_fit_beside_alice_does_nothing(lab_host, tmp_path: Path
         "ActiveState": "active", "UnitFileState": "enabled"}
     assert workers(h) == old
     assert h.unit_show(DEEPSEEK, ["ActiveState"])["ActiveState"] == "inactive"
+
+
+# --- the same from the keyboard: the real dashboard (Pilot) over the real SSH transport ---
+
+async def _app_swap(h, to: str, monkeypatch, tmp_path: Path):  # type: ignore[no-untyped-def]
+    from test_e2e_app import SIZE, make_app, open_lab, select, unit_of, wait_for
+
+    from gpudash.ui.models import JournalScreen, ModelPicker
+    from gpudash.ui.screens import ConfirmModal
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    source = open_lab(h)
+    app = make_app([source])
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: unit_of(app, MINIMAX) is not None, what="snapshot")
+            await select(pilot, app, f"u:{MINIMAX}")
+            await pilot.press("w")
+            await wait_for(pilot, lambda: isinstance(app.screen, ModelPicker), what="picker")
+            picker = app.screen
+            names = [c.name for c in picker.choices]  # type: ignore[attr-defined]
+            assert KIMI in names and DEEPSEEK in names, names  # read from the real host
+            await pilot.press(*to.removeprefix("vllm-").removesuffix(".service"), "enter")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), what="plan")
+            plan = "\n".join(app.screen.lines)  # type: ignore[attr-defined]
+            assert f"$ systemctl start {to}" in plan, plan
+            await pilot.press("y")
+            await wait_for(pilot, lambda: app.last_report is not None, within=120,
+                           what="swap report")
+            report = app.last_report
+            panel = str(app.query_one("#progress").render())
+            # the started unit's journal, streamed over the same connection
+            await select(pilot, app, f"u:{to}") if to == KIMI else None
+            journal_lines: list[str] = []
+            if to == KIMI:
+                await pilot.press("j")
+                await wait_for(pilot, lambda: isinstance(app.screen, JournalScreen),
+                               what="journal")
+                screen = app.screen
+                await wait_for(pilot, lambda: any(  # type: ignore[attr-defined]
+                    "Application startup complete" in ln for ln in screen.lines),
+                    what="journal lines")
+                journal_lines = list(screen.lines)  # type: ignore[attr-defined]
+                await pilot.press("escape")
+    finally:
+        await source.close()
+    return plan, report, panel, journal_lines
+
+
+@pytest.mark.parametrize("lab_host", [SWAP_HOST], indirect=True)
+async def test_swap_from_the_dashboard_serves(lab_host, monkeypatch, tmp_path: Path) -> None:
+    h = lab_host
+    wait_host(lambda: len(workers(h)) == 8, what="8 MiniMax workers")
+    plan, report, panel, journal = await _app_swap(h, KIMI, monkeypatch, tmp_path)
+    assert "http://127.0.0.1:8001/health answers 200" in plan, plan
+    assert report is not None and report.confirmed, report.describe()
+    assert report.serving is not None and report.serving.serving
+    assert report.serving.ready_status == 200
+    assert "serving after" in panel, panel
+    assert any("Loading safetensors checkpoint shards: 100% Completed | 64/64" in ln
+               for ln in journal), journal
+    assert h.unit_show(KIMI, ["ActiveState"])["ActiveState"] == "active"
+    assert health(h, 8001) == "200"
+
+
+@pytest.mark.parametrize("lab_host", [SWAP_HOST], indirect=True)
+async def test_swap_from_the_dashboard_into_a_crash_loop(lab_host, monkeypatch,
+                                                         tmp_path: Path) -> None:
+    h = lab_host
+    wait_host(lambda: len(workers(h)) == 8, what="8 MiniMax workers")
+    _plan, report, panel, _j = await _app_swap(h, DEEPSEEK, monkeypatch, tmp_path)
+    assert report is not None and not report.confirmed
+    assert report.serving is not None and not report.serving.serving
+    assert "Free memory on device cuda:0" in (report.serving.failure_line or ""), \
+        report.describe()
+    assert "Free memory on device" in panel or "Free memory on device" in "\n".join(
+        report.describe()), panel
+    assert h.unit_show(DEEPSEEK, ["ActiveState"])["ActiveState"] in ("inactive", "failed")
