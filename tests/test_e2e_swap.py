@@ -8,6 +8,7 @@ logging shard progress to its journal, and answers /health on its port only once
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -192,3 +193,60 @@ async def test_swap_from_the_dashboard_into_a_crash_loop(lab_host, monkeypatch,
     assert "Free memory on device" in panel or "Free memory on device" in "\n".join(
         report.describe()), panel
     assert h.unit_show(DEEPSEEK, ["ActiveState"])["ActiveState"] in ("inactive", "failed")
+
+
+# --- a link cut while the next model loads: reconnect, follow again, never re-send -------
+
+SLOW_KIMI = dataclasses.replace(labmod.VLLM_KIMI, env=("GPULAB_STEP_S=2",))  # ~16 s to load
+SLOW_HOST = HostSpec(units=(*labmod.DEFAULT_UNITS, SLOW_KIMI))
+
+
+def _ssh_sessions(h) -> list[int]:  # type: ignore[no-untyped-def]
+    """The container's sshd processes serving a connection (not the listener)."""
+    return [p for p in h.pids_of(r"^sshd(-session)?: ") if "listener" not in
+            " ".join(h.proc(p).get("cmdline", "") if h.proc(p) else "")]
+
+
+@pytest.mark.parametrize("lab_host", [SLOW_HOST], indirect=True)
+def test_link_cut_while_loading_is_followed_again_not_resent(lab_host, tmp_path: Path) -> None:
+    h = lab_host
+    wait_host(lambda: len(workers(h)) == 8, what="8 MiniMax workers")
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"),
+           "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "gpudash", "swap", h.alias, "--from", "vllm-minimax-m25",
+         "--to", "vllm-kimi-k25", "--yes", "--timeout", "120",
+         "--ssh-config", str(h.ssh_config_path), "--known-hosts", str(h.known_hosts_path)],
+        stdout=subprocess.PIPE, stderr=open(tmp_path / "stderr", "w"), text=True,
+        stdin=subprocess.DEVNULL, env=env)
+    try:
+        # loading: the unit is up, its memory part way, /health not answering yet
+        wait_host(lambda: h.unit_show(KIMI, ["ActiveState"])["ActiveState"] == "active"
+                  and 0 < h.gpu_used_mib()[1] < 88064, timeout=60, what="Kimi loading")
+        main = h.unit_show(KIMI, ["MainPID"])["MainPID"]
+        assert health(h, 8001) != "200"
+        sessions = wait_host(lambda: _ssh_sessions(h), what="gpudash's ssh session")
+        h.exec(["kill", "-9", *map(str, sessions)])  # the link drops mid-load
+        out, _ = cli.communicate(timeout=150)
+        err = (tmp_path / "stderr").read_text()
+    except AssertionError:
+        cli.kill()
+        out, _ = cli.communicate()
+        err = (tmp_path / "stderr").read_text()
+        raise AssertionError(f"{h.gpu_used_mib()} {out} {err[-3000:]}") from None
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.communicate()
+    assert cli.returncode == 0, out + err
+    # the cut was met while loading (the progress it had then), and the journal followed
+    # on after it: the shards' progress reached 100 % over the new link
+    cut_at = err.index("[loading]")
+    assert "100% of checkpoint shards (64/64)" in err[cut_at:], err[-3000:]
+    assert "serving after" in out, out
+    # followed to serving; nothing re-sent: the same main process, started once
+    s = h.unit_show(KIMI, ["ActiveState", "MainPID", "NRestarts"])
+    assert s == {"ActiveState": "active", "MainPID": main, "NRestarts": "0"}, s
+    log = h.exec(["journalctl", "--no-pager", "-o", "cat", "-u", KIMI]).stdout
+    assert log.count("vLLM API server version") == 1, log
+    assert health(h, 8001) == "200"

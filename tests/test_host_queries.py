@@ -125,3 +125,17 @@ def test_unit_names_skip_template_files() -> None:
         "vllm@kimi.service loaded active running vLLM\n",
         "vllm@.service disabled enabled\nvllm-kimi-k25.service disabled enabled\n")
     assert names == ["vllm@kimi.service", "vllm-kimi-k25.service"]
+
+
+def test_journal_records_carry_message_time_and_cursor() -> None:
+    from gpudash.transport.hostsource import journal_line
+
+    line = journal_line(b'{"MESSAGE":"Loading safetensors checkpoint shards:  37% Completed",'
+                        b'"__REALTIME_TIMESTAMP":"1764572400000000","__CURSOR":"s=ab;i=1f"}\n',
+                        "u.service")
+    assert line is not None and line.message.startswith("Loading safetensors")
+    assert line.time == 1764572400.0 and line.cursor == "s=ab;i=1f"
+    raw = journal_line(b'{"MESSAGE":[27,91,51,49,109,255],"__CURSOR":"x; rm -rf /"}', "u")
+    assert raw is not None and raw.message == "\x1b[31m\ufffd"  # kept literal; shown cleaned
+    assert raw.cursor is None  # not a cursor journalctl would give: never passed back
+    assert journal_line(b"-- No entries --\n", "u") is None

@@ -90,6 +90,7 @@ class ReverifyPolicy:
 
 REVERIFY = ReverifyPolicy()
 LOG_TAIL = 200  # journal lines kept of a unit being started
+JOURNAL_RETRY_S = 1.0  # a follower whose link dropped asks again this often
 
 
 async def execute(
@@ -353,11 +354,21 @@ class _Run:
         journal = getattr(self.control, "journal", None)
         if journal is None:
             return
-        try:
-            async for line in journal(unit, lines=LOG_TAIL, follow=True):
-                self.log_tail.append(getattr(line, "message", str(line)))
-        except SourceError:
-            return  # the log is a help, not the proof: the samples still decide
+        cursor: str | None = None
+        while True:
+            try:
+                # after a lost link: on from the last line read, nothing twice or missed
+                more = {} if cursor is None else {"after": cursor}
+                async for line in journal(unit, lines=LOG_TAIL, follow=True, **more):
+                    self.log_tail.append(getattr(line, "message", str(line)))
+                    cursor = getattr(line, "cursor", None) or cursor
+            except SourceError:
+                pass  # the log is a help, not the proof: the samples still decide
+            else:
+                return  # the journal ended (a host that cannot follow)
+            if cursor is None and self.log_tail:
+                return  # lines without cursors: cannot resume without showing some twice
+            await asyncio.sleep(JOURNAL_RETRY_S)
 
     async def _journal_tail(self, unit: str) -> list[str]:
         journal = getattr(self.control, "journal", None)

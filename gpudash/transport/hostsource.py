@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
+import re
 import shlex
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -76,6 +78,7 @@ class LogLine:
     message: str
     time: float | None = None
     unit: str | None = None
+    cursor: str | None = None  # where to resume after it (journalctl --after-cursor)
 
 
 def loopback_url(url: str) -> str:
@@ -266,13 +269,17 @@ class SourceControl:
         del collector  # connected: the link the lists came over
         return modelservers.model_units(modelservers.parse_show(show.output), patterns)
 
-    async def journal(self, unit: str, *, lines: int = 200, follow: bool = True
-                      ) -> AsyncIterator[LogLine]:
-        """The unit's journal: the last ``lines``, then (``follow``) each new one."""
+    async def journal(self, unit: str, *, lines: int = 200, follow: bool = True,
+                      after: str | None = None) -> AsyncIterator[LogLine]:
+        """The unit's journal: the last ``lines`` (or, with ``after``, every line after that
+        cursor: a follower resuming after a reconnect), then (``follow``) each new one."""
         unit = validate_unit(unit)
         lines = min(max(int(lines), 0), 10000)
+        if after is not None and not _CURSOR.fullmatch(after):
+            raise ValueError(f"not a journal cursor: {after!r}")
         collector = await self.source.collector()
-        argv = ["journalctl", "--no-pager", "-o", "cat", "-n", str(lines), "-u", unit]
+        argv = ["journalctl", "--no-pager", "-o", "json", "-u", unit]
+        argv += [f"--after-cursor={after}"] if after is not None else ["-n", str(lines)]
         if follow:
             argv.append("-f")
         pipe = await self.source.connection.open(shlex.join(self._as_root(argv, collector)))
@@ -286,6 +293,32 @@ class SourceControl:
                     raise
                 except ProtocolError:
                     continue  # a line longer than the channel's limit: skipped
-                yield LogLine(raw.decode("utf-8", "replace").rstrip("\n"), None, unit)
+                line = journal_line(raw, unit)
+                if line is not None:
+                    yield line
         finally:
             pipe.close()
+
+
+_CURSOR = re.compile(r"[A-Za-z0-9=;_-]{1,400}")
+
+
+def journal_line(raw: bytes, unit: str) -> LogLine | None:
+    """One ``journalctl -o json`` record: its message (a byte array when it is not UTF-8),
+    time and cursor; None for what is no record."""
+    try:
+        rec = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(rec, dict):
+        return None
+    msg = rec.get("MESSAGE")
+    if isinstance(msg, list) and all(isinstance(b, int) and 0 <= b < 256 for b in msg):
+        msg = bytes(msg).decode("utf-8", "replace")
+    if not isinstance(msg, str):
+        msg = "" if msg is None else str(msg)
+    stamp = rec.get("__REALTIME_TIMESTAMP")
+    when = int(stamp) / 1e6 if isinstance(stamp, str) and stamp.isdigit() else None
+    cursor = rec.get("__CURSOR")
+    return LogLine(msg, when, unit,
+                   cursor if isinstance(cursor, str) and _CURSOR.fullmatch(cursor) else None)

@@ -121,6 +121,7 @@ class UnitSpec:
     timeout_stop_sec: float | None = None
     enabled: bool = True
     wanted_by: str = "multi-user.target"
+    env: tuple[str, ...] = ()  # more KEY=VALUE for the payload (GPULAB_STEP_S=2)
 
     def unit_file(self) -> str:
         env = [
@@ -129,6 +130,7 @@ class UnitSpec:
             f"GPULAB_GPUS={','.join(map(str, self.gpus))}",
             f"GPULAB_MIB={self.mib}",
             f"GPULAB_PROGRAM={self.program}",
+            *self.env,
         ]
         lines = [
             "[Unit]",
