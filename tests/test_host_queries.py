@@ -139,3 +139,41 @@ def test_journal_records_carry_message_time_and_cursor() -> None:
     assert raw is not None and raw.message == "\x1b[31m\ufffd"  # kept literal; shown cleaned
     assert raw.cursor is None  # not a cursor journalctl would give: never passed back
     assert journal_line(b"-- No entries --\n", "u") is None
+
+
+async def test_the_collector_asks_and_follows_no_redirect() -> None:
+    """A 3xx is the answer: the collector never follows it (elsewhere could be anywhere)."""
+    import sys
+
+    hits: list[str] = []
+
+    class Target(_Health):
+        def do_GET(self) -> None:  # noqa: N802
+            hits.append(self.path)
+            super().do_GET()
+
+    target = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Target)
+    tport = target.server_address[1]
+
+    class Redirect(_Health):
+        def do_GET(self) -> None:  # noqa: N802
+            self.send_response(302)
+            self.send_header("Location", f"http://127.0.0.1:{tport}/health")
+            self.end_headers()
+
+    moved = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    for srv in (target, moved):
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+    source = LocalSource(python=sys.executable)
+    try:
+        answer = await source.control.probe_http(  # type: ignore[attr-defined]
+            f"http://127.0.0.1:{moved.server_address[1]}/health", 3)
+        assert (answer.status, hits) == (302, [])
+        collector = await source.collector()
+        assert await collector.http_get("http://10.1.230.174:8000/health", 1) == (  # type: ignore[attr-defined]
+            None, "not a loopback http URL")  # refused on the host too, never asked
+    finally:
+        await source.close()
+        for srv in (target, moved):
+            srv.shutdown()
+            srv.server_close()

@@ -476,7 +476,9 @@ class _Run:
         """Check every goal on each sample until the waited ones are met, one fails for
         good, or ``within_s`` seconds pass on the host. Every goal's last status is kept."""
         elapsed = 0.0
+        clock = asyncio.get_running_loop().time
         while True:
+            began = clock()
             snap = await self.control.sample()
             self.observe(snap)
             for goal in goals:
@@ -500,7 +502,9 @@ class _Run:
                     self.tell("verifying", status.detail or status.title)
             if elapsed >= within_s:
                 return snap
-            await self.control.sleep(self.opts.poll)
+            # one look per poll, however long the look took (a sample and a ready probe
+            # over SSH): a URL that starts answering is seen within one interval
+            await self.control.sleep(max(0.0, self.opts.poll - (clock() - began)))
             elapsed += self.opts.poll
 
     # --- the verdict -----------------------------------------------------------------

@@ -37,6 +37,7 @@ from gpudash.transport.collectors import (
     Collector,
     CollectorOptions,
     ProcessIdentity,
+    PythonCollector,
     collector_for,
     request,
 )
@@ -47,19 +48,6 @@ READ_ONLY_REASON = "opened read-only (--read-only)"
 QUERY_TIMEOUT_S = 20.0  # reading unit properties
 JOURNAL_QUIET_S = 24 * 3600.0  # a followed journal may be quiet that long: not a lost link
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
-# A GET on the host itself (servers listen on loopback): the status, or why there is none.
-# Python 3.7 stdlib, run isolated; the URL is an argument, never part of the program.
-_HTTP_GET = (
-    "import sys,urllib.request,urllib.error\n"
-    "try:\n"
-    " r=urllib.request.urlopen(urllib.request.Request(sys.argv[1]),timeout=float(sys.argv[2]))\n"
-    " print(r.status)\n"
-    "except urllib.error.HTTPError as e:\n"
-    " print(e.code)\n"
-    "except Exception as e:\n"
-    " r=getattr(e,'reason',e)\n"
-    " print('error',getattr(r,'strerror',None) or r)\n"
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,21 +213,23 @@ class SourceControl:
             collector = await self.source.collector()
         except SourceError as exc:
             return HttpAnswer(url, None, str(exc))
-        python = collector.facts.python
-        if python is not None:
-            argv = [python, "-I", "-c", _HTTP_GET, url, f"{timeout_s:g}"]
-        else:  # the shell fallback's host: curl, if it has one
-            argv = ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}\\n",
-                    "--max-time", f"{timeout_s:g}", "--", url]
+        if isinstance(collector, PythonCollector):  # the collector asks, on the host
+            try:
+                status, error = await collector.http_get(url, timeout_s)
+            except SourceError as exc:
+                return HttpAnswer(url, None, str(exc))
+            return HttpAnswer(url, status, None if status is not None else error)
+        # the shell fallback's host: curl, if it has one (no proxy; redirects not followed)
+        argv = ["curl", "-s", "-o", "/dev/null", "--noproxy", "*", "-w", "%{http_code}\\n",
+                "--max-time", f"{timeout_s:g}", "--", url]
         result = await self.source.connection.run(argv, timeout_s + 10)
-        words = result.output.strip().splitlines()[-1:] or [""]
-        answer = words[0].strip()
+        answer = (result.output.strip().splitlines()[-1:] or [""])[0].strip()
         if answer.isdigit() and int(answer) > 0:
             return HttpAnswer(url, int(answer), None)
         if result.returncode is None:
             return HttpAnswer(url, None, result.output or "no answer")
-        said = answer.removeprefix("error").strip() or f"exit {result.returncode}"
-        return HttpAnswer(url, None, said[:200])
+        return HttpAnswer(url, None, f"curl exit {result.returncode}"
+                          + (" (connection refused)" if result.returncode == 7 else ""))
 
     async def model_units(self, patterns: Sequence[str] = ()
                           ) -> tuple[modelservers.ModelUnit, ...]:

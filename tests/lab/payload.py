@@ -174,11 +174,29 @@ def model_main() -> None:
         def log_message(self, *args) -> None:
             pass
 
+    time.sleep(float(os.environ.get("GPULAB_READY_DELAY_S", "0")))  # graph capture, warmup
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", port), Health)
+    listening = time.time()  # from here on a GET is answered (bench: ready -> detected)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     _say(f"INFO:     Started server process [{os.getpid()}]")
+    _say(f"INFO:     Uvicorn running on http://127.0.0.1:{port} (listening at {listening:.6f})")
     _say("INFO:     Application startup complete.")
+    chatter = float(os.environ.get("GPULAB_CHATTER_S", "0"))
+    if chatter > 0:  # vLLM's periodic metrics lines, as often as asked (bench: journal cost)
+        threading.Thread(target=_chatter, args=(chatter,), daemon=True).start()
     _wait_forever()
+
+
+def _chatter(every_s: float) -> None:
+    import time
+
+    n = 0
+    while True:
+        time.sleep(every_s)
+        n += 1
+        _say(f"INFO 12-01 07:01:{n % 60:02d} [loggers.py:123] Engine 000: Avg prompt "
+             f"throughput: {n % 97}.0 tokens/s, Avg generation throughput: {n % 89}.0 "
+             "tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 0.1%")
 
 
 def vllm_main() -> None:
