@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from lab.fixtures import HostSpec, labmod  # noqa: E402
+from lab.probes import wait_host  # noqa: E402
 
 from gpudash.engine import SPECS, ActionKind, ExecOptions, execute  # noqa: E402
 from gpudash.engine.plan import Selection  # noqa: E402
@@ -111,8 +112,8 @@ async def ready_to_serving(host: labmod.LabHost, runs: int, poll: float) -> list
             listening = float(LISTENING.findall(log)[-1])
             delays.append(detected - listening)
             host.systemctl("stop", UNIT)
-            while any(host.gpu_used_mib()[g] for g in range(1, 5)):
-                await asyncio.sleep(0.2)
+            await asyncio.to_thread(wait_host, lambda: not any(host.gpu_used_mib()[1:]),
+                                    what="the bench unit's memory back")
     finally:
         await source.close()
     return delays
