@@ -117,3 +117,17 @@ async def test_a_link_lost_while_loading_is_re_verified_without_resending() -> N
     assert again.confirmed, again.describe()
     assert again.commands == [] and again.signals == []  # nothing re-sent
     assert again.serving is not None and again.serving.serving
+
+
+async def test_not_serving_in_time_names_the_last_log_line() -> None:
+    """Ready not reached within the timeout: not confirmed, with where the log stopped."""
+    demo = DemoHost(speed=100.0, release_delay=1.0)
+    plan = swap(await demo.sample())
+    short = ExecOptions(term_timeout=2.0, verify_timeout=30.0, poll=0.5, settle=3,
+                        serve_timeout=8.0)  # Kimi needs ~20 s
+    report = await execute(plan, demo, short)
+    assert not report.confirmed and report.serving is not None
+    assert not report.serving.serving
+    assert "not serving within 8 s" in report.summary, report.summary
+    assert report.serving.log_tail, "the journal was followed"
+    assert f"last log line: {report.serving.log_tail[-1]}" in report.summary, report.summary

@@ -345,6 +345,8 @@ class _Run:
         report.summary = f"{serving.unit} NOT serving: {why}: " + "; ".join(waiting)
         if outcome.failure_line:
             report.summary += f"; log: {outcome.failure_line}"
+        elif lines:  # no known failure: where the log stopped says where it is stuck
+            report.summary += f"; last log line: {lines[-1].strip()[:300]}"
         if outcome.stopped:
             report.summary += f"; {serving.unit} stopped (it was crash-looping)"
         return False
