@@ -91,6 +91,7 @@ class ReverifyPolicy:
 REVERIFY = ReverifyPolicy()
 LOG_TAIL = 200  # journal lines kept of a unit being started
 JOURNAL_RETRY_S = 1.0  # a follower whose link dropped asks again this often
+FOLLOWER_STOP_S = 2.0  # how long the verdict waits for a cancelled follower to finish
 
 
 async def execute(
@@ -317,7 +318,9 @@ class _Run:
             snap = await self._verify(goals, opts.serve_timeout, loading=True)
         finally:
             follower.cancel()
-            await asyncio.gather(follower, return_exceptions=True)
+            # The log is a help: a follower caught in a dead link's teardown must not hold
+            # the verdict (a cut link once left the CLI waiting here for good).
+            await asyncio.wait({follower}, timeout=FOLLOWER_STOP_S)
         outcome.log_tail = tuple(self.log_tail)
         by_title = dict(zip((g.title for g in goals), self.statuses, strict=True))
         if ready is not None:
