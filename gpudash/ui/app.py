@@ -657,7 +657,8 @@ class GpudashApp(App[int]):
                                    footprints.store_path(simulated=simulated))
             choices.append(Choice(m.name, m.active_state or "?", m.unit_file_state or "?",
                                   getattr(m, "port", None), m.description or "",
-                                  max(fp.mib_per_gpu.values()) if fp else None))
+                                  max(fp.mib_per_gpu.values()) if fp else None,
+                                  getattr(m, "restart", None), fp.ready_s if fp else None))
         if not choices:
             self.notify("No other model-server units on this host.", title="Swap",
                         severity="warning")
