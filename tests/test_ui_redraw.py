@@ -178,6 +178,8 @@ async def test_host_rows_off_screen_wait_and_are_current_once_scrolled_to() -> N
             if all(v.snapshot is not None for v in app.views):
                 break
             await pilot.pause(0.05)
+        assert app.fleet_shown  # several hosts open on the fleet table: open one
+        await pilot.press("enter")
         await pilot.pause(0.6)
         host_list = app.query_one("#hosts", CellTable)
         last = len(hosts) - 1
