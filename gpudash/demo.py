@@ -534,7 +534,7 @@ class DemoHost(HostControl):
             view = _unit_view(u)
             out.append(DemoModelUnit(u.name, u.description, view.active_state or "",
                                      u.unit_file_state, u.server.cmdline(), "vllm",
-                                     u.server.port))
+                                     u.server.port, view.restart))
         return tuple(sorted(out, key=lambda m: m.name))
 
     async def probe_http(self, url: str, timeout_s: float) -> DemoProbe:
@@ -619,6 +619,7 @@ class DemoModelUnit:
     exec_start: str
     kind: str
     port: int
+    restart: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

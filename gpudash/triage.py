@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from gpudash.model import Container, HostSnapshot, Process, Unit
@@ -433,3 +433,30 @@ def _container_left(c: Container, seen: Mapping[str, Owner]) -> OwnerGroup | Non
     gflags = {Flag.RESPAWNED} if container_respawned(owner) else set()
     return OwnerGroup(owner.key, owner.kind, None, frozenset(gflags), (), {},
                       container_warnings(owner, 0), owner)
+
+
+def _same_objects(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
+def retriage(
+    snapshot: HostSnapshot, previous: HostSnapshot | None, last: HostTriage | None
+) -> HostTriage:
+    """``triage(snapshot, previous)``, reusing ``last`` (the triage of ``previous``) when
+    nothing it rests on changed: the very same process and unit objects (the wire
+    decoder keeps the object of one that did not change), the same GPUs, and no unit
+    flagged as respawned (that flag compares a unit with the sample before, so it goes
+    away by itself). Only the snapshot (its time, the host's CPU) is the new one."""
+    if (
+        last is not None
+        and previous is not None
+        and last.snapshot is previous
+        and _same_objects(snapshot.processes, previous.processes)
+        and _same_objects(snapshot.units, previous.units)
+        and _same_objects(snapshot.containers, previous.containers)
+        and _same_objects(snapshot.pods, previous.pods)
+        and [g.index for g in snapshot.gpus] == [g.index for g in previous.gpus]
+        and not any(Flag.RESPAWNED in g.flags for g in last.groups)
+    ):
+        return replace(last, snapshot=snapshot)
+    return triage(snapshot, previous)

@@ -5,6 +5,10 @@ and the old workers are orphaned), then saves: the main screen, the confirm dial
 reclaim plan, and the confirmed result; at 160x50 (main.svg, ...) and at a laptop's
 80x24 (main-80x24.svg, ...). Then the fleet view of ``--demo-hosts 6`` (fleet.svg), after
 a reclaim on the host whose unit was stopped with its workers left behind.
+
+``python screenshots/regenerate.py [THEME] --swap`` saves the model swap instead: its plan
+(swap-plan.svg), the next model loading (swap-loading.svg), serving (swap-serving.svg), and
+a swap into a model that cannot load, stopped and explained (swap-failed.svg).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from gpudash.demo import MINIMAX, DemoHost  # noqa: E402
+from gpudash.demo import DEEPSEEK, KIMI, MINIMAX, DemoHost  # noqa: E402
 from gpudash.engine import ExecOptions  # noqa: E402
 from gpudash.ui.app import GpudashApp  # noqa: E402
 from gpudash.ui.screens import ConfirmModal  # noqa: E402
@@ -99,12 +103,49 @@ async def fleet(theme: str, suffix: str, size: tuple[int, int]) -> None:
         app.save_screenshot(f"fleet{suffix}.svg", str(HERE))
 
 
+def progress_text(app: GpudashApp) -> str:
+    return str(app.query_one("#progress").render())
+
+
+async def swap(theme: str, to: str, size: tuple[int, int]) -> None:
+    demo = DemoHost(speed=8, release_delay=1)
+    app = GpudashApp(
+        [demo], interval=0.25, read_only=False, theme=theme,
+        exec_options=ExecOptions(term_timeout=10.0, poll=0.5, verify_timeout=120.0),
+    )
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: len(app.view.history) >= 8)
+        app.holders.select_key(f"u:{MINIMAX}")
+        await pilot.pause(0.3)
+        await pilot.press("w")
+        await until(pilot, lambda: type(app.screen).__name__ == "ModelPicker")
+        await pilot.press(*("kimi" if to == KIMI else "deepseek"))
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.pause(0.3)
+        if to == KIMI:
+            app.save_screenshot("swap-plan.svg", str(HERE))
+        await pilot.press("y")
+        if to == KIMI:
+            await until(pilot, lambda: "37% of checkpoint shards" in progress_text(app)
+                        or "50% of checkpoint shards" in progress_text(app), within=90)
+            app.save_screenshot("swap-loading.svg", str(HERE))
+        await until(pilot, lambda: len(app.reports) == 1, within=120)
+        await pilot.pause(1.0)
+        app.save_screenshot("swap-serving.svg" if to == KIMI else "swap-failed.svg", str(HERE))
+
+
 if __name__ == "__main__":
     # The demo's actions append to the audit file: keep these out of the real one.
     os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="gpudash-shots-")
-    for name_suffix, terminal in SIZES.items():
-        asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else "gpudash-night", name_suffix,
-                         terminal))
-        asyncio.run(fleet(sys.argv[1] if len(sys.argv) > 1 else "gpudash-night", name_suffix,
-                          terminal))
+    args = [a for a in sys.argv[1:] if a != "--swap"]
+    chosen = args[0] if args else "gpudash-night"
+    if "--swap" in sys.argv:
+        for target in (KIMI, DEEPSEEK):
+            asyncio.run(swap(chosen, target, SIZES[""]))
+    else:
+        for name_suffix, terminal in SIZES.items():
+            asyncio.run(main(chosen, name_suffix, terminal))
+            asyncio.run(fleet(chosen, name_suffix, terminal))
     print("wrote", ", ".join(sorted(p.name for p in HERE.glob("*.svg"))))

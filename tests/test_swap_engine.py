@@ -143,6 +143,45 @@ async def test_what_was_sent_is_listed_in_the_order_it_was_sent() -> None:
     assert sent[:2] == [f"systemctl stop {MINIMAX}: exit 0", f"systemctl disable {MINIMAX}: exit 0"]
 
 
+async def test_not_serving_in_time_names_the_last_log_line() -> None:
+    """Ready not reached within the timeout: not confirmed, with where the log stopped."""
+    demo = DemoHost(speed=100.0, release_delay=1.0)
+    plan = swap(await demo.sample())
+    short = ExecOptions(term_timeout=2.0, verify_timeout=30.0, poll=0.5, settle=3,
+                        serve_timeout=8.0)  # Kimi needs ~20 s
+    report = await execute(plan, demo, short)
+    assert not report.confirmed and report.serving is not None
+    assert not report.serving.serving
+    assert "not serving within 8 s" in report.summary, report.summary
+    assert report.serving.log_tail, "the journal was followed"
+    assert f"last log line: {report.serving.log_tail[-1]}" in report.summary, report.summary
+
+
+class _StuckJournalDemo(DemoHost):
+    """A host whose journal follower, once cancelled, hangs in its teardown (as one caught
+    in a dead SSH link's did)."""
+
+    async def journal(self, unit, *, lines=200, follow=True):  # type: ignore[no-untyped-def, override]
+        import asyncio
+
+        async for line in super().journal(unit, lines=lines, follow=False):
+            yield line
+        try:
+            await asyncio.sleep(3600)  # a quiet journal
+        except asyncio.CancelledError:
+            await asyncio.shield(asyncio.sleep(3600))  # never done: a dead channel
+
+
+async def test_a_follower_stuck_in_teardown_does_not_hold_the_verdict() -> None:
+    import asyncio
+
+    demo = _StuckJournalDemo(speed=100.0, release_delay=1.0)
+    plan = swap(await demo.sample())
+    # a hang guard, not a speed target: without the fix this never returns
+    report = await asyncio.wait_for(execute(plan, demo, FAST), timeout=60)
+    assert report.confirmed, report.describe()
+
+
 # --- a container's model swapped for a unit's ------------------------------------------------
 
 RERANK_URL = "http://127.0.0.1:8003/health"

@@ -5,7 +5,15 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpudash.model import Gpu, HostSnapshot, Process, Unit
-from gpudash.triage import Flag, OwnerKind, holders_by_gpu, label, owner_kind, triage
+from gpudash.triage import (
+    Flag,
+    OwnerKind,
+    holders_by_gpu,
+    label,
+    owner_kind,
+    retriage,
+    triage,
+)
 
 SVC = "vllm.service"
 
@@ -135,3 +143,33 @@ def test_a_reclaimed_unit_without_processes_stays_visible_as_inactive() -> None:
     g = triage(snap([], [u])).group(SVC)
     assert g is not None and g.roots == () and g.total_gpu_memory_mib == 0
     assert g.flags == {Flag.UNIT_INACTIVE, Flag.RESPAWNED}
+
+
+def test_retriage_of_an_unchanged_sample_is_the_triage_with_the_new_snapshot() -> None:
+    procs = [proc(100, 1, 10, mem={0: 400}), proc(101, 100, 11, mem={1: 300})]
+    units = [unit()]
+    first = snap(procs, units)
+    t1 = retriage(first, None, None)
+    assert t1 == triage(first)
+    second = replace(first, taken_at=1.0)  # the same process and unit objects
+    t2 = retriage(second, first, t1)
+    assert t2 == triage(second, first) and t2.snapshot is second
+    assert t2.groups is t1.groups  # reused, not computed again
+    # a process that changed (a new object from the decoder) is triaged again
+    third = replace(second, taken_at=2.0,
+                    processes=(procs[0], proc(101, 1, 11, mem={1: 300})))
+    t3 = retriage(third, second, t2)
+    assert t3.groups is not t2.groups and t3 == triage(third, second)
+
+
+def test_retriage_after_a_respawn_computes_again_as_triage_does() -> None:
+    before = snap([proc(100, 1, 10), proc(101, 100, 11, mem={0: 400})], [unit()])
+    after = snap([proc(101, 1, 11, mem={0: 400}), proc(200, 1, 50)],
+                 [unit(main_pid=200, n_restarts=1)])
+    t = retriage(after, before, retriage(before, None, None))
+    g = t.group(SVC)
+    assert g is not None and Flag.RESPAWNED in g.flags
+    still = replace(after, taken_at=1.0)
+    t_still = retriage(still, after, t)
+    # the respawn flag compares with the sample before: never reused, always as triage
+    assert t_still.groups is not t.groups and t_still == triage(still, after)

@@ -20,6 +20,9 @@ async def test_swap_picks_the_next_model_and_proves_it_serves() -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, ModelPicker))
         picker = app.screen
         assert [c.name for c in picker.choices] == ["vllm-deepseek-v3.service", KIMI]
+        # each with what the operator weighs: state, enabled, Restart=, port, footprint
+        row = picker.choices[1].text().plain
+        assert "disabled" in row and "Restart=always" in row and "port 8001" in row, row
         await pilot.press(*"kimi", "enter")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
         lines = "\n".join(app.screen.lines)

@@ -55,6 +55,7 @@ OP_REFRESH = "refresh"  # re-read everything in the next sample
 OP_SAMPLE = "sample"  # serve: {"id"} -> K_FULL with a fresh snapshot and the same "id"
 OP_SIGNAL = "signal"  # serve: {"id", "pid", "start", "sig", "boot"?} -> K_SIGNAL, same "id"
 OP_PING = "ping"  # {"id"} -> K_PONG with the same "id" at once: the request round trip
+OP_HTTP = "http"  # serve: {"id", "url", "timeout"} -> K_HTTP: a GET on this host's loopback
 
 # collector -> gpudash, one JSON object a line (UTF-8 as is): {"k": K_..., ...}
 K_READY = "ready"  # serve: the first line, {"v": PROTOCOL}
@@ -63,6 +64,7 @@ K_PATCH = "patch"  # {"s": RFC 7386 merge patch from the previous snapshot to th
 K_SIGNAL = "signal"  # {"outcome": one of SIGNAL_OUTCOMES}
 K_ERROR = "error"  # {"msg": text}: a request that could not be read
 K_PONG = "pong"  # the answer to OP_PING
+K_HTTP = "http"  # {"status": int | null, "error": text | null}: the answer to OP_HTTP
 SIGNAL_OUTCOMES = ("sent", "gone", "mismatch", "denied", "unknown")
 
 # A snapshot has SNAPSHOT_KEYS; "gpus", "procs" and "units" are objects keyed by GPU index,
@@ -1962,6 +1964,38 @@ def send_signal(
             os.close(pidfd)
 
 
+# ---------------------------------------------------------------------------- ready URL
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def http_get(url: str, timeout_s: float) -> tuple[int | None, str | None]:
+    """(status, None) or (None, why) for a GET of ``url``, which must be plain http to
+    this host's loopback (a model server's /health). No proxy, no redirect followed: the
+    answer is the server's own, and nothing but loopback is ever asked."""
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "http" or parts.hostname not in LOOPBACK_HOSTS:
+        return None, "not a loopback http URL"
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+            return None  # the 3xx itself is the answer
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), NoRedirect())
+    try:
+        with opener.open(url, timeout=max(0.1, min(float(timeout_s), 30.0))) as answer:
+            return int(answer.status), None
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), None
+    except Exception as exc:  # noqa: BLE001 - every failure is an answer: "why not"
+        reason = getattr(exc, "reason", exc)
+        return None, str(getattr(reason, "strerror", None) or reason or type(exc).__name__)[:200]
+
+
 # ---------------------------------------------------------------------------- main loop
 
 
@@ -2001,6 +2035,9 @@ def _command(line: bytes, collector: Collector) -> Json | None:
             return {"k": K_PONG, "id": request.get("id")}
         if op == OP_SAMPLE:
             return {"k": K_FULL, "s": collector.sample(force_units=True), "id": request.get("id")}
+        if op == OP_HTTP:
+            status, error = http_get(str(request["url"]), float(request.get("timeout", 3)))
+            return {"k": K_HTTP, "status": status, "error": error, "id": request.get("id")}
         if op == OP_SIGNAL:
             pid, start, boot = int(request["pid"]), request.get("start"), request.get("boot")
             if start is not None:

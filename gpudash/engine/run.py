@@ -97,6 +97,8 @@ class ReverifyPolicy:
 
 REVERIFY = ReverifyPolicy()
 LOG_TAIL = 200  # journal lines kept of a unit being started
+JOURNAL_RETRY_S = 1.0  # a follower whose link dropped asks again this often
+FOLLOWER_STOP_S = 2.0  # how long the verdict waits for a cancelled follower to finish
 
 
 async def execute(
@@ -346,7 +348,9 @@ class _Run:
             snap = await self._verify(goals, opts.serve_timeout, loading=True)
         finally:
             follower.cancel()
-            await asyncio.gather(follower, return_exceptions=True)
+            # The log is a help: a follower caught in a dead link's teardown must not hold
+            # the verdict (a cut link once left the CLI waiting here for good).
+            await asyncio.wait({follower}, timeout=FOLLOWER_STOP_S)
         outcome.log_tail = tuple(self.log_tail)
         by_title = dict(zip((g.title for g in goals), self.statuses, strict=True))
         if ready is not None:
@@ -373,6 +377,8 @@ class _Run:
         report.summary = f"{serving.unit} NOT serving: {why}: " + "; ".join(waiting)
         if outcome.failure_line:
             report.summary += f"; log: {outcome.failure_line}"
+        elif lines:  # no known failure: where the log stopped says where it is stuck
+            report.summary += f"; last log line: {lines[-1].strip()[:300]}"
         if outcome.stopped:
             report.summary += f"; {serving.unit} stopped (it was crash-looping)"
         return False
@@ -382,11 +388,21 @@ class _Run:
         journal = getattr(self.control, "journal", None)
         if journal is None:
             return
-        try:
-            async for line in journal(unit, lines=LOG_TAIL, follow=True):
-                self.log_tail.append(getattr(line, "message", str(line)))
-        except SourceError:
-            return  # the log is a help, not the proof: the samples still decide
+        cursor: str | None = None
+        while True:
+            try:
+                # after a lost link: on from the last line read, nothing twice or missed
+                more = {} if cursor is None else {"after": cursor}
+                async for line in journal(unit, lines=LOG_TAIL, follow=True, **more):
+                    self.log_tail.append(getattr(line, "message", str(line)))
+                    cursor = getattr(line, "cursor", None) or cursor
+            except SourceError:
+                pass  # the log is a help, not the proof: the samples still decide
+            else:
+                return  # the journal ended (a host that cannot follow)
+            if cursor is None and self.log_tail:
+                return  # lines without cursors: cannot resume without showing some twice
+            await asyncio.sleep(JOURNAL_RETRY_S)
 
     async def _journal_tail(self, unit: str) -> list[str]:
         journal = getattr(self.control, "journal", None)
@@ -537,7 +553,9 @@ class _Run:
         """Check every goal on each sample until the waited ones are met, one fails for
         good, or ``within_s`` seconds pass on the host. Every goal's last status is kept."""
         elapsed = 0.0
+        clock = asyncio.get_running_loop().time
         while True:
+            began = clock()
             snap = await self.control.sample()
             self.observe(snap)
             for goal in goals:
@@ -561,7 +579,9 @@ class _Run:
                     self.tell("verifying", status.detail or status.title)
             if elapsed >= within_s:
                 return snap
-            await self.control.sleep(self.opts.poll)
+            # one look per poll, however long the look took (a sample and a ready probe
+            # over SSH): a URL that starts answering is seen within one interval
+            await self.control.sleep(max(0.0, self.opts.poll - (clock() - began)))
             elapsed += self.opts.poll
 
     # --- the verdict -----------------------------------------------------------------

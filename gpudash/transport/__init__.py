@@ -13,11 +13,24 @@ the shell fallback; how to read and act on the host).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from gpudash.source import HostSource
 from gpudash.transport.local import LocalSource
 from gpudash.transport.reconnect import LinkState, reconnecting_stream
-from gpudash.transport.ssh import SshSource, parse_target
+
+if TYPE_CHECKING:
+    from gpudash.transport.ssh import SshSource, parse_target
+
+
+def __getattr__(name: str) -> Any:
+    # The SSH side (asyncssh, cryptography: ~15 MB resident) is imported when a remote
+    # host is first named, not by a dashboard of this machine only.
+    if name in ("SshSource", "parse_target"):
+        from gpudash.transport import ssh
+
+        return getattr(ssh, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "LinkState",
@@ -57,6 +70,8 @@ def open_source(
         raise ValueError(f"interval out of range: {interval}")
     if target is None or target == "local":
         return LocalSource(sudo=sudo, read_only=read_only)
+    from gpudash.transport.ssh import SshSource
+
     return SshSource(
         target,
         sudo=sudo,

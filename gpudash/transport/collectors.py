@@ -21,7 +21,9 @@ from typing import Any
 from gpudash.collector import shell
 from gpudash.collector.hostside import (
     K_FULL,
+    K_HTTP,
     K_PONG,
+    OP_HTTP,
     OP_PING,
     OP_SAMPLE,
     OP_SIGNAL,
@@ -246,6 +248,17 @@ class PythonCollector(Collector):
         if reply.get("k") != K_FULL or not isinstance(body, dict):
             raise ProtocolError(f"{self.options.name}: collector sent no snapshot")
         return to_snapshot(body, self.options.name)
+
+    async def http_get(self, url: str, timeout_s: float) -> tuple[int | None, str | None]:
+        """A GET of ``url`` made by the collector on the host: (status, why not)."""
+        reply = await self._ask(OP_HTTP, timeout_s + REQUEST_TIMEOUT_S, url=url,
+                                timeout=timeout_s)
+        if reply.get("k") != K_HTTP:
+            raise ProtocolError(f"{self.options.name}: collector sent no HTTP answer")
+        status, error = reply.get("status"), reply.get("error")
+        if not (status is None or (isinstance(status, int) and not isinstance(status, bool))):
+            raise ProtocolError(f"{self.options.name}: bad HTTP status {status!r}")
+        return status, None if error is None else str(error)[:200]
 
     async def signal(self, identity: ProcessIdentity, sig: int) -> SignalOutcome:
         reply = await self._ask(OP_SIGNAL, REQUEST_TIMEOUT_S, sig=sig, **identity.request_fields())

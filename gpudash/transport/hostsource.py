@@ -9,21 +9,36 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator
+import json
+import re
+import shlex
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from urllib.parse import urlsplit
 
+from gpudash import modelservers
 from gpudash.collector.hostside import OP_REFRESH, OP_WATCH
 from gpudash.model import HostSnapshot
-from gpudash.source import CommandResult, HostControl, SignalOutcome, SourceError
+from gpudash.source import (
+    CommandResult,
+    HostControl,
+    LinkLost,
+    ProtocolError,
+    SignalOutcome,
+    SourceError,
+)
 from gpudash.transport.actions import (
     container_argv,
     systemctl_argv,
     validate_pid,
     validate_signal,
+    validate_unit,
 )
 from gpudash.transport.collectors import (
     Collector,
     CollectorOptions,
     ProcessIdentity,
+    PythonCollector,
     collector_for,
     request,
 )
@@ -32,6 +47,37 @@ from gpudash.transport.link import Connection
 SYSTEMCTL_TIMEOUT_S = 150.0  # `systemctl stop` waits for TimeoutStopSec (90 s by default)
 CONTAINER_SLACK_S = 60.0  # beyond a stop's own timeout: the daemon's work, a slow rm
 READ_ONLY_REASON = "opened read-only (--read-only)"
+QUERY_TIMEOUT_S = 20.0  # reading unit properties
+JOURNAL_QUIET_S = 24 * 3600.0  # a followed journal may be quiet that long: not a lost link
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+@dataclass(frozen=True, slots=True)
+class HttpAnswer:
+    """What a GET of a ready URL on the host got: a status, or the error instead."""
+
+    url: str
+    status: int | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    """One line of a unit's journal (host text: shown literally, never interpreted)."""
+
+    message: str
+    time: float | None = None
+    unit: str | None = None
+    cursor: str | None = None  # where to resume after it (journalctl --after-cursor)
+
+
+def loopback_url(url: str) -> str:
+    """``url`` if it is plain http to the host's loopback, else ``ValueError``."""
+    parts = urlsplit(url) if isinstance(url, str) else None
+    if (parts is None or parts.scheme != "http" or parts.hostname not in LOOPBACK_HOSTS
+            or any(c.isspace() for c in url) or len(url) > 2000):
+        raise ValueError(f"not a loopback http URL: {url!r}")
+    return url
 
 
 class CollectorSource:
@@ -183,3 +229,114 @@ class SourceControl:
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
+
+    def _as_root(self, argv: list[str], collector: Collector) -> list[str]:
+        return ["sudo", "-n", *argv] if self.source.sudo and not collector.facts.is_root else argv
+
+    async def probe_http(self, url: str, timeout_s: float) -> HttpAnswer:
+        """GET ``url`` on the host (its loopback): the status, or why there is none."""
+        loopback_url(url)
+        timeout_s = min(max(float(timeout_s), 0.1), 60.0)
+        try:
+            collector = await self.source.collector()
+        except SourceError as exc:
+            return HttpAnswer(url, None, str(exc))
+        if isinstance(collector, PythonCollector):  # the collector asks, on the host
+            try:
+                status, error = await collector.http_get(url, timeout_s)
+            except SourceError as exc:
+                return HttpAnswer(url, None, str(exc))
+            return HttpAnswer(url, status, None if status is not None else error)
+        # the shell fallback's host: curl, if it has one (no proxy; redirects not followed)
+        argv = ["curl", "-s", "-o", "/dev/null", "--noproxy", "*", "-w", "%{http_code}\\n",
+                "--max-time", f"{timeout_s:g}", "--", url]
+        result = await self.source.connection.run(argv, timeout_s + 10)
+        answer = (result.output.strip().splitlines()[-1:] or [""])[0].strip()
+        if answer.isdigit() and int(answer) > 0:
+            return HttpAnswer(url, int(answer), None)
+        if result.returncode is None:
+            return HttpAnswer(url, None, result.output or "no answer")
+        return HttpAnswer(url, None, f"curl exit {result.returncode}"
+                          + (" (connection refused)" if result.returncode == 7 else ""))
+
+    async def model_units(self, patterns: Sequence[str] = ()
+                          ) -> tuple[modelservers.ModelUnit, ...]:
+        """Every model-server unit on the host, running or not (see ``modelservers``)."""
+        collector = await self.source.collector()
+        plain = ["--no-legend", "--no-pager", "--plain"]
+        units = await self.source.connection.run(
+            ["systemctl", "list-units", "--type=service", "--all", *plain], QUERY_TIMEOUT_S)
+        files = await self.source.connection.run(
+            ["systemctl", "list-unit-files", "--type=service", *plain], QUERY_TIMEOUT_S)
+        if units.returncode is None or files.returncode is None:
+            raise LinkLost(f"{self.source.name}: unit list not read: "
+                           f"{units.output if units.returncode is None else files.output}")
+        names = []
+        for name in modelservers.unit_names(units.output, files.output):
+            try:
+                names.append(validate_unit(name))
+            except ValueError:
+                continue  # host text that is no unit name: not asked about
+        if not names:
+            return ()
+        show = await self.source.connection.run(
+            ["systemctl", "show", "-p", ",".join(modelservers.SHOW_PROPERTIES), "--", *names],
+            QUERY_TIMEOUT_S)
+        if show.returncode is None:
+            raise LinkLost(f"{self.source.name}: unit properties not read: {show.output}")
+        del collector  # connected: the link the lists came over
+        return modelservers.model_units(modelservers.parse_show(show.output), patterns)
+
+    async def journal(self, unit: str, *, lines: int = 200, follow: bool = True,
+                      after: str | None = None) -> AsyncIterator[LogLine]:
+        """The unit's journal: the last ``lines`` (or, with ``after``, every line after that
+        cursor: a follower resuming after a reconnect), then (``follow``) each new one."""
+        unit = validate_unit(unit)
+        lines = min(max(int(lines), 0), 10000)
+        if after is not None and not _CURSOR.fullmatch(after):
+            raise ValueError(f"not a journal cursor: {after!r}")
+        collector = await self.source.collector()
+        argv = ["journalctl", "--no-pager", "-o", "json", "-u", unit]
+        argv += [f"--after-cursor={after}"] if after is not None else ["-n", str(lines)]
+        if follow:
+            argv.append("-f")
+        pipe = await self.source.connection.open(shlex.join(self._as_root(argv, collector)))
+        try:
+            while True:
+                try:
+                    raw = await pipe.readline(JOURNAL_QUIET_S if follow else QUERY_TIMEOUT_S)
+                except LinkLost:
+                    if not follow and not self.source.connection.link_down():
+                        return  # journalctl printed its lines and exited
+                    raise
+                except ProtocolError:
+                    continue  # a line longer than the channel's limit: skipped
+                line = journal_line(raw, unit)
+                if line is not None:
+                    yield line
+        finally:
+            pipe.close()
+
+
+_CURSOR = re.compile(r"[A-Za-z0-9=;_-]{1,400}")
+
+
+def journal_line(raw: bytes, unit: str) -> LogLine | None:
+    """One ``journalctl -o json`` record: its message (a byte array when it is not UTF-8),
+    time and cursor; None for what is no record."""
+    try:
+        rec = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(rec, dict):
+        return None
+    msg = rec.get("MESSAGE")
+    if isinstance(msg, list) and all(isinstance(b, int) and 0 <= b < 256 for b in msg):
+        msg = bytes(msg).decode("utf-8", "replace")
+    if not isinstance(msg, str):
+        msg = "" if msg is None else str(msg)
+    stamp = rec.get("__REALTIME_TIMESTAMP")
+    when = int(stamp) / 1e6 if isinstance(stamp, str) and stamp.isdigit() else None
+    cursor = rec.get("__CURSOR")
+    return LogLine(msg, when, unit,
+                   cursor if isinstance(cursor, str) and _CURSOR.fullmatch(cursor) else None)

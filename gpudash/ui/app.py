@@ -81,7 +81,6 @@ from gpudash.ui.widgets.holders import (
 
 DEFAULT_THEME = "gpudash-night"
 MAX_FPS = 5  # redraws per second at most, whatever the sample rate
-HOST_LIST_EVERY_SAMPLE = 16  # more hosts: the host list is redrawn once a second
 MAX_REPLANS = 3  # the host keeps changing under the confirm dialog: stop asking
 
 log = logging.getLogger("gpudash.ui")
@@ -183,6 +182,9 @@ class GpudashApp(App[int]):
         self.last_actions: dict[str, LastAction] = {}  # host name -> its latest action
         self.holder_filter = ""
         self._refresh_timer: Timer | None = None
+        self._hosts_timer: Timer | None = None
+        self._dirty_hosts: set[int] = set()
+        self._last_hosts = 0.0
         self._available: tuple[bool | None, ...] = ()
         self._last_refresh = 0.0
         self._toast_until: dict[tuple[str, str], float] = {}
@@ -287,16 +289,37 @@ class GpudashApp(App[int]):
             self.fleet.host_changed(message.host)
         elif message.host == self.current_host:
             self._schedule_refresh()
-        elif len(self.views) <= HOST_LIST_EVERY_SAMPLE:
-            self._refresh_header()
-        # else: the host list follows the other hosts once a second (``_tick``): redrawn
-        # for every sample of 256 hosts it would take the whole event loop.
-        # The footer rebuilds its keys on every refresh_bindings: only when one changed.
-        available = tuple(self.availability(name)[0] for name in ACTIONS)
-        if available != self._available:
-            self._available = available
-            self.refresh_bindings()
+            # The footer rebuilds its keys on every refresh_bindings: only when one
+            # changed (availability follows the shown host only).
+            available = tuple(self.availability(name)[0] for name in ACTIONS)
+            if available != self._available:
+                self._available = available
+                self.refresh_bindings()
+        else:
+            self._schedule_host_rows(message.host)
         self._maybe_reverify(message.host)
+
+    def _schedule_host_rows(self, host: int) -> None:
+        """Another host's sample changes only its row in the host list: that row is
+        redrawn, with every other one that changed meanwhile, at most ``MAX_FPS`` times
+        a second (with 256 hosts, a redraw per sample was most of the CPU)."""
+        self._dirty_hosts.add(host)
+        if self._hosts_timer is not None:
+            return
+        wait = self._last_hosts + 1 / MAX_FPS - time.monotonic()
+        if wait <= 0:
+            self._flush_host_rows()
+        else:
+            self._hosts_timer = self.set_timer(wait, self._flush_host_rows)
+
+    def _flush_host_rows(self) -> None:
+        self._hosts_timer = None
+        if not self.screen_stack:  # shutting down
+            return
+        self._last_hosts = time.monotonic()
+        dirty, self._dirty_hosts = self._dirty_hosts, set()
+        if self.main.ready:
+            self.main.refresh_host_rows(dirty)
 
     def _schedule_refresh(self) -> None:
         """Redraw now, or once at the end of the current frame: data may arrive at 10 Hz,
@@ -348,11 +371,17 @@ class GpudashApp(App[int]):
                 self.fleet.host_changed(message.host)
 
     def _tick(self) -> None:
+        """Once a second: ages and staleness move on without samples. A header the
+        current host's sample drew less than a second ago is left as it is (a second
+        redraw a second, for "last sample 0.4 s ago")."""
         if not self.screen_stack:  # shutting down
             return
         if self.fleet_shown:
             self.fleet.tick()
-        self._refresh_header()
+        if time.monotonic() - self._last_refresh >= 0.9:
+            self._refresh_header()
+        elif len(self.views) > 1 and self.main.ready:
+            self.main.refresh_host_rows(set(range(len(self.views))))
 
     # --- drawing -----------------------------------------------------------------------
 
@@ -634,7 +663,8 @@ class GpudashApp(App[int]):
                                    footprints.store_path(simulated=simulated))
             choices.append(Choice(m.name, m.active_state or "?", m.unit_file_state or "?",
                                   getattr(m, "port", None), m.description or "",
-                                  max(fp.mib_per_gpu.values()) if fp else None))
+                                  max(fp.mib_per_gpu.values()) if fp else None,
+                                  getattr(m, "restart", None), fp.ready_s if fp else None))
         if not choices:
             self.notify("No other model-server units on this host.", title="Swap",
                         severity="warning")

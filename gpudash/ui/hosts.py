@@ -17,7 +17,7 @@ from gpudash.model import HostSnapshot
 from gpudash.source import HostKeyError, HostSource
 from gpudash.transport import round_trip_s
 from gpudash.transport.reconnect import BACKOFF_MAX_S, LinkState, reconnecting_stream
-from gpudash.triage import HostTriage, triage
+from gpudash.triage import HostTriage, retriage
 
 HISTORY = 300  # samples of memory history kept per host
 
@@ -53,7 +53,10 @@ class HostView:
         self.error = None
         self.retry_at = None
         self.attempt = 0
-        self.history.append((snapshot.taken_at, snapshot.used_by_gpu()))
+        used = snapshot.used_by_gpu()
+        if self.history and self.history[-1][1] == used:
+            used = self.history[-1][1]  # memory as before: share it (300 samples x hosts)
+        self.history.append((snapshot.taken_at, used))
 
     def age(self, now: float) -> float | None:
         return None if self.received_at is None else max(0.0, now - self.received_at)
@@ -104,6 +107,7 @@ async def follow_host(
     (an unknown or changed host key needs the operator).
     """
     previous: HostSnapshot | None = None
+    last: HostTriage | None = None
 
     def on_state(state: LinkState) -> None:
         if state.state == "connecting":
@@ -114,7 +118,9 @@ async def follow_host(
     while True:
         try:
             async for snapshot in reconnecting_stream(source, interval, on_state, sleep=sleep):
-                on_snapshot(snapshot, triage(snapshot, previous), round_trip_s(source))
+                # An unchanged sample (the same processes and units) is not triaged again.
+                last = retriage(snapshot, previous, last)
+                on_snapshot(snapshot, last, round_trip_s(source))
                 previous = snapshot
             message = "the host closed the stream"
         except HostKeyError as exc:

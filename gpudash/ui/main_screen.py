@@ -137,6 +137,14 @@ class MainScreen(Screen[None]):
             self.host_list.show(app.views, now, app.stale_after, pal)
 
     @drawing
+    def refresh_host_rows(self, hosts: set[int]) -> None:
+        """Only these hosts' rows of the host list (their samples arrived)."""
+        app = self.dashboard
+        if len(app.views) > 1:
+            self.host_list.show(app.views, app.clock(), app.stale_after, palette(app),
+                                only=hosts)
+
+    @drawing
     def refresh_view(self) -> None:
         """Redraw everything from the current host's latest snapshot, in place."""
         if not self.ready:

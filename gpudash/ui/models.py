@@ -33,12 +33,17 @@ class Choice:
     port: int | None
     description: str
     footprint_mib: int | None  # learned, per GPU (the largest)
+    restart: str | None = None  # the unit's Restart= (always: a failing start loops)
+    ready_s: float | None = None  # learned: seconds from start to serving
 
     def text(self) -> Text:
         out = literal(f"{self.name:<34}", style="bold")
         out.append_text(literal(f" {self.state:<10} {self.enabled:<9}"))
+        out.append_text(literal(f" Restart={self.restart or '?':<11}"))
         out.append(f" port {self.port or '?':<6}")
         out.append(f" {gib(self.footprint_mib) if self.footprint_mib else 'footprint ?':>11}")
+        if self.ready_s is not None:
+            out.append(f" ready in {self.ready_s:.0f} s")
         out.append_text(literal(f"  {self.description}", style="dim"))
         return out
 

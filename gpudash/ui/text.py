@@ -11,7 +11,14 @@ from rich.text import Text
 
 from gpudash.untrusted import clean
 
-__all__ = ["clean", "literal", "duration"]
+__all__ = ["clean", "literal", "duration", "same_text"]
+
+
+def same_text(a: Text, b: Text) -> bool:
+    """Whether two cells draw the same: Rich's ``==`` compares only the characters and
+    spans, not the base style (a memory bar's colour, a theme change) nor alignment."""
+    return (a.plain == b.plain and a.spans == b.spans and a.style == b.style
+            and a.justify == b.justify and a.overflow == b.overflow and a.no_wrap == b.no_wrap)
 
 
 def literal(value: object, style: str = "") -> Text:

@@ -127,6 +127,7 @@ class UnitSpec:
     timeout_stop_sec: float | None = None
     enabled: bool = True
     wanted_by: str = "multi-user.target"
+    env: tuple[str, ...] = ()  # more KEY=VALUE for the payload (GPULAB_STEP_S=2)
 
     def unit_file(self) -> str:
         env = [
@@ -134,6 +135,8 @@ class UnitSpec:
             *(f"{k}={v}" for k, v in FAKEGPU_ENV.items()),
             f"GPULAB_GPUS={','.join(map(str, self.gpus))}",
             f"GPULAB_MIB={self.mib}",
+            f"GPULAB_PROGRAM={self.program}",
+            *self.env,
         ]
         lines = [
             "[Unit]",
@@ -232,6 +235,34 @@ ALICE_KERNEL = SessionProcSpec(
     mib=1024,
 )
 DEFAULT_UNITS = (VLLM_MINIMAX, SGLANG_KIMI, EMBED_SERVER)
+# The next models (payload.model_main: they really load, and answer /health once loaded).
+# Kimi fits once MiniMax is gone; DeepSeek wants all of every GPU, and alice's kernel holds
+# 1 GiB of GPU0: vLLM's free-memory check fails, exit 1, Restart=always: a crash loop.
+VLLM_KIMI = UnitSpec(
+    name="vllm-kimi-k25.service",
+    description="vLLM OpenAI server - Kimi-K2.5 INT4 (TP8)",
+    argv=("-m", "vllm.entrypoints.openai.api_server", "--model", "moonshotai/Kimi-K2.5",
+          "--tensor-parallel-size", "8", "--host", LOOPBACK, "--port", "8001"),
+    program="model",
+    gpus=(0, 1, 2, 3, 4, 5, 6, 7),
+    mib=88064,
+    restart="always",
+    restart_sec=1,
+    enabled=False,
+)
+VLLM_DEEPSEEK = UnitSpec(
+    name="vllm-deepseek-v3.service",
+    description="vLLM OpenAI server - DeepSeek-V3 (TP8)",
+    argv=("-m", "vllm.entrypoints.openai.api_server", "--model", "deepseek-ai/DeepSeek-V3",
+          "--tensor-parallel-size", "8", "--host", LOOPBACK, "--port", "8002"),
+    program="model",
+    gpus=(0, 1, 2, 3, 4, 5, 6, 7),
+    mib=97000,
+    restart="always",
+    restart_sec=1,
+    enabled=False,
+)
+SWAP_UNITS = (*DEFAULT_UNITS, VLLM_KIMI, VLLM_DEEPSEEK)
 
 
 @dataclass(frozen=True)

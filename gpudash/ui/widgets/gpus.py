@@ -5,11 +5,11 @@ from __future__ import annotations
 from rich.text import Text
 from textual.geometry import Size
 from textual.widget import Widget
-from textual.widgets import DataTable
 
 from gpudash.model import Gpu, HostSnapshot
 from gpudash.ui.palette import Palette
-from gpudash.ui.text import literal
+from gpudash.ui.text import literal, same_text
+from gpudash.ui.widgets.celltable import CellTable
 from gpudash.units import NA, celsius, gib_of, percent, watts
 
 _EIGHTHS = " ▏▎▍▌▋▊▉"
@@ -55,7 +55,7 @@ def gpu_cells(gpu: Gpu, pal: Palette) -> list[Text]:
     ]
 
 
-class GpuTable(DataTable[Text]):
+class GpuTable(CellTable):
     """GPUs of the shown host; rows keyed by GPU index so the cursor survives refreshes."""
 
     DEFAULT_CSS = """
@@ -67,23 +67,33 @@ class GpuTable(DataTable[Text]):
         self.zebra_stripes = False
         for key, label, width in COLUMNS:
             self.add_column(label, key=key, width=width)
+        self._cells: dict[str, list[Text]] = {}
 
     def show(self, snapshot: HostSnapshot | None, pal: Palette) -> None:
-        """Update rows in place; rebuild only when the set of GPUs changed."""
+        """Update rows in place; rebuild only when the set of GPUs changed. Only cells
+        that changed are touched: any ``update_cell`` makes the table draw all its rows
+        again, which is most of what a sample costs."""
         gpus = [] if snapshot is None else list(snapshot.gpus)
         keys = [str(g.index) for g in gpus]
-        current = [str(k.value) for k in self.rows]
-        if keys != current:
+        if keys != list(self._cells) or self.row_count != len(keys):
             cursor = self.selected_gpu()
             self.clear()
+            self._cells = {}
             for gpu in gpus:
-                self.add_row(*gpu_cells(gpu, pal), key=str(gpu.index))
+                cells = gpu_cells(gpu, pal)
+                self.add_row(*cells, key=str(gpu.index))
+                self._cells[str(gpu.index)] = cells
             if cursor is not None and str(cursor) in keys:
                 self.move_cursor(row=keys.index(str(cursor)))
             return
         for gpu in gpus:
-            for (col, _, _), cell in zip(COLUMNS, gpu_cells(gpu, pal), strict=True):
-                self.update_cell(str(gpu.index), col, cell)
+            key = str(gpu.index)
+            before = self._cells[key]
+            cells = gpu_cells(gpu, pal)
+            self.set_cells(key, {col: cell for (col, _, _), old, cell
+                                 in zip(COLUMNS, before, cells, strict=True)
+                                 if not same_text(old, cell)})
+            self._cells[key] = cells
 
     def selected_gpu(self) -> int | None:
         if not self.row_count:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from textual.widgets import Static
-
 from gpudash.triage import HostTriage
 from gpudash.ui.walkthrough import KeyOf, guide_text
+from gpudash.ui.widgets.quiet import QuietStatic
 
 
-class Guide(Static):
+class Guide(QuietStatic):
     """Shown only in the demo (not read-only)."""
 
     def show(self, result: HostTriage | None, key: KeyOf, running: bool = False) -> None:

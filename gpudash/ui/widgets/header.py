@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import DataTable, Static
 
 from gpudash.ui.hosts import HostView
 from gpudash.ui.palette import Palette
-from gpudash.ui.text import literal
+from gpudash.ui.text import literal, same_text
+from gpudash.ui.widgets.celltable import CellTable
+from gpudash.ui.widgets.quiet import QuietStatic
 from gpudash.units import NA, gib_of, percent
 
 
@@ -52,13 +53,17 @@ def header_text(
     return out
 
 
-class HeaderBar(Static):
+class HeaderBar(QuietStatic):
     DEFAULT_CSS = """
     HeaderBar { height: 1; background: $panel; }
     """
+    FIXED_SIZE = True
 
 
-class HostList(DataTable[Text]):
+COLUMNS = ("n", "host", "state", "mem", "orphans")
+
+
+class HostList(CellTable):
     """One summary row per host when several are shown; enter/1-9 switches."""
 
     DEFAULT_CSS = """
@@ -72,9 +77,32 @@ class HostList(DataTable[Text]):
         self.add_column("State", key="state", width=40)
         self.add_column("GPU memory", key="mem", width=22)
         self.add_column("Orphans", key="orphans", width=8)
+        self._cells: dict[str, tuple[Text, ...]] = {}
+        self._behind: set[int] = set()  # rows off screen whose host changed since drawn
+        self._last: tuple[list[HostView], float, float, Palette] | None = None
 
-    def show(self, views: list[HostView], now: float, stale_after: float, pal: Palette) -> None:
+    def _on_screen(self) -> range:
+        """Indices of the rows in view now (one row a line), with one either side."""
+        top = int(self.scroll_y)
+        return range(max(0, top - 1), top + max(1, self.size.height) + 1)
+
+    def show(self, views: list[HostView], now: float, stale_after: float, pal: Palette,
+             only: set[int] | None = None) -> None:
+        """The rows of ``only`` (default: all) that are on screen; the others are drawn
+        when scrolled to. Touch only the cells that changed: each ``update_cell``
+        redraws the table, and with many hosts every host's sample would otherwise
+        redraw every row."""
+        shown = self._cells
+        self._last = (views, now, stale_after, pal)
+        visible = self._on_screen()
         for i, view in enumerate(views):
+            if str(i) in shown:
+                if only is not None and i not in only:
+                    continue
+                if i not in visible:  # no widget work for a host not on screen
+                    self._behind.add(i)
+                    continue
+            self._behind.discard(i)
             status, kind = view.status(now, stale_after)
             used, total = view.used_total_mib()
             mem = gib_of(used, total)
@@ -86,8 +114,18 @@ class HostList(DataTable[Text]):
                 Text(mem),
                 Text(str(orphans), style=f"bold {pal.orphan}" if orphans else ""),
             )
-            if str(i) in {str(k.value) for k in self.rows}:
-                for col, cell in zip(("n", "host", "state", "mem", "orphans"), cells, strict=True):
-                    self.update_cell(str(i), col, cell)
+            key = str(i)
+            before = shown.get(key)
+            if before is None:
+                self.add_row(*cells, key=key)
             else:
-                self.add_row(*cells, key=str(i))
+                self.set_cells(key, {col: cell for col, old, cell
+                                     in zip(COLUMNS, before, cells, strict=True)
+                                     if not same_text(old, cell)})
+            shown[key] = cells
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        if getattr(self, "_last", None) is not None and self._behind:
+            assert self._last is not None
+            self.show(*self._last, only=set(self._behind))

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 
 from rich.text import Text
 from textual.binding import Binding
-from textual.widgets import DataTable
 
 from gpudash.triage import Flag, HostTriage, OwnerGroup, OwnerKind, ProcessNode
 from gpudash.ui.palette import Palette
-from gpudash.ui.text import duration, literal
+from gpudash.ui.text import duration, literal, same_text
+from gpudash.ui.widgets.celltable import CellTable
 from gpudash.units import NA, gib, percent
 
 COLUMNS = (
@@ -196,7 +196,7 @@ def selection_of(
     return group.key, unit, pid
 
 
-class HoldersTable(DataTable[Text]):
+class HoldersTable(CellTable):
     """Who holds GPU memory, grouped by owner; Enter opens the owner's facts in full."""
 
     # A row cursor: Home/End go to the first/last row (DataTable scrolls sideways).
@@ -237,11 +237,15 @@ class HoldersTable(DataTable[Text]):
         current = [str(k.value) for k in self.rows]
         widths = column_widths(rows)
         if keys == current and widths == self._widths:
+            # Only the cells that changed: every update_cell redraws the whole table.
             for row in rows:
-                if self._cells.get(row.key) != row.cells:
-                    for (col, _, _), cell in zip(COLUMNS, row.cells, strict=True):
-                        self.update_cell(row.key, col, cell)
-                    self._cells[row.key] = row.cells
+                before = self._cells.get(row.key)
+                if before is None:
+                    before = (Text("\0"),) * len(COLUMNS)
+                self.set_cells(row.key, {col: cell for (col, _, _), old, cell
+                                         in zip(COLUMNS, before, row.cells, strict=True)
+                                         if not same_text(old, cell)})
+                self._cells[row.key] = row.cells
             return
         selected = self.selected_key()
         index = self.cursor_row

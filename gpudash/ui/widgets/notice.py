@@ -5,13 +5,13 @@ empty GPU table with no word about why leaves the operator guessing."""
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
 
 from gpudash.model import HostSnapshot
 from gpudash.source import HostSource
 from gpudash.ui.hosts import HostView
 from gpudash.ui.palette import Palette
 from gpudash.ui.text import clean
+from gpudash.ui.widgets.quiet import QuietStatic
 from gpudash.units import seconds
 
 # (words in the error, what to do): the first match wins.
@@ -95,7 +95,7 @@ def notice_text(view: HostView, now: float, pal: Palette) -> tuple[Text, str] | 
     return None
 
 
-class HostNotice(Static):
+class HostNotice(QuietStatic):
     """Shown only while the current host has something to explain."""
 
     def show(self, view: HostView, now: float, pal: Palette) -> None:

@@ -5,17 +5,24 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from rich.text import Text
-from textual.widgets import Static
 
 from gpudash.ui.plot import gpu_colour, render_history
+from gpudash.ui.widgets.quiet import QuietStatic
+
+# With every GPU's memory as in the last drawing, the plot is drawn again only this often
+# (seconds of samples): at 300 samples across ~120 braille dots a sample moves the lines
+# by less than a dot, and drawing with plotext was a quarter of the dashboard's CPU.
+# Any change of memory is drawn at once; every sample is in the history either way.
+SHIFT_S = 5.0
 
 
-class MemoryPlot(Static):
+class MemoryPlot(QuietStatic):
     """Used GiB per GPU over time, drawn by plotext; a legend line above it."""
 
     DEFAULT_CSS = """
     MemoryPlot { height: 1fr; width: 1fr; overflow: hidden; }
     """
+    FIXED_SIZE = True  # the layout gives it its size, whatever it draws
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__("", **kwargs)  # type: ignore[arg-type]
@@ -23,6 +30,8 @@ class MemoryPlot(Static):
         self._gpus: Sequence[int] = ()
         self._ymax: float | None = None
         self._title = ""
+        # what the plot shows now: (gpus, ymax, title), the last sample's values, its time
+        self._drawn: tuple[tuple[object, ...], Mapping[int, int | None], float] | None = None
 
     def show(
         self,
@@ -33,7 +42,14 @@ class MemoryPlot(Static):
     ) -> None:
         self._history, self._gpus = list(history), list(gpus)
         self._ymax, self._title = ymax_gib, title
+        last = self._history[-1] if self._history else None
+        what = (tuple(self._gpus), ymax_gib, title)
+        drawn = self._drawn
+        if (last is not None and drawn is not None and len(self._history) > 2
+                and drawn[0] == what and drawn[1] == last[1] and last[0] - drawn[2] < SHIFT_S):
+            return  # only time moved on: the lines shift by a fraction of a cell
         self._redraw()
+        self._drawn = None if last is None else (what, dict(last[1]), last[0])
 
     def on_resize(self) -> None:
         self._redraw()

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
 
 from gpudash.model import Process
 from gpudash.triage import Flag, OwnerGroup, OwnerKind
 from gpudash.ui.palette import Palette
 from gpudash.ui.text import literal
 from gpudash.ui.widgets.holders import flags_text
+from gpudash.ui.widgets.quiet import QuietStatic
 from gpudash.units import NA, gib
 
 _KIND_NOTE = {
@@ -110,7 +110,7 @@ def unit_gist(group: OwnerGroup | None, pal: Palette) -> Text | None:
 CUT = "cut: Enter shows it all"
 
 
-class UnitPanel(Static):
+class UnitPanel(QuietStatic):
     """Facts and advice about the selected owner; when they do not fit, the border says
     so (Enter on the selection shows them in full)."""
 

@@ -1,0 +1,56 @@
+"""A DataTable whose cell updates redraw only the row they are in.
+
+Textual's ``DataTable.update_cell`` bumps one counter that every render cache is keyed
+by, so changing one cell (a holder's age, once a second) renders every visible cell of
+the table again: with a 200-column command cell per row, that was most of the CPU the
+dashboard spent per sample. ``set_cells`` stores the values the same way and drops only
+the cached renders of the cells it changed (and of their row's assembled lines), then
+asks for a repaint of that row alone, if it is on screen at all.
+
+It reaches into the DataTable's caches (Textual 8.2); where they are not as expected,
+it falls back to ``update_cell``, which is always right, only slower.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from rich.text import Text
+from textual.widgets import DataTable
+from textual.widgets.data_table import CellDoesNotExist, ColumnKey, RowKey
+
+_CACHES = ("_data", "_row_locations", "_column_locations", "_row_renderable_cache",
+           "_cell_render_cache", "_row_render_cache", "_line_cache", "_update_count")
+
+
+class CellTable(DataTable[Text]):
+    """``DataTable`` plus ``set_cells``: new values for some cells of one row."""
+
+    def set_cells(self, row_key: str, cells: Mapping[str, Text]) -> None:
+        """Store ``cells`` (column key -> value) in the row ``row_key``; redraw that row."""
+        if not cells:
+            return
+        if not all(hasattr(self, name) for name in _CACHES):
+            for column, value in cells.items():
+                self.update_cell(row_key, column, value)
+            return
+        row = RowKey(row_key)
+        index = self._row_locations.get(row)
+        if index is None:
+            raise CellDoesNotExist(f"No row with key {row_key!r}")
+        columns = {ColumnKey(c) for c in cells}
+        if any(c not in self._column_locations for c in columns):
+            raise CellDoesNotExist(f"No column among {sorted(cells)}")
+        data = self._data[row]
+        for column, value in cells.items():
+            data[ColumnKey(column)] = value
+        # Cache keys (Textual 8.2): cells (row key, column key, ...), rows (row key, ...),
+        # a row's renderables (update count, row index), lines (y, ...).
+        self._row_renderable_cache.discard((self._update_count, index))
+        for cell_key in [k for k in self._cell_render_cache.keys()
+                         if k[0] == row and k[1] in columns]:
+            self._cell_render_cache.discard(cell_key)
+        for row_cache_key in [k for k in self._row_render_cache.keys() if k[0] == row]:
+            self._row_render_cache.discard(row_cache_key)
+        self._line_cache.clear()  # lines are cheap to assemble again from cached rows
+        self.refresh_row(index)

@@ -1,0 +1,193 @@
+"""What a sample costs the screen: only the cells that changed are drawn again, and what
+is drawn is the new value (issue 12, cost). The CPU figures are in bench/peer_bench.py;
+these assert the behaviour the figures rest on."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from rich.text import Text
+from textual.app import App, ComposeResult
+
+from gpudash.demo import DemoHost
+from gpudash.triage import triage
+from gpudash.ui.app import GpudashApp
+from gpudash.ui.hosts import HostView
+from gpudash.ui.text import same_text
+from gpudash.ui.widgets import plotview
+from gpudash.ui.widgets.celltable import CellTable
+from gpudash.ui.widgets.holders import COLUMNS, HolderRow, HoldersTable
+from gpudash.ui.widgets.plotview import MemoryPlot
+
+ROWS = 12
+
+
+def rows(age_of_row_3: str = "5s", colour: str = "green") -> list[HolderRow]:
+    out = []
+    for i in range(ROWS):
+        age = age_of_row_3 if i == 3 else "1h00m"
+        cells = [Text(f"{1000 + i} worker-{i}"), Text("GPU0 1.0 GiB", style=colour),
+                 *[Text("") for _ in range(4)], Text(age), Text("alice"),
+                 Text(f"python serve.py --rank {i} " + "x" * 150)]
+        out.append(HolderRow(f"p:{1000 + i}", tuple(cells)))
+    assert len(out[0].cells) == len(COLUMNS)
+    return out
+
+
+class OneTable(App[None]):
+    def compose(self) -> ComposeResult:
+        yield HoldersTable()
+
+
+def line_text(table: CellTable, y: int) -> str:
+    return "".join(segment.text for segment in table.render_line(y))
+
+
+async def test_a_holders_age_that_ticks_redraws_that_cell_and_not_the_table() -> None:
+    app = OneTable()
+    async with app.run_test(size=(160, 30)) as pilot:
+        table = app.query_one(HoldersTable)
+        table.show(rows())
+        await pilot.pause()
+        assert "5s" in line_text(table, 4)  # header, rows 0..2, then row 3
+        before_other = line_text(table, 6)
+        calls: list[tuple[int, int]] = []
+        original = table._render_cell
+
+        def spy(row_index: int, column_index: int, *args: Any, **kwargs: Any) -> Any:
+            key_row = table._row_locations.get_key(row_index) if row_index >= 0 else None
+            hit = any(k[0] == key_row and k[1] == table._column_locations.get_key(column_index)
+                      and k[6] == table._update_count for k in table._cell_render_cache.keys())
+            if not hit:
+                calls.append((row_index, column_index))
+            return original(row_index, column_index, *args, **kwargs)
+
+        table._render_cell = spy  # type: ignore[method-assign]
+        table.show(rows(age_of_row_3="6s"))
+        await pilot.pause()
+        table._render_cell = original  # type: ignore[method-assign]
+        assert "6s" in line_text(table, 4) and "5s" not in line_text(table, 4)
+        assert line_text(table, 6) == before_other
+        # only the age cell of row 3 was rendered again (not 13 lines of 9 cells)
+        assert set(calls) <= {(3, 6)}, calls
+
+
+async def test_an_unchanged_sample_touches_no_cell_and_a_new_colour_does() -> None:
+    app = OneTable()
+    async with app.run_test(size=(160, 30)) as pilot:
+        table = app.query_one(HoldersTable)
+        table.show(rows())
+        await pilot.pause()
+        count = table._update_count
+        renders = len(table._cell_render_cache)
+        table.show(rows())
+        await pilot.pause()
+        assert table._update_count == count and len(table._cell_render_cache) == renders
+        # same characters, another colour (a theme change): drawn again
+        table.show(rows(colour="red"))
+        await pilot.pause()
+        assert table.get_row("p:1000")[1].style == "red"
+
+
+def test_same_text_sees_the_colour_rich_equality_does_not() -> None:
+    assert Text("a", style="red") == Text("a", style="blue")  # Rich: plain and spans only
+    assert not same_text(Text("a", style="red"), Text("a", style="blue"))
+    assert not same_text(Text("1", justify="right"), Text("1"))
+    assert same_text(Text("a", style="red"), Text("a", style="red"))
+
+
+async def test_other_hosts_samples_redraw_their_rows_in_the_host_list() -> None:
+    hosts = [DemoHost(f"gpu-{c}", speed=50, seed=i) for i, c in enumerate("abc")]
+    app = GpudashApp(hosts, interval=0.25, read_only=True, theme=None, exec_options=None)
+    async with app.run_test(size=(160, 50)) as pilot:
+        for _ in range(200):
+            if all(v.snapshot is not None for v in app.views):
+                break
+            await pilot.pause(0.05)
+        await pilot.pause(0.5)
+        host_list = app.query_one("#hosts", CellTable)
+        for i, view in enumerate(app.views):
+            used, total = view.used_total_mib()
+            cells = [str(c) for c in host_list.get_row(str(i))]
+            assert cells[1] == view.name and "connected" in cells[2]
+            assert cells[3] != "N/A" and used is not None and total is not None
+
+
+class OnePlot(App[None]):
+    def compose(self) -> ComposeResult:
+        yield MemoryPlot()
+
+
+async def test_the_plot_draws_a_memory_change_at_once_and_a_mere_time_shift_every_5_s(
+    monkeypatch: Any,
+) -> None:
+    drawn: list[int] = []
+    real = plotview.render_history
+
+    def counting(history: Any, *args: Any, **kwargs: Any) -> Text:
+        drawn.append(len(history))
+        return real(history, *args, **kwargs)
+
+    monkeypatch.setattr(plotview, "render_history", counting)
+    app = OnePlot()
+    async with app.run_test(size=(100, 30)) as pilot:
+        plot = app.query_one(MemoryPlot)
+        await pilot.pause()
+        history: list[tuple[float, dict[int, int | None]]] = []
+
+        def sample(t: float, mib: int) -> None:
+            history.append((t, {0: mib}))
+            plot.show(history, [0], 80.0, "all GPUs")
+
+        for t in range(4):
+            sample(float(t), 1000)
+        drawn.clear()
+        sample(4.0, 1000)  # same memory, 1 s later: nothing to draw yet
+        assert drawn == []
+        sample(5.0, 900)  # memory came back: drawn now
+        assert drawn == [6]
+        sample(6.0, 900)
+        sample(9.9, 900)
+        assert drawn == [6]
+        sample(10.0, 900)  # 5 s of samples since the last drawing: the time axis moves
+        assert drawn == [6, 9]
+
+
+async def test_history_keeps_every_sample_and_shares_unchanged_memory() -> None:
+    demo = DemoHost("gpu-a")
+    view = HostView(source=demo, name="gpu-a")
+    first = await demo.control.sample()
+    later = dataclasses.replace(first, taken_at=first.taken_at + 1)
+    view.record(first, triage(first, None), None, 0.0)
+    view.record(later, triage(later, first), None, 1.0)
+    assert [t for t, _ in view.history] == [first.taken_at, first.taken_at + 1]
+    assert view.history[0][1] is view.history[1][1] == first.used_by_gpu()
+    gpus = list(first.gpus)
+    gpus[0] = dataclasses.replace(gpus[0], memory_used_mib=(gpus[0].memory_used_mib or 0) + 1)
+    changed = dataclasses.replace(later, taken_at=later.taken_at + 1, gpus=tuple(gpus))
+    view.record(changed, triage(changed, later), None, 2.0)
+    assert view.history[2][1] == changed.used_by_gpu() != view.history[1][1]
+
+
+async def test_host_rows_off_screen_wait_and_are_current_once_scrolled_to() -> None:
+    hosts = [DemoHost(f"gpu-{i:02d}", speed=50, seed=i) for i in range(30)]
+    app = GpudashApp(hosts, interval=0.25, read_only=True, theme=None, exec_options=None)
+    async with app.run_test(size=(160, 50)) as pilot:
+        for _ in range(200):
+            if all(v.snapshot is not None for v in app.views):
+                break
+            await pilot.pause(0.05)
+        assert app.fleet_shown  # several hosts open on the fleet table: open one
+        await pilot.press("enter")
+        await pilot.pause(0.6)
+        host_list = app.query_one("#hosts", CellTable)
+        last = len(hosts) - 1
+        for i in (1, last):  # both change (what their row shows); the next tick draws
+            app.views[i].name = f"renamed-{i}"
+        await pilot.pause(1.3)
+        assert str(host_list.get_row("1")[1]) == "renamed-1"  # on screen: drawn
+        assert str(host_list.get_row(str(last))[1]) == f"gpu-{last}"  # below: not yet
+        host_list.scroll_end(animate=False)
+        await pilot.pause(0.1)
+        assert str(host_list.get_row(str(last))[1]) == f"renamed-{last}"
