@@ -141,24 +141,6 @@ def test_reclaim_container_frees_it_with_proof(dock) -> None:  # type: ignore[no
     assert not h.alive(pid) and h.gpu_used_mib()[6] == 0
 
 
-# The next model, as a unit: a stand-in holder of GPU memory (a child, as vLLM's workers
-# are) and GET /health answering 200 on loopback, written by the test so the lab's own
-# payload stays as it is.
-NEXT_SERVER = """\
-import http.server, os, subprocess, sys
-subprocess.Popen(["/usr/local/bin/fakegpu", "hold", "--gpu", os.environ["GPULAB_GPUS"],
-                  "--mib", os.environ["GPULAB_MIB"]])
-class Health(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200 if self.path == "/health" else 404)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-    def log_message(self, *args):
-        pass
-http.server.HTTPServer(("127.0.0.1", int(sys.argv[2])), Health).serve_forever()
-"""
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -168,11 +150,11 @@ def free_port() -> int:
 def test_swap_from_a_restart_always_container_to_a_unit_proves_both_phases(dock) -> None:  # type: ignore[no-untyped-def]
     h = dock
     port = free_port()
-    h._write("/opt/gpulab-next/server.py", NEXT_SERVER)
-    unit = labmod.UnitSpec(
-        name="vllm-next.service", description="the next model (GPU1)",
-        argv=("/opt/gpulab-next/server.py", "--port", str(port)),
-        gpus=(1,), mib=2000, enabled=False)
+    unit = labmod.UnitSpec(  # the lab's model-server stand-in: loads, then answers /health
+        name="vllm-next.service", description="vLLM OpenAI server - the next model (GPU1)",
+        argv=("-m", "vllm.entrypoints.openai.api_server", "--model", "next",
+              "--host", labmod.LOOPBACK, "--port", str(port)),
+        program="model", gpus=(1,), mib=2000, enabled=False)
     h._write(f"/etc/systemd/system/{unit.name}", unit.unit_file())
     h.systemctl("daemon-reload")
     run_holder(h, "old-model", 1, 1500)
@@ -188,8 +170,8 @@ def test_swap_from_a_restart_always_container_to_a_unit_proves_both_phases(dock)
         "docker stop -t 10 old-model") < plan.index(f"systemctl start {unit.name}")
     sv = rec["serving"]
     assert sv["serving"] is True and sv["mib_per_gpu"] == {"1": 2000}
-    if sv["ready_url"] is not None:  # where the transport finds the unit's port
-        assert sv["ready_status"] == 200
+    assert sv["ready_url"] == f"http://127.0.0.1:{port}/health"  # its --port, on the host
+    assert sv["ready_status"] == 200
     item = inspect(h, "old-model")  # the host agrees
     assert item["State"]["Status"] == "exited"
     assert item["HostConfig"]["RestartPolicy"]["Name"] == "no" and item["RestartCount"] == 0
