@@ -11,6 +11,7 @@ With ``containers`` (the dashboard's ``--demo``) a small embedding model runs as
 container started with ``--restart always`` (1000 MiB on GPU 7): ``kill -9`` of its main
 process makes Docker restart it (RestartCount + 1, a new pid), the trap one layer up;
 ``docker stop`` marks it stopped, ``docker update --restart=no`` turns the policy off.
+A reranker unit (``vllm-rerank``, stopped) fits in its place: the container -> unit swap.
 
 It runs on simulated time: ``speed`` simulated seconds pass per real second, so tests
 play minutes of incident in a fraction of a second.
@@ -51,6 +52,11 @@ EMBED_NAME = "vllm-embed"
 EMBED_IMAGE = "vllm/vllm-openai:v0.11.0"
 EMBED_CMD = ("python3 -m vllm.entrypoints.openai.api_server --model BAAI/bge-m3 "
              "--task embed --gpu-memory-utilization 0.011 --port 8100")
+# The container's successor, with ``containers``: a small reranker installed as a unit,
+# one GPU, that fits in what the embedding container holds on GPU 7 (a swap from it).
+RERANK = "vllm-rerank.service"
+RERANK_SERVER = SimServer("BAAI/bge-reranker-v2-m3", 8003, tp=1, first_gpu=7,
+                          gpu_memory_utilization=0.0106, load_s=6.0, shards=8)
 SHIM_PID = 4711  # containerd-shim-runc-v2: the container's main's parent on the host
 SERVER_CMD = (
     "python3 -m vllm.entrypoints.openai.api_server --model MiniMaxAI/MiniMax-M2.5 "
@@ -150,6 +156,10 @@ class DemoHost(HostControl):
             c = SimContainer(EMBED_ID, EMBED_NAME, EMBED_IMAGE)
             self.containers[c.id] = c
             self._run_container(c, age=5400)
+            self.units[RERANK] = SimUnit(
+                RERANK, "vLLM bge-reranker-v2-m3 (GPU 7): fits where vllm-embed is",
+                kill_mode="control-group", unit_file_state="disabled", active=False,
+                server=RERANK_SERVER)
 
     # --- simulated clock ------------------------------------------------------------
 
@@ -269,13 +279,13 @@ class DemoHost(HostControl):
                           unit=unit.name, cpu_pct=40.0, rss_mib=4 * 1024)
         unit.main_pid = main.pid
         used = self._used()
-        free = min(GPU_TOTAL_MIB - used[g] for g in range(server.tp))
+        free = min(GPU_TOTAL_MIB - used[g] for g in server.gpus)
         load = SimLoad(server, now, server.need_mib(GPU_TOTAL_MIB), free)
         load.script(GPU_TOTAL_MIB)
         unit.loads.append(load)
-        for tp in range(server.tp):
+        for tp, gpu in enumerate(server.gpus):
             self.spawn(ppid=main.pid, user="root", name=f"VLLM::Worker_TP{tp}",
-                       cmdline=f"VLLM::Worker_TP{tp}", unit=unit.name, gpu_memory_mib={tp: 0},
+                       cmdline=f"VLLM::Worker_TP{tp}", unit=unit.name, gpu_memory_mib={gpu: 0},
                        cpu_pct=99.0, rss_mib=9 * 1024)
 
     # --- simulation step --------------------------------------------------------------

@@ -25,6 +25,11 @@ class SimServer:
     load_s: float = 20.0  # from start to weights loaded
     warmup_s: float = 2.5  # from loaded to the HTTP server answering
     shards: int = 64
+    first_gpu: int = 0  # it runs on GPUs first_gpu .. first_gpu + tp - 1
+
+    @property
+    def gpus(self) -> range:
+        return range(self.first_gpu, self.first_gpu + self.tp)
 
     def cmdline(self) -> str:
         return (f"python3 -m vllm.entrypoints.openai.api_server --model {self.model} "

@@ -517,6 +517,45 @@ def test_swap_and_start_usage_errors_exit_2(args: tuple[str, ...], message: str)
     assert message in r.stderr and r.stdout == ""
 
 
+CSWAP = ("swap", "--demo", "--from-container", "vllm-embed")
+
+
+def test_swap_from_a_container_on_the_demo_exits_0_with_both_phases_proven() -> None:
+    r = gpudash(*CSWAP, "--to", "vllm-rerank", "--yes", "--json", "--term-timeout", "3")
+    assert r.returncode == 0, r.stderr[-3000:]
+    rec = json.loads(r.stdout)
+    assert [(ph["name"], ph["confirmed"]) for ph in rec["phases"]] == [
+        ("reclaim", True), ("start", True)]
+    assert rec["serving"]["serving"] is True
+    assert rec["serving"]["ready_url"] == "http://127.0.0.1:8003/health"  # the unit's port
+    assert "$ docker stop -t 10 vllm-embed" in r.stderr
+    assert "$ systemctl start vllm-rerank.service" in r.stderr
+
+
+def test_swap_from_a_container_into_a_model_that_cannot_load_exits_1() -> None:
+    r = gpudash(*CSWAP, "--to", "vllm-kimi-k25", "--yes", "--term-timeout", "3")
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert "vllm-kimi-k25.service NOT serving: crashed" in r.stdout
+    assert "log: ValueError: Free memory on device" in r.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("swap", "--demo", "--from", "vllm-minimax-m25", "--from-container", "vllm-embed",
+          "--to", "vllm-rerank"), "not allowed with argument"),
+        (("swap", "--demo", "--to", "vllm-rerank"), "--from"),
+        (("swap", "--demo", "--from-container=-rf", "--to", "vllm-rerank"),
+         "not a container name or id"),
+        ((*CSWAP[:3], "nope", "--to", "vllm-rerank", "--yes"), "container nope is not known"),
+    ],
+)
+def test_container_swap_usage_errors_exit_2(args: tuple[str, ...], message: str) -> None:
+    r = gpudash(*args)
+    assert r.returncode == 2, r.stderr
+    assert message in r.stderr and r.stdout == ""
+
+
 def test_leave_crashing_keeps_the_crash_looping_unit_for_inspection() -> None:
     r = gpudash("start", "--demo", "--unit", "vllm-kimi-k25", "--yes", "--leave-crashing",
                 "--json")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -138,6 +139,47 @@ def test_reclaim_container_frees_it_with_proof(dock) -> None:  # type: ignore[no
     assert item["State"]["Status"] == "exited"
     assert item["HostConfig"]["RestartPolicy"]["Name"] == "no"
     assert not h.alive(pid) and h.gpu_used_mib()[6] == 0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_swap_from_a_restart_always_container_to_a_unit_proves_both_phases(dock) -> None:  # type: ignore[no-untyped-def]
+    h = dock
+    port = free_port()
+    unit = labmod.UnitSpec(  # the lab's model-server stand-in: loads, then answers /health
+        name="vllm-next.service", description="vLLM OpenAI server - the next model (GPU1)",
+        argv=("-m", "vllm.entrypoints.openai.api_server", "--model", "next",
+              "--host", labmod.LOOPBACK, "--port", str(port)),
+        program="model", gpus=(1,), mib=2000, enabled=False)
+    h._write(f"/etc/systemd/system/{unit.name}", unit.unit_file())
+    h.systemctl("daemon-reload")
+    run_holder(h, "old-model", 1, 1500)
+    pid = inspect(h, "old-model")["State"]["Pid"]
+    cp = gpudash(h, "swap", h.alias, "--from-container", "old-model", "--to", "vllm-next",
+                 "--yes", "--json", "--timeout", "60", "--term-timeout", "3", timeout=150)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    rec = json.loads(cp.stdout)
+    assert [(ph["name"], ph["confirmed"]) for ph in rec["phases"]] == [
+        ("reclaim", True), ("start", True)], rec["summary"]
+    plan = "\n".join(rec["plan"])
+    assert plan.index("docker update --restart=no old-model") < plan.index(
+        "docker stop -t 10 old-model") < plan.index(f"systemctl start {unit.name}")
+    sv = rec["serving"]
+    assert sv["serving"] is True and sv["mib_per_gpu"] == {"1": 2000}
+    assert sv["ready_url"] == f"http://127.0.0.1:{port}/health"  # its --port, on the host
+    assert sv["ready_status"] == 200
+    item = inspect(h, "old-model")  # the host agrees
+    assert item["State"]["Status"] == "exited"
+    assert item["HostConfig"]["RestartPolicy"]["Name"] == "no" and item["RestartCount"] == 0
+    assert not h.alive(pid)
+    assert h.unit_show(unit.name, ["ActiveState"])["ActiveState"] == "active"
+    assert h.gpu_used_mib()[1] == 2000
+    h.systemctl("stop", unit.name)
+    wait_host(lambda: h.gpu_used_mib()[1] == 0, what="GPU1 free after the test")
 
 
 def test_a_worker_surviving_docker_rm_f_is_an_orphan_and_reaped(dock) -> None:  # type: ignore[no-untyped-def]

@@ -5,7 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from gpudash.demo import DEEPSEEK, KIMI, MINIMAX, NOTEBOOK_MIB, DemoHost
+from gpudash.demo import (
+    DEEPSEEK,
+    EMBED_ID,
+    EMBED_MIB,
+    EMBED_NAME,
+    KIMI,
+    MINIMAX,
+    NOTEBOOK_MIB,
+    RERANK,
+    DemoHost,
+)
 from gpudash.engine import (
     SPECS,
     ActionKind,
@@ -14,6 +24,7 @@ from gpudash.engine import (
     Progress,
     Selection,
     execute,
+    replan,
     reverify,
 )
 from gpudash.source import LinkLost
@@ -169,3 +180,76 @@ async def test_a_follower_stuck_in_teardown_does_not_hold_the_verdict() -> None:
     # a hang guard, not a speed target: without the fix this never returns
     report = await asyncio.wait_for(execute(plan, demo, FAST), timeout=60)
     assert report.confirmed, report.describe()
+
+
+# --- a container's model swapped for a unit's ------------------------------------------------
+
+RERANK_URL = "http://127.0.0.1:8003/health"
+
+
+def container_swap(snapshot, target=RERANK, **kw):  # type: ignore[no-untyped-def]
+    sel = Selection(container=EMBED_NAME, target=target, **kw)
+    return SPECS[ActionKind.SWAP].plan(snapshot, sel)
+
+
+async def test_a_swap_from_a_container_reclaims_it_as_reclaim_does_then_starts_the_unit() -> (
+    None
+):
+    demo = DemoHost(speed=100.0, release_delay=1.0, containers=True)
+    snap = await demo.sample()
+    plan = container_swap(snap, ready_url=RERANK_URL)
+    # the reclaim phase is the container's own reclaim plan, then the unit's start
+    alone = SPECS[ActionKind.RECLAIM].plan(snap, Selection(container=EMBED_NAME))
+    assert plan.phases[0].steps == alone.steps and plan.expected_free_mib == {7: EMBED_MIB}
+    text = "\n".join(plan.describe())
+    assert "docker container vllm-embed -> vllm-rerank.service" in plan.title
+    reclaim, start = text.index("1. reclaim"), text.index("2. start")
+    assert reclaim < text.index("$ docker update --restart=no vllm-embed") < text.index(
+        "$ docker stop -t 10 vllm-embed") < start < text.index(f"$ systemctl start {RERANK}")
+    # planned again from a fresh sample (a dialog left open): the same plan, nothing new
+    _again, changes = replan(plan, await demo.sample())
+    assert changes == []
+    report = await execute(plan, demo, FAST)
+    assert report.confirmed, report.describe()
+    assert [(ph.name, ph.confirmed) for ph in report.phases] == [("reclaim", True),
+                                                                 ("start", True)]
+    c = demo.containers[EMBED_ID]
+    assert c.state == "exited" and c.restart_policy == "no" and c.restart_count == 0
+    assert report.container_after is not None and report.container_after.state == "exited"
+    sv = report.serving
+    assert sv is not None and sv.serving and sv.ready_status == 200
+    assert set(sv.mib_per_gpu) == {7} and sv.mib_per_gpu[7] >= 1024
+    assert demo.units[RERANK].active and demo.units[MINIMAX].active  # MiniMax left alone
+    assert report.summary.startswith("confirmed: reclaim: 1.0 GiB back on 1 GPU(s) | start: ")
+
+
+async def test_a_swap_from_a_container_into_a_unit_that_cannot_load_is_not_confirmed() -> None:
+    # Kimi needs all 8 GPUs; MiniMax still holds them: the container's memory comes back,
+    # the start crash-loops, is stopped, and the report says why.
+    demo = DemoHost(speed=100.0, release_delay=1.0, containers=True)
+    report = await execute(container_swap(await demo.sample(), target=KIMI,
+                                          ready_url=KIMI_URL), demo, FAST)
+    assert not report.confirmed
+    assert [(ph.name, ph.confirmed) for ph in report.phases] == [("reclaim", True),
+                                                                 ("start", False)]
+    sv = report.serving
+    assert sv is not None and sv.stopped and "Free memory on device" in (sv.failure_line or "")
+    assert "NOT confirmed: reclaim: 1.0 GiB back" in report.summary
+    assert f"{KIMI} NOT serving: crashed" in report.summary
+    assert demo.containers[EMBED_ID].state == "exited" and not demo.units[KIMI].active
+
+
+async def test_a_container_swap_says_why_it_cannot_be_planned() -> None:
+    demo = DemoHost(speed=100.0, containers=True)
+    snap = await demo.sample()
+    with pytest.raises(PlanError, match="container nope is not known"):
+        SPECS[ActionKind.SWAP].plan(snap, Selection(container="nope", target=RERANK))
+    with pytest.raises(PlanError, match=f"{MINIMAX} is already active"):
+        container_swap(snap, target=MINIMAX)
+    # the action fits a selected container (its row), greyed for a process of nobody
+    from gpudash.triage import triage
+
+    result = triage(snap)
+    assert SPECS[ActionKind.SWAP].precheck(result, Selection(container=EMBED_ID)) is None
+    assert "select a system service or a container" in (
+        SPECS[ActionKind.SWAP].precheck(result, Selection()) or "")

@@ -45,3 +45,32 @@ async def test_a_container_row_offers_container_verbs_and_reclaims_with_proof() 
                        and app.view.snapshot.container(EMBED_ID).state == "exited")
         await select(pilot, app, EMBED)
         await wait_for(pilot, lambda: app.check_action("remove_container", ()) is True)
+
+
+async def test_w_on_a_container_row_swaps_it_for_a_model_unit_with_both_phases_proven() -> None:
+    from gpudash.demo import RERANK
+    from gpudash.ui.models import ModelPicker
+    from gpudash.ui.screens import ConfirmModal
+
+    demo = DemoHost(speed=50, release_delay=1, containers=True)
+    app = make_app(demo)
+    async with app.run_test(size=SIZE) as pilot:
+        await select(pilot, app, EMBED)
+        assert app.check_action("swap", ()) is True
+        await pilot.press("w")
+        await wait_for(pilot, lambda: isinstance(app.screen, ModelPicker))
+        picker = app.screen
+        assert "Reclaim docker container vllm-embed, then start:" in picker.heading
+        assert RERANK in [c.name for c in picker.choices]
+        await pilot.press(*"rerank", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        lines = "\n".join(app.screen.lines)
+        assert "1. reclaim" in lines and "$ docker stop -t 10 vllm-embed" in lines
+        assert f"$ systemctl start {RERANK}" in lines
+        assert "http://127.0.0.1:8003/health answers 200" in lines
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.last_report is not None, within=40)
+        report = app.last_report
+        assert report is not None and report.plan.kind is ActionKind.SWAP
+        assert report.confirmed, report.describe()
+        assert demo.containers[EMBED_ID].state == "exited" and demo.units[RERANK].active

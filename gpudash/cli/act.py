@@ -81,14 +81,16 @@ def run_start(args: argparse.Namespace, source: HostSource, term: Terminal) -> i
 def run_swap(args: argparse.Namespace, source: HostSource, term: Terminal) -> int:
     """``gpudash swap``: reclaim one model with proof, start the next, prove it serves."""
     async def make(source: HostSource) -> ActionPlan:
-        old, new = unit_name(args.from_unit), unit_name(args.to_unit)
+        old = unit_name(args.from_unit) if args.from_unit is not None else None
+        new = unit_name(args.to_unit)
         watch(source, new)
         snap = await source.control.sample()
         url, learned = await serving_request(source.control, snap.host, new,
                                              ready_url=args.ready_url,
                                              simulated=snap.source is SourceKind.DEMO)
         return SPECS[ActionKind.SWAP].plan(snap, Selection(
-            unit=old, target=new, enable=args.enable, ready_url=url, footprint=learned))
+            unit=old, container=args.from_container, target=new, enable=args.enable,
+            ready_url=url, footprint=learned))
 
     return run_action(args, source, term, make)
 

@@ -80,8 +80,9 @@ DESCRIPTIONS = {
     "exporter": "Follow the hosts and expose their triage as Prometheus metrics: GPU memory "
     "used/total, orphaned memory per GPU and unit, restarts, crash loops, link up. Only "
     "looks (every host read-only). Runs until SIGTERM or Ctrl+C.",
-    "swap": "Reclaim one model with proof, check the next one fits, start it and prove it "
-    "serves. Exit 0 only if the old memory came back and the new model serves.",
+    "swap": "Reclaim one model (a unit, or a container with --from-container) with proof, "
+    "check the next one fits, start it and prove it serves. Exit 0 only if the old memory "
+    "came back and the new model serves.",
 }
 
 
@@ -112,8 +113,13 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
                                     formatter_class=fmt, description=DESCRIPTIONS[command])
         _common(p)
         if command == "swap":
-            p.add_argument("--from", dest="from_unit", required=True, metavar="UNIT",
-                           help="the unit to reclaim (e.g. vllm-minimax-m25)")
+            source = p.add_mutually_exclusive_group(required=True)
+            source.add_argument("--from", dest="from_unit", metavar="UNIT",
+                                help="the unit to reclaim (e.g. vllm-minimax-m25)")
+            source.add_argument("--from-container", dest="from_container", metavar="NAME",
+                                help="or a Docker or Podman container (name or id) to "
+                                "reclaim: stop it, turn its restart policy off, reap what "
+                                "is left")
             p.add_argument("--to", dest="to_unit", required=True, metavar="UNIT",
                            help="the unit to start once the memory is back")
         elif command == "reclaim":
@@ -178,6 +184,14 @@ def parse(argv: list[str]) -> tuple[str | None, argparse.Namespace]:
     if command == "exporter" and (twice := sorted({h for h in args.hosts
                                                    if args.hosts.count(h) > 1})):
         parser.error(f"HOST named more than once: {', '.join(twice)}")
-    if command == "swap" and unit_name(args.from_unit) == unit_name(args.to_unit):
+    if command == "swap" and args.from_unit is not None and (
+            unit_name(args.from_unit) == unit_name(args.to_unit)):
         parser.error("--from and --to name the same unit: use start or restart")
+    if getattr(args, "from_container", None) is not None:
+        from gpudash.transport.actions import validate_container
+
+        try:
+            validate_container(args.from_container)
+        except ValueError as exc:
+            parser.error(f"--from-container: {exc}")
     return command, args

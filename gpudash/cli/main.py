@@ -7,6 +7,7 @@
     gpudash reclaim [HOST] --container C   the same for a Docker/Podman container
     gpudash start [HOST] --unit U      start U, follow it loading, prove it serves
     gpudash swap [HOST] --from A --to B   reclaim A with proof, start B, prove it serves
+    gpudash swap [HOST] --from-container C --to B   the same from a Docker/Podman container
     gpudash exporter [HOST ...]        the triage as Prometheus metrics (127.0.0.1:9835)
 
 What goes to stdout and stderr, and the exit codes: ``gpudash.cli.contract``.

@@ -16,6 +16,7 @@ from gpudash.engine.actions import (
     Needs,
     plan_action,
     replan,
+    selected_owner,
     selection_for,
 )
 from gpudash.engine.plan import (
@@ -72,6 +73,7 @@ __all__ = [
     "plan_changes",
     "replan",
     "reverify",
+    "selected_owner",
     "selection_for",
     "unit_state",
 ]

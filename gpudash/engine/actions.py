@@ -392,37 +392,57 @@ def _fit(snapshot: HostSnapshot, reclaim: ActionPlan, footprint: Mapping[int, in
 
 
 def plan_swap(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> ActionPlan:
-    """Reclaim one model with proof, then start the next and prove it serves."""
+    """Reclaim one model with proof, then start the next and prove it serves.
+
+    What is reclaimed is a service (``sel.unit``) or a container (``sel.container``):
+    the reclaim phase is that owner's own reclaim plan, so a container is stopped with
+    its restart policy off and what escaped it is reaped, as ``reclaim --container`` does.
+    """
     if not sel.target:
         raise PlanError("choose the unit to start")
     target = _require_unit(snapshot, sel.target)
-    source = _require_unit(snapshot, sel.unit)
-    if target.name == source.name:
-        raise PlanError("swap to another unit: use restart to start the same one again")
+    reclaim_spec = SPECS[ActionKind.RECLAIM]
+    container = None
+    if sel.unit is None and sel.container is not None:
+        owner = _require_container(snapshot, sel.container)
+        if not owner.can(Capability.RECLAIM):
+            raise PlanError(owner.unable(Capability.RECLAIM))
+        container = owner.container
+        assert container is not None and reclaim_spec.container_planner is not None
+        reclaim = reclaim_spec.container_planner(reclaim_spec, snapshot,
+                                                 Selection(container=container.id))
+        source_name, source_unit = owner.describe(), None
+        picked = Selection(container=container.id)
+    else:
+        source = _require_unit(snapshot, sel.unit)
+        if target.name == source.name:
+            raise PlanError("swap to another unit: use restart to start the same one again")
+        reclaim = reclaim_spec.planner(reclaim_spec, snapshot, Selection(unit=source.name))
+        source_name, source_unit = source.name, source
+        picked = Selection(unit=source.name)
     if not target.is_down:
         raise PlanError(f"{target.name} is already {target.active_state}")
     if target.unit_file_state == "masked":
         raise PlanError(f"{target.name} is masked: systemd will not start it")
-    reclaim = SPECS[ActionKind.RECLAIM].planner(SPECS[ActionKind.RECLAIM], snapshot,
-                                                Selection(unit=source.name))
     fit, problems = _fit(snapshot, reclaim, sel.footprint or {})
     if problems:
-        raise PlanError(f"{target.name} does not fit once {source.name} is reclaimed: "
+        raise PlanError(f"{target.name} does not fit once {source_name} is reclaimed: "
                         + "; ".join(problems))
     start = _start_steps(target, "start", sel.enable)
     serving = _serving(snapshot, target, sel)
     return _new_plan(
         spec, snapshot,
-        Selection(unit=source.name, target=target.name, enable=sel.enable,
-                  ready_url=sel.ready_url, footprint=sel.footprint),
-        f"{source.name} -> {target.name}",
+        replace(picked, target=target.name, enable=sel.enable, ready_url=sel.ready_url,
+                footprint=sel.footprint),
+        f"{source_name} -> {target.name}",
         steps=reclaim.steps + start,
         phases=(Phase("reclaim", ActionKind.RECLAIM, reclaim.steps),
                 Phase("start", ActionKind.START, start, serving)),
         expected_free_mib=reclaim.expected_free_mib,
         notes=reclaim.notes,
         untouched=reclaim.untouched,
-        unit_before=source,
+        unit_before=source_unit,
+        container_before=container,
         fit=tuple(fit),
     )
 
@@ -567,7 +587,7 @@ SPECS: dict[ActionKind, ActionSpec] = {
                    "Enable", Needs.UNIT, plan_enable, capability=Capability.START),
         ActionSpec(ActionKind.SWAP, "swap", "Swap model (reclaim, start the next, prove it "
                    "serves)", "w", "Swap", Needs.UNIT_AND_TARGET, plan_swap,
-                   capability=Capability.START),
+                   capability=Capability.RECLAIM, container_planner=plan_swap),
         ActionSpec(ActionKind.REMOVE, "remove_container", "Remove a stopped container "
                    "(docker rm)", "X", "Remove", Needs.UNIT, plan_container,
                    _container_only, capability=Capability.REMOVE,

@@ -50,6 +50,7 @@ from gpudash.engine import (
     PlanError,
     Selection,
     replan,
+    selected_owner,
     selection_for,
 )
 from gpudash.model import HostSnapshot, SourceKind
@@ -629,7 +630,11 @@ class GpudashApp(App[int]):
         target = sel.unit
         try:
             if spec.kind is ActionKind.SWAP:
-                target = await self._pick_target(sel.unit or "", control, simulated)
+                source = sel.unit or ""
+                if sel.unit is None and sel.container is not None and view.snapshot:
+                    owner = selected_owner(view.snapshot, sel)
+                    source = owner.describe() if owner is not None else sel.container
+                target = await self._pick_target(source, control, simulated)
                 if target is None:
                     return
             assert target is not None
@@ -638,7 +643,8 @@ class GpudashApp(App[int]):
                                                  simulated=simulated)
             snapshot = await control.sample()
             plan = spec.plan(snapshot, Selection(
-                unit=sel.unit, target=target if spec.kind is ActionKind.SWAP else None,
+                unit=sel.unit, container=sel.container if spec.kind is ActionKind.SWAP else None,
+                target=target if spec.kind is ActionKind.SWAP else None,
                 ready_url=url, footprint=learned))
         except (PlanError, SourceError) as exc:
             self.notify(str(exc), title=spec.title, severity="warning")
