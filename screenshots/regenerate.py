@@ -40,7 +40,7 @@ async def until(pilot, predicate, within: float = 20.0) -> None:  # type: ignore
 
 
 async def main(theme: str, suffix: str, size: tuple[int, int]) -> None:
-    demo = DemoHost(speed=20, release_delay=3)
+    demo = DemoHost(speed=20, release_delay=3, containers=True)  # as gpudash --demo
     app = GpudashApp(
         [demo], interval=0.25, read_only=False, theme=theme,
         exec_options=ExecOptions(term_timeout=10.0, poll=0.5), welcome=True,
@@ -108,7 +108,7 @@ def progress_text(app: GpudashApp) -> str:
 
 
 async def swap(theme: str, to: str, size: tuple[int, int]) -> None:
-    demo = DemoHost(speed=8, release_delay=1)
+    demo = DemoHost(speed=8, release_delay=1, containers=True)  # as gpudash --demo
     app = GpudashApp(
         [demo], interval=0.25, read_only=False, theme=theme,
         exec_options=ExecOptions(term_timeout=10.0, poll=0.5, verify_timeout=120.0),
