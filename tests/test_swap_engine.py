@@ -253,3 +253,33 @@ async def test_a_container_swap_says_why_it_cannot_be_planned() -> None:
     assert SPECS[ActionKind.SWAP].precheck(result, Selection(container=EMBED_ID)) is None
     assert "select a system service or a container" in (
         SPECS[ActionKind.SWAP].precheck(result, Selection()) or "")
+
+
+class _LaggingJournalDemo(DemoHost):
+    """A host whose followed journal lags: the follower has delivered only the unit's first
+    line when the crash is seen (a busy host or a slow link; seen once in CI)."""
+
+    async def journal(self, unit, *, lines=200, follow=True):  # type: ignore[no-untyped-def, override]
+        import asyncio
+
+        if not follow:
+            async for line in super().journal(unit, lines=lines, follow=False):
+                yield line
+            return
+        while True:  # the unit's first line, once there is one; then nothing more
+            async for line in super().journal(unit, lines=lines, follow=False):
+                yield line
+                await asyncio.sleep(3600)
+            await asyncio.sleep(0.01)
+
+
+async def test_a_crash_the_followed_log_lags_behind_is_still_explained_by_its_line() -> None:
+    demo = _LaggingJournalDemo(speed=100.0, release_delay=0.5)
+    await execute(SPECS[ActionKind.RECLAIM].plan(await demo.sample(), Selection(unit=MINIMAX)),
+                  demo, FAST)
+    plan = SPECS[ActionKind.START].plan(await demo.sample(), Selection(unit=DEEPSEEK))
+    report = await execute(plan, demo, ExecOptions(poll=0.5, serve_timeout=600.0))
+    assert report.serving is not None and report.serving.stopped
+    assert report.serving.failure_line is not None, report.summary
+    assert "Free memory on device" in report.serving.failure_line
+    assert "Free memory on device" in report.summary

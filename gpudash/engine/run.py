@@ -97,6 +97,8 @@ class ReverifyPolicy:
 
 REVERIFY = ReverifyPolicy()
 LOG_TAIL = 200  # journal lines kept of a unit being started
+CRASH_LOG_READS = 3  # a crash the followed log does not explain: read the journal again
+CRASH_LOG_WAIT_S = 0.5
 JOURNAL_RETRY_S = 1.0  # a follower whose link dropped asks again this often
 FOLLOWER_STOP_S = 2.0  # how long the verdict waits for a cancelled follower to finish
 
@@ -367,6 +369,15 @@ class _Run:
         crashed = by_title[UnitUp.title].state is GoalState.FAILED
         lines = list(self.log_tail) or await self._journal_tail(serving.unit)
         found = failure(lines)
+        for _ in range(CRASH_LOG_READS if crashed and found is None else 0):
+            # The follower can lag the crash it explains (a busy host, a slow link): the
+            # unit is down, so its journal has the failure line now or very soon.
+            tail = await self._journal_tail(serving.unit)
+            if failure(tail) is not None:
+                lines, found = tail, failure(tail)
+                outcome.log_tail = tuple(tail)
+                break
+            await self.control.sleep(CRASH_LOG_WAIT_S)
         if found is not None:
             outcome.failure_line, outcome.failure_advice = found.line, found.advice
         if crashed and act and opts.stop_crash_loop:
