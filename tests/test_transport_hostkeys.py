@@ -54,11 +54,11 @@ def test_a_line_asyncssh_cannot_parse_still_lists_its_host(tmp_path: Path) -> No
         f"[fine.lab]:2222 {good[0]} {good[1]}\n"
     )
     loaded = KnownHosts.load(KnownHostsFiles((known,), ()))
-    assert loaded.listing("odd.lab", "10.0.0.1", 22) == [known]
+    assert loaded.listing("odd.lab", "127.0.0.11", 22) == [known]
     assert loaded.listing("fine.lab", "", 2222) == [known]
     assert loaded.listing("other.lab", "", 22) == []
     check = HostKeyCheck(loaded, accept_new=True, name="odd", jump_for=None, alias=None)
-    assert not check.judge("odd.lab", "10.0.0.1", 22, key.convert_to_public())
+    assert not check.judge("odd.lab", "127.0.0.11", 22, key.convert_to_public())
     assert check.verdict == "changed"  # not "unknown, accept": OpenSSH may know that key
 
 
@@ -66,7 +66,7 @@ def test_a_key_filed_under_the_address_vouches_for_no_name(tmp_path: Path) -> No
     key = asyncssh.generate_private_key("ssh-ed25519")
     algo, blob = key.export_public_key("openssh").decode().split()[:2]
     known = tmp_path / "known_hosts"
-    known.write_text(f"10.0.0.7 {algo} {blob}\n")
+    known.write_text(f"127.0.0.17 {algo} {blob}\n")
     loaded = KnownHosts.load(KnownHostsFiles((known,), ()))
-    assert loaded.listing("10.0.0.7", "10.0.0.7", 22) == [known]
-    assert loaded.listing("gpu07.lab", "10.0.0.7", 22) == []  # matched by name only
+    assert loaded.listing("127.0.0.17", "127.0.0.17", 22) == [known]
+    assert loaded.listing("gpu07.lab", "127.0.0.17", 22) == []  # matched by name only
