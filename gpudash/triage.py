@@ -201,6 +201,12 @@ def process_flags(snapshot: HostSnapshot) -> dict[int, frozenset[Flag]]:
     flags: dict[int, frozenset[Flag]] = {}
     for p in snapshot.processes:
         f: set[Flag] = set()
+        if p.state == "Z":
+            f.add(Flag.ZOMBIE)
+        elif p.state == "D":
+            f.add(Flag.D_STATE)
+        if p.device_gpus:
+            f.add(Flag.DEVICE_HOLDER)
         owner = owner_by_pid[p.pid]
         if owner.kind in (OwnerKind.CONTAINER, OwnerKind.POD):
             # A container's processes answer to its runtime, not to the scope unit.
@@ -209,20 +215,8 @@ def process_flags(snapshot: HostSnapshot) -> dict[int, frozenset[Flag]]:
             c = owner.container
             if c is not None and c.main_pid == p.pid and container_respawned(owner):
                 f.add(Flag.RESPAWNED)
-            if p.state == "Z":
-                f.add(Flag.ZOMBIE)
-            elif p.state == "D":
-                f.add(Flag.D_STATE)
-            if p.device_gpus:
-                f.add(Flag.DEVICE_HOLDER)
             flags[p.pid] = frozenset(f)
             continue
-        if p.state == "Z":
-            f.add(Flag.ZOMBIE)
-        elif p.state == "D":
-            f.add(Flag.D_STATE)
-        if p.device_gpus:
-            f.add(Flag.DEVICE_HOLDER)
         unit = units.get(p.unit or "")
         if unit is not None and owner_kind(unit.name) is OwnerKind.SERVICE:
             if unit.is_down:

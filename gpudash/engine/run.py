@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import signal as _signal
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from gpudash.collector.hostside import container_of_cgroup
@@ -428,26 +428,19 @@ class _Run:
         return out
 
     async def _systemctl(self, verb: str, unit: str) -> CommandResult:
-        """Send one systemctl verb and record it. Interrupted (or the link lost) before its
-        answer, it is recorded with no answer: it may have reached the host and run."""
-        try:
-            result = await self.control.systemctl(verb, unit)
-        except asyncio.CancelledError:
-            self.report.record_command(CommandResult(
-                ("systemctl", verb, unit), None, "interrupted before its answer: may have run"))
-            raise
-        except SourceError as exc:
-            self.report.record_command(CommandResult(("systemctl", verb, unit), None, str(exc)))
-            raise
-        self.report.record_command(result)
-        return result
+        return await self._send(("systemctl", verb, unit), self.control.systemctl(verb, unit))
 
     async def _container(self, step: ContainerCommand) -> CommandResult:
-        """Send one docker/podman command and record it, as ``_systemctl`` does."""
-        argv = (step.runtime, step.verb, step.container)
+        return await self._send(
+            (step.runtime, step.verb, step.container),
+            self.control.container(step.runtime, step.verb, step.container, step.stop_timeout))
+
+    async def _send(self, argv: tuple[str, ...], call: Awaitable[CommandResult]
+                    ) -> CommandResult:
+        """Await one command on the host and record it. Interrupted (or the link lost)
+        before its answer, it is recorded with no answer: it may have reached the host."""
         try:
-            result = await self.control.container(
-                step.runtime, step.verb, step.container, step.stop_timeout)
+            result = await call
         except asyncio.CancelledError:
             self.report.record_command(
                 CommandResult(argv, None, "interrupted before its answer: may have run"))

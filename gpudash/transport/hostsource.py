@@ -12,7 +12,7 @@ import dataclasses
 import json
 import re
 import shlex
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -194,38 +194,41 @@ class SourceControl:
 
     async def systemctl(self, verb: str, unit: str) -> CommandResult:
         """``[sudo -n] systemctl VERB -- UNIT`` on the host."""
-        source = self.source
-        argv = systemctl_argv(verb, unit, sudo=source.sudo)  # validated before anything runs
-        if source.read_only:
-            return CommandResult(tuple(argv), 1, f"refused: {READ_ONLY_REASON}")
-        try:
-            collector = await source.collector()
-        except SourceError as exc:
-            return CommandResult(tuple(argv), None, str(exc))
-        argv = systemctl_argv(verb, unit, sudo=source.sudo and not collector.facts.is_root)
-        result = await source.connection.run(argv, SYSTEMCTL_TIMEOUT_S)
-        source.poke(unit)
+        result = await self._administer(
+            lambda sudo: systemctl_argv(verb, unit, sudo=sudo), SYSTEMCTL_TIMEOUT_S)
+        self.source.poke(unit)
         return result
 
     async def container(
         self, runtime: str, verb: str, container: str, stop_timeout: int = 10
     ) -> CommandResult:
         """``[sudo -n] docker|podman VERB -- CONTAINER`` on the host."""
+        result = await self._administer(
+            lambda sudo: container_argv(runtime, verb, container, sudo=sudo,
+                                        stop_timeout=stop_timeout),
+            stop_timeout + CONTAINER_SLACK_S,
+            before=lambda: self.source.poke_container(container, runtime))
+        self.source.poke_container(container, runtime)
+        return result
+
+    async def _administer(
+        self, argv_of: Callable[[bool], list[str]], timeout_s: float,
+        before: Callable[[], None] | None = None,
+    ) -> CommandResult:
+        """Run the command ``argv_of(sudo)`` builds (and validates, before anything runs):
+        refused when read-only; through ``sudo -n`` only where the login is not root."""
         source = self.source
-        argv = container_argv(runtime, verb, container, sudo=source.sudo,
-                              stop_timeout=stop_timeout)  # validated before anything runs
+        argv = argv_of(source.sudo)
         if source.read_only:
             return CommandResult(tuple(argv), 1, f"refused: {READ_ONLY_REASON}")
         try:
             collector = await source.collector()
         except SourceError as exc:
             return CommandResult(tuple(argv), None, str(exc))
-        argv = container_argv(runtime, verb, container, stop_timeout=stop_timeout,
-                              sudo=source.sudo and not collector.facts.is_root)
-        source.poke_container(container, runtime)
-        result = await source.connection.run(argv, stop_timeout + CONTAINER_SLACK_S)
-        source.poke_container(container, runtime)
-        return result
+        if before is not None:
+            before()
+        return await source.connection.run(
+            argv_of(source.sudo and not collector.facts.is_root), timeout_s)
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
