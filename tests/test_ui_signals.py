@@ -4,62 +4,11 @@ and its outcome audited, and the terminal is given back. Real app, real pty, rea
 
 from __future__ import annotations
 
-import json
-import os
-import pty
-import select
 import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
-
-
-def audit(name: str = "audit-demo.jsonl") -> list[dict]:
-    path = Path(os.environ["XDG_STATE_HOME"]) / "gpudash" / name
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
-class Dashboard:
-    def __init__(self) -> None:
-        self.master, slave = pty.openpty()
-        env = os.environ | {"TERM": "xterm-256color", "COLUMNS": "160", "LINES": "50"}
-        self.proc = subprocess.Popen([sys.executable, "-m", "gpudash", "--demo"], stdin=slave,
-                                     stdout=slave, stderr=slave, env=env, start_new_session=True)
-        os.close(slave)
-        self.screen = b""
-
-    def read(self, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            ready, _, _ = select.select([self.master], [], [], 0.1)
-            if ready:
-                try:
-                    self.screen += os.read(self.master, 65536)
-                except OSError:
-                    return
-
-    def wait_for(self, text: bytes, within: float = 40.0) -> None:
-        end = time.monotonic() + within
-        while text not in self.screen:
-            assert time.monotonic() < end and self.proc.poll() is None, self.screen[-2000:]
-            self.read(0.2)
-
-    def type(self, keys: str) -> None:
-        os.write(self.master, keys.encode())
-
-    def finish(self, within: float = 30.0) -> int:
-        end = time.monotonic() + within
-        while self.proc.poll() is None and time.monotonic() < end:
-            self.read(0.2)
-        if self.proc.poll() is None:
-            self.proc.kill()
-            raise AssertionError("the dashboard did not exit")
-        self.read(0.3)
-        os.close(self.master)
-        return self.proc.returncode
+from ptydash import Dashboard, audit
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])

@@ -35,6 +35,7 @@ from gpudash.untrusted import json_dumps
 log = logging.getLogger("gpudash.cli")
 
 AS_CTRL_C = (signal.SIGTERM, signal.SIGHUP)
+CLOSE_TIMEOUT_S = 2.0  # closing the hosts' links when the dashboard ends
 
 
 def open_sources(args: argparse.Namespace, *, demo_speed: float = 1.0) -> list[HostSource]:
@@ -131,8 +132,10 @@ def cmd_dashboard(args: argparse.Namespace, term: Terminal) -> int:
             demo=args.demo,
         )
     finally:
-        with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(_close_all(sources))
+        with contextlib.suppress(KeyboardInterrupt, TimeoutError):
+            # Bounded: a link that does not close must not keep a dashboard whose
+            # terminal is gone (its collectors end with the connection anyway).
+            asyncio.run(asyncio.wait_for(_close_all(sources), CLOSE_TIMEOUT_S))
     if outcome.interrupted is not None:
         term.error("quit while an action was running; what it had sent:")
         term.say(outcome.interrupted.describe())

@@ -9,9 +9,7 @@ whose progress arrives as messages, logged, and appended to the audit file.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import signal
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -23,6 +21,8 @@ from rich.markup import escape
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.driver import Driver
+from textual.drivers.linux_driver import LinuxDriver
 from textual.events import Key
 from textual.message import Message
 from textual.notifications import SeverityLevel
@@ -57,6 +57,7 @@ from gpudash.model import HostSnapshot, SourceKind
 from gpudash.source import HostSource, SourceError
 from gpudash.triage import HostTriage
 from gpudash.ui.commands import DashboardCommands
+from gpudash.ui.driver import SafeLinuxDriver, safe_driver
 from gpudash.ui.fleet_screen import FleetScreen, LastAction
 from gpudash.ui.hosts import HostView, follow_host
 from gpudash.ui.keymap import load_keymap
@@ -72,6 +73,7 @@ from gpudash.ui.messages import (
 from gpudash.ui.models import Choice, JournalScreen, ModelPicker
 from gpudash.ui.quit import AFTER, NOW, QuitWhileActing
 from gpudash.ui.screens import ConfirmModal, FilterScreen, HelpScreen
+from gpudash.ui.stopping import OutsideStop
 from gpudash.ui.text import clean
 from gpudash.ui.themes import VARIABLE_DEFAULTS, load_themes
 from gpudash.ui.widgets.holders import (
@@ -84,9 +86,6 @@ MAX_FPS = 5  # redraws per second at most, whatever the sample rate
 MAX_REPLANS = 3  # the host keeps changing under the confirm dialog: stop asking
 
 log = logging.getLogger("gpudash.ui")
-
-
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +159,9 @@ class GpudashApp(App[int]):
         theme_dirs: Sequence[Path] | None = None,
         welcome: bool = False,
     ) -> None:
+        # Before Textual's own init, which asks get_driver_class: a terminal that goes away
+        # and a SIGTERM or SIGHUP end the app within a bound (gpudash.ui.stopping).
+        self.outside_stop = OutsideStop(lambda: 6 if self.running else 0)
         super().__init__()
         if not sources:
             raise ValueError("at least one host source is needed")
@@ -219,6 +221,12 @@ class GpudashApp(App[int]):
     def get_theme_variable_defaults(self) -> dict[str, str]:
         return dict(VARIABLE_DEFAULTS)
 
+    def get_driver_class(self) -> type[Driver]:
+        base = super().get_driver_class()  # Textual's Linux driver (macOS too), or headless
+        if base is LinuxDriver:
+            return safe_driver(self.outside_stop.ask)
+        return base
+
     def get_default_screen(self) -> MainScreen:
         return self.main
 
@@ -227,10 +235,9 @@ class GpudashApp(App[int]):
         return self.main.holders
 
     def on_mount(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in STOP_SIGNALS:  # told from outside (kill, systemd, the terminal closing)
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.add_signal_handler(sig, self._stop_from_outside)
+        # told from outside (kill, systemd, the terminal closing)
+        self.outside_stop.install(asyncio.get_running_loop(), self._stop_from_outside,
+                                  at_once=self._give_up_terminal)
         if self._keymap:
             self.set_keymap(self._keymap)
         # Which action a key means, after the user's keymap: a greyed-out action's key
@@ -822,16 +829,23 @@ class GpudashApp(App[int]):
                 pass  # cancelled as asked: _execute audited what was sent
         self.exit(6)
 
-    def _stop_from_outside(self) -> None:
-        """SIGTERM or SIGHUP: nobody is there to ask, so quit as "Quit now" does (an
-        action running is stopped where it is and audited; exit 6), else quit (exit 0)."""
-        log.warning("stop signal received: quitting%s",
+    def _stop_from_outside(self, why: str) -> None:
+        """SIGTERM, SIGHUP or the terminal gone: nobody is there to ask, so quit as "Quit
+        now" does (an action running is stopped where it is and audited; exit 6), else
+        quit (exit 0). ``gpudash.ui.stopping`` bounds how long that may take."""
+        log.warning("%s: quitting%s", why,
                     " (interrupting the running action)" if self.running else "")
         if self.running:
             self.run_worker(self._quit_now(), group="quit", exclusive=True,
                             exit_on_error=False)
         else:
             self.exit(0)
+
+    def _give_up_terminal(self) -> None:
+        """Told to stop: a terminal that takes no more output is not waited for (called
+        from a signal handler or another thread: it only sets a flag)."""
+        if isinstance(self._driver, SafeLinuxDriver):
+            self._driver.give_up_writes()
 
     def notify(
         self, message: str, *, title: str = "", severity: SeverityLevel = "information",
@@ -880,6 +894,9 @@ def run_dashboard(
         sources, interval=interval, read_only=read_only, theme=theme, exec_options=exec_options,
         welcome=demo and not read_only,
     )
-    result = app.run()
+    try:
+        result = app.run()
+    finally:
+        app.outside_stop.uninstall()  # its deadline, once started, still bounds the close
     code = result if isinstance(result, int) else (app.return_code or 0)
     return DashboardOutcome(code, app.interrupted_report)
