@@ -29,8 +29,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from fakegpu import harness  # noqa: E402
 
-from gpudash.collector.payload import collector_argv, payload  # noqa: E402
-from gpudash.collector.wire import SnapshotDecoder  # noqa: E402
+from gpudash.protocol.payload import collector_argv, payload  # noqa: E402
+from gpudash.protocol.wire import SnapshotDecoder  # noqa: E402
 
 
 def cpu_of(proc: psutil.Process) -> float:

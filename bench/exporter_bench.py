@@ -17,9 +17,10 @@ import time
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from gpudash.demo import MINIMAX, DemoHost
-from gpudash.exporter import HostWatch, TriageCollector
-from gpudash.transport import LinkState
+from gpudash.demo.host import MINIMAX, DemoHost
+from gpudash.feed.reconnect import LinkState
+from gpudash.feed.watch import HostWatch
+from gpudash.render.metrics import TriageCollector
 
 
 def watches(n: int) -> list[HostWatch]:

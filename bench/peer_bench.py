@@ -328,8 +328,8 @@ class Feed:
 
     async def _run(self) -> None:
         from gpudash.collector.hostside import K_FULL, K_PATCH
-        from gpudash.collector.payload import collector_argv, payload
-        from gpudash.collector.wire import apply_merge_patch
+        from gpudash.protocol.payload import collector_argv, payload
+        from gpudash.protocol.wire import apply_merge_patch
 
         argv = collector_argv(sys.executable, "stream", interval=1.0, sudo=False)
         proc = await asyncio.create_subprocess_exec(
@@ -360,7 +360,7 @@ class CopySource:
         return self._stream()
 
     async def _stream(self) -> AsyncIterator[Any]:
-        from gpudash.collector.wire import SnapshotDecoder
+        from gpudash.protocol.wire import SnapshotDecoder
 
         decoder = SnapshotDecoder(self.name)
         q = self.feed.subscribe()

@@ -12,7 +12,7 @@ import argparse
 import asyncio
 import time
 
-from gpudash.demo import DemoHost
+from gpudash.demo.host import DemoHost
 from gpudash.ui.app import GpudashApp
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from gpudash.demo import DEEPSEEK, KIMI, MINIMAX, DemoHost  # noqa: E402
+from gpudash.demo.host import DEEPSEEK, KIMI, MINIMAX, DemoHost  # noqa: E402
 from gpudash.engine import ExecOptions  # noqa: E402
 from gpudash.ui.app import GpudashApp  # noqa: E402
 from gpudash.ui.screens import ConfirmModal  # noqa: E402
@@ -71,8 +71,8 @@ async def main(theme: str, suffix: str, size: tuple[int, int]) -> None:
 
 
 async def fleet(theme: str, suffix: str, size: tuple[int, int]) -> None:
-    from gpudash.demo_fleet import demo_fleet
-    from gpudash.fleet import summarize
+    from gpudash.demo.fleet import demo_fleet
+    from gpudash.domain.fleet import summarize
 
     app = GpudashApp(
         demo_fleet(6, speed=20), interval=0.25, read_only=False, theme=theme,

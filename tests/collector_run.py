@@ -9,7 +9,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpudash.collector.payload import collector_argv, payload
+from gpudash.protocol.payload import collector_argv, payload
 
 
 def start(

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import signal
 
-from gpudash.demo import MINIMAX, DemoHost
+from gpudash.demo.host import MINIMAX, DemoHost
+from gpudash.domain.model import HostSnapshot
+from gpudash.domain.triage import triage
 from gpudash.engine import SPECS, ActionKind, Needs, PlanError, Selection
-from gpudash.model import HostSnapshot
-from gpudash.triage import triage
 
 
 def test_every_action_has_one_spec_with_its_own_key_and_binding() -> None:

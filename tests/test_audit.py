@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from test_cli_escaping import ERASE
 
-from gpudash import audit
 from gpudash.cli.act import run_reclaim
 from gpudash.cli.args import parse
 from gpudash.cli.terminal import Terminal
-from gpudash.demo import DemoHost
+from gpudash.demo.host import DemoHost
 from gpudash.engine import ActionKind, ActionReport, plan_action
+from gpudash.session import audit
 
 UNIT = "vllm-minimax-m25"
 SURROGATE = "\udcff"  # what os.fsdecode makes of a byte that is not UTF-8
@@ -79,8 +79,8 @@ def test_an_action_that_fails_after_sending_still_leaves_its_outcome() -> None:
 
 
 async def test_the_dashboards_failed_action_still_leaves_its_outcome() -> None:
-    from gpudash.controller import ActionController
     from gpudash.engine import ExecOptions
+    from gpudash.session.controller import ActionController
 
     demo = FailsAfterSending(speed=50)
     plan = plan_action(await demo.sample(), ActionKind.RECLAIM, unit=UNIT)

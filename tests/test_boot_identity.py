@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudash.source import SignalOutcome
+from gpudash.protocol.source import SignalOutcome
 from gpudash.transport import LocalSource
 
 BOOT = Path("/proc/sys/kernel/random/boot_id").read_text().strip()

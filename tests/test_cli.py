@@ -238,7 +238,7 @@ def test_the_cli_acts_on_the_host_as_it_is_when_you_answer_and_asks_again_if_it_
     import asyncio
     import signal as sig
 
-    from gpudash.demo import DemoHost
+    from gpudash.demo.host import DemoHost
 
     demo = DemoHost(speed=20.0)
     worker = next(p for p in demo.snapshot().processes if p.cmdline.startswith("VLLM::Worker_TP"))
@@ -260,7 +260,7 @@ def test_a_host_that_keeps_changing_under_the_prompt_is_left_alone() -> None:
     import asyncio
     import signal as sig
 
-    from gpudash.demo import DemoHost
+    from gpudash.demo.host import DemoHost
 
     demo = DemoHost(speed=20.0)
     workers = [p for p in demo.snapshot().processes if p.cmdline.startswith("VLLM::Worker_TP")]
@@ -302,7 +302,7 @@ def gpudash_signalled_at(hook: str, sig: str, *args: str) -> subprocess.Complete
     (``hook``: intent or outcome): the narrowest windows of an action, made certain."""
     code = (
         "import os, signal, sys\n"
-        "from gpudash import audit\n"
+        "from gpudash.session import audit\n"
         f"real = audit.AuditTrail.{hook}\n"
         "def hooked(self, *a):\n"
         f"    os.kill(os.getpid(), signal.{sig})\n"
@@ -443,7 +443,7 @@ def test_an_interrupt_while_a_host_hangs_is_exit_5_with_nothing_done(
 def test_a_bug_is_exit_70_with_one_line_and_the_traceback_in_the_log() -> None:
     code = (
         "import sys\n"
-        "import gpudash.textreport as t\n"
+        "import gpudash.render.textreport as t\n"
         "def broken(snap): raise RuntimeError('a bug for the test')\n"
         "t.snapshot_text = broken\n"
         "from gpudash.cli.main import main\n"
@@ -578,8 +578,8 @@ def test_reclaim_waits_as_long_as_its_timeout_says() -> None:
 
 
 def test_a_link_that_stays_down_is_exit_4_after_three_looks_and_nothing_is_resent() -> None:
-    from gpudash.demo import DemoHost
-    from gpudash.source import CommandResult, LinkLost
+    from gpudash.demo.host import DemoHost
+    from gpudash.protocol.source import CommandResult, LinkLost
 
     class DropsAfterStop(DemoHost):
         """The link drops while `systemctl disable` runs and never comes back."""

@@ -5,13 +5,13 @@ from __future__ import annotations
 import io
 import json
 
-from gpudash import jsonfmt
 from gpudash.cli.act import run_reclaim
 from gpudash.cli.args import parse
 from gpudash.cli.terminal import Terminal
-from gpudash.demo import DemoHost
-from gpudash.textreport import snapshot_text
-from gpudash.untrusted import json_dumps
+from gpudash.demo.host import DemoHost
+from gpudash.domain.untrusted import json_dumps
+from gpudash.render import jsondoc
+from gpudash.render.textreport import snapshot_text
 
 ERASE = "\x1b[3A\x1b[J"  # up three lines, erase to the end: the plan above the prompt vanishes
 BIDI = "evil\u202eexe.sh"
@@ -52,7 +52,7 @@ async def test_snapshot_text_and_json_escape_host_text() -> None:
     snap = await hostile_demo().sample()
     text = snapshot_text(snap)
     assert "\x1b" not in text and "\u202e" not in text and "\\u202e" in text
-    doc = json_dumps(jsonfmt.document([snap]), indent=2)
+    doc = json_dumps(jsondoc.document([snap]), indent=2)
     assert "\x1b" not in doc and "\u202e" not in doc
     (host,) = json.loads(doc)["hosts"]
     assert any(p["cmdline"] == f"{ERASE} {BIDI}" for p in host["processes"])

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpudash.collector import hostside, shell
+from gpudash.collector import hostside
 from gpudash.collector.hostside import (
     Collector,
     ProcReader,
@@ -25,9 +25,10 @@ from gpudash.collector.hostside import (
     parse_systemctl_show,
     unit_of_cgroup,
 )
-from gpudash.collector.wire import SnapshotDecoder, apply_merge_patch
-from gpudash.source import ProtocolError
-from gpudash.transport.actions import systemctl_argv, validate_pid, validate_unit
+from gpudash.protocol import shell
+from gpudash.protocol.source import ProtocolError
+from gpudash.protocol.wire import SnapshotDecoder, apply_merge_patch
+from gpudash.transport.commands import systemctl_argv, validate_pid, validate_unit
 from gpudash.transport.ssh import Target, parse_target
 
 
@@ -417,7 +418,7 @@ def test_stream_sees_holders_die_and_appear_with_pinned_fds(fakegpu_state) -> No
     import subprocess
     import time
 
-    from gpudash.collector.payload import collector_argv, payload
+    from gpudash.protocol.payload import collector_argv, payload
 
     st = fakegpu_state.init(gpus=2, teardown_ms=0)
     a = st.hold(0, 1000, name="worker-a")

@@ -16,8 +16,8 @@ import pytest
 
 from gpudash.collector import hostside
 from gpudash.collector.hostside import Collector, ProcReader, UnitReader
-from gpudash.collector.wire import SnapshotDecoder, parse_message
-from gpudash.model import SourceKind
+from gpudash.domain.model import SourceKind
+from gpudash.protocol.wire import SnapshotDecoder, parse_message
 
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
 

@@ -19,7 +19,7 @@ import pytest
 
 from gpudash.collector import hostside
 from gpudash.collector.hostside import Collector, ProcReader, UnitReader
-from gpudash.collector.wire import SnapshotDecoder
+from gpudash.protocol.wire import SnapshotDecoder
 from gpudash.transport import LocalSource
 
 # ---------------------------------------------------- one user's cmdlines cannot blind us

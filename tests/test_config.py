@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpudash.config import load
+from gpudash.state.config import load
 
 
 def test_model_globs_are_read_and_bad_entries_named(tmp_path: Path) -> None:

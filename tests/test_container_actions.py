@@ -10,12 +10,12 @@ import pytest
 from test_cli import gpudash
 from test_containers import CID, POD, proc, snap, vllm
 
-from gpudash.demo import EMBED_ID, EMBED_MIB, DemoHost
+from gpudash.demo.host import EMBED_ID, EMBED_MIB, DemoHost
+from gpudash.domain.model import Pod
+from gpudash.domain.triage import Flag, triage
 from gpudash.engine import SPECS, ActionKind, ExecOptions, PlanError, execute, plan_action
 from gpudash.engine.actions import selection_for
-from gpudash.model import Pod
-from gpudash.transport.actions import container_argv, validate_container
-from gpudash.triage import Flag, triage
+from gpudash.transport.commands import container_argv, validate_container
 
 FAST = ExecOptions(term_timeout=3.0, verify_timeout=30.0, poll=0.5, settle=3)
 EMBED = "docker:vllm-embed"

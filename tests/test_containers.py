@@ -18,11 +18,11 @@ from gpudash.collector.hostside import (
     UnitReader,
     container_of_cgroup,
 )
-from gpudash.collector.wire import SnapshotDecoder
-from gpudash.model import Container, Gpu, HostSnapshot, Pod, Process
-from gpudash.owners import Capability, OwnerKind, owner_of
-from gpudash.source import ProtocolError
-from gpudash.triage import Flag, triage
+from gpudash.domain.model import Container, Gpu, HostSnapshot, Pod, Process
+from gpudash.domain.owners import Capability, OwnerKind, owner_of
+from gpudash.domain.triage import Flag, triage
+from gpudash.protocol.source import ProtocolError
+from gpudash.protocol.wire import SnapshotDecoder
 
 CID = "3f4e1b2c" * 8
 CID2 = "9a8b7c6d" * 8

@@ -7,10 +7,10 @@ import json
 import os
 from pathlib import Path
 
-from gpudash.controller import ActionController
-from gpudash.demo import MINIMAX, DemoHost
+from gpudash.demo.host import MINIMAX, DemoHost
 from gpudash.engine import REVERIFY, ActionKind, ExecOptions, Progress, plan_action
-from gpudash.source import LinkLost, SignalOutcome
+from gpudash.protocol.source import LinkLost, SignalOutcome
+from gpudash.session.controller import ActionController
 
 FAST = ExecOptions(term_timeout=2.0, verify_timeout=10.0, poll=0.5)
 

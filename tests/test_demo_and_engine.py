@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import pytest
 
-from gpudash.demo import GPU_TOTAL_MIB, MINIMAX, MODEL_MIB, NOTEBOOK_MIB, DemoHost
+from gpudash.demo.host import GPU_TOTAL_MIB, MINIMAX, MODEL_MIB, NOTEBOOK_MIB, DemoHost
+from gpudash.domain.model import HostSnapshot, Process
+from gpudash.domain.triage import Flag, triage
 from gpudash.engine import ActionKind, ExecOptions, PlanError, execute, plan_action, reverify
-from gpudash.model import HostSnapshot, Process
-from gpudash.source import CommandResult, LinkLost, SignalOutcome
-from gpudash.triage import Flag, triage
+from gpudash.protocol.source import CommandResult, LinkLost, SignalOutcome
 
 FAST = ExecOptions(term_timeout=3.0, verify_timeout=30.0, poll=0.5, settle=3)
 NOTEBOOK = 90211

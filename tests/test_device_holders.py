@@ -24,11 +24,11 @@ from lab.probes import wait_host
 
 from gpudash.collector import hostside
 from gpudash.collector.hostside import Collector, DeviceHolders, ProcReader, UnitReader
-from gpudash.collector.payload import collector_argv, payload
-from gpudash.collector.wire import SnapshotDecoder, apply_merge_patch, to_snapshot
-from gpudash.model import Gpu, HostSnapshot, Process, Unit
-from gpudash.source import ProtocolError
-from gpudash.triage import Flag, holders_by_gpu, process_flags, triage
+from gpudash.domain.model import Gpu, HostSnapshot, Process, Unit
+from gpudash.domain.triage import Flag, holders_by_gpu, process_flags, triage
+from gpudash.protocol.payload import collector_argv, payload
+from gpudash.protocol.source import ProtocolError
+from gpudash.protocol.wire import SnapshotDecoder, apply_merge_patch, to_snapshot
 
 SVC = "vllm.service"
 

@@ -15,15 +15,15 @@ from collections.abc import Callable
 import pytest
 from lab.probes import alice_pid, wait_host, workers
 
+from gpudash.domain.triage import Flag
+from gpudash.domain.units import gib
 from gpudash.engine import ActionKind, ExecOptions
 from gpudash.transport import open_source
-from gpudash.triage import Flag
 from gpudash.ui.app import GpudashApp
 from gpudash.ui.screens import ConfirmModal
 from gpudash.ui.widgets.action_log import ActionLog
 from gpudash.ui.widgets.holders import HoldersTable
 from gpudash.ui.widgets.unit_panel import UnitPanel
-from gpudash.units import gib
 
 pytestmark = pytest.mark.lab
 

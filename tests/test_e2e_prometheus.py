@@ -18,8 +18,8 @@ import pytest
 from lab.probes import wait_host, workers
 from promserver import ALERT_RULES, Exporter, free_port, prometheus_server  # noqa: F401
 
-from gpudash.demo import GPU_TOTAL_MIB, MINIMAX, MODEL_MIB, DemoHost
-from gpudash.exporter import MIB
+from gpudash.demo.host import GPU_TOTAL_MIB, MINIMAX, MODEL_MIB, DemoHost
+from gpudash.render.metrics import MIB
 
 VLLM = "vllm-minimax-m25.service"
 SGLANG = "sglang-kimi.service"

@@ -8,9 +8,9 @@ guard and proof as any other holder.
 
 from __future__ import annotations
 
-from gpudash.demo import MINIMAX, MODEL_MIB, DemoHost, SimProcess
+from gpudash.demo.host import MINIMAX, MODEL_MIB, DemoHost, SimProcess
+from gpudash.domain.triage import Flag, triage
 from gpudash.engine import ActionKind, ExecOptions, execute, plan_action
-from gpudash.triage import Flag, triage
 
 FAST = ExecOptions(term_timeout=2.0, verify_timeout=10.0, poll=0.5, settle=3)
 

@@ -7,7 +7,8 @@ import signal
 
 import pytest
 
-from gpudash.demo import MINIMAX, MODEL_MIB, NOTEBOOK_MIB, DemoHost
+from gpudash.demo.host import MINIMAX, MODEL_MIB, NOTEBOOK_MIB, DemoHost
+from gpudash.domain.model import HostSnapshot
 from gpudash.engine import (
     ActionKind,
     ActionReport,
@@ -18,8 +19,7 @@ from gpudash.engine import (
     plan_action,
     replan,
 )
-from gpudash.model import HostSnapshot
-from gpudash.source import CommandResult, SignalOutcome
+from gpudash.protocol.source import CommandResult, SignalOutcome
 
 FAST = ExecOptions(term_timeout=3.0, verify_timeout=30.0, poll=0.5, settle=3)
 NOTEBOOK = 90211

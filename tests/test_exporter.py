@@ -21,14 +21,15 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpudash.crashloop import RestartWatch
-from gpudash.demo import DEEPSEEK, MINIMAX, DemoHost
-from gpudash.exporter import MIB, HostView, HostWatch, TriageCollector, metric_families
-from gpudash.fleet import summarize
-from gpudash.model import HostSnapshot, Unit
-from gpudash.source import ConnectError, HostControl
-from gpudash.transport.reconnect import LinkState
-from gpudash.triage import triage
+from gpudash.demo.host import DEEPSEEK, MINIMAX, DemoHost
+from gpudash.domain.crashloop import RestartWatch
+from gpudash.domain.fleet import summarize
+from gpudash.domain.model import HostSnapshot, Unit
+from gpudash.domain.triage import triage
+from gpudash.feed.reconnect import LinkState
+from gpudash.feed.watch import HostWatch, WatchedHost
+from gpudash.protocol.source import ConnectError, HostControl
+from gpudash.render.metrics import MIB, TriageCollector, metric_families
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -255,7 +256,7 @@ def test_a_host_whose_link_dropped_exports_no_stale_numbers() -> None:
 
 
 def test_host_text_in_labels_is_escaped() -> None:
-    view = HostView("gpu\x1b[2J01", LinkState("error", 0.0, error="bad\u202ehost\nkey"))
+    view = WatchedHost("gpu\x1b[2J01", LinkState("error", 0.0, error="bad\u202ehost\nkey"))
     [up] = [f for f in metric_families([view]) if f.name == "gpudash_link_up"]
     assert up.samples[0].labels["host"] == "gpu\\x1b[2J01"
     [info] = [f for f in metric_families([view]) if f.name == "gpudash_link"]

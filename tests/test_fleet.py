@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from gpudash.demo import DEEPSEEK, MINIMAX, DemoHost
-from gpudash.demo_fleet import ScenarioHost, demo_fleet
-from gpudash.fleet import CRASH_LOOP_RESTARTS, crash_looping, summarize
-from gpudash.model import Unit
+from gpudash.demo.fleet import ScenarioHost, demo_fleet
+from gpudash.demo.host import DEEPSEEK, MINIMAX, DemoHost
+from gpudash.domain.fleet import CRASH_LOOP_RESTARTS, crash_looping, summarize
+from gpudash.domain.model import Unit
+from gpudash.domain.triage import triage
 from gpudash.transport.limiter import ConnectLimiter
 from gpudash.transport.selection import (
     HostSelectionError,
@@ -22,7 +23,6 @@ from gpudash.transport.selection import (
     select_hosts,
     ssh_config_hosts,
 )
-from gpudash.triage import triage
 
 # --- what a fleet row says ----------------------------------------------------------------
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpudash.footprints import learn, lookup
+from gpudash.state.footprints import learn, lookup
 
 
 def test_learned_footprint_is_read_back_per_host_and_unit(tmp_path: Path) -> None:

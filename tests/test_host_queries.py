@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from gpudash import modelservers
 from gpudash.engine.goals import Ready
+from gpudash.serving import modelservers
 from gpudash.transport.hostsource import loopback_url
 from gpudash.transport.local import LocalSource
 

@@ -16,8 +16,9 @@ from pathlib import Path
 import collector_run
 import pytest
 
-from gpudash.collector import hostside, payload
-from gpudash.collector.wire import SnapshotDecoder
+from gpudash.collector import hostside
+from gpudash.protocol import payload
+from gpudash.protocol.wire import SnapshotDecoder
 
 HOSTSIDE = Path(hostside.__file__)
 ALLOWED = {"pynvml", "psutil"}  # shipped with the collector / used only when importable

@@ -23,9 +23,9 @@ import pytest
 from lab.fixtures import HostSpec, lab_unavailable, labmod
 from lab.probes import wait_host
 
+from gpudash.domain.triage import Flag, triage
 from gpudash.engine import ActionKind, ExecOptions, execute, plan_action
 from gpudash.transport import open_source
-from gpudash.triage import Flag, triage
 
 pytestmark = pytest.mark.lab
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpudash.logsigns import failure, load_progress, says_ready
+from gpudash.serving.logsigns import failure, load_progress, says_ready
 
 VLLM_LOADING = [
     "INFO 11-30 12:00:01 [api_server.py:1024] vLLM API server version 0.11.0",

@@ -16,9 +16,9 @@ from sshd.fixture import (  # noqa: F401
     sshd_server,
 )
 
-from gpudash.collector import shell
-from gpudash.model import SourceKind
-from gpudash.source import ProtocolError
+from gpudash.domain.model import SourceKind
+from gpudash.protocol import shell
+from gpudash.protocol.source import ProtocolError
 
 # Each would end a section or start a frame if the script printed host text as is.
 FORGED_COMMS = ["\n@frame 1\n", "x\n@end\n|y", "\n@apps\n@gpus"]
@@ -94,7 +94,7 @@ def test_absurd_numbers_in_a_frame_are_a_protocol_error(frame: list[str]) -> Non
         state = shell.parse_frame(frame)
     except ProtocolError:
         return
-    from gpudash.collector.wire import to_snapshot
+    from gpudash.protocol.wire import to_snapshot
 
     with pytest.raises(ProtocolError):  # decodes, or is refused as a whole: never a crash
         to_snapshot(state, "h", source=SourceKind.SHELL, degraded=True)
@@ -118,7 +118,7 @@ def test_the_script_caps_each_command_line_it_sends(gpus) -> None:  # type: igno
     assert len(lines[at + 1]) <= shell.CMDLINE_BYTES + 1
     # and what the decoder makes of it says it was cut
     from gpudash.collector.hostside import TRUNCATED
-    from gpudash.collector.wire import to_snapshot
+    from gpudash.protocol.wire import to_snapshot
 
     frame = lines[lines.index(next(x for x in lines if x.startswith("@frame"))):]
     snap = to_snapshot(shell.parse_frame(frame[: frame.index("@end") + 1]), "h")

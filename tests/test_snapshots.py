@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudash.demo import MINIMAX, DemoHost
+from gpudash.demo.host import MINIMAX, DemoHost
 from gpudash.engine import ExecOptions
 from gpudash.ui.app import GpudashApp
 from gpudash.ui.screens import ConfirmModal
@@ -142,7 +142,7 @@ class KeyChangedHost:
         return self
 
     async def stream(self, interval: float):  # type: ignore[no-untyped-def]
-        from gpudash.source import HostKeyError
+        from gpudash.protocol.source import HostKeyError
 
         raise HostKeyError(f"{self.name}: host key changed; ssh-keygen -R {self.name}")
         yield  # pragma: no cover
@@ -152,7 +152,7 @@ class KeyChangedHost:
 
 
 def frozen_fleet() -> GpudashApp:
-    from gpudash.demo_fleet import ScenarioHost
+    from gpudash.demo.fleet import ScenarioHost
 
     hosts = [ScenarioHost(f"gpu0{i + 1}", scenario, seed=7 + i) for i, scenario in
              enumerate(("incident", "healthy", "stopped", "crash-loop", "healthy"))]

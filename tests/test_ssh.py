@@ -19,9 +19,10 @@ from sshd.fixture import (  # noqa: F401
     sshd_server,
 )
 
-from gpudash.model import HostSnapshot, SourceKind
-from gpudash.source import HostKeyError, LinkLost, SignalOutcome
-from gpudash.transport import LinkState, LocalSource, open_source, reconnecting_stream
+from gpudash.domain.model import HostSnapshot, SourceKind
+from gpudash.feed.reconnect import LinkState, reconnecting_stream
+from gpudash.protocol.source import HostKeyError, LinkLost, SignalOutcome
+from gpudash.transport import LocalSource, open_source
 
 pytestmark = pytest.mark.ssh
 

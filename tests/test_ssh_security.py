@@ -26,7 +26,7 @@ from sshd.fixture import (  # noqa: F401
     sshd_server,
 )
 
-from gpudash.source import HostKeyError
+from gpudash.protocol.source import HostKeyError
 from gpudash.transport import open_source
 from gpudash.transport.hostkeys import KnownHosts
 from gpudash.transport.ssh import RUN_OUTPUT_MAX, SshSource

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpudash.demo import (
+from gpudash.demo.host import (
     DEEPSEEK,
     EMBED_ID,
     EMBED_MIB,
@@ -27,7 +27,7 @@ from gpudash.engine import (
     replan,
     reverify,
 )
-from gpudash.source import LinkLost
+from gpudash.protocol.source import LinkLost
 
 FAST = ExecOptions(term_timeout=2.0, verify_timeout=30.0, poll=0.5, settle=3,
                    serve_timeout=120.0)
@@ -247,7 +247,7 @@ async def test_a_container_swap_says_why_it_cannot_be_planned() -> None:
     with pytest.raises(PlanError, match=f"{MINIMAX} is already active"):
         container_swap(snap, target=MINIMAX)
     # the action fits a selected container (its row), greyed for a process of nobody
-    from gpudash.triage import triage
+    from gpudash.domain.triage import triage
 
     result = triage(snap)
     assert SPECS[ActionKind.SWAP].precheck(result, Selection(container=EMBED_ID)) is None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpudash.transport.actions import systemctl_argv, validate_unit
+from gpudash.transport.commands import systemctl_argv, validate_unit
 
 
 def test_unit_names_match_in_full() -> None:

@@ -24,9 +24,9 @@ from sshd.fixture import (  # noqa: F401
 )
 
 from gpudash.collector.hostside import PROTOCOL
-from gpudash.demo import DemoHost
-from gpudash.source import LinkLost, ProtocolError
-from gpudash.transport import LocalSource, round_trip_s
+from gpudash.demo.host import DemoHost
+from gpudash.protocol.source import LinkLost, ProtocolError, round_trip_s
+from gpudash.transport import LocalSource
 from gpudash.transport import ssh as ssh_transport
 from gpudash.transport.link import Connection, Pipe
 from gpudash.transport.local import LocalConnection

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpudash.model import Gpu, HostSnapshot, Process, Unit
-from gpudash.triage import (
+from gpudash.domain.model import Gpu, HostSnapshot, Process, Unit
+from gpudash.domain.triage import (
     Flag,
     OwnerKind,
     holders_by_gpu,

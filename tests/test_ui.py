@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from textual.widgets import Button
 
-from gpudash import units
-from gpudash.demo import MINIMAX, DemoHost
+from gpudash.demo.host import MINIMAX, DemoHost
+from gpudash.domain import units
+from gpudash.domain.triage import Flag
 from gpudash.engine import ActionKind, ExecOptions
-from gpudash.source import HostKeyError, LinkLost
-from gpudash.triage import Flag
+from gpudash.protocol.source import HostKeyError, LinkLost
 from gpudash.ui.app import GpudashApp
 from gpudash.ui.screens import ConfirmModal
 from gpudash.ui.widgets.action_log import ActionLog
@@ -301,12 +301,12 @@ async def test_two_hosts_switch_with_number_keys() -> None:
 async def test_audit_failure_is_a_warning_not_a_crash(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import gpudash.audit
+    import gpudash.session.audit
 
     def broken(record: object, path: object = None) -> None:
         raise PermissionError("read-only file system")
 
-    monkeypatch.setattr(gpudash.audit, "write", broken)
+    monkeypatch.setattr(gpudash.session.audit, "write", broken)
     demo = DemoHost(speed=50, release_delay=2)
     app = make_app(demo)
     async with app.run_test(size=SIZE) as pilot:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from test_ui import SIZE, make_app, run_confirmed, select, wait_for
 
-from gpudash.demo import EMBED_ID, DemoHost
+from gpudash.demo.host import EMBED_ID, DemoHost
 from gpudash.engine import ActionKind
 from gpudash.ui.widgets.unit_panel import UnitPanel
 
@@ -48,7 +48,7 @@ async def test_a_container_row_offers_container_verbs_and_reclaims_with_proof() 
 
 
 async def test_w_on_a_container_row_swaps_it_for_a_model_unit_with_both_phases_proven() -> None:
-    from gpudash.demo import RERANK
+    from gpudash.demo.host import RERANK
     from gpudash.ui.models import ModelPicker
     from gpudash.ui.screens import ConfirmModal
 

@@ -9,18 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from gpudash.demo import MINIMAX, DemoHost
-from gpudash.demo_fleet import ScenarioHost, UnreachableHost, demo_fleet
+from gpudash.demo.fleet import ScenarioHost, UnreachableHost, demo_fleet
+from gpudash.demo.host import MINIMAX, DemoHost
+from gpudash.domain.fleet import summarize
+from gpudash.domain.model import HostSnapshot
+from gpudash.domain.units import MIB_PER_GIB
 from gpudash.engine import ExecOptions
-from gpudash.fleet import summarize
-from gpudash.model import HostSnapshot
-from gpudash.source import HostControl, HostKeyError
+from gpudash.protocol.source import HostControl, HostKeyError
 from gpudash.ui import fleet_screen
 from gpudash.ui.app import GpudashApp
 from gpudash.ui.fleet_screen import FleetScreen
 from gpudash.ui.main_screen import MainScreen
 from gpudash.ui.screens import ConfirmModal
-from gpudash.units import MIB_PER_GIB
 
 SIZE = (160, 50)
 

@@ -24,10 +24,10 @@ import pytest
 from test_ui import SIZE, make_app, wait_for
 from test_wire import good
 
-from gpudash.collector.wire import SnapshotDecoder
-from gpudash.demo import DemoHost
-from gpudash.model import HostSnapshot
-from gpudash.source import ProtocolError
+from gpudash.demo.host import DemoHost
+from gpudash.domain.model import HostSnapshot
+from gpudash.protocol.source import ProtocolError
+from gpudash.protocol.wire import SnapshotDecoder
 from gpudash.ui.app import GpudashApp
 
 HUGE = 10**400

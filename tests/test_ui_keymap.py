@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gpudash.demo import DemoHost
+from gpudash.demo.host import DemoHost
 from gpudash.engine import ExecOptions
 from gpudash.ui.app import GpudashApp
 from gpudash.ui.keymap import load_keymap

@@ -8,10 +8,10 @@ import os
 import time
 from pathlib import Path
 
-from gpudash.demo import KIMI, MINIMAX, DemoHost
+from gpudash.demo.host import KIMI, MINIMAX, DemoHost
+from gpudash.domain.model import HostSnapshot
 from gpudash.engine import ExecOptions
-from gpudash.model import HostSnapshot
-from gpudash.source import ConnectError
+from gpudash.protocol.source import ConnectError
 from gpudash.ui.app import GpudashApp
 from gpudash.ui.screens import ConfirmModal
 from gpudash.ui.widgets.holders import HoldersTable
@@ -125,7 +125,7 @@ async def test_walkthrough_covers_nothing_follows_the_keymap_and_the_incident() 
 
 
 def test_walkthrough_steps_follow_the_demo_state() -> None:
-    from gpudash.triage import triage
+    from gpudash.domain.triage import triage
     from gpudash.ui.walkthrough import demo_step, guide_text
 
     demo = DemoHost(seed=7)

@@ -3,7 +3,7 @@ still waiting, and every number is the latest sample's."""
 
 from __future__ import annotations
 
-from gpudash.demo import MINIMAX, MODEL_MIB, DemoHost
+from gpudash.demo.host import MINIMAX, MODEL_MIB, DemoHost
 from gpudash.engine import ActionKind, ActionReport, GpuOutcome, Progress, plan_action
 from gpudash.ui.palette import Palette
 from gpudash.ui.widgets.progress import progress_text

@@ -10,8 +10,8 @@ from typing import Any
 from rich.text import Text
 from textual.app import App, ComposeResult
 
-from gpudash.demo import DemoHost
-from gpudash.triage import triage
+from gpudash.demo.host import DemoHost
+from gpudash.domain.triage import triage
 from gpudash.ui.app import GpudashApp
 from gpudash.ui.hosts import HostView
 from gpudash.ui.text import same_text

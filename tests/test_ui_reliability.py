@@ -11,8 +11,8 @@ import pytest
 from test_ui import NOTEBOOK, SIZE, main_pid, make_app, select, wait_for
 from textual.app import App
 
-from gpudash.demo import MINIMAX, DemoHost
-from gpudash.model import HostSnapshot
+from gpudash.demo.host import MINIMAX, DemoHost
+from gpudash.domain.model import HostSnapshot
 from gpudash.ui.app import GpudashApp
 from gpudash.ui.quit import QuitWhileActing
 from gpudash.ui.screens import ConfirmModal

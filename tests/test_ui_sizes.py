@@ -10,7 +10,7 @@ import time
 from textual.widgets import Button
 from textual.widgets._footer import FooterKey
 
-from gpudash.demo import MINIMAX, DemoHost
+from gpudash.demo.host import MINIMAX, DemoHost
 from gpudash.engine import ExecOptions
 from gpudash.ui.app import GpudashApp
 from gpudash.ui.screens import ConfirmModal, DetailScreen

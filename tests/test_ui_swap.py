@@ -5,7 +5,7 @@ from __future__ import annotations
 from test_ui import SIZE, make_app, select, wait_for
 from textual.widgets import RichLog
 
-from gpudash.demo import KIMI, MINIMAX, DemoHost
+from gpudash.demo.host import KIMI, MINIMAX, DemoHost
 from gpudash.engine import ActionKind
 from gpudash.ui.models import JournalScreen, ModelPicker
 from gpudash.ui.screens import ConfirmModal

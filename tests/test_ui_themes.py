@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudash.demo import DemoHost
+from gpudash.demo.host import DemoHost
 from gpudash.ui.app import GpudashApp
 from gpudash.ui.text import clean, duration
 from gpudash.ui.themes import load_themes

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gpudash import units
-from gpudash.demo import MODEL_MIB, DemoHost
-from gpudash.textreport import snapshot_text
+from gpudash.demo.host import MODEL_MIB, DemoHost
+from gpudash.domain import units
+from gpudash.render.textreport import snapshot_text
 
 
 def test_each_quantity_has_one_spelling() -> None:

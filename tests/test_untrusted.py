@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpudash.untrusted import clean, json_dumps
+from gpudash.domain.untrusted import clean, json_dumps
 
 INVISIBLE = [
     "\u061c",  # Arabic letter mark

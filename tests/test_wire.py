@@ -13,11 +13,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpudash import jsonfmt
-from gpudash.collector import hostside, wire
-from gpudash.collector.wire import SnapshotDecoder, to_snapshot
-from gpudash.model import Gpu, HostSnapshot, Process, Unit
-from gpudash.source import ProtocolError
+from gpudash.collector import hostside
+from gpudash.domain.model import Gpu, HostSnapshot, Process, Unit
+from gpudash.protocol import wire
+from gpudash.protocol.source import ProtocolError
+from gpudash.protocol.wire import SnapshotDecoder, to_snapshot
+from gpudash.render import jsondoc
 
 BOOT = "f0376a21-a525-4d33-835c-5d4530f7f7f4"
 
@@ -233,7 +234,7 @@ def test_wire_keys_are_the_model_fields(keys: str, cls: type, extra: set) -> Non
 
 def test_json_output_has_every_model_field() -> None:
     snap = decode(good())
-    host = jsonfmt.host_to_json(snap)
+    host = jsondoc.host_to_json(snap)
     for cls, rows in ((Gpu, host["gpus"]), (Process, host["processes"]), (Unit, host["units"])):
         assert {f.name for f in dataclasses.fields(cls)} <= set(rows[0])
     assert {"boot_id", "cpu_pct", "mem_used_mib", "mem_total_mib"} <= set(host)
@@ -300,7 +301,7 @@ def test_decoder_gives_a_bounded_snapshot_or_a_protocol_error(lines: list[bytes]
         except ProtocolError:
             continue
         within_bounds(snap)
-        jsonfmt.host_to_json(snap)
+        jsondoc.host_to_json(snap)
 
 
 @settings(max_examples=200)

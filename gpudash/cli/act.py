@@ -16,10 +16,10 @@ import signal
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from gpudash import audit
 from gpudash.cli.contract import Exit
 from gpudash.cli.terminal import Terminal
-from gpudash.controller import learn_from, serving_request, watch
+from gpudash.domain.model import SourceKind, unit_name
+from gpudash.domain.untrusted import json_dumps
 from gpudash.engine import (
     REVERIFY,
     SPECS,
@@ -34,9 +34,9 @@ from gpudash.engine import (
     replan,
     reverify,
 )
-from gpudash.model import SourceKind, unit_name
-from gpudash.source import HostSource, SourceError
-from gpudash.untrusted import json_dumps
+from gpudash.protocol.source import HostSource, SourceError
+from gpudash.session import audit
+from gpudash.session.controller import learn_from, serving_request, watch
 
 MAX_REPLANS = 3  # the host keeps changing under the prompt: stop asking
 

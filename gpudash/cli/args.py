@@ -9,9 +9,9 @@ from pathlib import Path
 
 from gpudash import __version__
 from gpudash.cli.contract import EXIT_CODES_HELP
-from gpudash.demo_fleet import MAX_DEMO_HOSTS
-from gpudash.logfile import LEVELS
-from gpudash.model import unit_name
+from gpudash.demo.fleet import MAX_DEMO_HOSTS
+from gpudash.domain.model import unit_name
+from gpudash.state.logfile import LEVELS
 
 SUBCOMMANDS = ("snapshot", "reclaim", "start", "swap", "exporter")
 
@@ -188,7 +188,7 @@ def parse(argv: list[str]) -> tuple[str | None, argparse.Namespace]:
             unit_name(args.from_unit) == unit_name(args.to_unit)):
         parser.error("--from and --to name the same unit: use start or restart")
     if getattr(args, "from_container", None) is not None:
-        from gpudash.transport.actions import validate_container
+        from gpudash.transport.commands import validate_container
 
         try:
             validate_container(args.from_container)

@@ -24,9 +24,10 @@ from prometheus_client.process_collector import ProcessCollector
 
 from gpudash.cli.contract import Exit
 from gpudash.cli.terminal import Terminal
-from gpudash.exporter import HostWatch, TriageCollector
-from gpudash.source import HostSource
-from gpudash.transport.reconnect import LinkState
+from gpudash.feed.reconnect import LinkState
+from gpudash.feed.watch import HostWatch
+from gpudash.protocol.source import HostSource
+from gpudash.render.metrics import TriageCollector
 
 log = logging.getLogger("gpudash.cli")
 

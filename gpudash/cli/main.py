@@ -24,13 +24,13 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from gpudash import logfile
 from gpudash.cli.args import parse
 from gpudash.cli.contract import Exit
 from gpudash.cli.terminal import Terminal
-from gpudash.model import HostSnapshot, SourceKind
-from gpudash.source import HostSource, SourceError
-from gpudash.untrusted import json_dumps
+from gpudash.domain.model import HostSnapshot, SourceKind
+from gpudash.domain.untrusted import json_dumps
+from gpudash.protocol.source import HostSource, SourceError
+from gpudash.state import logfile
 
 log = logging.getLogger("gpudash.cli")
 
@@ -42,10 +42,10 @@ def open_sources(args: argparse.Namespace, *, demo_speed: float = 1.0) -> list[H
     """The hosts named on the command line, as sources (not yet connected)."""
     read_only = getattr(args, "read_only", False)
     if args.demo:
-        from gpudash.demo import DemoHost
+        from gpudash.demo.host import DemoHost
 
         if getattr(args, "demo_hosts", None):
-            from gpudash.demo_fleet import demo_fleet
+            from gpudash.demo.fleet import demo_fleet
 
             return demo_fleet(args.demo_hosts, speed=demo_speed, read_only=read_only)
         return [DemoHost(speed=demo_speed, read_only=read_only, containers=True)]
@@ -87,8 +87,8 @@ def no_gpu_source(snap: HostSnapshot) -> bool:
 
 
 def cmd_snapshot(args: argparse.Namespace, term: Terminal) -> int:
-    from gpudash import jsonfmt
-    from gpudash.textreport import snapshot_text
+    from gpudash.render import jsondoc
+    from gpudash.render.textreport import snapshot_text
 
     try:
         snaps, errors = asyncio.run(_sample_all(open_sources(args)))
@@ -96,7 +96,7 @@ def cmd_snapshot(args: argparse.Namespace, term: Terminal) -> int:
         term.error("interrupted: nothing printed")
         return Exit.CANCELLED
     if args.json:
-        term.result_json(json_dumps(jsonfmt.document(snaps, errors), indent=2))
+        term.result_json(json_dumps(jsondoc.document(snaps, errors), indent=2))
     else:
         for snap in snaps:
             term.result(snapshot_text(snap))

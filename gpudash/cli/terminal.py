@@ -1,6 +1,6 @@
 """Where the command line writes: the result to stdout, everything else to stderr.
 
-Every line that can hold host text goes through ``gpudash.untrusted.clean`` here, in one
+Every line that can hold host text goes through ``gpudash.domain.untrusted.clean`` here, in one
 place: a process named ``\\x1b[3A\\x1b[J`` cannot erase the plan above the prompt.
 """
 
@@ -12,8 +12,8 @@ import sys
 from collections.abc import Iterable
 from typing import TextIO
 
+from gpudash.domain.untrusted import clean
 from gpudash.engine import Progress
-from gpudash.untrusted import clean
 
 
 class Terminal:

@@ -1,7 +1,6 @@
-"""The collector: runs on the GPU host, produces snapshots (see ``hostside``).
+"""The collector: the program gpudash runs on the GPU host (``hostside``).
 
-``hostside`` is the program sent to the host, and holds the protocol's one definition
-(ops, message kinds, keys, limits, version); ``wire`` decodes what it writes, with the
-per-field bounds of ``schema``; ``shell`` is the fallback for hosts without ``python3``;
-``payload`` builds what is sent.
+``hostside`` is the program sent to the host (stdlib only, Python 3.7+), and holds the
+protocol's one definition (ops, message kinds, keys, limits, version); the operator side
+decodes what it writes in ``gpudash.protocol``.
 """

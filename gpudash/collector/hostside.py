@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 # ------------------------------------------------------------------------ the protocol
 # The one definition of what travels between gpudash and this collector. gpudash's
-# decoder (gpudash/collector/wire.py) imports these names, and a test holds the key lists
+# decoder (gpudash/protocol/wire.py) imports these names, and a test holds the key lists
 # equal to the fields of gpudash's model (Gpu, Process, Unit, HostSnapshot).
 
 PROTOCOL = 3  # 2: boot_id, CPU and memory of the host and of each process, source "none"

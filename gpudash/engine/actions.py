@@ -14,6 +14,25 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
+from gpudash.domain.model import HostSnapshot, Process, SourceKind, Unit, unit_name
+from gpudash.domain.owners import (
+    Capability,
+    Owner,
+    container_members,
+    container_owner,
+    owner_of,
+    pod_advice,
+)
+from gpudash.domain.triage import (
+    Flag,
+    HostTriage,
+    OwnerKind,
+    holds,
+    label,
+    owner_kind,
+    process_flags,
+)
+from gpudash.domain.units import gib
 from gpudash.engine.plan import (
     DISABLING,
     STOPPING,
@@ -27,17 +46,6 @@ from gpudash.engine.plan import (
 )
 from gpudash.engine.steps import ContainerCommand, Signal, Step, Systemctl
 from gpudash.engine.target import Target, expected_free
-from gpudash.model import HostSnapshot, Process, SourceKind, Unit, unit_name
-from gpudash.owners import (
-    Capability,
-    Owner,
-    container_members,
-    container_owner,
-    owner_of,
-    pod_advice,
-)
-from gpudash.triage import Flag, HostTriage, OwnerKind, holds, label, owner_kind, process_flags
-from gpudash.units import gib
 
 
 class Needs(StrEnum):

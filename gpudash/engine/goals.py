@@ -13,10 +13,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from gpudash.domain.model import Container, HostSnapshot, Process, Unit
+from gpudash.domain.units import gib
 from gpudash.engine.target import Target
-from gpudash.model import Container, HostSnapshot, Process, Unit
-from gpudash.source import HostControl
-from gpudash.units import gib
+from gpudash.protocol.source import HostControl
 
 
 class GoalState(StrEnum):

@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from gpudash.domain.model import Container, Unit
+from gpudash.domain.units import gib, gib_number
 from gpudash.engine.steps import Command, ContainerCommand, Signal, Step, Systemctl
 from gpudash.engine.target import Target
-from gpudash.model import Container, Unit
-from gpudash.units import gib, gib_number
 
 
 class ActionKind(StrEnum):

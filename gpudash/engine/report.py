@@ -11,10 +11,10 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from gpudash.domain.model import Container, Unit
+from gpudash.domain.units import gib
 from gpudash.engine.plan import ActionPlan
-from gpudash.model import Container, Unit
-from gpudash.source import CommandResult, SignalOutcome
-from gpudash.units import gib
+from gpudash.protocol.source import CommandResult, SignalOutcome
 
 # A signal in these states reached the host or may have: only GONE/MISMATCH/DENIED did not.
 MAY_HAVE_SENT = frozenset({SignalOutcome.SENT, SignalOutcome.UNKNOWN})

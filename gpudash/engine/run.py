@@ -16,6 +16,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from gpudash.collector.hostside import container_of_cgroup
+from gpudash.domain.model import HostSnapshot, Process
+from gpudash.domain.triage import label
+from gpudash.domain.units import gib
 from gpudash.engine.actions import PROCESS_ACTIONS, UNIT_ACTIONS
 from gpudash.engine.goals import (
     ContainerDown,
@@ -51,11 +54,8 @@ from gpudash.engine.report import (
 )
 from gpudash.engine.steps import ContainerCommand
 from gpudash.engine.target import Target, mem_sum
-from gpudash.logsigns import failure, load_progress
-from gpudash.model import HostSnapshot, Process
-from gpudash.source import CommandResult, HostControl, SignalOutcome, SourceError
-from gpudash.triage import label
-from gpudash.units import gib
+from gpudash.protocol.source import CommandResult, HostControl, SignalOutcome, SourceError
+from gpudash.serving.logsigns import failure, load_progress
 
 NOT_SENT = {
     SignalOutcome.MISMATCH: (

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gpudash.model import HostSnapshot, Process
-from gpudash.triage import label
+from gpudash.domain.model import HostSnapshot, Process
+from gpudash.domain.triage import label
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,8 @@
 """Reaching hosts: this machine (``LocalSource``) or a remote one over SSH.
 
-``open_source`` picks one from what the operator typed; ``reconnecting_stream`` keeps a
-source's snapshots coming across dropped links; ``round_trip_s`` says how long a request
-to a host takes now. Nothing here prints or notifies: errors are typed ``SourceError``s
-and state changes go to a callback.
+``open_source`` picks one from what the operator typed (``gpudash.feed`` keeps its
+snapshots coming across dropped links). Nothing here prints or notifies: errors are
+typed ``SourceError``s and state changes go to a callback.
 
 Inside: a source is a ``Connection`` (``link``: SSH or local; how to reach the host and
 run programs there) plus the ``Collector`` its probe chose (``collectors``: Python or
@@ -15,9 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpudash.source import HostSource
+from gpudash.protocol.source import HostSource
 from gpudash.transport.local import LocalSource
-from gpudash.transport.reconnect import LinkState, reconnecting_stream
 
 if TYPE_CHECKING:
     from gpudash.transport.ssh import SshSource, parse_target
@@ -33,22 +31,11 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
-    "LinkState",
     "LocalSource",
     "SshSource",
     "open_source",
     "parse_target",
-    "reconnecting_stream",
-    "round_trip_s",
 ]
-
-
-def round_trip_s(source: HostSource) -> float | None:
-    """The host's request round trip in seconds (writing a request to reading its
-    answer, measured on the running stream about once a second), or None where it is
-    not known: before the first answer, for the shell fallback, for the demo."""
-    value = getattr(source, "round_trip_s", None)
-    return value if isinstance(value, float) else None
 
 
 def open_source(

@@ -18,7 +18,6 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudash.collector import shell
 from gpudash.collector.hostside import (
     K_FULL,
     K_HTTP,
@@ -29,10 +28,11 @@ from gpudash.collector.hostside import (
     OP_SIGNAL,
     OP_WATCH,
 )
-from gpudash.collector.payload import collector_argv, payload
-from gpudash.collector.wire import SnapshotDecoder, check_ready, parse_message, to_snapshot
-from gpudash.model import HostSnapshot, SourceKind
-from gpudash.source import LinkLost, ProtocolError, SignalOutcome, SourceError
+from gpudash.domain.model import HostSnapshot, SourceKind
+from gpudash.protocol import shell
+from gpudash.protocol.payload import collector_argv, payload
+from gpudash.protocol.source import LinkLost, ProtocolError, SignalOutcome, SourceError
+from gpudash.protocol.wire import SnapshotDecoder, check_ready, parse_message, to_snapshot
 from gpudash.transport.link import Connection, HostFacts, Pipe
 
 FIRST_SAMPLE_TIMEOUT_S = 20.0  # python start + pynvml load + first systemctl on a busy host
@@ -271,7 +271,7 @@ class PythonCollector(Collector):
 
 
 class ShellCollector(Collector):
-    """``collector/shell.py``'s POSIX sh script, for hosts without python3."""
+    """``protocol/shell.py``'s POSIX sh script, for hosts without python3."""
 
     async def stream(self, interval: float) -> AsyncIterator[HostSnapshot]:
         pipe = await self.open(shell.stream_command(interval))

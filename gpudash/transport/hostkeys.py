@@ -23,7 +23,7 @@ from typing import Any
 
 import asyncssh
 
-from gpudash.source import HostKeyError
+from gpudash.protocol.source import HostKeyError
 
 DEFAULT_USER_FILES = ("~/.ssh/known_hosts", "~/.ssh/known_hosts2")
 DEFAULT_GLOBAL_FILES = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")

@@ -16,10 +16,9 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from gpudash import modelservers
 from gpudash.collector.hostside import OP_REFRESH, OP_WATCH
-from gpudash.model import HostSnapshot
-from gpudash.source import (
+from gpudash.domain.model import HostSnapshot
+from gpudash.protocol.source import (
     CommandResult,
     HostControl,
     LinkLost,
@@ -27,13 +26,7 @@ from gpudash.source import (
     SignalOutcome,
     SourceError,
 )
-from gpudash.transport.actions import (
-    container_argv,
-    systemctl_argv,
-    validate_pid,
-    validate_signal,
-    validate_unit,
-)
+from gpudash.serving import modelservers
 from gpudash.transport.collectors import (
     Collector,
     CollectorOptions,
@@ -41,6 +34,13 @@ from gpudash.transport.collectors import (
     PythonCollector,
     collector_for,
     request,
+)
+from gpudash.transport.commands import (
+    container_argv,
+    systemctl_argv,
+    validate_pid,
+    validate_signal,
+    validate_unit,
 )
 from gpudash.transport.link import Connection
 

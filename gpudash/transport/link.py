@@ -15,8 +15,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpudash.collector.wire import MAX_LINE
-from gpudash.source import CommandResult, ConnectError, LinkLost, ProtocolError, SourceError
+from gpudash.protocol.source import (
+    CommandResult,
+    ConnectError,
+    LinkLost,
+    ProtocolError,
+    SourceError,
+)
+from gpudash.protocol.wire import MAX_LINE
 
 log = logging.getLogger("gpudash.transport")
 

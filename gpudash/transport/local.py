@@ -9,7 +9,7 @@ import socket
 import sys
 from collections.abc import Mapping
 
-from gpudash.source import CommandResult, ConnectError, LinkLost, ProtocolError
+from gpudash.protocol.source import CommandResult, ConnectError, LinkLost, ProtocolError
 from gpudash.transport.hostsource import CollectorSource
 from gpudash.transport.link import LINE_LIMIT, Connection, HostFacts, Pipe
 

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import asyncssh
 
-from gpudash.source import CommandResult, ConnectError, LinkLost, SourceError
+from gpudash.protocol.source import CommandResult, ConnectError, LinkLost, SourceError
 from gpudash.transport.hostkeys import HostKeyCheck, KnownHosts, known_hosts_files, local_tokens
 from gpudash.transport.hostsource import CollectorSource
 from gpudash.transport.limiter import CONNECTS, ConnectLimiter

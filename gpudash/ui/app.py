@@ -31,14 +31,8 @@ from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
 from textual.worker import Worker, WorkerCancelled, WorkerFailed
 
-from gpudash import config, footprints
-from gpudash.controller import (
-    ActionController,
-    Running,
-    outcome_line,
-    serving_request,
-    watch,
-)
+from gpudash.domain.model import HostSnapshot, SourceKind
+from gpudash.domain.triage import HostTriage
 from gpudash.engine import (
     SPECS_BY_NAME,
     STARTING,
@@ -53,9 +47,15 @@ from gpudash.engine import (
     selected_owner,
     selection_for,
 )
-from gpudash.model import HostSnapshot, SourceKind
-from gpudash.source import HostSource, SourceError
-from gpudash.triage import HostTriage
+from gpudash.protocol.source import HostSource, SourceError
+from gpudash.session.controller import (
+    ActionController,
+    Running,
+    outcome_line,
+    serving_request,
+    watch,
+)
+from gpudash.state import config, footprints
 from gpudash.ui.commands import DashboardCommands
 from gpudash.ui.driver import SafeLinuxDriver, safe_driver
 from gpudash.ui.fleet_screen import FleetScreen, LastAction

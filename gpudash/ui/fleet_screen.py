@@ -1,7 +1,7 @@
 """The fleet: one row per host — link, GPUs, reclaimable memory, orphans, crash loops and
 the last action — sortable, filtered by typing; Enter opens the host, F comes back.
 
-What a row says about a host is ``gpudash.fleet.summarize`` of its triage (the exporter
+What a row says about a host is ``gpudash.domain.fleet.summarize`` of its triage (the exporter
 uses the same definition); this screen only draws it. A host that fails shows its error in
 its row; a row that cannot be drawn shows why in its row; neither takes the screen down.
 Work per sample: one row, and only its cells that changed.
@@ -24,12 +24,12 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import DataTable, Static
 
-from gpudash.fleet import HostSummary, summarize
-from gpudash.triage import HostTriage
+from gpudash.domain.fleet import HostSummary, summarize
+from gpudash.domain.triage import HostTriage
+from gpudash.domain.units import MIB_PER_GIB, NA, gib_of
 from gpudash.ui.hosts import HostView
 from gpudash.ui.palette import Palette, palette
 from gpudash.ui.text import clean, literal
-from gpudash.units import MIB_PER_GIB, NA, gib_of
 
 if TYPE_CHECKING:
     from gpudash.ui.app import GpudashApp

@@ -13,11 +13,10 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from gpudash.model import HostSnapshot
-from gpudash.source import HostKeyError, HostSource
-from gpudash.transport import round_trip_s
-from gpudash.transport.reconnect import BACKOFF_MAX_S, LinkState, reconnecting_stream
-from gpudash.triage import HostTriage, retriage
+from gpudash.domain.model import HostSnapshot
+from gpudash.domain.triage import HostTriage, retriage
+from gpudash.feed.reconnect import BACKOFF_MAX_S, LinkState, reconnecting_stream
+from gpudash.protocol.source import HostKeyError, HostSource, round_trip_s
 
 HISTORY = 300  # samples of memory history kept per host
 

@@ -18,9 +18,9 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, OptionList, RichLog, Static
 from textual.widgets.option_list import Option
 
-from gpudash.source import SourceError
+from gpudash.domain.units import gib
+from gpudash.protocol.source import SourceError
 from gpudash.ui.text import clean, literal
-from gpudash.units import gib
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ import plotext as plt
 from rich.color import Color
 from rich.text import Text
 
-from gpudash.units import MIB_PER_GIB
+from gpudash.domain.units import MIB_PER_GIB
 
 # plotext aborts the whole process (a C++ std::bad_alloc, no Python exception to catch)
 # on some points outside the y limit, over a wide x range: a host whose clock jumps, or

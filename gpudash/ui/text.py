@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from gpudash.untrusted import clean
+from gpudash.domain.untrusted import clean
 
 __all__ = ["clean", "literal", "duration", "same_text"]
 

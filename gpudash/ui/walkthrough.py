@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 from rich.text import Text
 
-from gpudash.demo import KIMI, MINIMAX
-from gpudash.triage import Flag, HostTriage
+from gpudash.demo.host import KIMI, MINIMAX
+from gpudash.domain.triage import Flag, HostTriage
 
 KeyOf = Callable[[str], str]  # action name -> the key the user presses for it
 

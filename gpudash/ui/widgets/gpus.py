@@ -6,11 +6,11 @@ from rich.text import Text
 from textual.geometry import Size
 from textual.widget import Widget
 
-from gpudash.model import Gpu, HostSnapshot
+from gpudash.domain.model import Gpu, HostSnapshot
+from gpudash.domain.units import NA, celsius, gib_of, percent, watts
 from gpudash.ui.palette import Palette
 from gpudash.ui.text import literal, same_text
 from gpudash.ui.widgets.celltable import CellTable
-from gpudash.units import NA, celsius, gib_of, percent, watts
 
 _EIGHTHS = " ▏▎▍▌▋▊▉"
 BAR_WIDTH = 20

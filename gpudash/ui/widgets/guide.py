@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpudash.triage import HostTriage
+from gpudash.domain.triage import HostTriage
 from gpudash.ui.walkthrough import KeyOf, guide_text
 from gpudash.ui.widgets.quiet import QuietStatic
 

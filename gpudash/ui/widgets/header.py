@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from gpudash.domain.units import NA, gib_of, percent
 from gpudash.ui.hosts import HostView
 from gpudash.ui.palette import Palette
 from gpudash.ui.text import literal, same_text
 from gpudash.ui.widgets.celltable import CellTable
 from gpudash.ui.widgets.quiet import QuietStatic
-from gpudash.units import NA, gib_of, percent
 
 
 def _state_style(kind: str, pal: Palette) -> str:

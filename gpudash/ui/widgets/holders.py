@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from rich.text import Text
 from textual.binding import Binding
 
-from gpudash.triage import Flag, HostTriage, OwnerGroup, OwnerKind, ProcessNode
+from gpudash.domain.triage import Flag, HostTriage, OwnerGroup, OwnerKind, ProcessNode
+from gpudash.domain.units import NA, gib, percent
 from gpudash.ui.palette import Palette
 from gpudash.ui.text import duration, literal, same_text
 from gpudash.ui.widgets.celltable import CellTable
-from gpudash.units import NA, gib, percent
 
 COLUMNS = (
     ("who", "Owner / PID", 28),

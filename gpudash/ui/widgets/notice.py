@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from gpudash.model import HostSnapshot
-from gpudash.source import HostSource
+from gpudash.domain.model import HostSnapshot
+from gpudash.domain.units import seconds
+from gpudash.protocol.source import HostSource
 from gpudash.ui.hosts import HostView
 from gpudash.ui.palette import Palette
 from gpudash.ui.text import clean
 from gpudash.ui.widgets.quiet import QuietStatic
-from gpudash.units import seconds
 
 # (words in the error, what to do): the first match wins.
 _ADVICE = (

@@ -12,10 +12,10 @@ from collections.abc import Iterable, Mapping
 from rich.text import Text
 from textual.widgets import Static
 
+from gpudash.domain.units import gib, gib_number, seconds
 from gpudash.engine import ActionPlan, ActionReport, Progress, Target
 from gpudash.ui.palette import Palette
 from gpudash.ui.text import clean, literal
-from gpudash.units import gib, gib_number, seconds
 
 BAR = 24
 BAR_COMPACT = 10

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from gpudash.model import Process
-from gpudash.triage import Flag, OwnerGroup, OwnerKind
+from gpudash.domain.model import Process
+from gpudash.domain.triage import Flag, OwnerGroup, OwnerKind
+from gpudash.domain.units import NA, gib
 from gpudash.ui.palette import Palette
 from gpudash.ui.text import literal
 from gpudash.ui.widgets.holders import flags_text
 from gpudash.ui.widgets.quiet import QuietStatic
-from gpudash.units import NA, gib
 
 _KIND_NOTE = {
     OwnerKind.SESSION: "a login session: somebody's live work; reap never touches it",

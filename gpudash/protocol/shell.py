@@ -29,7 +29,7 @@ from gpudash.collector.hostside import (
     snapshot_bound,
     unit_of_cgroup,
 )
-from gpudash.source import ProtocolError
+from gpudash.protocol.source import ProtocolError
 
 # Bytes of a command line the script sends: one past the decoder's limit, so a longer one
 # is still cut with its mark, and no user's command lines can fill a frame.

@@ -36,8 +36,8 @@ from gpudash.collector.hostside import (
     TRUNCATED,
     WORD_MAX,
 )
-from gpudash.model import Container, Gpu, HostSnapshot, Pod, Process, Unit
-from gpudash.source import ProtocolError
+from gpudash.domain.model import Container, Gpu, HostSnapshot, Pod, Process, Unit
+from gpudash.protocol.source import ProtocolError
 
 MIB_MAX = 2**24  # 16 TiB: GPU memory, or one process's RSS
 HOST_MIB_MAX = 2**30  # 1 PiB of host RAM

@@ -15,7 +15,7 @@ MAX_BYTES = 2 * 1024 * 1024
 
 
 def log_path() -> Path:
-    from gpudash.audit import state_dir
+    from gpudash.state.paths import state_dir
 
     return state_dir() / "gpudash.log"
 

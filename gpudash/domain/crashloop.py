@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
-from gpudash.fleet import unit_crash_looping
-from gpudash.model import Unit
+from gpudash.domain.fleet import unit_crash_looping
+from gpudash.domain.model import Unit
 
 WINDOW_RESTARTS = 2  # automatic restarts seen ...
 CRASH_LOOP_WINDOW_S = 300.0  # ... within this many seconds make a crash loop too

@@ -23,11 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudash.engine import ActionPlan, ActionReport
-
-
-def state_dir() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "gpudash"
+from gpudash.state.paths import state_dir
 
 
 def audit_path(*, simulated: bool = False) -> Path:

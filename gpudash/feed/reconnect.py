@@ -8,8 +8,8 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
-from gpudash.model import HostSnapshot
-from gpudash.source import ConnectError, HostKeyError, HostSource, LinkLost, SourceError
+from gpudash.domain.model import HostSnapshot
+from gpudash.protocol.source import ConnectError, HostKeyError, HostSource, LinkLost, SourceError
 
 BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 30.0

@@ -27,9 +27,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from gpudash.demo_models import SimLoad, SimServer
-from gpudash.model import Container, Gpu, HostSnapshot, Process, SourceKind, Unit, unit_name
-from gpudash.source import CommandResult, HostControl, SignalOutcome
+from gpudash.demo.models import SimLoad, SimServer
+from gpudash.domain.model import Container, Gpu, HostSnapshot, Process, SourceKind, Unit, unit_name
+from gpudash.protocol.source import CommandResult, HostControl, SignalOutcome
 
 HZ = 100  # clock ticks per second, as in /proc/PID/stat
 GPU_NAME = "NVIDIA RTX PRO 6000 Blackwell"

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpudash.model import Unit
-from gpudash.triage import Flag, HostTriage, OwnerKind, holds
+from gpudash.domain.model import Unit
+from gpudash.domain.triage import Flag, HostTriage, OwnerKind, holds
 
 # NRestarts from which a service counts as crash-looping even between two restarts.
 CRASH_LOOP_RESTARTS = 3

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpudash.audit import state_dir
+from gpudash.state.paths import state_dir
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import signal
 
-from gpudash.model import UNIT_SUFFIXES
+from gpudash.domain.model import UNIT_SUFFIXES
 
 SYSTEMCTL_VERBS = frozenset({"stop", "disable", "start", "enable"})
 _UNIT_NAME = re.compile(r"[A-Za-z0-9:_.\\@-]{1,250}\.([a-z]+)")

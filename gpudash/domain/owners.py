@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from gpudash.collector.hostside import container_of_cgroup
-from gpudash.model import Container, HostSnapshot, Pod, Process, Unit
+from gpudash.domain.model import Container, HostSnapshot, Pod, Process, Unit
 
 
 class OwnerKind(StrEnum):

@@ -1,9 +1,9 @@
 """The triage as Prometheus metrics, for ``gpudash exporter``.
 
-``HostWatch`` follows one host through the same reconnecting stream the dashboard uses
-and keeps what it knows as one immutable ``HostView``, replaced whole on every sample or
-link change. ``TriageCollector`` (a ``prometheus_client`` collector) reads each host's
-view once per scrape and triages that snapshot, so a scrape is consistent per host and a
+``gpudash.feed.watch.HostWatch`` follows each host and keeps what it knows as one
+immutable ``WatchedHost``, replaced whole on every sample or link change.
+``TriageCollector`` (a ``prometheus_client`` collector) reads each host's view once per
+scrape and triages that snapshot, so a scrape is consistent per host and a
 process, unit or GPU that went away leaves no series behind. ``metric_families`` is the
 pure part: views in, metric families out.
 
@@ -14,11 +14,9 @@ not exported.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterator, Sequence
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -27,86 +25,21 @@ from prometheus_client.core import (
     Metric,
 )
 
-from gpudash.crashloop import RestartWatch
+from gpudash.domain.fleet import reclaimable_by_gpu
+from gpudash.domain.model import HostSnapshot, Process
+from gpudash.domain.triage import Flag, OwnerKind, owner_kind, triage
+from gpudash.domain.untrusted import clean
 from gpudash.engine.target import Target, expected_free
-from gpudash.fleet import reclaimable_by_gpu
-from gpudash.model import HostSnapshot, Process
-from gpudash.source import HostSource, SourceError
-from gpudash.transport import LinkState, reconnecting_stream, round_trip_s
-from gpudash.triage import Flag, OwnerKind, owner_kind, triage
-from gpudash.untrusted import clean
+from gpudash.feed.watch import HostWatch, WatchedHost
 
-log = logging.getLogger("gpudash.exporter")
+log = logging.getLogger("gpudash.render.metrics")
 
 MIB = 1 << 20  # bytes
-RETRY_S = 30.0  # a host whose stream gave up (a host key problem) is tried again after this
 
 HOST = ["host"]
 GPU = ["host", "gpu", "uuid"]
 UNIT = ["host", "unit"]
 GPU_UNIT = ["host", "gpu", "uuid", "unit"]
-
-
-@dataclass(frozen=True, slots=True)
-class HostView:
-    """What the exporter knows of one host at one instant (never mutated: replaced)."""
-
-    name: str
-    link: LinkState
-    snapshot: HostSnapshot | None = None
-    crash_looping: frozenset[str] = frozenset()  # unit names
-    samples: int = 0  # snapshots received since the exporter started
-    round_trip_s: float | None = None
-
-    @property
-    def up(self) -> bool:
-        return self.link.state == "connected" and self.snapshot is not None
-
-
-LinkListener = Callable[[str, LinkState], None]
-
-
-class HostWatch:
-    """Follows one host for as long as it runs; ``view`` is always its newest state."""
-
-    def __init__(
-        self, source: HostSource, interval: float, *, on_link: LinkListener | None = None,
-        clock: Callable[[], float] = time.monotonic, retry_s: float = RETRY_S,
-    ) -> None:
-        self.source = source
-        self.interval = interval
-        self.on_link = on_link
-        self.clock = clock
-        self.retry_s = retry_s
-        self.restarts = RestartWatch()
-        self.view = HostView(source.name, LinkState("connecting", time.time()))
-
-    def link_changed(self, state: LinkState) -> None:
-        self.view = replace(self.view, link=state)
-        if self.on_link is not None:
-            self.on_link(self.view.name, state)
-
-    def sampled(self, snap: HostSnapshot) -> None:
-        looping = self.restarts.observe(snap.units, self.clock())
-        view = self.view
-        self.view = HostView(view.name, view.link, snap, looping, view.samples + 1,
-                             round_trip_s(self.source))
-
-    async def run(self) -> None:
-        """Sample until cancelled. Nothing a host does ends this, nor any other host's."""
-        while True:
-            try:
-                async for snap in reconnecting_stream(self.source, self.interval,
-                                                      self.link_changed):
-                    self.sampled(snap)
-                self.link_changed(LinkState("error", time.time(), error="the stream ended"))
-            except SourceError:
-                pass  # a host key problem: reported by the stream; the operator must act
-            except Exception as exc:  # noqa: BLE001 - a bug must not silence the other hosts
-                log.exception("%s: following the host failed", self.view.name)
-                self.link_changed(LinkState("error", time.time(),
-                                            error=f"internal error: {type(exc).__name__}"))
-            await asyncio.sleep(self.retry_s)
 
 
 class _Families:
@@ -157,7 +90,7 @@ class _Families:
         return iter(vars(self).values())
 
 
-def metric_families(views: Sequence[HostView]) -> list[Metric]:
+def metric_families(views: Sequence[WatchedHost]) -> list[Metric]:
     """Every host's series, from one view each."""
     m = _Families()
     for view in views:
@@ -176,7 +109,7 @@ def orphaned_mib(snap: HostSnapshot, orphans: Sequence[Process]) -> dict[int, in
     return expected_free(snap, [Target.of(p, snap.boot_id) for p in orphans])
 
 
-def _host(m: _Families, host: str, snap: HostSnapshot, view: HostView) -> None:
+def _host(m: _Families, host: str, snap: HostSnapshot, view: WatchedHost) -> None:
     m.sample_time.add_metric([host], snap.taken_at)
     if view.round_trip_s is not None:
         m.round_trip.add_metric([host], view.round_trip_s)

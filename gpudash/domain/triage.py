@@ -11,8 +11,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from gpudash.model import Container, HostSnapshot, Process, Unit
-from gpudash.owners import (
+from gpudash.domain.model import Container, HostSnapshot, Process, Unit
+from gpudash.domain.owners import (
     NO_UNIT,
     Owner,
     OwnerKind,
@@ -106,7 +106,7 @@ class HostTriage:
 # --- owner classification -------------------------------------------------------------
 
 def owner_kind(unit: str | None) -> OwnerKind:
-    """The owner kind a unit name alone says (``gpudash.owners.unit_kind``)."""
+    """The owner kind a unit name alone says (``gpudash.domain.owners.unit_kind``)."""
     return unit_kind(unit)
 
 

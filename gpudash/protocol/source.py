@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
-from gpudash.model import HostSnapshot
+from gpudash.domain.model import HostSnapshot
 
 
 class SourceError(Exception):
@@ -101,3 +101,11 @@ class HostSource(Protocol):
 
     async def close(self) -> None:
         ...
+
+
+def round_trip_s(source: HostSource) -> float | None:
+    """The host's request round trip in seconds (writing a request to reading its
+    answer, measured on the running stream about once a second), or None where it is
+    not known: before the first answer, for the shell fallback, for the demo."""
+    value = getattr(source, "round_trip_s", None)
+    return value if isinstance(value, float) else None

@@ -6,10 +6,10 @@ process name cannot move the operator's cursor or clear the terminal.
 
 from __future__ import annotations
 
-from gpudash.model import HostSnapshot
-from gpudash.triage import triage
-from gpudash.units import NA, celsius, gib, gib_of, percent, watts
-from gpudash.untrusted import clean
+from gpudash.domain.model import HostSnapshot
+from gpudash.domain.triage import triage
+from gpudash.domain.units import NA, celsius, gib, gib_of, percent, watts
+from gpudash.domain.untrusted import clean
 
 
 def gpu_memory(per_gpu: dict[int, int | None]) -> str:

@@ -17,7 +17,6 @@ import json
 import logging
 from typing import Any
 
-from gpudash.collector import schema
 from gpudash.collector.hostside import (
     CONTAINER_KEYS,
     ERROR_MAX,
@@ -38,8 +37,9 @@ from gpudash.collector.hostside import (
     UNIT_KEYS,
     snapshot_bound,
 )
-from gpudash.model import Container, Gpu, HostSnapshot, Pod, Process, SourceKind, Unit
-from gpudash.source import ProtocolError
+from gpudash.domain.model import Container, Gpu, HostSnapshot, Pod, Process, SourceKind, Unit
+from gpudash.protocol import schema
+from gpudash.protocol.source import ProtocolError
 
 log = logging.getLogger("gpudash.wire")
 

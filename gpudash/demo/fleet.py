@@ -19,9 +19,15 @@ import asyncio
 import signal
 from collections.abc import AsyncIterator
 
-from gpudash.demo import DEEPSEEK, MINIMAX, DemoHost
-from gpudash.model import HostSnapshot
-from gpudash.source import CommandResult, ConnectError, HostControl, HostSource, SignalOutcome
+from gpudash.demo.host import DEEPSEEK, MINIMAX, DemoHost
+from gpudash.domain.model import HostSnapshot
+from gpudash.protocol.source import (
+    CommandResult,
+    ConnectError,
+    HostControl,
+    HostSource,
+    SignalOutcome,
+)
 
 SCENARIOS = ("incident", "healthy", "unreachable", "stopped", "crash-loop", "healthy")
 MAX_DEMO_HOSTS = 256

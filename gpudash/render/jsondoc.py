@@ -14,8 +14,8 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
-from gpudash.model import HostSnapshot
-from gpudash.triage import process_flags, triage
+from gpudash.domain.model import HostSnapshot
+from gpudash.domain.triage import process_flags, triage
 
 SCHEMA = 2
 

@@ -14,8 +14,6 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gpudash import config, footprints
-from gpudash.audit import AuditTrail, failed
 from gpudash.engine import (
     REVERIFY,
     ActionPlan,
@@ -25,9 +23,11 @@ from gpudash.engine import (
     execute,
     reverify,
 )
-from gpudash.source import HostControl, SourceError
+from gpudash.protocol.source import HostControl, SourceError
+from gpudash.session.audit import AuditTrail, failed
+from gpudash.state import config, footprints
 
-log = logging.getLogger("gpudash.controller")
+log = logging.getLogger("gpudash.session.controller")
 
 
 @dataclass(slots=True)
