@@ -53,3 +53,34 @@ def test_cuda_oom_and_nccl() -> None:
     nccl = failure(["RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO)"])
     assert nccl is not None and nccl.kind == "nccl"
     assert failure(["all good"]) is None
+
+
+# The tail of a real vLLM 0.32 (CPU build) started with --max-model-len 100000 on a model
+# of 512 positions, as the lab's journal holds it: the summary quoted pydantic's footer.
+PYDANTIC_TAIL = [
+    "(APIServer pid=4501) INFO 12-01 10:00:01 [utils.py:253] non-default args: {...}",
+    "Traceback (most recent call last):",
+    '  File "/opt/v/bin/vllm", line 8, in <module>',
+    "    sys.exit(main())",
+    '  File "/opt/v/lib/python3.11/site-packages/pydantic/_internal/_dataclasses.py", '
+    "line 121, in __init__",
+    "    s.__pydantic_validator__.validate_python(ArgsKwargs(args, kwargs), self_instance=s)",
+    "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig",
+    "  Value error, User-specified max_model_len (100000) is greater than the derived "
+    "max_model_len (max_position_embeddings=512.0 or model_max_length=None in model's "
+    "config.json). [type=value_error, input_value=ArgsKwargs((), {...}), "
+    "input_type=ArgsKwargs]",
+    "    For further information visit https://errors.pydantic.dev/2.14/v/value_error",
+]
+
+
+def test_a_python_servers_death_is_explained_by_its_cause_not_the_last_line() -> None:
+    f = failure(PYDANTIC_TAIL)
+    assert f is not None and f.kind == "exception"
+    assert f.line.startswith("Value error, User-specified max_model_len (100000)")
+    plain = ["INFO starting", "Traceback (most recent call last):",
+             '  File "x.py", line 1, in <module>', "ModuleNotFoundError: No module named 'vllm'",
+             "INFO shutting down"]
+    g = failure(plain)
+    assert g is not None and g.line == "ModuleNotFoundError: No module named 'vllm'"
+    assert failure(["INFO fine", "WARNING a warning"]) is None  # no traceback: no cause

@@ -285,10 +285,14 @@ class UnitUp(Goal):
             self.stable = 0
             return GoalStatus(self.title, GoalState.PENDING, f"{self.name}: not reported yet")
         restarts = u.n_restarts or 0
-        if restarts > self.restarts_before or u.sub_state == "auto-restart":
+        if restarts > self.restarts_before:
             return GoalStatus(self.title, GoalState.FAILED,
-                              f"{u.name} crashed and systemd is restarting it (NRestarts "
+                              f"{u.name} crashed and systemd restarted it (NRestarts "
                               f"{self.restarts_before} -> {restarts})")
+        if u.sub_state == "auto-restart":  # NRestarts grows when the restart happens
+            return GoalStatus(self.title, GoalState.FAILED,
+                              f"{u.name} exited and systemd will restart it "
+                              f"(SubState=auto-restart, NRestarts={restarts})")
         if u.active_state == "failed":
             return GoalStatus(self.title, GoalState.FAILED, f"{u.name} failed ({u.sub_state})")
         up = u.active_state == "active" and u.sub_state in ("running", None)

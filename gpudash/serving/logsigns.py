@@ -38,7 +38,7 @@ class LoadProgress:
 class Failure:
     """The line that explains why a server did not come up, and what it means."""
 
-    kind: str  # memory-held | cuda-oom | nccl | engine-init | exited
+    kind: str  # memory-held | cuda-oom | nccl | engine-init | exception | exited
     line: str  # the host's line, as it was (escape it before showing)
     advice: str
 
@@ -57,6 +57,15 @@ _SIGNATURES: tuple[tuple[re.Pattern[str], str, str], ...] = (
 )
 _WRAPPER = re.compile(r"Engine core initialization failed")
 _CAUSE = re.compile(r"(Error|Exception|error:|ERROR)")
+# vLLM prefixes what its processes print: "(EngineCore pid=3703) ", "(APIServer pid=1) "
+_PREFIX = re.compile(r"^\((?:\w+) pid=\d+\)\s?")
+_TRACEBACK = re.compile(r"Traceback \(most recent call last\):")
+# the exception line that ends a traceback: "ValueError: ...", "pkg.mod.SomeError: ..."
+_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt"
+                        r"|Warning|Failure)\b(?::|$)")
+# pydantic's detail under "ValidationError: N validation error(s) for X": the cause
+_PYDANTIC = re.compile(r"^\s*(?:Value error|Assertion failed|Input should|Field required|"
+                       r"Extra inputs are not permitted)\b")
 
 
 def load_progress(lines: Iterable[str]) -> LoadProgress | None:
@@ -89,4 +98,28 @@ def failure(lines: Sequence[str]) -> Failure | None:
                          lines[i])
             return Failure("engine-init", cause.strip(),
                            "the engine failed to start; the line above is its cause")
+    died = _exception(lines)
+    if died is not None:
+        return Failure("exception", died.strip(),
+                       "the server stopped on this error: fix what it names (its arguments, "
+                       "its model, its environment) and start it again")
+    return None
+
+
+def _exception(lines: Sequence[str]) -> str | None:
+    """The line that says why a Python program died: the exception line of its last
+    traceback, or, for pydantic's ValidationError, the detail line under it ("Value
+    error, ..."), not its "For further information visit ..." footer."""
+    start = None
+    for i in range(len(lines) - 1, -1, -1):
+        if _TRACEBACK.search(lines[i]):
+            start = i
+            break
+    if start is None:
+        return None
+    bare = [_PREFIX.sub("", line) for line in lines[start + 1:]]
+    for i, line in enumerate(bare):
+        if _EXCEPTION.match(line):
+            detail = next((d for d in bare[i + 1:i + 6] if _PYDANTIC.match(d)), None)
+            return detail.strip() if detail is not None else line.strip()
     return None
