@@ -511,7 +511,8 @@ def test_holder_killed_between_samples_is_gone_in_the_next_one(tmp_path: Path) -
         while (_stat_of(b.pid) or ("", "", 0, 0))[1] != "Z":
             time.sleep(0.01)
         snap = collector.sample()  # the driver still lists both (it lags): not as they were
-        assert snap["procs"][str(a.pid)] == {"pid": a.pid, "gpu_memory_mib": {"0": 100}}
+        assert snap["procs"][str(a.pid)] == {"pid": a.pid, "gpu_memory_mib": {"0": 100},
+                                           "unreadable": "gone"}
         assert snap["procs"][str(b.pid)]["state"] == "Z"
         assert snap["procs"][str(c.pid)] is first["procs"][str(c.pid)]
         collector.gpus.holders.pop(a.pid)  # type: ignore[attr-defined]

@@ -195,7 +195,8 @@ def proc(pid: int, ppid: int, cgroup: str, mem: int = 0, start: int = 10) -> Pro
     unit = hostside.unit_of_cgroup(cgroup)
     return Process(pid=pid, ppid=ppid, start_ticks=start, state="S", user="root", name="p",
                    cmdline="python3 -m vllm.entrypoints.openai.api_server", cgroup=cgroup,
-                   unit=unit, gpu_memory_mib={0: mem} if mem else {})
+                   unit=unit, gpu_memory_mib={0: mem} if mem else {},
+                   **hostside.cgroup_facts(cgroup))  # as the collector parses it
 
 
 def snap(procs: list[Process], containers: list[Container] = (), pods: list[Pod] = ()

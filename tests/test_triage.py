@@ -75,7 +75,7 @@ def test_respawn_orphans_old_workers_but_not_the_new_tree() -> None:
     assert Flag.RESPAWNED in t.flags[200]
     g = t.group(SVC)
     assert g is not None and Flag.RESPAWNED in g.flags
-    assert any("restarted this unit 1 time" in w for w in g.warnings)
+    assert any("restarted this unit by itself (NRestarts=1)" in w for w in g.warnings)
 
 
 def test_scheduler_that_escaped_with_setsid_after_main_started_is_not_orphan() -> None:
@@ -124,7 +124,7 @@ def test_labels_for_known_serving_stacks() -> None:
 
 def test_owner_kinds() -> None:
     assert owner_kind("docker-0123abcd.scope") is OwnerKind.CONTAINER
-    assert owner_kind("user@1000.service") is OwnerKind.SESSION
+    assert owner_kind("user@1000.service") is OwnerKind.USER_SERVICE
     assert owner_kind("run-r1.scope") is OwnerKind.SCOPE
     assert owner_kind(None) is OwnerKind.NONE
 

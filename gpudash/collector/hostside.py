@@ -45,8 +45,11 @@ from typing import TYPE_CHECKING, Any
 # decoder (gpudash/protocol/wire.py) imports these names, and a test holds the key lists
 # equal to the fields of gpudash's model (Gpu, Process, Unit, HostSnapshot).
 
-PROTOCOL = 3  # 2: boot_id, CPU and memory of the host and of each process, source "none"
+PROTOCOL = 4  # 2: boot_id, CPU and memory of the host and of each process, source "none"
 # 3: "containers" (docker/podman inspect of the containers their cgroups name) and "pods"
+# 4: a process's process group and what its cgroup says (container, pod, a user's own
+#    systemd), why a listed process could not be read; the parents and group leaders
+#    of GPU holders are listed
 
 # gpudash -> collector, one JSON object a line: {"op": OP_..., ...}
 OP_WATCH = "watch"  # {"unit": NAME}: report this unit from now on; re-read everything
@@ -82,7 +85,13 @@ PROC_KEYS = (  # gpu_memory_mib: {"INDEX": MiB, or -1 where the driver cannot te
     "pid", "ppid", "start_ticks", "started_at", "state", "user", "name", "cmdline", "cgroup",
     "unit", "gpu_memory_mib", "cpu_pct", "rss_mib",
     "device_gpus",  # [INDEX]: holds these GPUs' /dev/nvidia* although the driver lists it not
+    "pgid",  # its process group
+    # from its cgroup: the container (runtime, id), the pod, and under user@UID.service
+    # that user's uid and the unit there
+    "container_runtime", "container_id", "pod_uid", "user_uid", "user_unit",
+    "unreadable",  # listed by the driver, not readable here: one of UNREADABLE_REASONS
 )
+UNREADABLE_REASONS = ("gone", "hidden", "denied", "namespace")
 UNIT_KEYS = (
     "name", "active_state", "sub_state", "unit_file_state", "restart", "kill_mode",
     "n_restarts", "main_pid", "control_group", "description",
@@ -102,6 +111,7 @@ MAX_GPUS = 64
 MAX_PROCS = 2048  # GPU holders first, then the other processes of their units
 MAX_UNITS = 256
 MAX_CONTAINERS = 32  # and as many pods: those whose processes a snapshot lists
+ANCESTRY_DEPTH = 8  # parents of a GPU holder listed, at most this many levels up
 MAX_ERRORS = 32
 TRUNCATED = "\u2026[truncated]"  # ends every text that was cut
 CMDLINE_MAX = 4096  # bytes of one cmdline as JSON text (escapes counted), mark included
@@ -182,7 +192,8 @@ def snapshot_bound() -> int:
         len(PROC_KEYS) * number
         + CMDLINE_SHORT  # longer ones share CMDLINE_BUDGET
         + CGROUP_MAX
-        + 4 * TEXT_MAX  # state, user, name, unit
+        + 5 * TEXT_MAX  # state, user, name, unit, user_unit
+        + 2 * 64  # container_id, pod_uid
         + MAX_GPUS * 16  # gpu_memory_mib: '"63":16777215,'
     )
     unit = len(UNIT_KEYS) * number + CGROUP_MAX + 7 * TEXT_MAX
@@ -275,6 +286,36 @@ def container_of_cgroup(path: str | None) -> tuple[str, str | None, str | None] 
         if pod and CONTAINER_ID.fullmatch(part):
             return "cri", part, pod
     return ("cri", None, pod) if pod else None
+
+
+_USER_MANAGER = re.compile(r"user@(\d{1,10})\.service")  # fullmatch
+
+
+def user_of_cgroup(path: str | None) -> tuple[int, str | None] | None:
+    """``(uid, unit)`` when the cgroup is under a user's own systemd (``user@UID.service``):
+    that user's uid and the innermost unit there (their service, or a rootless
+    container's scope), else None."""
+    if not path:
+        return None
+    parts = path.split("/")
+    for i, part in enumerate(parts):
+        m = _USER_MANAGER.fullmatch(part)
+        if m:
+            inner = [q for q in parts[i + 1:] if UNIT_COMPONENT.fullmatch(q)]
+            return int(m.group(1)), (inner[-1] if inner else None)
+    return None
+
+
+def cgroup_facts(path: str | None) -> Json:
+    """What a process's cgroup says of its owner, as the wire's process keys."""
+    out: Json = {}
+    ref = container_of_cgroup(path)
+    if ref is not None:
+        out["container_runtime"], out["container_id"], out["pod_uid"] = ref
+    user = user_of_cgroup(path)
+    if user is not None:
+        out["user_uid"], out["user_unit"] = user
+    return {k: v for k, v in out.items() if v is not None}
 
 
 def unit_cgroup(path: str, unit: str) -> str:
@@ -654,6 +695,27 @@ def load_pynvml(source: str | None) -> Any:
 # -------------------------------------------------------------------------- processes
 
 
+def proc_hides_pids(proc: str = "/proc") -> bool:
+    """Whether ``proc`` is mounted with hidepid (other users' processes are invisible)."""
+    for line in (_read(proc + "/self/mountinfo") or "").splitlines():
+        left, _, right = line.partition(" - ")
+        fields, super_fields = left.split(), right.split()
+        if len(fields) > 4 and fields[4] == "/proc" and super_fields[:1] == ["proc"]:
+            options = super_fields[2].split(",") if len(super_fields) > 2 else []
+            return any(o.startswith("hidepid=") and o not in ("hidepid=0", "hidepid=off")
+                       for o in options)
+    return False
+
+
+def in_child_pid_namespace(proc: str = "/proc") -> bool:
+    """Whether this process's PID namespace is not the host's (``NSpid`` lists more than
+    one pid: the driver's pids are the outermost ones)."""
+    for line in (_read(proc + "/self/status") or "").splitlines():
+        if line.startswith("NSpid:"):
+            return len(line.split()) > 2
+    return False
+
+
 def _read(path: str, size: int = 65536) -> str | None:
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -683,7 +745,7 @@ class _Known:
         self.pidfd: int | None = None  # readable once this process has exited
         self.parent: int | None = None  # the ppid whose pidfd is watched for it, if any
         self.static: Json = {}
-        self.sig: tuple[bytes, bytes, bytes, int | None, int | None] | None = None
+        self.sig: tuple[bytes, bytes, bytes, int | None, int | None, bytes] | None = None
         self.out: Json = {}
         self.seen = True
         self.stale = True
@@ -782,6 +844,10 @@ class ProcReader:
             cgroup_root + "/cgroup.controllers"
         )
         self.cgroup_fs = cgroup_root + "/systemd" if v1 else cgroup_root
+        # /proc mounted with hidepid hides other users' processes; in a child PID
+        # namespace the driver's (host) pids are not ours (``unreadable``)
+        self.hidepid = proc_hides_pids(proc)
+        self.nested = in_child_pid_namespace(proc)
         if fd_limit is None:  # pinning relies on procfs semantics: not for a stand-in dir
             real = os.path.realpath(proc) == "/proc" and os.path.exists("/proc/self/stat")
             fd_limit = fd_budget() if real else 0
@@ -804,6 +870,14 @@ class ProcReader:
             else:
                 os.close(probe)
                 self.poller = select.epoll()
+
+    def unreadable(self, pid: int) -> str:
+        """Why ``pid`` (listed by the driver) cannot be read: one of UNREADABLE_REASONS."""
+        if self.nested:
+            return "namespace"
+        if os.path.exists(f"{self.proc}/{pid}"):
+            return "denied"
+        return "hidden" if self.hidepid else "gone"
 
     def start_ticks(self, pid: int) -> int | None:
         parsed = parse_stat(_read(f"{self.proc}/{pid}/stat") or "")
@@ -952,7 +1026,7 @@ class ProcReader:
                 ticks = -1
             if ticks >= 0:
                 cpu = self._cpu(known, ticks)
-        sig = (data[open_at + 1 : close_at], rest[0], rest[1], cpu, rss)
+        sig = (data[open_at + 1 : close_at], rest[0], rest[1], cpu, rss, rest[2])
         known.seen = True
         known.dirty = False
         if (
@@ -970,6 +1044,10 @@ class ProcReader:
             out["name"] = cap_text(sig[0].decode("utf-8", "replace"), TEXT_MAX)
             out["state"] = cap_text(sig[1].decode("ascii", "replace"), TEXT_MAX)
             out["ppid"] = ppid
+            try:
+                out["pgid"] = int(sig[5])
+            except ValueError:
+                pass
             if cpu is not None:
                 out["cpu_pct"] = cpu
             if rss is not None:
@@ -1045,6 +1123,7 @@ class ProcReader:
             "cgroup": None if cgroup is None else cap_text(cgroup, CGROUP_MAX),
             "unit": unit_of_cgroup(cgroup),
         }
+        static.update(cgroup_facts(cgroup))
         static = {k: v for k, v in static.items() if v is not None}
         if static != known.static:
             known.static, known.sig = static, None
@@ -1783,6 +1862,41 @@ class Collector:
         host = os.uname().nodename if hasattr(os, "uname") else "localhost"
         self.host = cap_text(host, TEXT_MAX)
 
+    def _ancestry(self, procs: dict[str, Json], holders: list[int], errors: list[str]) -> None:
+        """List the live parents (up to ``ANCESTRY_DEPTH`` levels) and the process-group
+        leader of every GPU holder: whether a model server's API server is still there
+        is told by them."""
+        read = self.proc.read
+        wanted: list[int] = []
+        for pid in holders:
+            info = procs.get(str(pid))
+            if info is None:
+                continue
+            pgid = info.get("pgid")
+            if isinstance(pgid, int) and pgid > 1 and pgid != pid:
+                wanted.append(pgid)
+            ppid = info.get("ppid")
+            for _ in range(ANCESTRY_DEPTH):
+                if not isinstance(ppid, int) or ppid <= 1:
+                    break
+                parent = procs.get(str(ppid))
+                if parent is None:
+                    if len(procs) >= MAX_PROCS:
+                        errors.append("parents of GPU holders not all listed: "
+                                      f"a snapshot lists {MAX_PROCS} processes")
+                        return
+                    parent = read(ppid)
+                    if parent is None:
+                        break
+                    procs[str(ppid)] = parent
+                ppid = parent.get("ppid")
+        for pgid in wanted:
+            if str(pgid) in procs or len(procs) >= MAX_PROCS:
+                continue
+            leader = read(pgid)
+            if leader is not None and leader.get("pgid") == pgid:
+                procs[str(pgid)] = leader
+
     def sample(self, force_units: bool = False) -> Json:
         """One wire snapshot. Its process dicts are shared with later snapshots while they
         do not change (so ``merge_patch`` skips them by identity): never mutate them."""
@@ -1805,14 +1919,16 @@ class Collector:
             listed = sorted(holders.items())[:MAX_PROCS]
             errors.append(f"{len(holders) - MAX_PROCS} GPU processes beyond {MAX_PROCS} not listed")
         for pid, mem in listed:
-            info = read(pid)
+            # In a child PID namespace the driver's pids (the host's) name other processes
+            # here, or none: never read them as if they were the holders.
+            info = None if self.proc.nested else read(pid)
             last = before.get(pid)
             if last is not None and last[0] is info and (last[1] is mem or last[1] == mem):
                 holding[pid] = last  # unchanged: the same dict (merge_patch skips it)
                 procs[last[3]] = last[2]
                 continue
-            if info is None:  # listed by the driver, gone from /proc (or another pid ns)
-                info = {"pid": pid}
+            if info is None:  # listed by the driver, not readable here: say why
+                info = {"pid": pid, "unreadable": self.proc.unreadable(pid)}
             out = dict(info)
             out["gpu_memory_mib"] = {str(k): v for k, v in mem.items()}
             name = str(pid)
@@ -1844,6 +1960,7 @@ class Collector:
                 errors.append(
                     f"{unlisted} processes of {unit} not listed (a snapshot lists {MAX_PROCS})"
                 )
+        self._ancestry(procs, list(holding) + [int(k) for k in found], errors)
         self.proc.forget_unseen()
         if self.proc.squeezed:
             errors.append(
@@ -1859,13 +1976,16 @@ class Collector:
         units, unit_errors = self.units.read(names, key, force_units)
         seen: dict[str, str] = {}
         pod_uids: set[str] = set()
+        me = os.geteuid() if hasattr(os, "geteuid") else 0
         for info in procs.values():
-            ref = container_of_cgroup(info.get("cgroup"))
-            if ref is not None:
-                if ref[1] is not None and ref[0] != "cri":
-                    seen[ref[1]] = ref[0]
-                if ref[2] is not None:
-                    pod_uids.add(ref[2])
+            cid, runtime = info.get("container_id"), info.get("container_runtime")
+            if (cid is not None and runtime in ("docker", "podman")
+                    and info.get("user_uid", me) == me):
+                # a rootless container of another user is not in this runtime's store:
+                # asked here, it would answer "no such container"
+                seen[cid] = runtime
+            if info.get("pod_uid") is not None:
+                pod_uids.add(info["pod_uid"])
         for cid, runtime in self.watched_containers.items():
             seen.setdefault(cid, runtime)
         containers, container_errors = self.containers.read(seen, force_units)

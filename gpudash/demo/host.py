@@ -25,6 +25,7 @@ import signal as _signal
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 from gpudash.demo.models import SimLoad, SimServer
@@ -288,6 +289,21 @@ class DemoHost(HostControl):
                        cmdline=f"VLLM::Worker_TP{tp}", unit=unit.name, gpu_memory_mib={gpu: 0},
                        cpu_pct=99.0, rss_mib=9 * 1024)
 
+    def leave_orphans(self) -> None:
+        """The seed's first two steps, done already: ``kill -9`` of MiniMax's main process
+        (systemd respawned it), then ``systemctl stop`` + ``disable`` (the dashboard's
+        ``D``): its workers, the old and the respawned, hold the GPUs under PID 1."""
+        unit = self.units[MINIMAX]
+        if unit.main_pid is not None:
+            self._die(self.processes[unit.main_pid])
+        unit.restart_at = self.now()
+        self._advance()  # systemd's respawn
+        if unit.main_pid is not None:
+            unit.active = False
+            self._die(self.processes[unit.main_pid])
+        unit.active, unit.restart_at = False, None
+        unit.unit_file_state = "disabled"
+
     # --- simulation step --------------------------------------------------------------
 
     def _advance(self) -> None:
@@ -416,6 +432,7 @@ class DemoHost(HostControl):
                 cmdline=p.cmdline,
                 cgroup=_cgroup(p),
                 unit=p.unit,
+                **_container_of(p),
                 # what the driver lists; a device holder's memory is N/A, as on a real host
                 gpu_memory_mib={**p.gpu_memory_mib, **dict.fromkeys(p.device_mib)},
                 device_gpus=tuple(sorted(p.device_mib)),
@@ -635,6 +652,14 @@ def _cgroup(p: SimProcess) -> str | None:
     if p.unit.startswith("session-"):
         return f"/user.slice/user-1001.slice/{p.unit}"
     return f"/system.slice/{p.unit}"
+
+
+def _container_of(p: SimProcess) -> dict[str, Any]:
+    """What a real host's collector parses from a container's cgroup, for the demo's."""
+    unit = p.unit or ""
+    if unit.startswith("docker-") and unit.endswith(".scope"):
+        return {"container_runtime": "docker", "container_id": unit[len("docker-"):-6]}
+    return {}
 
 
 def _container_view(c: SimContainer) -> Container:

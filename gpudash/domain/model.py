@@ -61,6 +61,17 @@ class Process:
     # list it: a forked child keeping a dead CUDA process's memory. Its memory there is
     # unknown (None in gpu_memory_mib), not attributed by the driver.
     device_gpus: tuple[int, ...] = ()
+    pgid: int | None = None  # its process group (a model server's processes share one)
+    # What the host parsed of its cgroup: the container it is in (docker | podman | cri),
+    # the container's id and the Kubernetes pod's UID; and, under a user's own systemd
+    # (``user@UID.service``), that user's uid and the unit there (rootless containers too).
+    container_runtime: str | None = None
+    container_id: str | None = None
+    pod_uid: str | None = None
+    user_uid: int | None = None
+    user_unit: str | None = None
+    # The driver lists it but the collector could not read it (``UNREADABLE``): why.
+    unreadable: str | None = None
 
     @property
     def holds_gpu_memory(self) -> bool:
@@ -73,6 +84,17 @@ class Process:
     @property
     def identity(self) -> tuple[int, int | None]:
         return (self.pid, self.start_ticks)
+
+
+# Why a process the driver lists could not be read on the host, and what to do about it.
+UNREADABLE = {
+    "gone": "gone from /proc while the driver still counts its memory (it is exiting, or "
+            "the driver has not let go yet)",
+    "hidden": "hidden by /proc's hidepid: run with --sudo (or as root) to see it",
+    "denied": "not readable by this login: run with --sudo (or as root) to see it",
+    "namespace": "in another PID namespace than the collector: run gpudash on the host "
+                 "itself, not inside a container",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +157,36 @@ class Pod:
     name: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """What differs from the previous snapshot of the same host, decided once where the
+    data enters (the wire decoder knows it from the host's merge patch) and carried with
+    the snapshot: triage, history and the screens act on it instead of comparing again.
+
+    Each set holds the keys (pid, GPU index, unit name, container id, pod UID) added,
+    changed or removed; ``None`` means not known (the first snapshot, a source that does
+    not tell): everything may have changed. ``structure`` is False when no process
+    changed but in its measurements (CPU, RSS) and no unit, container or pod changed:
+    the triage of the previous snapshot still holds.
+    """
+
+    gpus: frozenset[int] | None = None
+    processes: frozenset[int] | None = None
+    units: frozenset[str] | None = None
+    containers: frozenset[str] | None = None
+    pods: frozenset[str] | None = None
+    structure: bool = True
+
+    @property
+    def nothing(self) -> bool:
+        """Nothing at all changed (only the snapshot's time and the host's own figures)."""
+        return not self.structure and self.gpus == frozenset() and \
+            self.processes == frozenset()
+
+
+EVERYTHING = Changes()
+
+
 class SourceKind(StrEnum):
     NVML = "nvml"
     NVIDIA_SMI = "nvidia-smi"
@@ -165,6 +217,9 @@ class HostSnapshot:
     mem_total_mib: int | None = None
     containers: tuple[Container, ...] = ()
     pods: tuple[Pod, ...] = ()
+    # what changed since this host's previous snapshot (not part of what the host said:
+    # not compared, not written out)
+    changes: Changes = field(default=EVERYTHING, compare=False, repr=False)
 
     def container(self, ref: str) -> Container | None:
         """The container with this id, id prefix (12+ characters) or name."""

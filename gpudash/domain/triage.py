@@ -1,30 +1,37 @@
 """Triage rules: why is GPU memory held, by whom, and what would stopping it take.
 
-Pure functions of one snapshot (or of the current and the previous one). No I/O.
-Names of processes give friendly labels only; no rule depends on them.
+Pure functions of one snapshot (or of the current and the previous one). No I/O. One
+pass: the process tree and every process's owner are computed once; each owner's rules
+(``gpudash.domain.owners``) say which of its processes are orphans and why. Triage reads
+owners, never the reverse. What changed since the previous sample (``snapshot.changes``,
+decided where the data entered) decides whether the previous triage still holds.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+import functools
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from gpudash.domain.model import Container, HostSnapshot, Process, Unit
+from gpudash.domain.model import EVERYTHING, HostSnapshot, Process, Unit
 from gpudash.domain.owners import (
     NO_UNIT,
+    RULES,
+    Orphan,
     Owner,
     OwnerKind,
     container_key,
-    container_orphan,
-    container_respawned,
-    container_warnings,
     owners,
     unit_kind,
+    unit_respawned,
 )
+from gpudash.domain.owners.service import what
+from gpudash.domain.tree import ProcessTree, holds
+from gpudash.domain.units import gib
+from gpudash.serving import processes as serving
 
-__all__ = ["NO_UNIT", "Owner", "OwnerKind"]  # re-exported: the owner kind lives in owners
+__all__ = ["NO_UNIT", "Owner", "OwnerKind", "holds", "unit_respawned"]  # re-exported
 
 
 class Flag(StrEnum):
@@ -35,8 +42,8 @@ class Flag(StrEnum):
     UNIT_INACTIVE = "UNIT INACTIVE"
     # holds a GPU's device files without NVML listing it (memory there unknown)
     DEVICE_HOLDER = "DEVICE HOLDER"
-
-
+    # the driver lists it, the collector could not read it (``Process.unreadable``)
+    UNREADABLE = "UNREADABLE"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +72,7 @@ class OwnerGroup:
     roots: tuple[ProcessNode, ...]
     gpu_memory_mib: Mapping[int, int]
     warnings: tuple[str, ...]
-    owner: Owner | None = None  # what it is and what it can do (None: a unit, as before)
+    owner: Owner | None = None  # what it is and what it can do
 
     @property
     def total_gpu_memory_mib(self) -> int:
@@ -84,202 +91,143 @@ class HostTriage:
     groups: tuple[OwnerGroup, ...]
     flags: Mapping[int, frozenset[Flag]]  # pid -> flags
     holders_by_gpu: Mapping[int, tuple[tuple[Process, int | None], ...]]
+    # pid -> why it is an orphan (the top of its orphaned subtree, and what happened to it)
+    orphans_of: Mapping[int, Orphan] = field(default_factory=dict)
+    _by_key: Mapping[str, OwnerGroup] = field(default_factory=dict, compare=False, repr=False)
+    _by_pid: Mapping[int, OwnerGroup] = field(default_factory=dict, compare=False, repr=False)
 
     def group(self, key: str) -> OwnerGroup | None:
-        for g in self.groups:
-            if g.key == key:
-                return g
-        return None
+        return self._by_key.get(key)
 
     def group_of(self, pid: int) -> OwnerGroup | None:
-        for g in self.groups:
-            if any(n.process.pid == pid for n in g.nodes()):
-                return g
-        return None
+        return self._by_pid.get(pid)
 
     def orphans(self) -> tuple[Process, ...]:
-        return tuple(
-            p for p in self.snapshot.processes if Flag.ORPHAN in self.flags.get(p.pid, ())
-        )
+        return tuple(p for p in self.snapshot.processes if p.pid in self.orphans_of)
+
+    def orphan_why(self, pid: int) -> str | None:
+        """Why ``pid`` is an orphan, in words ("VLLM::EngineCore 3703 lost its API server
+        (pid 3700 gone)"), or None."""
+        o = self.orphans_of.get(pid)
+        p = self.snapshot.process(pid)
+        if o is None or p is None:
+            return None
+        root = self.snapshot.process(o.root) if o.root != pid else p
+        if root is p or root is None:
+            return f"{what(p)} {o.cause}"
+        return f"{what(p)} is under {what(root)}, which {o.cause}"
 
 
-# --- owner classification -------------------------------------------------------------
+def _indexed(t: HostTriage, members: Mapping[str, Sequence[Process]] | None = None
+             ) -> HostTriage:
+    by_key = {g.key: g for g in t.groups}
+    if members is None:
+        by_pid = {n.process.pid: g for g in t.groups for n in g.nodes()}
+    else:
+        by_pid = {p.pid: by_key[k] for k, procs in members.items() if k in by_key
+                  for p in procs}
+    return replace(t, _by_key=by_key, _by_pid=by_pid)
+
+
+# --- owner classification and labels -------------------------------------------------------
 
 def owner_kind(unit: str | None) -> OwnerKind:
     """The owner kind a unit name alone says (``gpudash.domain.owners.unit_kind``)."""
     return unit_kind(unit)
 
 
-# --- labels (friendly only) -----------------------------------------------------------
-
-_LABELS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"VLLM::Worker_TP(\d+)|VllmWorker TP(\d+)"), "vLLM TP{0} worker"),
-    (re.compile(r"VLLM::EngineCore"), "vLLM engine core"),
-    (re.compile(r"sglang::scheduler(?:_DP(\d+))?(?:_TP(\d+))?"), "SGLang scheduler"),
-    (re.compile(r"ray::RayWorkerWrapper"), "Ray worker"),
-    (re.compile(r"multiprocessing\.spawn import spawn_main|from multiprocessing"), "mp child"),
-    (re.compile(r"vllm(\.entrypoints|\s+serve)"), "vLLM server"),
-    (re.compile(r"sglang\.launch_server"), "SGLang server"),
-    (re.compile(r"ipykernel_launcher"), "Jupyter kernel"),
-)
+@functools.lru_cache(maxsize=4096)
+def _label(cmdline: str, name: str) -> str | None:
+    return serving.label(cmdline, name)
 
 
 def label(process: Process) -> str | None:
     """A short human label for well-known serving processes, or None."""
-    text = process.cmdline or process.name
-    for pattern, template in _LABELS:
-        m = pattern.search(text)
-        if m:
-            if "{0}" in template:
-                number = next((g for g in m.groups() if g is not None), "?")
-                return template.format(number)
-            if template == "SGLang scheduler":
-                tp = re.search(r"TP(\d+)", text)
-                return f"SGLang TP{tp.group(1)} scheduler" if tp else template
-            return template
-    return None
+    return _label(process.cmdline, process.name)
 
 
-# --- flags ----------------------------------------------------------------------------
+# --- flags -------------------------------------------------------------------------------
+
+def _state_flags(p: Process) -> set[Flag]:
+    f: set[Flag] = set()
+    if p.state == "Z":
+        f.add(Flag.ZOMBIE)
+    elif p.state == "D":
+        f.add(Flag.D_STATE)
+    if p.device_gpus:
+        f.add(Flag.DEVICE_HOLDER)
+    if p.unreadable:
+        f.add(Flag.UNREADABLE)
+    return f
 
 
-def holds(p: Process) -> bool:
-    """Holds GPU memory as NVML says, or may through device files NVML does not list."""
-    return p.holds_gpu_memory or bool(p.device_gpus)
+@dataclass(slots=True)
+class _Pass:
+    """One triage pass over a snapshot: the tree and the owners, computed once."""
 
+    snapshot: HostSnapshot
+    tree: ProcessTree
+    owner_by_pid: Mapping[int, Owner]
+    members: dict[str, list[Process]]
+    owner_of_key: dict[str, Owner]
+    orphans_of: dict[int, Orphan]
+    flags: dict[int, frozenset[Flag]]
 
-def unit_respawned(unit: Unit, previous: Unit | None) -> bool:
-    """True when systemd restarted the unit by itself.
-
-    NRestarts counts automatic restarts since the unit was last started by hand, so it
-    stays a fact while the operator looks; a MainPID change with NRestarts growing
-    between two samples is the moment it happened.
-    """
-    if previous is not None and previous.main_pid != unit.main_pid:
-        if (unit.n_restarts or 0) > (previous.n_restarts or 0):
-            return True
-    return (unit.n_restarts or 0) > 0
-
-
-def _descendants(pid: int, children: Mapping[int, list[Process]]) -> set[int]:
-    seen: set[int] = set()
-    stack = [pid]
-    while stack:
-        for child in children.get(stack.pop(), ()):
-            if child.pid not in seen:
-                seen.add(child.pid)
-                stack.append(child.pid)
-    return seen
+    @classmethod
+    def of(cls, snapshot: HostSnapshot) -> _Pass:
+        tree = ProcessTree.of(snapshot)
+        owner_by_pid = owners(snapshot)
+        members: dict[str, list[Process]] = {}
+        owner_of_key: dict[str, Owner] = {}
+        for p in snapshot.processes:
+            owner = owner_by_pid[p.pid]
+            members.setdefault(owner.key, []).append(p)
+            owner_of_key.setdefault(owner.key, owner)
+        orphans_of: dict[int, Orphan] = {}
+        for key, procs in members.items():
+            owner = owner_of_key[key]
+            orphans_of.update(owner.rules.orphans(owner, procs, tree))
+        # what an owner says of its processes, asked once per owner
+        facts = {
+            key: (o.rules.inactive(o), o.rules.main_pid(o) if o.rules.respawned(o, None)
+                  else None)
+            for key, o in owner_of_key.items()
+        }
+        flags: dict[int, frozenset[Flag]] = {}
+        plain: frozenset[Flag] = frozenset()
+        for p in snapshot.processes:
+            inactive, respawned_main = facts[owner_by_pid[p.pid].key]
+            if not (inactive or p.pid in orphans_of or p.pid == respawned_main
+                    or p.state in ("Z", "D") or p.device_gpus or p.unreadable):
+                flags[p.pid] = plain
+                continue
+            f = _state_flags(p)
+            if inactive:
+                f.add(Flag.UNIT_INACTIVE)
+            if p.pid in orphans_of:
+                f.add(Flag.ORPHAN)
+            if p.pid == respawned_main:
+                f.add(Flag.RESPAWNED)
+            flags[p.pid] = frozenset(f)
+        return cls(snapshot, tree, owner_by_pid, members, owner_of_key, orphans_of, flags)
 
 
 def process_flags(snapshot: HostSnapshot) -> dict[int, frozenset[Flag]]:
     """Flags of every process in the snapshot.
 
-    ORPHAN means "holds GPU memory although the service it belongs to is gone or has been
-    restarted without it": the unit is inactive/failed, or the process was re-parented
-    (to PID 1 or a subreaper) and is older than the unit's current main process. Processes
-    of login sessions and of no unit are never ORPHAN: a re-parented notebook kernel or a
-    nohup'd job is somebody's live work, and reaping must not touch it.
+    ORPHAN means "holds (or parents a process that holds) GPU memory nobody will ever
+    free but a signal": left from an earlier incarnation of a service (its unit stopped,
+    or respawned without it), escaped from a container, or a model server's engine and
+    workers that lost their API server. Each owner kind's rules decide; a service's rule
+    reads only the process tree and the unit, never process names; the rule for sessions
+    and no unit reads the titles model servers give their processes, and never calls a
+    solo job, a notebook kernel or anything of another user's own systemd an orphan.
 
     DEVICE_HOLDER means "holds a GPU's device files although the driver does not list it"
     (a forked child that keeps a dead CUDA process's memory); such a process is a holder
     for every other rule, ORPHAN included.
     """
-    units = {u.name: u for u in snapshot.units}
-    by_pid = {p.pid: p for p in snapshot.processes}
-    children: dict[int, list[Process]] = {}
-    for p in snapshot.processes:
-        if p.ppid is not None:
-            children.setdefault(p.ppid, []).append(p)
-
-    live_trees: dict[str, set[int]] = {}
-    for u in snapshot.units:
-        if u.main_pid:
-            live_trees[u.name] = {u.main_pid} | _descendants(u.main_pid, children)
-
-    owner_by_pid = owners(snapshot)
-    flags: dict[int, frozenset[Flag]] = {}
-    for p in snapshot.processes:
-        f: set[Flag] = set()
-        if p.state == "Z":
-            f.add(Flag.ZOMBIE)
-        elif p.state == "D":
-            f.add(Flag.D_STATE)
-        if p.device_gpus:
-            f.add(Flag.DEVICE_HOLDER)
-        owner = owner_by_pid[p.pid]
-        if owner.kind in (OwnerKind.CONTAINER, OwnerKind.POD):
-            # A container's processes answer to its runtime, not to the scope unit.
-            if holds(p) and container_orphan(p, owner):
-                f.add(Flag.ORPHAN)
-            c = owner.container
-            if c is not None and c.main_pid == p.pid and container_respawned(owner):
-                f.add(Flag.RESPAWNED)
-            flags[p.pid] = frozenset(f)
-            continue
-        unit = units.get(p.unit or "")
-        if unit is not None and owner_kind(unit.name) is OwnerKind.SERVICE:
-            if unit.is_down:
-                f.add(Flag.UNIT_INACTIVE)
-            if holds(p) and _is_orphan(p, unit, by_pid, live_trees):
-                f.add(Flag.ORPHAN)
-            if unit.main_pid == p.pid and unit_respawned(unit, None):
-                f.add(Flag.RESPAWNED)
-        flags[p.pid] = frozenset(f)
-    return flags
-
-
-def _is_orphan(
-    p: Process, unit: Unit, by_pid: Mapping[int, Process], live_trees: Mapping[str, set[int]]
-) -> bool:
-    if unit.is_down:
-        return True
-    if p.pid in live_trees.get(unit.name, ()):
-        return False
-    parent = by_pid.get(p.ppid) if p.ppid is not None else None
-    reparented = p.ppid == 1 or (parent is not None and parent.unit != p.unit)
-    if not reparented:
-        return False
-    main = by_pid.get(unit.main_pid) if unit.main_pid else None
-    if main is None or main.start_ticks is None or p.start_ticks is None:
-        # No live main to compare with: a re-parented holder of a unit without a main
-        # process is left over from a previous incarnation.
-        return unit.main_pid is None
-    return p.start_ticks < main.start_ticks
-
-
-# --- warnings -------------------------------------------------------------------------
-
-
-def unit_warnings(unit: Unit, group_flags: frozenset[Flag], orphan_count: int) -> tuple[str, ...]:
-    """Plain-words advice for the operator about this unit."""
-    w: list[str] = []
-    restart = (unit.restart or "").lower()
-    if restart in ("always", "on-failure", "on-abnormal", "on-abort", "on-watchdog"):
-        if not unit.is_down:
-            w.append(
-                f"Restart={unit.restart}: killing the main PID respawns it; stop the unit instead."
-            )
-    if unit.unit_file_state == "enabled" and unit.is_down and orphan_count:
-        w.append("Unit is stopped but still enabled: it will start again at boot; disable it.")
-    if (unit.kill_mode or "") in ("process", "none") and not unit.is_down:
-        w.append(
-            f"KillMode={unit.kill_mode}: stopping the unit leaves its workers running; "
-            "reap them after stopping (reclaim does both)."
-        )
-    if orphan_count:
-        w.append(
-            f"{orphan_count} orphaned process(es) of this unit still hold GPU memory: reap them."
-        )
-    if Flag.RESPAWNED in group_flags:
-        w.append(
-            f"systemd restarted this unit {unit.n_restarts} time(s): "
-            "a new main process took the old one's place."
-        )
-    return tuple(w)
-
-
-# --- the whole triage -----------------------------------------------------------------
+    return dict(_Pass.of(snapshot).flags)
 
 
 def holders_by_gpu(snapshot: HostSnapshot) -> dict[int, tuple[tuple[Process, int | None], ...]]:
@@ -298,6 +246,32 @@ def holders_by_gpu(snapshot: HostSnapshot) -> dict[int, tuple[tuple[Process, int
     }
 
 
+def unattributed_mib(snapshot: HostSnapshot) -> dict[int, int]:
+    """Per GPU, memory the driver reports used that no listed process accounts for
+    (0 where it is all accounted for; left out where a figure is unknown)."""
+    listed: dict[int, int] = {}
+    unknown: set[int] = set()
+    for p in snapshot.processes:
+        for gpu, mib in p.gpu_memory_mib.items():
+            if mib is None:
+                unknown.add(gpu)
+            else:
+                listed[gpu] = listed.get(gpu, 0) + mib
+        unknown.update(p.device_gpus)
+    return {g.index: max(0, g.memory_used_mib - listed.get(g.index, 0))
+            for g in snapshot.gpus if g.memory_used_mib is not None and g.index not in unknown}
+
+
+def _memory(procs: Iterable[Process]) -> dict[int, int]:
+    mem: dict[int, int] = {}
+    for p in procs:
+        for gpu, mib in p.gpu_memory_mib.items():
+            mem[gpu] = mem.get(gpu, 0) + (mib or 0)
+        for gpu in p.device_gpus:
+            mem.setdefault(gpu, 0)
+    return mem
+
+
 def _tree(
     members: list[Process], flags: Mapping[int, frozenset[Flag]], main_pid: int | None
 ) -> tuple[ProcessNode, ...]:
@@ -314,143 +288,157 @@ def _tree(
         children = sorted(kids.get(p.pid, []), key=lambda c: (c.start_ticks or 0, c.pid))
         return ProcessNode(p, flags.get(p.pid, frozenset()), label(p), tuple(map(build, children)))
 
-    # The unit's main process first, then the rest oldest first: orphans of an earlier
+    # The main process first, then the rest oldest first: orphans of an earlier
     # incarnation sort before the respawned main's new tree only by age, which is the truth.
     roots.sort(key=lambda p: (p.pid != main_pid, p.start_ticks or 0, p.pid))
     return tuple(build(r) for r in roots)
 
 
-def triage(snapshot: HostSnapshot, previous: HostSnapshot | None = None) -> HostTriage:
-    """Group the snapshot's processes by owner, flag them, and explain each unit."""
-    flags = process_flags(snapshot)
-    units = {u.name: u for u in snapshot.units}
-    prev_units = {u.name: u for u in previous.units} if previous else {}
-
-    owner_by_pid = owners(snapshot)
-    members: dict[str, list[Process]] = {}
-    owner_of_key: dict[str, Owner] = {}
-    for p in snapshot.processes:
-        owner = owner_by_pid[p.pid]
-        members.setdefault(owner.key, []).append(p)
-        owner_of_key.setdefault(owner.key, owner)
-
-    groups: list[OwnerGroup] = []
-    for key, procs in members.items():
-        owner = owner_of_key[key]
-        # A service holding nothing is still shown (its main process, its state); other
-        # owners appear only while they hold memory.
-        if not any(holds(p) for p in procs) and owner.kind is not OwnerKind.SERVICE:
-            continue
-        if owner.kind in (OwnerKind.CONTAINER, OwnerKind.POD):
-            groups.append(_container_group(owner, procs, flags))
-            continue
-        unit = units.get(key)
-        kind = owner.kind
-        gflags: set[Flag] = set()
-        if unit is not None and kind is OwnerKind.SERVICE:
-            if unit.is_down:
-                gflags.add(Flag.UNIT_INACTIVE)
-            if unit_respawned(unit, prev_units.get(key)):
-                gflags.add(Flag.RESPAWNED)
-        orphan_count = sum(1 for p in procs if Flag.ORPHAN in flags[p.pid])
-        if orphan_count:
-            gflags.add(Flag.ORPHAN)
-        mem: dict[int, int] = {}
-        for p in procs:
-            for gpu, mib in p.gpu_memory_mib.items():
-                mem[gpu] = mem.get(gpu, 0) + (mib or 0)
-            for gpu in p.device_gpus:
-                mem.setdefault(gpu, 0)
-        warnings = unit_warnings(unit, frozenset(gflags), orphan_count) if unit else ()
-        groups.append(
-            OwnerGroup(
-                key=key,
-                kind=kind,
-                unit=unit,
-                flags=frozenset(gflags),
-                roots=_tree(procs, flags, unit.main_pid if unit else None),
-                gpu_memory_mib=mem,
-                warnings=warnings,
-                owner=owner,
-            )
-        )
-    # Units the host reports without any process left (a reclaimed service) stay visible:
-    # "inactive, disabled, 0 GiB" is the proof the operator is looking for.
-    for unit in snapshot.units:
-        if unit.name not in members and owner_kind(unit.name) is OwnerKind.SERVICE:
-            gflags = {Flag.UNIT_INACTIVE} if unit.is_down else set()
-            if unit_respawned(unit, prev_units.get(unit.name)):
-                gflags.add(Flag.RESPAWNED)
-            groups.append(OwnerGroup(unit.name, OwnerKind.SERVICE, unit, frozenset(gflags), (),
-                                     {}, unit_warnings(unit, frozenset(gflags), 0),
-                                     Owner(OwnerKind.SERVICE, unit.name, unit)))
-    # A stopped container stays visible too ("exited, restart policy no, 0 GiB").
-    for c in snapshot.containers:
-        from_container = _container_left(c, owner_of_key)
-        if from_container is not None:
-            groups.append(from_container)
-    groups.sort(key=lambda g: (g.kind is OwnerKind.NONE, -g.total_gpu_memory_mib, g.key))
-    return HostTriage(snapshot, tuple(groups), flags, holders_by_gpu(snapshot))
-
-
-def _memory(procs: Iterable[Process]) -> dict[int, int]:
-    mem: dict[int, int] = {}
+def orphan_summaries(procs: Sequence[Process], orphans_of: Mapping[int, Orphan],
+                     tree: ProcessTree) -> list[str]:
+    """What the orphaned subtrees among ``procs`` were, in words, one line per cause: the
+    top process of each, what happened to it, and what it and the orphans under it hold
+    ("VLLM::EngineCore 3703 lost its API server (pid 3700 gone); it and 1 more hold
+    58.6 GiB")."""
+    by_cause: dict[str, list[int]] = {}
+    held: dict[str, int] = {}
     for p in procs:
-        for gpu, mib in p.gpu_memory_mib.items():
-            mem[gpu] = mem.get(gpu, 0) + (mib or 0)
-        for gpu in p.device_gpus:
-            mem.setdefault(gpu, 0)
-    return mem
+        o = orphans_of.get(p.pid)
+        if o is None:
+            continue
+        if o.root not in by_cause.get(o.cause, ()):
+            by_cause.setdefault(o.cause, []).append(o.root)
+        held[o.cause] = held.get(o.cause, 0) + p.total_gpu_memory_mib
+    lines = []
+    for cause, roots in by_cause.items():
+        members = sum(1 for p in procs if (o := orphans_of.get(p.pid)) and o.cause == cause)
+        tops = [tree.by_pid[r] for r in roots if r in tree.by_pid]
+        if len(tops) == 1:
+            more = members - 1
+            who = f"it and {more} more hold" if more else "it holds"
+            lines.append(f"{what(tops[0])} {cause}; {who} {gib(held[cause])}")
+        else:
+            names = ", ".join(what(t) for t in tops[:3]) + (", ..." if len(tops) > 3 else "")
+            lines.append(f"{members} processes ({names}) {cause.removeprefix('is ')}; "
+                         f"they hold {gib(held[cause])}")
+    return lines
 
 
-def _container_group(owner: Owner, procs: list[Process], flags: Mapping[int, frozenset[Flag]]
-                     ) -> OwnerGroup:
-    """The group of a container's or a pod's processes, warned per its runtime's rules."""
+def _group(key: str, procs: list[Process], tp: _Pass, prev_units: Mapping[str, Unit]
+           ) -> OwnerGroup:
+    owner = tp.owner_of_key[key]
+    rules = owner.rules
     gflags: set[Flag] = set()
-    if container_respawned(owner):
+    if rules.inactive(owner):
+        gflags.add(Flag.UNIT_INACTIVE)
+    respawned = rules.respawned(owner, prev_units.get(owner.unit.name) if owner.unit else None)
+    if respawned:
         gflags.add(Flag.RESPAWNED)
-    orphan_count = sum(1 for p in procs if Flag.ORPHAN in flags[p.pid])
+    orphan_count = sum(1 for p in procs if p.pid in tp.orphans_of)
     if orphan_count:
         gflags.add(Flag.ORPHAN)
-    main = owner.container.main_pid if owner.container is not None else None
-    return OwnerGroup(owner.key, owner.kind, owner.unit, frozenset(gflags),
-                      _tree(procs, flags, main), _memory(procs),
-                      container_warnings(owner, orphan_count), owner)
+    warnings = rules.warnings(owner, orphan_count, respawned)
+    if orphan_count:
+        warnings += tuple(orphan_summaries(procs, tp.orphans_of, tp.tree))
+    unit = owner.unit if owner.kind is not OwnerKind.NONE else None
+    return OwnerGroup(key, owner.kind, unit, frozenset(gflags),
+                      _tree(procs, tp.flags, rules.main_pid(owner)), _memory(procs), warnings,
+                      owner)
 
 
-def _container_left(c: Container, seen: Mapping[str, Owner]) -> OwnerGroup | None:
-    """A container the host reports without any process (stopped), as an empty group."""
-    if c.state == "removed" or any(o.container_id == c.id for o in seen.values()):
-        return None
-    owner = Owner(OwnerKind.CONTAINER, container_key(c.runtime, c.label), None, c, c.id,
-                  c.runtime)
-    gflags = {Flag.RESPAWNED} if container_respawned(owner) else set()
-    return OwnerGroup(owner.key, owner.kind, None, frozenset(gflags), (), {},
-                      container_warnings(owner, 0), owner)
+def triage(snapshot: HostSnapshot, previous: HostSnapshot | None = None) -> HostTriage:
+    """Group the snapshot's processes by owner, flag them, and explain each owner."""
+    tp = _Pass.of(snapshot)
+    prev_units = {u.name: u for u in previous.units} if previous else {}
+    groups: list[OwnerGroup] = []
+    for key, procs in tp.members.items():
+        owner = tp.owner_of_key[key]
+        # A service holding nothing is still shown (its main process, its state); other
+        # owners appear only while they hold memory.
+        if not any(p.pid in tp.tree.holding for p in procs) and not owner.rules.shown_empty(
+                owner):
+            continue
+        groups.append(_group(key, procs, tp, prev_units))
+    # Units the host reports without any process left (a reclaimed service) stay visible:
+    # "inactive, disabled, 0 GiB" is the proof the operator is looking for.
+    rules = RULES[OwnerKind.SERVICE]
+    for unit in snapshot.units:
+        if unit.name not in tp.members and unit_kind(unit.name) is OwnerKind.SERVICE:
+            owner = Owner(OwnerKind.SERVICE, unit.name, rules, unit)
+            tp.owner_of_key[unit.name] = owner
+            groups.append(_group(unit.name, [], tp, prev_units))
+    # A stopped container stays visible too ("exited, restart policy no, 0 GiB").
+    seen_ids = {o.container_id for o in tp.owner_of_key.values()}
+    for c in snapshot.containers:
+        if c.state == "removed" or c.id in seen_ids:
+            continue
+        key = container_key(c.runtime, c.label)
+        tp.owner_of_key[key] = Owner(OwnerKind.CONTAINER, key, RULES[OwnerKind.CONTAINER],
+                                     container=c, container_id=c.id, runtime=c.runtime)
+        groups.append(_group(key, [], tp, prev_units))
+    groups.sort(key=lambda g: (g.kind is OwnerKind.NONE, -g.total_gpu_memory_mib, g.key))
+    return _indexed(HostTriage(snapshot, tuple(groups), tp.flags, holders_by_gpu(snapshot),
+                               tp.orphans_of), tp.members)
 
 
 def _same_objects(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
     return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
+def _unchanged(snapshot: HostSnapshot, previous: HostSnapshot) -> bool:
+    """Nothing the triage rests on changed: the snapshot's own account of what changed,
+    or (a source that does not tell) the very same objects as before."""
+    changes = snapshot.changes
+    if changes is not EVERYTHING:
+        return not changes.structure and changes.processes == frozenset()
+    return (
+        _same_objects(snapshot.processes, previous.processes)
+        and _same_objects(snapshot.units, previous.units)
+        and _same_objects(snapshot.containers, previous.containers)
+        and _same_objects(snapshot.pods, previous.pods)
+    )
+
+
 def retriage(
     snapshot: HostSnapshot, previous: HostSnapshot | None, last: HostTriage | None
 ) -> HostTriage:
     """``triage(snapshot, previous)``, reusing ``last`` (the triage of ``previous``) when
-    nothing it rests on changed: the very same process and unit objects (the wire
-    decoder keeps the object of one that did not change), the same GPUs, and no unit
-    flagged as respawned (that flag compares a unit with the sample before, so it goes
-    away by itself). Only the snapshot (its time, the host's CPU) is the new one."""
+    nothing it rests on changed (RESPAWNED is NRestarts > 0 of the very same unit object:
+    it holds as long as the unit does). Only the snapshot (its time, the host's CPU) is
+    the new one. Where only the processes' measurements changed (CPU, RSS), the groups
+    are kept and the changed processes put in their nodes."""
     if (
-        last is not None
-        and previous is not None
-        and last.snapshot is previous
-        and _same_objects(snapshot.processes, previous.processes)
-        and _same_objects(snapshot.units, previous.units)
-        and _same_objects(snapshot.containers, previous.containers)
-        and _same_objects(snapshot.pods, previous.pods)
-        and [g.index for g in snapshot.gpus] == [g.index for g in previous.gpus]
-        and not any(Flag.RESPAWNED in g.flags for g in last.groups)
+        last is None
+        or previous is None
+        or last.snapshot is not previous
+        or [g.index for g in snapshot.gpus] != [g.index for g in previous.gpus]
     ):
+        return triage(snapshot, previous)
+    if _unchanged(snapshot, previous):
         return replace(last, snapshot=snapshot)
+    changes = snapshot.changes
+    if changes is not EVERYTHING and not changes.structure and changes.processes:
+        return _rebind(last, snapshot, changes.processes)
     return triage(snapshot, previous)
+
+
+def _rebind(last: HostTriage, snapshot: HostSnapshot, pids: frozenset[int]) -> HostTriage:
+    """``last`` with the processes of ``pids`` replaced by this snapshot's (their
+    measurements changed, nothing the rules read did)."""
+    fresh = {p.pid: p for p in snapshot.processes if p.pid in pids}
+
+    def node(n: ProcessNode) -> ProcessNode:
+        p = fresh.get(n.process.pid, n.process)
+        kids = tuple(node(c) for c in n.children)
+        if p is n.process and all(a is b for a, b in zip(kids, n.children, strict=True)):
+            return n
+        return ProcessNode(p, n.flags, n.label, kids)
+
+    groups = tuple(
+        g if not any(n.process.pid in fresh for n in g.nodes())
+        else replace(g, roots=tuple(node(r) for r in g.roots))
+        for g in last.groups
+    )
+    holders = {gpu: tuple((fresh.get(p.pid, p), mib) for p, mib in items)
+               for gpu, items in last.holders_by_gpu.items()}
+    return _indexed(replace(last, snapshot=snapshot, groups=groups, holders_by_gpu=holders))

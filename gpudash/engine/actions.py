@@ -23,14 +23,17 @@ from gpudash.domain.owners import (
     owner_of,
     pod_advice,
 )
+from gpudash.domain.tree import ProcessTree
 from gpudash.domain.triage import (
     Flag,
     HostTriage,
     OwnerKind,
     holds,
     label,
+    orphan_summaries,
     owner_kind,
     process_flags,
+    triage,
 )
 from gpudash.domain.units import gib
 from gpudash.engine.plan import (
@@ -291,25 +294,29 @@ def plan_process(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Ac
 def plan_reap(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> ActionPlan:
     """TERM (then KILL) every orphan holding GPU memory, of one unit or of the host."""
     unit = unit_name(sel.unit) if sel.unit else None
-    flags = process_flags(snapshot)
+    result = triage(snapshot)
     container = snapshot.container(sel.container) if sel.container else None
     if sel.container and container is None:
         raise PlanError(f"container {sel.container} is not known on {snapshot.host}")
     members = {p.pid for p in container_members(snapshot, container)} if container else None
     orphans = [
         p for p in snapshot.processes
-        if Flag.ORPHAN in flags[p.pid] and p.start_ticks is not None
+        if p.pid in result.orphans_of and p.start_ticks is not None
         and (unit is None or p.unit == unit) and (members is None or p.pid in members)
     ]
     where = f" of {unit}" if unit else (f" of {container.label}" if container else "")
     if not orphans:
         raise PlanError(f"no orphaned processes{where} hold GPU memory on {snapshot.host}")
     targets = [pin(snapshot, p) for p in orphans]
+    # what each orphaned subtree was, in the words of its owner's rules
+    tree = ProcessTree.of(snapshot)
+    notes = orphan_summaries(orphans, result.orphans_of, tree)
     return _new_plan(
         spec, snapshot, Selection(unit=unit, container=container.id if container else None),
         f"{len(targets)} orphan(s){where}",
         steps=tuple(Signal(t, escalate=True) for t in targets),
         expected_free_mib=expected_free(snapshot, targets),
+        notes=tuple(notes),
         untouched=_left_alone(snapshot, targets),
         unit_before=snapshot.unit(unit) if unit else None,
     )

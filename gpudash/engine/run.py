@@ -15,7 +15,6 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from gpudash.collector.hostside import container_of_cgroup
 from gpudash.domain.model import HostSnapshot, Process
 from gpudash.domain.triage import label
 from gpudash.domain.units import gib
@@ -751,8 +750,7 @@ def _explain(plan: ActionPlan, snap: HostSnapshot, gpus: list[int]) -> list[Left
 
 
 def _in_container(p: Process, container_id: str) -> bool:
-    ref = container_of_cgroup(p.cgroup)
-    return ref is not None and ref[1] == container_id
+    return p.container_id == container_id
 
 
 def _phases_summary(report: ActionReport) -> str:

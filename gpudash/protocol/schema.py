@@ -34,6 +34,7 @@ from gpudash.collector.hostside import (
     POD_UID,
     TEXT_MAX,
     TRUNCATED,
+    UNREADABLE_REASONS,
     WORD_MAX,
 )
 from gpudash.domain.model import Container, Gpu, HostSnapshot, Pod, Process, Unit
@@ -89,6 +90,15 @@ BOUNDS: dict[type, dict[str, Bound]] = {
         "unit": Text(TEXT_MAX),
         "cpu_pct": Number(0, 2**20),  # % of one CPU: 100 per busy thread
         "rss_mib": Number(0, MIB_MAX),
+        "pgid": Number(0, PID_MAX, identity=True),
+        # who owns a process is decided on these: a value that is none is refused
+        "container_runtime": Text(8, identity=True, pattern=re.compile("docker|podman|cri")),
+        "container_id": Text(64, identity=True, pattern=CONTAINER_ID),
+        "pod_uid": Text(64, identity=True, pattern=POD_UID),
+        "user_uid": Number(0, 2**32 - 1, identity=True),
+        "user_unit": Text(TEXT_MAX),
+        "unreadable": Text(16, identity=True,
+                           pattern=re.compile("|".join(UNREADABLE_REASONS))),
     },
     Unit: {
         "name": Text(TEXT_MAX, identity=True),
@@ -133,7 +143,7 @@ SPECIAL = {
     Process: {"gpu_memory_mib", "device_gpus"},
     HostSnapshot: {
         "host", "gpus", "processes", "units", "source", "degraded", "errors", "can_act",
-        "containers", "pods",
+        "containers", "pods", "changes",
     },
 }
 

@@ -21,6 +21,7 @@ from gpudash.collector.hostside import (
     SMI_APP_FIELDS,
     SMI_GPU_FIELDS,
     UNIT_PROPERTIES,
+    cgroup_facts,
     cgroup_path,
     parse_smi_apps,
     parse_smi_gpus,
@@ -243,6 +244,7 @@ def _parse_frame(frame: list[str]) -> dict[str, Any]:
                     unit = unit_of_cgroup(cgroup)
                     if unit:
                         proc["unit"] = unit
+                    proc.update(cgroup_facts(cgroup))
     for pid, memory in holders.items():
         procs.setdefault(pid, {"pid": pid})["gpu_memory_mib"] = {
             str(k): v for k, v in memory.items()

@@ -37,7 +37,17 @@ from gpudash.collector.hostside import (
     UNIT_KEYS,
     snapshot_bound,
 )
-from gpudash.domain.model import Container, Gpu, HostSnapshot, Pod, Process, SourceKind, Unit
+from gpudash.domain.model import (
+    EVERYTHING,
+    Changes,
+    Container,
+    Gpu,
+    HostSnapshot,
+    Pod,
+    Process,
+    SourceKind,
+    Unit,
+)
 from gpudash.protocol import schema
 from gpudash.protocol.source import ProtocolError
 
@@ -103,6 +113,7 @@ class _Cache:
             "containers": {},
             "pods": {},
         }
+        self.primed = False  # a message was decoded: changes are relative to it
 
 
 def _gpu(d: dict[str, Any], where: str, notes: list[str]) -> Gpu:
@@ -138,7 +149,50 @@ _KINDS = {
 }
 
 
-def _section(state: dict[str, Any], key: str, notes: list[str], cache: _Cache | None) -> list[Any]:
+# A process's fields that are measurements: a change in them alone leaves its triage as
+# it was (its state too, unless it enters or leaves D or Z).
+MEASUREMENTS = frozenset({"cpu_pct", "rss_mib", "state"})
+_FLAGGED_STATES = ("D", "Z")
+
+
+class _Delta:
+    """What one decoded message changed, section by section (``Changes`` once done)."""
+
+    def __init__(self) -> None:
+        self.keys: dict[str, set[str]] = {}
+        self.structure = False
+
+    def changed(self, section: str, name: str, before: dict[str, Any] | None,
+                after: dict[str, Any] | None) -> None:
+        self.keys.setdefault(section, set()).add(name)
+        if self.structure:
+            return
+        if section != "procs" or before is None or after is None:
+            self.structure = section != "gpus" or before is None or after is None
+            return
+        for k in before.keys() | after.keys():
+            old, new = before.get(k), after.get(k)
+            if old == new:
+                continue
+            if k not in MEASUREMENTS or (k == "state" and (old in _FLAGGED_STATES
+                                                            or new in _FLAGGED_STATES)):
+                self.structure = True
+                return
+
+    def changes(self) -> Changes:
+        def of(section: str) -> frozenset[str]:
+            return frozenset(self.keys.get(section, ()))
+
+        return Changes(
+            gpus=frozenset(int(k) for k in of("gpus")),
+            processes=frozenset(int(k) for k in of("procs")),
+            units=of("units"), containers=of("containers"), pods=of("pods"),
+            structure=self.structure,
+        )
+
+
+def _section(state: dict[str, Any], key: str, notes: list[str], cache: _Cache | None,
+             delta: _Delta | None = None) -> list[Any]:
     """One of ``gpus``/``procs``/``units``, each object named by its key, sorted by it."""
     section = state.get(key, {})
     decode, id_field, limit, what = _KINDS[key]
@@ -168,7 +222,12 @@ def _section(state: dict[str, Any], key: str, notes: list[str], cache: _Cache | 
         fresh[name] = (d, obj, tuple(mine))
         notes.extend(mine)
         out.append(obj)
+        if delta is not None:
+            delta.changed(key, name, hit[0] if hit is not None else None, d)
     if cache is not None:
+        if delta is not None:
+            for name in seen.keys() - fresh.keys():
+                delta.changed(key, name, seen[name][0], None)
         cache.entries[key] = fresh
     return sorted(out, key=lambda o: getattr(o, id_field))
 
@@ -224,11 +283,16 @@ def _to_snapshot(
         raise ProtocolError(f"snapshot.source: unknown kind {schema.show(kind_name)}")
     notes: list[str] = []
     top = schema.fields(HostSnapshot, state, "snapshot", notes)
-    gpus = _section(state, "gpus", notes, cache)
-    processes = _section(state, "procs", notes, cache)
-    units = _section(state, "units", notes, cache)
-    containers = _section(state, "containers", notes, cache)
-    pods = _section(state, "pods", notes, cache)
+    # what changed is known from the cache of the previous message's objects: a section
+    # entry the merge patch did not touch is the very same dict
+    delta = _Delta() if cache is not None and cache.primed else None
+    gpus = _section(state, "gpus", notes, cache, delta)
+    processes = _section(state, "procs", notes, cache, delta)
+    units = _section(state, "units", notes, cache, delta)
+    containers = _section(state, "containers", notes, cache, delta)
+    pods = _section(state, "pods", notes, cache, delta)
+    if cache is not None:
+        cache.primed = True
     said = [schema.cut(e, ERROR_MAX) for e in errors]
     if notes:
         shown = ", ".join(notes[:3]) + (", ..." if len(notes) > 3 else "")
@@ -245,6 +309,7 @@ def _to_snapshot(
         degraded=degraded or bool(_flag(state, "degraded")),
         errors=tuple(said) + extra_errors,
         can_act=True if can_act is None else can_act,
+        changes=delta.changes() if delta is not None else EVERYTHING,
         **top,
     )
 

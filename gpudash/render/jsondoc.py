@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from gpudash.domain.model import HostSnapshot
-from gpudash.domain.triage import process_flags, triage
+from gpudash.domain.triage import triage, unattributed_mib
 
 SCHEMA = 2
 
@@ -25,13 +25,15 @@ def _fields(obj: Any) -> dict[str, Any]:
 
 
 def host_to_json(snapshot: HostSnapshot) -> dict[str, Any]:
-    flags = process_flags(snapshot)
+    result = triage(snapshot)
+    flags = result.flags
+    unattributed = unattributed_mib(snapshot)
     gpus = []
     for g in snapshot.gpus:
         gpu = _fields(g)
         gpu["memory_free_mib"] = g.memory_free_mib
+        gpu["unattributed_mib"] = unattributed.get(g.index)
         gpus.append(gpu)
-    result = triage(snapshot)
     owner_of = {n.process.pid: group.key for group in result.groups for n in group.nodes()}
     owners = []
     for group in result.groups:
@@ -56,6 +58,7 @@ def host_to_json(snapshot: HostSnapshot) -> dict[str, Any]:
         process["owner"] = owner_of.get(p.pid)
         process["gpu_memory_mib"] = {str(k): v for k, v in sorted(p.gpu_memory_mib.items())}
         process["flags"] = sorted(f.value for f in flags.get(p.pid, ()))
+        process["orphan"] = result.orphan_why(p.pid)
         processes.append(process)
     return {
         "name": snapshot.host,

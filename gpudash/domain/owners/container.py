@@ -1,0 +1,199 @@
+"""Docker and Podman containers, and Kubernetes pods: their runtime restarts them (the
+seed's trap one layer up), so they are stopped through it, not by killing the main process.
+
+A container's orphans are the GPU holders that escaped it (re-parented to PID 1 from its
+cgroup: the runtime's shim is no longer their parent) or whose container is stopped or
+gone. A rootless container of another user (under ``user@UID.service``) is never inspected
+with the host's own runtime (that store does not know it): it is "not inspected", never
+"removed", its processes are nobody's orphans, and gpudash does not act on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from gpudash.domain.model import Process, Unit
+from gpudash.domain.owners.kinds import Capability, Orphan, Owner, OwnerKind
+from gpudash.domain.tree import ProcessTree
+
+RESTARTING_POLICIES = frozenset({"always", "unless-stopped", "on-failure"})
+
+
+def rootless_of_another(owner: Owner) -> bool:
+    """A rootless container of a user, which the host's runtime (root's) did not inspect."""
+    return owner.user_uid is not None and owner.container is None
+
+
+class ContainerRules:
+    kind = OwnerKind.CONTAINER
+
+    def capabilities(self, owner: Owner) -> frozenset[Capability]:
+        c = owner.container
+        if c is None or c.state == "removed":
+            return frozenset()
+        caps = {Capability.STOP, Capability.REMOVE, Capability.RECLAIM}
+        if c.runtime == "docker":
+            caps.add(Capability.DISABLE)
+        return frozenset(caps)
+
+    def unable(self, owner: Owner, capability: Capability) -> str:
+        name = self.describe(owner)
+        c = owner.container
+        if rootless_of_another(owner):
+            return (f"{name} is {owner.user or 'a user'}'s rootless container, not the "
+                    f"host's: gpudash does not act on it (as that user: {owner.runtime} "
+                    "stop ...)")
+        if c is None:
+            return (f"{name}: its runtime did not answer (no {owner.runtime} CLI on the "
+                    "host, or no permission): signal its processes instead")
+        if c.state == "removed":
+            return f"{name} no longer exists: reap its orphaned processes"
+        if capability is Capability.DISABLE:
+            return (f"{name}: turning a Podman restart policy off is not supported here; "
+                    "stop it (a stopped container stays stopped) or reclaim it")
+        if capability is Capability.START:
+            return f"{name} is a container: start it with {c.runtime} start"
+        return f"{name} cannot {capability.value}: signal its processes"
+
+    def describe(self, owner: Owner) -> str:
+        c = owner.container
+        label = c.label if c is not None else (owner.container_id or "?")[:12]
+        mine = f"{owner.user}'s rootless " if rootless_of_another(owner) and owner.user else ""
+        return f"{mine}{owner.runtime} container {label}"
+
+    def respawner(self, owner: Owner) -> str | None:
+        c = owner.container
+        if c is not None and (c.restart_policy or "no") in RESTARTING_POLICIES and not c.is_down:
+            return f"{c.runtime} (restart policy {c.restart_policy})"
+        return None
+
+    def main_pid(self, owner: Owner) -> int | None:
+        return owner.container.main_pid if owner.container is not None else None
+
+    def inactive(self, owner: Owner) -> bool:
+        return False  # a stopped container's state is in its warnings, not a unit flag
+
+    def respawned(self, owner: Owner, previous: Unit | None) -> bool:
+        c = owner.container
+        return c is not None and (c.restart_count or 0) > 0
+
+    def shown_empty(self, owner: Owner) -> bool:
+        return False
+
+    def orphans(self, owner: Owner, members: Sequence[Process], tree: ProcessTree
+                ) -> Mapping[int, Orphan]:
+        if rootless_of_another(owner):
+            return {}  # somebody's own container, not inspected: never reaped
+        name = self.describe(owner)
+        c = owner.container
+        out: dict[int, Orphan] = {}
+        for p, root in escaped_roots(members, tree):
+            if root is not None:
+                out[p.pid] = Orphan(root.pid, f"escaped {name} (re-parented to PID 1)")
+            elif c is not None and c.is_down:
+                out[p.pid] = Orphan(p.pid, f"is left behind: {name} is {c.state}")
+        return out
+
+    def warnings(self, owner: Owner, orphan_count: int, respawned: bool) -> tuple[str, ...]:
+        w: list[str] = []
+        c = owner.container
+        name = self.describe(owner)
+        if rootless_of_another(owner):
+            w.append(f"{name}: not inspected (the host's {owner.runtime} does not know "
+                     "another user's containers); gpudash leaves it alone.")
+        elif c is None:
+            w.append(f"{name}: not inspected (no {owner.runtime} CLI on the host, or no "
+                     "permission): its restart policy is unknown.")
+        elif c.state == "removed":
+            w.append(f"{name} no longer exists, yet its processes hold GPU memory.")
+        elif (c.restart_policy or "no") in RESTARTING_POLICIES and not c.is_down:
+            w.append(f"restart policy {c.restart_policy}: killing its main process makes "
+                     f"{c.runtime} restart it; stop the container instead ({c.runtime} stop "
+                     "marks it stopped), or reclaim it.")
+        if c is not None and (c.restart_count or 0) > 0:
+            w.append(f"{c.runtime} restarted this container {c.restart_count} time(s) "
+                     "(RestartCount): a new main process took the old one's place.")
+        if orphan_count:
+            w.append(f"{orphan_count} orphaned process(es) of {name} still hold GPU memory: "
+                     "reap them.")
+        return tuple(w)
+
+
+def escaped_roots(members: Sequence[Process], tree: ProcessTree
+                  ) -> list[tuple[Process, Process | None]]:
+    """Each member holding (or parenting) GPU memory, with the topmost ancestor of it in
+    the same cgroup when that one was re-parented to PID 1 (it escaped: the runtime's
+    shim is not its parent any more), else None."""
+    mine = {p.pid for p in members}
+    out: list[tuple[Process, Process | None]] = []
+    for p in members:
+        if p.pid not in tree.holding:
+            continue
+        root = p
+        for parent in tree.ancestors(p):
+            if parent.pid not in mine:
+                break
+            root = parent
+        out.append((p, root if root.ppid == 1 else None))
+    return out
+
+
+def pod_label(owner: Owner) -> str:
+    pod = owner.pod
+    if pod is not None and pod.name:
+        return f"{pod.namespace or 'default'}/{pod.name}"
+    return f"UID {owner.pod_uid}"
+
+
+def pod_advice(owner: Owner) -> str:
+    """What to do about a pod's GPU memory: gpudash does not act on the kubelet's pods."""
+    pod = owner.pod
+    if pod is not None and pod.name:
+        ns = pod.namespace or "default"
+        how = (f"kubectl -n {ns} scale deployment/<its deployment> --replicas=0, or "
+               f"kubectl -n {ns} delete pod {pod.name}")
+    else:
+        how = "kubectl scale its workload to 0 replicas, or kubectl delete the pod"
+    return (f"Kubernetes pod {pod_label(owner)}: the kubelet restarts its containers when "
+            f"they are killed or stopped, so gpudash does not act on it; {how}")
+
+
+class PodRules:
+    kind = OwnerKind.POD
+
+    def capabilities(self, owner: Owner) -> frozenset[Capability]:
+        return frozenset()
+
+    def unable(self, owner: Owner, capability: Capability) -> str:
+        return pod_advice(owner)
+
+    def describe(self, owner: Owner) -> str:
+        return f"Kubernetes pod {pod_label(owner)}"
+
+    def respawner(self, owner: Owner) -> str | None:
+        return "the kubelet"
+
+    def main_pid(self, owner: Owner) -> int | None:
+        return None
+
+    def inactive(self, owner: Owner) -> bool:
+        return False
+
+    def respawned(self, owner: Owner, previous: Unit | None) -> bool:
+        return False
+
+    def shown_empty(self, owner: Owner) -> bool:
+        return False
+
+    def orphans(self, owner: Owner, members: Sequence[Process], tree: ProcessTree
+                ) -> Mapping[int, Orphan]:
+        cause = f"escaped {self.describe(owner)} (re-parented to PID 1)"
+        return {p.pid: Orphan(root.pid, cause)
+                for p, root in escaped_roots(members, tree) if root is not None}
+
+    def warnings(self, owner: Owner, orphan_count: int, respawned: bool) -> tuple[str, ...]:
+        out = [pod_advice(owner)]
+        if orphan_count:
+            out.append(f"{orphan_count} process(es) escaped from the pod's cgroup still hold "
+                       "GPU memory: reap them.")
+        return tuple(out)
