@@ -13,7 +13,8 @@ from gpudash.demo.fleet import MAX_DEMO_HOSTS
 from gpudash.domain.model import unit_name
 from gpudash.state.logfile import LEVELS
 
-SUBCOMMANDS = ("snapshot", "reclaim", "start", "swap", "exporter")
+SUBCOMMANDS = ("snapshot", "reclaim", "reap", "start", "swap", "exporter")
+ACTING = ("reclaim", "reap", "start", "swap")  # subcommands that act (and ask first)
 
 
 def seconds(low: float, high: float, *, low_inclusive: bool = False) -> Callable[[str], float]:
@@ -74,6 +75,12 @@ DESCRIPTIONS = {
     "reclaim": "Stop and disable a unit (or stop a container and turn its restart policy "
     "off), reap what is left of it, wait until its GPU memory is back, print a per-GPU "
     "report. Exit 0 only if confirmed free.",
+    "reap": "Signal every orphaned process that holds GPU memory on each HOST (of one "
+    "unit or container, if named): left from an earlier run of a service, escaped from a "
+    "container, or a model server's engine and workers whose API server is gone. Each "
+    "host is planned, confirmed, signalled (TERM, then KILL) only if each process is "
+    "still the one planned, and followed until its memory is back. Exit 0 when every "
+    "host's memory came back or it had nothing to reap.",
     "start": "Start a unit (and enable it) and follow it loading until it serves: active "
     "without restarts, memory steady, its ready URL answering on the host. A crash loop "
     "is stopped and explained by its log line. Exit 0 only if serving.",
@@ -108,7 +115,7 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
                        help="also write DIR/gpudash.prom every interval, atomically "
                        "(node_exporter's textfile collector)")
         return p
-    if command in ("reclaim", "start", "swap"):
+    if command in ACTING:
         p = argparse.ArgumentParser(prog=f"gpudash {command}", epilog=epilog,
                                     formatter_class=fmt, description=DESCRIPTIONS[command])
         _common(p)
@@ -128,6 +135,13 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
             which.add_argument("--container", metavar="NAME",
                                help="a Docker or Podman container (name or id): stop it, "
                                "turn its restart policy off, reap what is left")
+        elif command == "reap":
+            which = p.add_mutually_exclusive_group()
+            which.add_argument("--unit", help="only the orphans of this systemd unit")
+            which.add_argument("--container", metavar="NAME",
+                               help="only those of this Docker or Podman container")
+            p.add_argument("--dry-run", action="store_true",
+                           help="print the plan of each host and send nothing")
         else:
             p.add_argument("--unit", required=True,
                            help="the systemd unit (.service optional)")
@@ -140,10 +154,11 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
                            help="what proves it serves, asked on the host (default: "
                            "http://127.0.0.1:PORT/health, PORT from the unit's ExecStart)")
         p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
-        default = 120.0 if command == "reclaim" else 1800.0
+        freeing = command in ("reclaim", "reap")
+        default = 120.0 if freeing else 1800.0
         p.add_argument("--timeout", type=seconds(0, 86400), default=default, metavar="S",
                        help=f"give up after S seconds (default {default:g}: "
-                       + ("memory back)" if command == "reclaim" else
+                       + ("memory back)" if freeing else
                           "a big model loads for 10+ minutes)"))
         p.add_argument("--term-timeout", type=seconds(0, 3600), default=10.0, metavar="S",
                        help="seconds between SIGTERM and SIGKILL (default 10)")
@@ -152,7 +167,8 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="gpudash", epilog=epilog, formatter_class=fmt,
         description="Who holds the GPU memory, which systemd unit owns it, and getting it "
-        "back with proof. Subcommands: snapshot, reclaim (see `gpudash reclaim -h`).",
+        "back with proof. Subcommands: snapshot, reclaim, reap, start, swap, exporter (see "
+        "`gpudash COMMAND -h`).",
     )
     _common(p)
     p.add_argument("--read-only", action="store_true", help="disable every action")

@@ -5,6 +5,7 @@
     gpudash snapshot [HOST ...] --json one snapshot per host
     gpudash reclaim [HOST] --unit U    stop + disable U, reap its leftovers, wait, report
     gpudash reclaim [HOST] --container C   the same for a Docker/Podman container
+    gpudash reap [HOST ...]            signal every orphan holding GPU memory, wait, report
     gpudash start [HOST] --unit U      start U, follow it loading, prove it serves
     gpudash swap [HOST] --from A --to B   reclaim A with proof, start B, prove it serves
     gpudash swap [HOST] --from-container C --to B   the same from a Docker/Podman container
@@ -38,8 +39,11 @@ AS_CTRL_C = (signal.SIGTERM, signal.SIGHUP)
 CLOSE_TIMEOUT_S = 2.0  # closing the hosts' links when the dashboard ends
 
 
-def open_sources(args: argparse.Namespace, *, demo_speed: float = 1.0) -> list[HostSource]:
-    """The hosts named on the command line, as sources (not yet connected)."""
+def open_sources(args: argparse.Namespace, *, demo_speed: float = 1.0,
+                 demo_orphans: bool = False) -> list[HostSource]:
+    """The hosts named on the command line, as sources (not yet connected). The demo host
+    starts as it is before the incident, or (``demo_orphans``) after its ``kill -9`` and
+    ``systemctl stop`` + ``disable``, with the workers orphaned."""
     read_only = getattr(args, "read_only", False)
     if args.demo:
         from gpudash.demo.host import DemoHost
@@ -48,7 +52,10 @@ def open_sources(args: argparse.Namespace, *, demo_speed: float = 1.0) -> list[H
             from gpudash.demo.fleet import demo_fleet
 
             return demo_fleet(args.demo_hosts, speed=demo_speed, read_only=read_only)
-        return [DemoHost(speed=demo_speed, read_only=read_only, containers=True)]
+        demo = DemoHost(speed=demo_speed, read_only=read_only, containers=True)
+        if demo_orphans:
+            demo.leave_orphans()
+        return [demo]
     from gpudash.transport import open_source  # live hosts: local or SSH
 
     targets: list[str | None] = list(args.hosts) or [None]
@@ -174,6 +181,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_snapshot(args, term)
         if command in ("reclaim", "start", "swap"):
             return cmd_act(command, args, term)
+        if command == "reap":
+            from gpudash.cli.reap import run_reap
+
+            return run_reap(args, open_sources(args, demo_speed=20.0, demo_orphans=True), term)
         if command == "exporter":
             from gpudash.cli.exporter import cmd_exporter
 

@@ -1,0 +1,115 @@
+"""``gpudash reap HOST... [--unit U | --container C] [--dry-run] [--yes] [--json]``.
+
+Every ORPHAN of each host (of the owner, if one is named): planned, confirmed, signalled
+with the PID guard, its memory proven back, reported and audited as ``reclaim`` is; what
+a cron job, a Slurm epilog or an alert's remediation runs. Several hosts are reaped one
+after the other, each with its own plan and verdict. A host with nothing to reap is fine
+(exit 0): the state the caller wants already holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from gpudash.cli import act
+from gpudash.cli.contract import Exit
+from gpudash.cli.terminal import Terminal
+from gpudash.domain.untrusted import json_dumps
+from gpudash.engine import ActionKind, ActionPlan, PlanError, plan_action
+from gpudash.protocol.source import HostSource, SourceError
+
+NOTHING = "no orphaned processes"  # the planner's words when there is nothing to reap
+# Several hosts, one exit code: the first of these any host ended with, else 0.
+WORST_FIRST = (Exit.INTERNAL, Exit.INTERRUPTED, Exit.CANCELLED, Exit.UNKNOWN, Exit.CONNECT,
+               Exit.NOT_FREED, Exit.USAGE)
+
+
+class _Collected(Terminal):
+    """The real terminal, except that a host's JSON result is kept for one document."""
+
+    def __init__(self, term: Terminal) -> None:
+        super().__init__(term.stdout, term.stderr, term.stdin)
+        self.documents: list[Any] = []
+
+    def result_json(self, document: str) -> None:
+        self.documents.append(json.loads(document))
+
+
+def combined(codes: Sequence[int]) -> int:
+    """One exit code for several hosts: the worst any of them ended with."""
+    for code in WORST_FIRST:
+        if code in codes:
+            return int(code)
+    return int(Exit.OK)
+
+
+def run_reap(args: argparse.Namespace, sources: Sequence[HostSource], term: Terminal) -> int:
+    out = _Collected(term) if args.json else term
+    results: list[dict[str, Any]] = []
+    for source in sources:
+        if len(sources) > 1 and not args.json:
+            term.say(f"== {source.name}")
+        code, document, error = _one(args, source, out)
+        results.append({"host": source.name, "exit": code, "report": document,
+                        "error": error})
+    code = combined([r["exit"] for r in results])
+    if args.json:
+        term.result_json(json_dumps({"command": "reap", "exit": code, "hosts": results},
+                                    indent=2))
+    return code
+
+
+def _one(args: argparse.Namespace, source: HostSource, out: Terminal
+         ) -> tuple[int, Any, str | None]:
+    """Reap one host: (exit code, its JSON document or None, why nothing was done)."""
+    maker = _planner(args)
+    before = len(out.documents) if isinstance(out, _Collected) else 0
+    with asyncio.Runner() as runner:
+        try:
+            plan = runner.run(maker(source))
+        except PlanError as exc:
+            if NOTHING in str(exc):
+                out.say(f"{source.name}: nothing to reap: {exc}")
+                return Exit.OK, None, str(exc)
+            out.error(f"{source.name}: {exc}")
+            return Exit.USAGE, None, str(exc)
+        except SourceError as exc:
+            out.error(f"{source.name}: {exc}")
+            return Exit.CONNECT, None, str(exc)
+        finally:
+            if args.dry_run:
+                with contextlib.suppress(Exception):
+                    runner.run(source.close())
+    if args.dry_run:
+        return Exit.OK, _dry_run(args, plan, out), None
+    code = act.run_action(args, source, out, lambda s: maker(s))
+    document = out.documents.pop() if isinstance(out, _Collected) and len(
+        out.documents) > before else None
+    return code, document, None
+
+
+def _planner(args: argparse.Namespace) -> Callable[[HostSource], Any]:
+    async def make(source: HostSource) -> ActionPlan:
+        return plan_action(await source.control.sample(), ActionKind.REAP, unit=args.unit,
+                           container=args.container)
+
+    return make
+
+
+def _dry_run(args: argparse.Namespace, plan: ActionPlan, out: Terminal) -> Any:
+    """The plan, shown (and, with --json, returned); nothing is sent."""
+    lines = plan.describe(args.term_timeout)
+    out.say(lines)
+    out.say("--dry-run: nothing sent")
+    if not args.json:
+        return None
+    return {"dry_run": True, "host": plan.host, "action": plan.kind.value,
+            "subject": plan.subject, "plan": lines,
+            "targets": [{"pid": t.pid, "start_ticks": t.start_ticks, "user": t.user,
+                         "label": t.label} for t in plan.targets],
+            "expected_free_mib": {str(g): m for g, m in sorted(plan.expected_free_mib.items())}}

@@ -1,0 +1,75 @@
+"""``gpudash reap`` as a cron job, a Slurm epilog or an alert's remediation runs it: real
+subprocesses on the demo (its incident after ``kill -9`` and ``stop`` + ``disable``),
+exit codes, JSON on stdout only, the audit."""
+
+from __future__ import annotations
+
+import json
+
+from test_cli import audit_records, gpudash
+
+from gpudash.cli.reap import combined
+
+
+def test_dry_run_prints_the_plan_and_sends_nothing() -> None:
+    r = gpudash("reap", "--demo", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == ""  # the plan is for people: stderr
+    assert "Reap orphans: 16 orphan(s)" in r.stderr and "--dry-run: nothing sent" in r.stderr
+    assert "90211" in r.stderr.split("Left alone:")[1]  # alice's kernel is named, not taken
+    assert audit_records() == []  # nothing planned to be sent: nothing audited
+    j = gpudash("reap", "--demo", "--dry-run", "--json")
+    doc = json.loads(j.stdout)
+    (host,) = doc["hosts"]
+    assert doc["exit"] == 0 and host["report"]["dry_run"] is True
+    assert len(host["report"]["targets"]) == 16
+    assert 90211 not in {t["pid"] for t in host["report"]["targets"]}
+
+
+def test_reap_yes_frees_the_orphans_audits_and_exits_0() -> None:
+    r = gpudash("reap", "--demo", "--yes", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)  # stdout is one JSON document
+    (host,) = doc["hosts"]
+    report = host["report"]
+    assert report["action"] == "reap" and all(g["confirmed"] for g in report["gpus"])
+    assert {s["signal"] for s in report["signals"]} >= {"SIGTERM"}
+    intent, outcome = audit_records()
+    assert intent["action"] == outcome["action"] == "reap" and outcome["id"] == intent["id"]
+
+
+def test_several_hosts_each_get_their_own_verdict_and_the_worst_is_the_exit() -> None:
+    # the demo fleet: incident (kill -9 just done: orphans, and systemd about to respawn),
+    # healthy (nothing to reap), unreachable, stopped (stop + disable: orphans)
+    r = gpudash("reap", "--demo-hosts", "4", "--yes", "--json")
+    doc = json.loads(r.stdout)
+    by_host = {h["host"]: h for h in doc["hosts"]}
+    assert list(by_host) == ["demo-gpu01", "demo-gpu02", "demo-gpu03", "demo-gpu04"]
+    assert by_host["demo-gpu02"]["exit"] == 0 and by_host["demo-gpu02"]["report"] is None
+    assert "no orphaned processes" in by_host["demo-gpu02"]["error"]
+    assert by_host["demo-gpu03"]["exit"] == 3 and by_host["demo-gpu03"]["report"] is None
+    stopped = by_host["demo-gpu04"]
+    assert stopped["exit"] == 0 and all(g["confirmed"] for g in stopped["report"]["gpus"])
+    # the respawn may come while it reaps: then the new workers are named, not taken
+    incident = by_host["demo-gpu01"]
+    assert incident["exit"] in (0, 1) and incident["report"]["action"] == "reap"
+    if incident["exit"] == 1:
+        assert all("new holder" in lo["reason"] for lo in incident["report"]["leftovers"])
+    assert r.returncode == doc["exit"] == 3  # one host could not be reached
+
+
+def test_nothing_to_reap_is_success_and_a_named_unit_narrows_it() -> None:
+    r = gpudash("reap", "--demo", "--unit", "vllm-kimi-k25", "--yes")
+    assert r.returncode == 0, r.stderr
+    assert "nothing to reap" in r.stderr and audit_records() == []
+
+
+def test_no_terminal_and_no_yes_asks_nobody_and_does_nothing() -> None:
+    r = gpudash("reap", "--demo")
+    assert r.returncode == 5 and "nothing done" in r.stderr
+    assert audit_records() == []
+
+
+def test_the_exit_code_of_several_hosts_is_the_worst() -> None:
+    assert combined([0, 0]) == 0
+    assert combined([0, 1, 3]) == 3 and combined([1, 2]) == 1 and combined([6, 3]) == 6
