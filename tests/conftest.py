@@ -21,5 +21,6 @@ def _isolated_xdg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv(var, str(d))
 
 
-# Shared fixtures of the test infrastructure (the stand-in driver, the sshd, the lab).
-pytest_plugins = ["fakegpu.fixtures", "lab.fixtures"]
+# Shared fixtures of the test infrastructure (the stand-in driver, the sshd, the lab, the
+# real vLLM in the lab).
+pytest_plugins = ["fakegpu.fixtures", "lab.fixtures", "realvllm.fixtures"]

@@ -2,7 +2,8 @@
 # The whole test suite, from a fresh Debian 12 machine: installs what the tests need
 # (OpenSSH server, systemd-nspawn, sudo, gcc/make for the stand-in NVIDIA driver, the
 # Python test dependencies), then runs the linters, the type checker, the import
-# contract and pytest (lab tests included when run as root). Extra arguments go to pytest.
+# contract and pytest (lab tests included when run as root, the real vLLM's too: it is
+# installed once per machine under /var/cache/gpudash/realvllm). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +21,8 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   command -v prometheus >/dev/null || need+=(prometheus)
   [ -x /usr/sbin/dockerd ] || need+=(docker.io)  # a real dockerd inside a lab host
   [ -x /usr/bin/podman ] || need+=(podman)  # and a real podman
+  # the real vLLM's venv is made from Debian's python3 (tests/realvllm/install.py)
+  /usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
   if [ ${#need[@]} -gt 0 ]; then
     echo "run.sh: installing ${need[*]}"
     apt-get update -q >/dev/null
@@ -38,6 +41,12 @@ fi
 # (PEP 668); PYTHON picks the interpreter it is made from.
 bash scripts/bootstrap.sh test
 PY=.venv/bin/python
+# The real vLLM (CPU build) that the lab's real-vLLM tests run: installed once per machine
+# outside the checkout (tests/realvllm/README.md; a few minutes, ~3.5 GB), silent when
+# cached; a failure prints the install log's tail and ends the run.
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  "$PY" tests/realvllm/install.py
+fi
 
 echo "== ruff";         "$PY" -m ruff check gpudash tests bench screenshots scripts
 echo "== mypy --strict (every package, the UI too)"; "$PY" -m mypy

@@ -35,6 +35,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -109,6 +110,21 @@ class LabError(RuntimeError):
 
 
 # --------------------------------------------------------------------------- specs
+
+
+class Unit(Protocol):
+    """What a HostSpec's ``units`` hold: the lab writes ``unit_file()`` to
+    /etc/systemd/system/<name>, links it into <wanted_by>.wants when ``enabled`` and waits
+    for it to be active at boot. UnitSpec (the lab's stand-ins) is one; the real vLLM's
+    units (tests/realvllm/scenarios.py, VllmUnit) are another."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def enabled(self) -> bool: ...
+    @property
+    def wanted_by(self) -> str: ...
+    def unit_file(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -267,7 +283,7 @@ SWAP_UNITS = (*DEFAULT_UNITS, VLLM_KIMI, VLLM_DEEPSEEK)
 
 @dataclass(frozen=True)
 class HostSpec:
-    units: tuple[UnitSpec, ...] = DEFAULT_UNITS
+    units: tuple[Unit, ...] = DEFAULT_UNITS  # UnitSpec, or any other Unit
     session_procs: tuple[SessionProcSpec, ...] = (ALICE_KERNEL,)
     gpus: int = 8
     gpu_name: str = "NVIDIA RTX PRO 6000 Blackwell"
