@@ -120,8 +120,11 @@ async def test_kill_main_pid_shows_respawn(lab_host) -> None:
                            and u.main_pid not in (None, main0), what="new MainPID")
             await wait_for(pilot, lambda: Flag.RESPAWNED in group_flags(app),
                            what="RESPAWNED flag")
-            row = [str(c) for c in app.query_one(HoldersTable).get_row(f"u:{VLLM}")]
-            assert "RESPAWNED" in row[FLAGS], row
+            # the row shows it at the next redraw (at most 5 a second)
+            def flags_cell() -> str:
+                return str(app.query_one(HoldersTable).get_row(f"u:{VLLM}")[FLAGS])
+
+            await wait_for(pilot, lambda: "RESPAWNED" in flags_cell(), what="RESPAWNED row")
             await select(pilot, app, f"u:{VLLM}")
             panel = str(app.query_one(UnitPanel).render())
             assert "Restart=always: killing the main PID respawns it" in panel, panel

@@ -176,3 +176,12 @@ def test_a_server_that_escaped_its_container_is_orphan_engine_and_worker() -> No
 def test_memory_no_listed_process_accounts_for_is_unattributed() -> None:
     s = snap(server(3900, 5000))  # used: 2 workers' worth; listed: one
     assert unattributed_mib(s) == {0: WORKER_MIB}
+
+
+def test_a_holders_ancestors_in_other_units_do_not_make_groups_of_their_own() -> None:
+    # the collector lists a GPU holder's live parents: the sshd above alice's login job
+    sshd = p(700, 1, 5, "sshd: /usr/sbin/sshd -D", "/system.slice/ssh.service", pgid=700)
+    shell = p(710, 700, 6, "-bash", SESSION, pgid=710, user="alice")
+    job = p(720, 710, 7, "python3 train.py", SESSION, pgid=720, mem=4000, user="alice")
+    t = triage(snap([sshd, shell, job]))
+    assert [g.key for g in t.groups] == ["session-7.scope"] and t.orphans() == ()

@@ -171,5 +171,6 @@ def test_retriage_after_a_respawn_computes_again_as_triage_does() -> None:
     assert g is not None and Flag.RESPAWNED in g.flags
     still = replace(after, taken_at=1.0)
     t_still = retriage(still, after, t)
-    # the respawn flag compares with the sample before: never reused, always as triage
-    assert t_still.groups is not t.groups and t_still == triage(still, after)
+    # RESPAWNED is NRestarts > 0 of the very same unit: the triage holds, and is reused
+    # (it was computed again every sample of a host whose unit had ever respawned)
+    assert t_still == triage(still, after) and t_still.groups is t.groups

@@ -355,8 +355,7 @@ def triage(snapshot: HostSnapshot, previous: HostSnapshot | None = None) -> Host
         owner = tp.owner_of_key[key]
         # A service holding nothing is still shown (its main process, its state); other
         # owners appear only while they hold memory.
-        if not any(p.pid in tp.tree.holding for p in procs) and not owner.rules.shown_empty(
-                owner):
+        if not any(holds(p) for p in procs) and not owner.rules.shown_empty(owner):
             continue
         groups.append(_group(key, procs, tp, prev_units))
     # Units the host reports without any process left (a reclaimed service) stay visible:

@@ -75,7 +75,9 @@ class ServiceRules:
         return owner.unit is not None and unit_respawned(owner.unit, previous)
 
     def shown_empty(self, owner: Owner) -> bool:
-        return True
+        # its state is the proof the operator looks for; a unit the host did not report
+        # (the sshd above a login's job, listed as a holder's ancestor) is not shown
+        return owner.unit is not None
 
     def orphans(self, owner: Owner, members: Sequence[Process], tree: ProcessTree
                 ) -> Mapping[int, Orphan]:
