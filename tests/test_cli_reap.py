@@ -5,7 +5,14 @@ exit codes, JSON on stdout only, the audit."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import time
 
+import psutil
+import pytest
+from sshd.fixture import gpus, sshd_fakegpu, sshd_server  # noqa: F401
 from test_cli import audit_records, gpudash
 
 from gpudash.cli.reap import combined
@@ -73,3 +80,35 @@ def test_no_terminal_and_no_yes_asks_nobody_and_does_nothing() -> None:
 def test_the_exit_code_of_several_hosts_is_the_worst() -> None:
     assert combined([0, 0]) == 0
     assert combined([0, 1, 3]) == 3 and combined([1, 2]) == 1 and combined([6, 3]) == 6
+
+
+@pytest.mark.ssh
+def test_reap_over_ssh_frees_a_lost_servers_worker(sshd_server, gpus) -> None:  # type: ignore[no-untyped-def]
+    """Over a real sshd: planning and acting share the host's connection (its event
+    loop); a second loop made the reap fail with a lost link ("attached to a different
+    loop") after planning."""
+    # A VLLM::Worker whose parent (its engine, its API server) is gone: re-parented to PID 1
+    fake = gpus.env["FAKEGPU_BIN"]
+    subprocess.run(["setsid", "-f", "bash", "-c", f"exec -a VLLM::Worker {fake} hold --gpu 1 "
+                    "--mib 3000 >/dev/null 2>&1"], env=gpus.env, check=True)
+    deadline = time.monotonic() + 10
+    while not (pids := worker_pids()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert pids, "the worker did not start"
+    try:
+        r = gpudash("reap", sshd_server.target, "--known-hosts", str(sshd_server.known_hosts),
+                    "--ssh-config", str(sshd_server.ssh_config), "--yes", "--json",
+                    "--term-timeout", "2")
+        assert r.returncode == 0, r.stderr[-2000:]
+        (host,) = json.loads(r.stdout)["hosts"]
+        assert [t["pid"] for t in host["report"]["targets"]] == pids
+        assert all(g["confirmed"] for g in host["report"]["gpus"])
+        assert worker_pids() == []
+    finally:
+        for pid in worker_pids():
+            os.kill(pid, signal.SIGKILL)
+
+
+def worker_pids() -> list[int]:
+    return sorted(p.pid for p in psutil.process_iter(["cmdline"])
+                  if (p.info["cmdline"] or [""])[0] == "VLLM::Worker")

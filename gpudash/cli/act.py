@@ -96,11 +96,16 @@ def run_swap(args: argparse.Namespace, source: HostSource, term: Terminal) -> in
 
 
 def run_action(
-    args: argparse.Namespace, source: HostSource, term: Terminal, make: PlanMaker
+    args: argparse.Namespace, source: HostSource, term: Terminal, make: PlanMaker,
+    runner: asyncio.Runner | None = None,
 ) -> int:
+    """Plan, ask, act, report; in ``runner`` (the one the source was used in so far: its
+    connection lives in that loop), else in a runner of its own."""
     options = options_of(args)
     finished: list[int] = []  # the exit code, once the report is printed and audited
-    with asyncio.Runner() as runner:
+    with contextlib.ExitStack() as stack:
+        if runner is None:
+            runner = stack.enter_context(asyncio.Runner())
         try:
             return _run(args, source, term, options, runner, finished, make)
         except KeyboardInterrupt:

@@ -66,28 +66,30 @@ def run_reap(args: argparse.Namespace, sources: Sequence[HostSource], term: Term
 
 def _one(args: argparse.Namespace, source: HostSource, out: Terminal
          ) -> tuple[int, Any, str | None]:
-    """Reap one host: (exit code, its JSON document or None, why nothing was done)."""
+    """Reap one host: (exit code, its JSON document or None, why nothing was done). One
+    event loop for the whole host: its connection lives in it."""
     maker = _planner(args)
     before = len(out.documents) if isinstance(out, _Collected) else 0
     with asyncio.Runner() as runner:
         try:
             plan = runner.run(maker(source))
-        except PlanError as exc:
+        except (PlanError, SourceError) as exc:
+            with contextlib.suppress(Exception):
+                runner.run(source.close())
+            if isinstance(exc, SourceError):
+                out.error(f"{source.name}: {exc}")
+                return Exit.CONNECT, None, str(exc)
             if NOTHING in str(exc):
                 out.say(f"{source.name}: nothing to reap: {exc}")
                 return Exit.OK, None, str(exc)
             out.error(f"{source.name}: {exc}")
             return Exit.USAGE, None, str(exc)
-        except SourceError as exc:
-            out.error(f"{source.name}: {exc}")
-            return Exit.CONNECT, None, str(exc)
-        finally:
-            if args.dry_run:
-                with contextlib.suppress(Exception):
-                    runner.run(source.close())
-    if args.dry_run:
-        return Exit.OK, _dry_run(args, plan, out), None
-    code = act.run_action(args, source, out, lambda s: maker(s))
+        if args.dry_run:
+            with contextlib.suppress(Exception):
+                runner.run(source.close())
+            return Exit.OK, _dry_run(args, plan, out), None
+        # planned again from a fresh sample, as every action is, before it is confirmed
+        code = act.run_action(args, source, out, maker, runner=runner)
     document = out.documents.pop() if isinstance(out, _Collected) and len(
         out.documents) > before else None
     return code, document, None
