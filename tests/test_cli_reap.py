@@ -90,7 +90,7 @@ def test_reap_over_ssh_frees_a_lost_servers_worker(sshd_server, gpus) -> None:  
     # A VLLM::Worker whose parent (its engine, its API server) is gone: re-parented to PID 1
     fake = gpus.env["FAKEGPU_BIN"]
     subprocess.run(["setsid", "-f", "bash", "-c", f"exec -a VLLM::Worker {fake} hold --gpu 1 "
-                    "--mib 3000 >/dev/null 2>&1"], env=gpus.env, check=True)
+                    "--mib 3071 >/dev/null 2>&1"], env=gpus.env, check=True)
     deadline = time.monotonic() + 10
     while not (pids := worker_pids()) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -110,5 +110,7 @@ def test_reap_over_ssh_frees_a_lost_servers_worker(sshd_server, gpus) -> None:  
 
 
 def worker_pids() -> list[int]:
+    """This test's worker (other VLLM::Workers may run here: the lab's real vLLM)."""
     return sorted(p.pid for p in psutil.process_iter(["cmdline"])
-                  if (p.info["cmdline"] or [""])[0] == "VLLM::Worker")
+                  if (p.info["cmdline"] or [""])[0] == "VLLM::Worker"
+                  and "3071" in (p.info["cmdline"] or []))

@@ -13,7 +13,7 @@ from gpudash.demo.fleet import MAX_DEMO_HOSTS
 from gpudash.domain.model import unit_name
 from gpudash.state.logfile import LEVELS
 
-SUBCOMMANDS = ("snapshot", "reclaim", "reap", "start", "swap", "exporter")
+SUBCOMMANDS = ("snapshot", "reclaim", "reap", "start", "swap", "exporter", "history")
 ACTING = ("reclaim", "reap", "start", "swap")  # subcommands that act (and ask first)
 
 
@@ -33,6 +33,15 @@ def seconds(low: float, high: float, *, low_inclusive: bool = False) -> Callable
         return value
 
     return parse
+
+
+def _span(text: str) -> float:
+    from gpudash.session.history import parse_span
+
+    try:
+        return parse_span(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _demo_hosts(text: str) -> int:
@@ -102,6 +111,21 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
         _common(p)
         p.add_argument("--json", action="store_true", help="JSON (schema 1) instead of text")
         return p
+    if command == "history":
+        p = argparse.ArgumentParser(
+            prog="gpudash history", formatter_class=fmt,
+            description="What was done, from the audit file: who did what on which host, "
+            "the verdict, GiB back per GPU, how long each phase took.")
+        p.add_argument("hosts", nargs="*", metavar="HOST",
+                       help="only these hosts (names or globs, as the audit names them)")
+        p.add_argument("--since", type=_span, default=None, metavar="SPAN",
+                       help="only actions started within SPAN (30m, 2h, 1d, 1w)")
+        p.add_argument("--demo", action="store_true",
+                       help="the demo's actions (audit-demo.jsonl)")
+        p.add_argument("--json", action="store_true", help="JSON instead of text")
+        p.add_argument("--log-level", choices=LEVELS, default="warning",
+                       help=argparse.SUPPRESS)
+        return p
     if command == "exporter":
         from gpudash.cli.exporter import EXIT_HELP, listen_address
 
@@ -167,7 +191,8 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="gpudash", epilog=epilog, formatter_class=fmt,
         description="Who holds the GPU memory, which systemd unit owns it, and getting it "
-        "back with proof. Subcommands: snapshot, reclaim, reap, start, swap, exporter (see "
+        "back with proof. Subcommands: snapshot, reclaim, reap, start, swap, exporter, "
+        "history (see "
         "`gpudash COMMAND -h`).",
     )
     _common(p)
@@ -182,6 +207,8 @@ def parse(argv: list[str]) -> tuple[str | None, argparse.Namespace]:
     command = argv[0] if argv and argv[0] in SUBCOMMANDS else None
     parser = build_parser(command)
     args = parser.parse_args(argv[1:] if command else argv)
+    if command == "history":
+        return command, args
     if args.demo_hosts is not None:
         if command in ("reclaim", "start", "swap") and args.demo_hosts > 1:
             parser.error(f"{command} acts on one host at a time")

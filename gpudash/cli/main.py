@@ -6,6 +6,7 @@
     gpudash reclaim [HOST] --unit U    stop + disable U, reap its leftovers, wait, report
     gpudash reclaim [HOST] --container C   the same for a Docker/Podman container
     gpudash reap [HOST ...]            signal every orphan holding GPU memory, wait, report
+    gpudash history [HOST ...]         what was done (the audit), verdicts, GiB back
     gpudash start [HOST] --unit U      start U, follow it loading, prove it serves
     gpudash swap [HOST] --from A --to B   reclaim A with proof, start B, prove it serves
     gpudash swap [HOST] --from-container C --to B   the same from a Docker/Podman container
@@ -181,6 +182,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_snapshot(args, term)
         if command in ("reclaim", "start", "swap"):
             return cmd_act(command, args, term)
+        if command == "history":
+            from gpudash.cli.history import cmd_history
+
+            return cmd_history(args, term)
         if command == "reap":
             from gpudash.cli.reap import run_reap
 

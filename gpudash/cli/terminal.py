@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import time
 from collections.abc import Iterable
 from typing import TextIO
 
@@ -82,7 +83,8 @@ class ProgressLine:
         self.shown = False
 
     def __call__(self, p: Progress) -> None:
-        text = f"  .. [{p.phase}] {p.message}"
+        # the time on each line: the log of what happened when, for a hand-off
+        text = f"  .. {time.strftime('%H:%M:%S')} [{p.phase}] {p.message}"
         try:
             if self.tty:
                 if p.term_left_s is not None:
@@ -90,9 +92,9 @@ class ProgressLine:
                 width = shutil.get_terminal_size().columns
                 self.stream.write("\r\x1b[K" + clean(text)[: max(10, width - 1)])
                 self.shown = True
-            elif text != self.last:
+            elif f"{p.phase} {p.message}" != self.last:  # a line per change (not per tick)
                 self.stream.write(clean(text) + "\n")
-            self.last = text
+            self.last = f"{p.phase} {p.message}"
             self.stream.flush()
         except (BrokenPipeError, ValueError):
             self.tty = False

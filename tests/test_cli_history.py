@@ -1,0 +1,65 @@
+"""``gpudash history``: what was done, read back from the audit file (issue 21 item 4)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from test_cli import gpudash, state
+
+
+def test_a_reap_and_a_swap_on_the_demo_are_told_with_verdicts_gib_and_phases() -> None:
+    assert gpudash("reap", "--demo", "--yes").returncode == 0
+    assert gpudash("swap", "--demo", "--from", "vllm-minimax-m25", "--to", "vllm-kimi-k25",
+                   "--yes").returncode == 0
+    r = gpudash("history", "--demo", "--json")
+    assert r.returncode == 0, r.stderr
+    actions = json.loads(r.stdout)["actions"]
+    assert [a["action"] for a in actions] == ["reap", "swap"]
+    reap, swap = actions
+    assert reap["verdict"] == swap["verdict"] == "confirmed"
+    assert sum(reap["mib_back_by_gpu"].values()) > 700 * 1024  # 16 workers' memory
+    assert [ph["name"] for ph in swap["phases"]] == ["reclaim", "start"]
+    assert all(ph["seconds"] > 0 for ph in swap["phases"])
+    assert reap["seconds"] is not None and reap["operator"]
+    text = gpudash("history", "--demo")
+    assert "✔ confirmed" in text.stdout and "GiB back" in text.stdout
+    assert "phases" in text.stdout and "vllm-kimi-k25.service" in text.stdout
+
+
+def write_audit(lines: list[str]) -> None:
+    d = state()
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "audit.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def rec(kind: str, aid: str, t: float, host: str = "gpu01", **kw: object) -> str:
+    return json.dumps({"record": kind, "id": aid, "time": t, "host": host,
+                       "operator": "alice", "action": "reclaim", "subject": "v.service",
+                       **kw})
+
+
+def test_re_verified_records_join_their_action_and_bad_lines_are_skipped() -> None:
+    now = time.time()
+    write_audit([
+        rec("intent", "a1", now - 60),
+        rec("outcome", "a1", now - 50, verdict="unknown", summary="link lost"),
+        '{"record": "outcome", "id": "a1", "time": ',  # cut short by a crash
+        rec("outcome", "a1", now - 40, verdict="confirmed",
+            gpus=[{"index": 0, "before_mib": 9000, "after_mib": 1000}]),
+        rec("intent", "b2", now - 30, host="gpu02"),  # gpudash died while acting
+        "not json at all",
+    ])
+    r = gpudash("history", "--json")
+    doc = json.loads(r.stdout)
+    assert doc["skipped"] == 2 and "not records" in r.stderr
+    a1, b2 = doc["actions"]
+    assert a1["id"] == "a1" and a1["verdict"] == "confirmed" and a1["reverified"] == 1
+    assert a1["mib_back_by_gpu"] == {"0": 8000} and round(a1["seconds"]) == 20
+    assert b2["verdict"] is None
+    assert "no outcome recorded" in gpudash("history", "gpu02").stdout
+    only = json.loads(gpudash("history", "gpu0[2]", "--json").stdout)["actions"]
+    assert [a["id"] for a in only] == ["b2"]
+    recent = json.loads(gpudash("history", "--since", "45s", "--json").stdout)["actions"]
+    assert [a["id"] for a in recent] == ["b2"]
+    assert gpudash("history", "--since", "soon").returncode == 2
