@@ -121,3 +121,27 @@ def test_the_cgroup_facts_of_each_owner_kind() -> None:
         "user_uid": 1001, "user_unit": "jupyter.service"}
     assert facts("/user.slice/user-1001.slice/session-4.scope") == {}
     assert facts("/system.slice/vllm.service") == {} and facts(None) == {}
+
+
+def test_a_signalled_process_is_listed_until_it_is_gone(tmp_path: Path) -> None:
+    """An orphaned VLLM::EngineCore holds no GPU memory itself: once its worker was gone
+    it was listed no more, and the engine took "not listed" for "exited" (a reap left a
+    live engine behind, seen on the lab's real vLLM). Signalled on gpudash's request, a
+    process now stays listed until it is gone."""
+    sleeper = subprocess.Popen(["sleep", "60"])
+    c = Collector(gpus=FakeGpus({}), proc=ProcReader(),
+                  units=UnitReader("systemctl", str(tmp_path / "no-systemd")))
+    try:
+        start = c.proc.start_ticks(sleeper.pid)
+        assert str(sleeper.pid) not in c.sample()["procs"]  # nothing makes it relevant
+        reply = hostside._command(json.dumps({"op": "signal", "id": 1, "pid": sleeper.pid,
+                                              "start": start, "sig": signal.SIGCONT}).encode(),
+                                  c)
+        assert reply is not None and reply["outcome"] == "sent"
+        assert c.sample()["procs"][str(sleeper.pid)]["start_ticks"] == start
+        sleeper.kill()
+        sleeper.wait()
+        assert str(sleeper.pid) not in c.sample()["procs"] and c.signalled == {}
+    finally:
+        sleeper.kill()
+        c.proc.close()

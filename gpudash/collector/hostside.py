@@ -1857,10 +1857,23 @@ class Collector:
         self.can_act, self.reason = act_permission(sudo)
         self.watched: set[str] = set()
         self.watched_containers: dict[str, str] = {}  # id -> runtime
+        # processes signalled on gpudash's request: listed in every snapshot until they
+        # are gone, so that "not listed" means "gone" for them whatever they hold
+        self.signalled: dict[int, int] = {}  # pid -> its start ticks
         self.holding: dict[int, tuple[Json, dict[int, int], Json, str]] = {}
         self.devices = DeviceHolders(self.proc.proc, gpus=gpus)
         host = os.uname().nodename if hasattr(os, "uname") else "localhost"
         self.host = cap_text(host, TEXT_MAX)
+
+    def _signalled(self, procs: dict[str, Json]) -> None:
+        for pid, start in sorted(self.signalled.items()):
+            if str(pid) in procs:
+                continue
+            info = self.proc.read(pid) if len(procs) < MAX_PROCS else None
+            if info is None or info.get("start_ticks") != start or info.get("state") == "Z":
+                del self.signalled[pid]  # gone (dead, or its pid is another process's)
+            else:
+                procs[str(pid)] = info
 
     def _ancestry(self, procs: dict[str, Json], holders: list[int], errors: list[str]) -> None:
         """List the live parents (up to ``ANCESTRY_DEPTH`` levels) and the process-group
@@ -1961,6 +1974,7 @@ class Collector:
                     f"{unlisted} processes of {unit} not listed (a snapshot lists {MAX_PROCS})"
                 )
         self._ancestry(procs, list(holding) + [int(k) for k in found], errors)
+        self._signalled(procs)
         self.proc.forget_unseen()
         if self.proc.squeezed:
             errors.append(
@@ -2165,6 +2179,8 @@ def _command(line: bytes, collector: Collector) -> Json | None:
             boot = None if boot is None else str(boot)
             outcome = send_signal(pid, start, int(request["sig"]), boot_id=boot)
             collector.proc.watch(pid)  # its state may change: re-read it a while
+            if outcome == "sent" and start is not None:
+                collector.signalled[pid] = start  # listed until it is gone
             return {"k": K_SIGNAL, "outcome": outcome, "id": request.get("id")}
     except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
         reply: Json = {"k": K_ERROR, "msg": "bad request"}
