@@ -24,3 +24,40 @@ def _isolated_xdg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 # Shared fixtures of the test infrastructure (the stand-in driver, the sshd, the lab, the
 # real vLLM in the lab).
 pytest_plugins = ["fakegpu.fixtures", "lab.fixtures", "realvllm.fixtures"]
+
+
+# An async test must not leave a task behind that ignores being cancelled: pytest-asyncio
+# would wait for it at the loop's close for ever (a whole CI run hung so). Such a task is
+# named here, with where it waits, and the test fails.
+STUCK_AFTER_S = 15.0
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    import inspect
+
+    for item in items:
+        if inspect.iscoroutinefunction(getattr(item, "function", None)):
+            item.add_marker(pytest.mark.usefixtures("_no_task_left_stuck"))
+
+
+@pytest.fixture
+async def _no_task_left_stuck():  # type: ignore[no-untyped-def]
+    import asyncio
+    import io
+
+    yield
+    me = asyncio.current_task()
+    left = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
+    for t in left:
+        t.cancel()
+    if not left:
+        return
+    _done, stuck = await asyncio.wait(left, timeout=STUCK_AFTER_S)
+    if stuck:
+        out = io.StringIO()
+        for t in stuck:
+            t.print_stack(file=out)
+        sys.__stderr__.write(f"\n{len(stuck)} task(s) ignore cancellation:\n{out.getvalue()}")
+        sys.__stderr__.flush()
+        pytest.fail(f"{len(stuck)} task(s) left behind ignore cancellation: "
+                    + out.getvalue()[-3000:])

@@ -10,10 +10,13 @@ says what was sent.
 from __future__ import annotations
 
 import asyncio
+import io
+import logging
 import signal as _signal
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from gpudash.domain.model import HostSnapshot, Process
 from gpudash.domain.triage import label
@@ -96,6 +99,8 @@ class ReverifyPolicy:
 
 REVERIFY = ReverifyPolicy()
 LOG_TAIL = 200  # journal lines kept of a unit being started
+log = logging.getLogger("gpudash.engine")
+
 CRASH_LOG_READS = 3  # a crash the followed log does not explain: read the journal again
 CRASH_LOG_WAIT_S = 0.5
 JOURNAL_RETRY_S = 1.0  # a follower whose link dropped asks again this often
@@ -352,6 +357,9 @@ class _Run:
             # The log is a help: a follower caught in a dead link's teardown must not hold
             # the verdict (a cut link once left the CLI waiting here for good).
             await asyncio.wait({follower}, timeout=FOLLOWER_STOP_S)
+            if not follower.done():
+                log.warning("the journal follower of %s did not stop within %.0f s: %s",
+                            serving.unit, FOLLOWER_STOP_S, _stack(follower))
         outcome.log_tail = tuple(self.log_tail)
         by_title = dict(zip((g.title for g in goals), self.statuses, strict=True))
         if ready is not None:
@@ -747,6 +755,13 @@ def _explain(plan: ActionPlan, snap: HostSnapshot, gpus: list[int]) -> list[Left
                 )
             )
     return out
+
+
+def _stack(task: asyncio.Task[Any]) -> str:
+    """Where a task waits, in one line per frame (for the log)."""
+    out = io.StringIO()
+    task.print_stack(file=out)
+    return out.getvalue().replace("\n", " | ")
 
 
 def _in_container(p: Process, container_id: str) -> bool:
