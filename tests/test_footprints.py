@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import subprocess
+import sys
 from pathlib import Path
 
-from gpudash.state.footprints import learn, lookup
+import pytest
+
+from gpudash.state.footprints import learn, load, lookup
 
 
 def test_learned_footprint_is_read_back_per_host_and_unit(tmp_path: Path) -> None:
@@ -24,3 +30,46 @@ def test_a_damaged_store_is_no_footprint_not_a_crash(tmp_path: Path) -> None:
                  '{"h": {"u": {"mib_per_gpu": {"a": 1}, "seen_at": 1}}}'):
         path.write_text(text)
         assert lookup("h", "u", path) is None
+
+
+def test_each_bad_entry_is_skipped_and_reported_the_rest_kept(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    # before: 1e999 raised OverflowError; negative and huge MiB and GPU 1000000 were
+    # taken as they were; one host that was no object ended the lookup with an exception
+    path = tmp_path / "fp.json"
+    good = '{"mib_per_gpu": {"0": 90000}, "ready_s": 18.5, "seen_at": 1}'
+    path.write_text(
+        '{"h": {"good": ' + good + ','
+        ' "inf": {"mib_per_gpu": {"0": 1e999}, "seen_at": 1},'
+        ' "negative": {"mib_per_gpu": {"0": -5}, "seen_at": 1},'
+        ' "huge": {"mib_per_gpu": {"0": 99999999999}, "seen_at": 1},'
+        ' "gpu": {"mib_per_gpu": {"1000000": 1}, "seen_at": 1},'
+        ' "ready": {"mib_per_gpu": {"0": 1}, "ready_s": NaN, "seen_at": 1},'
+        ' "bool": {"mib_per_gpu": {"0": true}, "seen_at": 1}},'
+        ' "list-host": [], "other": {"u": ' + good + '}}')
+    with caplog.at_level(logging.WARNING, logger="gpudash.state.footprints"):
+        for unit in ("inf", "negative", "huge", "gpu", "ready", "bool"):
+            assert lookup("h", unit, path) is None, unit
+        assert lookup("list-host", "u", path) is None
+        fp = lookup("h", "good", path)
+        assert fp is not None and fp.mib_per_gpu == {0: 90000}
+        assert lookup("other", "u", path) is not None
+    logged = caplog.text
+    for why in ("'inf'", "'negative'", "'huge'", "GPU '1000000'", "'ready'", "'list-host'"):
+        assert why in logged, why
+    learn("h", "new", {0: 1}, None, path)  # a rewrite keeps the good, drops the bad
+    store, problems = load(path)
+    assert set(store["h"]) == {"good", "new"} and problems == []
+
+
+def test_a_host_that_is_no_object_in_the_store_does_not_end_a_start() -> None:
+    # before: {"demo-gpu01": []} made `gpudash start` and `swap` exit 70 (AttributeError)
+    state = Path(os.environ["XDG_STATE_HOME"]) / "gpudash"
+    state.mkdir(mode=0o700)
+    (state / "footprints-demo.json").write_text('{"demo-gpu01": []}')
+    cp = subprocess.run([sys.executable, "-m", "gpudash", "swap", "--demo", "--from",
+                         "vllm-minimax-m25", "--to", "vllm-kimi-k25", "--yes"],
+                        capture_output=True, text=True, timeout=180)
+    assert cp.returncode == 0, cp.stderr
+    assert "internal error" not in cp.stderr

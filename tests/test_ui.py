@@ -298,9 +298,10 @@ async def test_two_hosts_switch_with_number_keys() -> None:
         assert app.current_host == 0
 
 
-async def test_audit_failure_is_a_warning_not_a_crash(
+async def test_audit_failure_refuses_the_action_and_is_no_crash(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # audit or nothing (issue 19): an intent record that cannot be written sends nothing
     import gpudash.session.audit
 
     def broken(record: object, path: object = None) -> None:
@@ -311,8 +312,12 @@ async def test_audit_failure_is_a_warning_not_a_crash(
     app = make_app(demo)
     async with app.run_test(size=SIZE) as pilot:
         await select(pilot, app, f"p:{NOTEBOOK + 0}")
-        await run_confirmed(pilot, app, "t")
-        assert app.is_running
+        await pilot.press("t")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.press("y")
+        await wait_for(pilot, lambda: "refused" in log_text(app), within=20)
+        assert app.is_running and app.reports == []
+        assert NOTEBOOK in demo.processes  # not signalled
         assert any("audit" in str(n.message).lower() for n in app._notifications)
 
 

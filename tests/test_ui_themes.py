@@ -102,3 +102,37 @@ def test_clean_makes_controls_visible() -> None:
     assert clean("a\x1b[2Jb\tc\nd\x7f\u202e") == "a\\x1b[2Jb\\x09c\\x0ad\\x7f\\u202e"
     assert clean("[red]x[/red]") == "[red]x[/red]"
     assert duration(None) == "N/A" and duration(7200) == "2h00m" and duration(59) == "59s"
+
+
+CRASHERS = {  # each loaded before, then ended the app at start
+    "brace.toml": 'name = "brace"\nprimary = "#123456"\n[variables]\nborder = "}}} ; ;"\n',
+    "colour.toml": 'name = "colour"\nprimary = "#123456"\n[variables]\n'
+                   'footer-background = "notacolour"\n',
+    "nan.toml": 'name = "nan"\nprimary = "#123456"\nluminosity_spread = nan\n',
+    "style.toml": 'name = "style"\nprimary = "#123456"\n[variables]\n'
+                  'link-style = "blink42"\n',
+}
+
+
+def test_themes_that_would_crash_the_app_are_refused_while_loading(tmp_path: Path) -> None:
+    for name, text in CRASHERS.items():
+        (tmp_path / name).write_text(text)
+    themes, errors = load_themes([tmp_path])
+    assert themes == []
+    assert sorted(e.split(":")[0] for e in errors) == sorted(CRASHERS)
+    assert any("'border'" in e and "not CSS" in e for e in errors)
+    assert any("footer-background" in e and "not a colour" in e for e in errors)
+
+
+@pytest.mark.parametrize("name", ["brace", "colour", "nan"])
+async def test_the_app_starts_beside_a_bad_theme_and_names_its_file(tmp_path: Path,
+                                                                   name: str) -> None:
+    (tmp_path / f"{name}.toml").write_text(CRASHERS[f"{name}.toml"])
+    app = GpudashApp([DemoHost()], interval=1.0, read_only=False, theme=name,
+                     exec_options=None, theme_dirs=[THEMES_DIR, tmp_path])
+    async with app.run_test(size=(120, 35)) as pilot:
+        await pilot.pause(0.3)
+        assert app.theme != name
+        toasts = [n.message for n in app._notifications if "Theme files" in n.message]
+        assert len(toasts) == 1 and f"{name}.toml" in toasts[0]
+    assert app.return_code in (None, 0)

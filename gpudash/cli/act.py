@@ -179,7 +179,11 @@ async def _act(
         try:
             trail.intent()  # synchronously: no interrupt between the record and the act
         except OSError as exc:
-            term.error(f"warning: audit file not written: {exc}")
+            if not args.no_audit:  # audit or nothing
+                term.error(audit.refusal(trail.path, str(exc)))
+                finished.append(Exit.NOT_AUDITED)
+                return Exit.NOT_AUDITED
+            term.error(f"warning: acting without an audit record (--no-audit): {exc}")
         stopped = False
         try:
             if not interrupts.start_acting():
@@ -216,6 +220,8 @@ async def _act(
             sent = report.sent_lines()
             report.summary = ("interrupted before the outcome was verified; sent: "
                               + ("; ".join(sent) if sent else "nothing"))
+        if not trail.audited:
+            trail.unaudited(report)  # the report says so (and the outcome, if it lands)
         finished.append(_finish(args, term, trail, report))
         return finished[0]
 
@@ -276,7 +282,8 @@ def _finish(
         term.error(f"warning: audit file not written: {exc}")
     learn_from(report)
     if args.json:
-        term.result_json(json_dumps(audit.outcome_record(report, trail.id), indent=2))
+        term.result_json(json_dumps(audit.outcome_record(report, trail.id,
+                                                         audited=trail.audited), indent=2))
     else:
         term.result("\n".join(report.describe()))
     if report.interrupted:

@@ -138,6 +138,12 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
         p.add_argument("--textfile", type=Path, default=None, metavar="DIR",
                        help="also write DIR/gpudash.prom every interval, atomically "
                        "(node_exporter's textfile collector)")
+        p.add_argument("--web.config.file", dest="web_config", type=Path, default=None,
+                       metavar="FILE", help="TLS and basic auth (bcrypt) for /metrics, in "
+                       "the Prometheus exporters' web config format (as node_exporter)")
+        p.add_argument("--insecure-listen", action="store_true",
+                       help="allow --listen off loopback without --web.config.file: plain "
+                       "HTTP, no auth")
         return p
     if command in ACTING:
         p = argparse.ArgumentParser(prog=f"gpudash {command}", epilog=epilog,
@@ -178,6 +184,10 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
                            help="what proves it serves, asked on the host (default: "
                            "http://127.0.0.1:PORT/health, PORT from the unit's ExecStart)")
         p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+        p.add_argument("--no-audit", action="store_true",
+                       help="act even if the audit record cannot be written (the report "
+                       "says it was not audited); without it such an action is refused "
+                       "(exit 7)")
         freeing = command in ("reclaim", "reap")
         default = 120.0 if freeing else 1800.0
         p.add_argument("--timeout", type=seconds(0, 86400), default=default, metavar="S",

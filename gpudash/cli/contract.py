@@ -18,6 +18,7 @@ class Exit(IntEnum):
     UNKNOWN = 4  # the link dropped mid-action and re-verification could not reach the host
     CANCELLED = 5  # declined at the prompt, or interrupted before anything was sent
     INTERRUPTED = 6  # interrupted (Ctrl+C, SIGTERM, quit) after something was sent
+    NOT_AUDITED = 7  # refused: the intent record could not be written; nothing was sent
     INTERNAL = 70  # a bug in gpudash (EX_SOFTWARE): the log file has the traceback
 
 
@@ -30,5 +31,7 @@ EXIT_CODES_HELP = """exit codes:
   4  outcome unknown: the link dropped mid-action and re-verification failed
   5  cancelled: declined at the prompt or interrupted before anything was sent
   6  interrupted after something was sent: the report lists what reached the host
+  7  refused: the audit record could not be written (a full disk, a state directory
+     refused); nothing was sent (--no-audit acts anyway)
  70  internal error (a bug): $XDG_STATE_HOME/gpudash/gpudash.log has the traceback
 stdout carries only the result; plan, prompt, progress and errors go to stderr."""

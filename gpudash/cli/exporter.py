@@ -1,10 +1,13 @@
 """``gpudash exporter``: the triage of every host named, as Prometheus metrics.
 
-Served over HTTP (``--listen``, 127.0.0.1:9835 by default) and/or written to
-``DIR/gpudash.prom`` every interval for node_exporter's textfile collector
-(``--textfile``), atomically: a temporary file in DIR, then a rename. It only looks:
-every host is opened read-only. It runs until SIGTERM or Ctrl+C (exit 0); a host that
-fails is shown by its ``gpudash_link_up`` and a line on stderr, never stops the others.
+Served over HTTP (``--listen``, 127.0.0.1:9835 by default; TLS and basic auth from
+``--web.config.file``, required off loopback unless ``--insecure-listen``; see
+``metrics_http`` for the bounds) and/or written to ``DIR/gpudash.prom`` every interval
+for node_exporter's textfile collector (``--textfile``), atomically: a fresh temporary
+file in DIR, then a rename. One exposition is built per interval and shared by every
+scraper and the textfile. It only looks: every host is opened read-only. It runs until
+SIGTERM or Ctrl+C (exit 0); a host that fails is shown by its ``gpudash_link_up`` and a
+line on stderr, never stops the others.
 """
 
 from __future__ import annotations
@@ -19,24 +22,31 @@ import signal
 from collections.abc import Sequence
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, start_http_server, write_to_textfile
+from prometheus_client import CollectorRegistry
 from prometheus_client.process_collector import ProcessCollector
 
+from gpudash.cli import webconfig
 from gpudash.cli.contract import Exit
+from gpudash.cli.metrics_http import Exposition, MetricsServer
 from gpudash.cli.terminal import Terminal
+from gpudash.cli.webconfig import WebConfig
 from gpudash.feed.reconnect import LinkState
 from gpudash.feed.watch import HostWatch
 from gpudash.protocol.source import HostSource
 from gpudash.render.metrics import TriageCollector
+from gpudash.state import files
 
 log = logging.getLogger("gpudash.cli")
 
 DEFAULT_LISTEN = ("127.0.0.1", 9835)
 TEXTFILE_NAME = "gpudash.prom"  # node_exporter reads *.prom; the temporary file is not one
+TEXTFILE_MODE = 0o644  # node_exporter runs as its own user
+TEXTFILE_OWNERS = (os.geteuid(), 0)  # its directory: ours or root's, writable by no one else
 
 EXIT_HELP = """exit codes:
   0  stopped by SIGTERM or Ctrl+C
-  2  usage error: bad --listen, --textfile not a writable directory, address in use
+  2  usage error: bad --listen, --textfile not a writable directory, address in use,
+     a bad --web.config.file, --listen off loopback without it (or --insecure-listen)
  70  internal error (a bug): $XDG_STATE_HOME/gpudash/gpudash.log has the traceback
 metrics on /metrics (or in DIR/gpudash.prom); which hosts could not be read: stderr."""
 
@@ -79,11 +89,40 @@ def listen_address(text: str) -> tuple[str, int]:
 
 
 def textfile_problem(directory: Path) -> str | None:
+    """Why ``--textfile DIR`` cannot be written to, by the state-file rules, or None."""
     if not directory.is_dir():
         return f"--textfile {directory}: not a directory"
+    try:
+        os.close(files.open_dir(directory, create=False, private=False,
+                                owners=TEXTFILE_OWNERS))
+    except OSError as exc:
+        return f"--textfile {directory}: {exc}"
     if not os.access(directory, os.W_OK | os.X_OK):
         return f"--textfile {directory}: not writable"
     return None
+
+
+def write_textfile(path: Path, body: bytes) -> None:
+    """``path`` made to hold ``body``: a fresh random name in its directory, then a
+    rename (never a fixed temporary name, never through a link); readable by all, as
+    node_exporter (its own user) must read it: metrics are no secret, they are served."""
+    files.replace(path, body, mode=TEXTFILE_MODE, private_dir=False, dir_owners=TEXTFILE_OWNERS)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    return ipaddress.ip_address(host).is_loopback
+
+
+def listen_problem(args: argparse.Namespace, listen: tuple[str, int] | None,
+                   web: WebConfig | None) -> str | None:
+    """Why ``--listen`` is refused: off loopback it needs a web config or the flag."""
+    if listen is None or is_loopback(listen[0]) or web is not None or args.insecure_listen:
+        return None
+    return (f"--listen {listen[0]}: not a loopback address: anyone who reaches it would read "
+            "the fleet's metrics over plain HTTP. Give --web.config.file FILE (TLS, basic "
+            "auth), or --insecure-listen to serve it as it is")
 
 
 def cmd_exporter(args: argparse.Namespace, term: Terminal, sources: Sequence[HostSource]
@@ -95,10 +134,26 @@ def cmd_exporter(args: argparse.Namespace, term: Terminal, sources: Sequence[Hos
     if textfile is not None and (problem := textfile_problem(textfile)):
         term.error(problem)
         return Exit.USAGE
+    web = None
+    if args.web_config is not None:
+        if listen is None:
+            term.error("--web.config.file: nothing is served over HTTP (only --textfile)")
+            return Exit.USAGE
+        try:
+            web = webconfig.load(args.web_config)
+        except webconfig.WebConfigError as exc:
+            term.error(f"--web.config.file: {exc}")
+            return Exit.USAGE
+    if problem := listen_problem(args, listen, web):
+        term.error(problem)
+        return Exit.USAGE
+    if (web is not None and listen is not None and web.users and web.tls is None
+            and not is_loopback(listen[0])):
+        term.error("warning: basic auth without TLS: passwords cross the network in the clear")
     # SIGTERM before the loop's own handler is in place stops it the same way (exit 0)
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        return _export(args, term, sources, listen, textfile)
+        return _export(args, term, sources, listen, textfile, web)
     finally:
         signal.signal(signal.SIGTERM, previous)
 
@@ -108,58 +163,49 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def _export(args: argparse.Namespace, term: Terminal, sources: Sequence[HostSource],
-            listen: tuple[str, int] | None, textfile: Path | None) -> int:
+            listen: tuple[str, int] | None, textfile: Path | None, web: WebConfig | None
+            ) -> int:
     watches = [HostWatch(s, args.interval, on_link=LinkReporter(term)) for s in sources]
     registry = CollectorRegistry()
     registry.register(TriageCollector(watches))
     ProcessCollector(namespace="gpudash_exporter", registry=registry)
-    server = None
-    if listen is not None:
-        addr, port = listen
-        try:
-            server, _thread = start_http_server(port, addr, registry)
-        except OSError as exc:
-            term.error(f"cannot listen on {addr}:{port}: {exc.strerror or exc}")
-            return Exit.USAGE
-        shown = f"[{addr}]" if ":" in addr else addr
-        term.say(f"gpudash exporter: http://{shown}:{server.server_port}/metrics "
-                 f"({len(watches)} host(s))")
     path = None if textfile is None else textfile / TEXTFILE_NAME
-    if path is not None:
-        term.say(f"gpudash exporter: writing {path} every {args.interval:g} s")
     try:
-        asyncio.run(_serve(watches, registry, path, args.interval, term))
+        return asyncio.run(_serve(watches, Exposition(registry, args.interval), listen, web,
+                                  path, term))
     except KeyboardInterrupt:
-        pass  # Ctrl+C before the loop's own handler was in place: the same stop
-    finally:
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-    return Exit.OK
+        return Exit.OK  # Ctrl+C before the loop's own handler was in place: the same stop
 
 
-async def _serve(watches: Sequence[HostWatch], registry: CollectorRegistry, path: Path | None,
-                 interval: float, term: Terminal) -> None:
+async def _serve(watches: Sequence[HostWatch], exposition: Exposition,
+                 listen: tuple[str, int] | None, web: WebConfig | None, path: Path | None,
+                 term: Terminal) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
+    server = None
+    if listen is not None:
+        addr, port = listen
+        server = MetricsServer(exposition, web)
+        try:
+            port = await server.start(addr, port)
+        except OSError as exc:
+            term.error(f"cannot listen on {addr}:{port}: {exc.strerror or exc}")
+            return Exit.USAGE
+        shown = f"[{addr}]" if ":" in addr else addr
+        scheme = "https" if web is not None and web.tls is not None else "http"
+        term.say(f"gpudash exporter: {scheme}://{shown}:{port}/metrics ({len(watches)} "
+                 f"host(s){'; ' + web.describe if web is not None else ''})")
+    if path is not None:
+        term.say(f"gpudash exporter: writing {path} every {exposition.max_age_s:g} s")
     tasks = [asyncio.create_task(w.run(), name=f"watch {w.view.name}") for w in watches]
-    failed: str | None = None
     try:
-        while not stop.is_set():
-            if path is not None:
-                try:  # triaging every host is CPU work: off the loop that samples them
-                    await asyncio.to_thread(write_to_textfile, str(path), registry)
-                    failed = None
-                except OSError as exc:
-                    if failed != str(exc):
-                        term.error(f"cannot write {path}: {exc}")
-                    failed = str(exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), interval)
+        await _tick(stop, exposition, path, term)
     finally:
+        if server is not None:
+            await server.close()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -168,3 +214,22 @@ async def _serve(watches: Sequence[HostWatch], registry: CollectorRegistry, path
                 await w.source.close()
             except Exception:  # noqa: BLE001 - closing a dead link has nothing to report
                 log.debug("closing %s failed", w.view.name, exc_info=True)
+    return Exit.OK
+
+
+async def _tick(stop: asyncio.Event, exposition: Exposition, path: Path | None,
+                term: Terminal) -> None:
+    """Every interval until ``stop``: the textfile, from the interval's one exposition."""
+    failed: str | None = None
+    while not stop.is_set():
+        if path is not None:
+            try:  # triaging every host is CPU work: off the loop that samples them
+                body = await exposition.refresh()
+                await asyncio.to_thread(write_textfile, path, body)
+                failed = None
+            except OSError as exc:
+                if failed != str(exc):
+                    term.error(f"cannot write {path}: {exc}")
+                failed = str(exc)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), exposition.max_age_s)

@@ -165,7 +165,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     term = Terminal()
     try:
         command, args = parse(list(sys.argv[1:] if argv is None else argv))
-        logfile.setup(args.log_level)
+        opened = logfile.setup(args.log_level)
+        if isinstance(opened, str):  # a state directory refused: say so, and how to fix it
+            term.error(f"warning: {opened}")
     except KeyboardInterrupt:
         term.error("interrupted while starting: nothing done")
         return Exit.CANCELLED

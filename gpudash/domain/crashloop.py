@@ -18,6 +18,10 @@ from gpudash.domain.model import Unit
 
 WINDOW_RESTARTS = 2  # automatic restarts seen ...
 CRASH_LOOP_WINDOW_S = 300.0  # ... within this many seconds make a crash loop too
+# Units remembered per host: twice what one snapshot may carry (the collector's 256). A
+# host that sends new names sample after sample (each one a series of the exporter's)
+# pushes out the names it sent longest ago, never grows what is kept.
+MAX_UNITS = 512
 
 
 class RestartWatch:
@@ -32,12 +36,17 @@ class RestartWatch:
     A host reports a unit only while it holds GPU memory (or is watched), so a unit that
     crashed may be missing from a few samples: it is remembered for a window after it was
     last reported, and stays crash-looping while its restarts in the window say so.
+
+    What is kept is bounded whatever the host sends: at most ``max_units`` names (those
+    reported longest ago are forgotten first), and per unit only the restarts that can
+    still decide a loop.
     """
 
     def __init__(self, window_s: float = CRASH_LOOP_WINDOW_S,
-                 restarts: int = WINDOW_RESTARTS) -> None:
+                 restarts: int = WINDOW_RESTARTS, max_units: int = MAX_UNITS) -> None:
         self.window_s = window_s
         self.restarts = restarts
+        self.max_units = max_units
         self._count: dict[str, int] = {}  # unit -> NRestarts when last reported
         self._seen: dict[str, float] = {}  # unit -> when last reported
         self._events: dict[str, deque[tuple[float, int]]] = {}  # unit -> (when, how many)
@@ -46,8 +55,10 @@ class RestartWatch:
         """Record one sample's units; the names of those crash-looping now."""
         looping: set[str] = set()
         for unit in units:
-            self._seen[unit.name] = now
-            events = self._events.setdefault(unit.name, deque())
+            self._seen.pop(unit.name, None)
+            self._seen[unit.name] = now  # the newest last: the oldest are forgotten first
+            # each event counts one restart or more: this many decide a loop
+            events = self._events.setdefault(unit.name, deque(maxlen=max(1, self.restarts)))
             if unit.n_restarts is not None:
                 before = self._count.get(unit.name)
                 if before is not None and unit.n_restarts > before:
@@ -55,11 +66,12 @@ class RestartWatch:
                 self._count[unit.name] = unit.n_restarts
             if unit_crash_looping(unit):
                 looping.add(unit.name)
+        while len(self._seen) > self.max_units:
+            self._forget(next(iter(self._seen)))
         cutoff = now - self.window_s
         for name in list(self._seen):
             if self._seen[name] < cutoff:  # not reported for a whole window: forget it
-                del self._seen[name], self._events[name]
-                self._count.pop(name, None)
+                self._forget(name)
                 continue
             events = self._events[name]
             while events and events[0][0] < cutoff:
@@ -67,3 +79,11 @@ class RestartWatch:
             if sum(n for _, n in events) >= self.restarts:
                 looping.add(name)
         return frozenset(looping)
+
+    def _forget(self, name: str) -> None:
+        del self._seen[name], self._events[name]
+        self._count.pop(name, None)
+
+    def __len__(self) -> int:
+        """How many units are remembered."""
+        return len(self._seen)

@@ -30,12 +30,14 @@ from gpudash.collector.hostside import (
     CMDLINE_MAX,
     CONTAINER_ID,
     ERROR_MAX,
-    MAX_GPUS,
     POD_UID,
     TEXT_MAX,
     TRUNCATED,
     UNREADABLE_REASONS,
     WORD_MAX,
+)
+from gpudash.collector.hostside import (
+    MAX_GPUS as MAX_GPUS,  # the bound of a GPU index, for the rest of gpudash
 )
 from gpudash.domain.model import Container, Gpu, HostSnapshot, Pod, Process, Unit
 from gpudash.protocol.source import ProtocolError

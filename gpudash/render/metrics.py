@@ -27,7 +27,7 @@ from prometheus_client.core import (
 
 from gpudash.domain.fleet import reclaimable_by_gpu
 from gpudash.domain.model import HostSnapshot, Process
-from gpudash.domain.triage import Flag, OwnerKind, owner_kind, triage
+from gpudash.domain.triage import Flag, HostTriage, OwnerKind, owner_kind, triage
 from gpudash.domain.untrusted import clean
 from gpudash.engine.target import Target, expected_free
 from gpudash.feed.watch import HostWatch, WatchedHost
@@ -116,34 +116,64 @@ def _host(m: _Families, host: str, snap: HostSnapshot, view: WatchedHost) -> Non
     if snap.collector_cpu_s is not None:
         m.collector_cpu.add_metric([host], snap.collector_cpu_s)
     m.degraded.add_metric([host], 1.0 if snap.degraded else 0.0)
-    uuid = {g.index: clean(g.uuid or "") for g in snap.gpus}
+    labels = _GpuLabels(host, snap)
+    _gpu_memory(m, snap, labels)
+    tri = triage(snap)
+    orphans_of = _orphans_of(snap, tri)
+    _orphaned(m, snap, tri, orphans_of, labels)
+    _units(m, host, snap, orphans_of, view)
+    for group in tri.groups:
+        if group.kind is OwnerKind.SERVICE:
+            for gpu, mib in sorted(group.gpu_memory_mib.items()):
+                m.unit_memory.add_metric(labels(gpu) + [clean(group.key)], float(mib * MIB))
 
-    def gpu_labels(index: int) -> list[str]:
-        return [host, str(index), uuid.get(index, "")]
 
+class _GpuLabels:
+    """A GPU's labels: host, index, uuid."""
+
+    def __init__(self, host: str, snap: HostSnapshot) -> None:
+        self.host = host
+        self.uuid = {g.index: clean(g.uuid or "") for g in snap.gpus}
+
+    def __call__(self, index: int) -> list[str]:
+        return [self.host, str(index), self.uuid.get(index, "")]
+
+
+def _gpu_memory(m: _Families, snap: HostSnapshot, labels: _GpuLabels) -> None:
     for g in snap.gpus:
         if g.memory_used_mib is not None:  # N/A stays absent, never 0
-            m.used.add_metric(gpu_labels(g.index), float(g.memory_used_mib * MIB))
+            m.used.add_metric(labels(g.index), float(g.memory_used_mib * MIB))
         if g.memory_total_mib is not None:
-            m.total.add_metric(gpu_labels(g.index), float(g.memory_total_mib * MIB))
+            m.total.add_metric(labels(g.index), float(g.memory_total_mib * MIB))
 
-    tri = triage(snap)
+
+def _orphans_of(snap: HostSnapshot, tri: HostTriage) -> dict[str, list[Process]]:
+    """Each unit's ORPHAN processes."""
     orphans_of: dict[str, list[Process]] = {}
     for p in snap.processes:
         if p.unit and Flag.ORPHAN in tri.flags.get(p.pid, ()):
             orphans_of.setdefault(p.unit, []).append(p)
+    return orphans_of
+
+
+def _orphaned(m: _Families, snap: HostSnapshot, tri: HostTriage,
+              orphans_of: dict[str, list[Process]], labels: _GpuLabels) -> None:
+    """Orphaned bytes per GPU and unit, per GPU, and what reclaim would give back."""
     by_gpu = {g.index: 0 for g in snap.gpus}
     for unit, procs in sorted(orphans_of.items()):
         for gpu, mib in sorted(orphaned_mib(snap, procs).items()):
             if mib > 0:
-                m.orphaned.add_metric(gpu_labels(gpu) + [clean(unit)], float(mib * MIB))
+                m.orphaned.add_metric(labels(gpu) + [clean(unit)], float(mib * MIB))
                 by_gpu[gpu] = by_gpu.get(gpu, 0) + mib
     for gpu, mib in sorted(by_gpu.items()):
-        m.gpu_orphaned.add_metric(gpu_labels(gpu), float(mib * MIB))
+        m.gpu_orphaned.add_metric(labels(gpu), float(mib * MIB))
     reclaimable, _unknown = reclaimable_by_gpu(tri)
     for g in snap.gpus:
-        m.reclaimable.add_metric(gpu_labels(g.index), float(reclaimable.get(g.index, 0) * MIB))
+        m.reclaimable.add_metric(labels(g.index), float(reclaimable.get(g.index, 0) * MIB))
 
+
+def _units(m: _Families, host: str, snap: HostSnapshot,
+           orphans_of: dict[str, list[Process]], view: WatchedHost) -> None:
     services = [u for u in snap.units if owner_kind(u.name) is OwnerKind.SERVICE]
     for u in services:
         labels = [host, clean(u.name)]
@@ -159,10 +189,6 @@ def _host(m: _Families, host: str, snap: HostSnapshot, view: WatchedHost) -> Non
     for name in sorted({u.name for u in services} | view.crash_looping):
         m.crash_looping.add_metric([host, clean(name)],
                                    1.0 if name in view.crash_looping else 0.0)
-    for group in tri.groups:
-        if group.kind is OwnerKind.SERVICE:
-            for gpu, mib in sorted(group.gpu_memory_mib.items()):
-                m.unit_memory.add_metric(gpu_labels(gpu) + [clean(group.key)], float(mib * MIB))
 
 
 class TriageCollector:

@@ -8,21 +8,23 @@ JSON (host text with lone surrogates or escapes cannot break the writer nor a re
 terminal), appended with ``O_APPEND`` to a 0600 file in a 0700 directory. Actions on the
 demo host go to ``audit-demo.jsonl``: they touched nothing real.
 
-An audit that cannot be written is reported by the caller, never fatal.
+No command or signal is sent unless the intent record was written whole and is on disk:
+a caller whose ``intent()`` raises refuses the action (``--no-audit`` acts anyway and
+says so in the report). An outcome that cannot be written is reported by the caller.
 """
 
 from __future__ import annotations
 
-import getpass
 import json
 import os
-import stat
+import pwd
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 from gpudash.engine import ActionPlan, ActionReport
+from gpudash.state import files
 from gpudash.state.paths import state_dir
 
 
@@ -32,7 +34,7 @@ def audit_path(*, simulated: bool = False) -> Path:
 
 def _plan_fields(plan: ActionPlan, term_timeout: float) -> dict[str, Any]:
     return {
-        "operator": _operator(),
+        **operator(),
         "host": plan.host,
         "demo": plan.simulated,
         "action": plan.kind.value,
@@ -48,8 +50,10 @@ def intent_record(plan: ActionPlan, action_id: str, term_timeout: float) -> dict
             **_plan_fields(plan, term_timeout)}
 
 
-def outcome_record(report: ActionReport, action_id: str | None = None) -> dict[str, Any]:
-    """The report as a JSON-ready record (also the CLI's ``--json`` output)."""
+def outcome_record(report: ActionReport, action_id: str | None = None, *,
+                   audited: bool = True) -> dict[str, Any]:
+    """The report as a JSON-ready record (also the CLI's ``--json`` output). ``audited``:
+    False when the action ran without its intent record (``--no-audit``)."""
     return {
         "record": "outcome",
         "id": action_id,
@@ -98,25 +102,19 @@ def outcome_record(report: ActionReport, action_id: str | None = None) -> dict[s
         "unknown": report.unknown,
         "interrupted": report.interrupted,
         "summary": report.summary,
+        "audited": audited,
     }
 
 
 def write(record: dict[str, Any], path: Path) -> Path:
-    """Append one record as one line; returns ``path``. Raises OSError if it cannot.
+    """Append one record as one line, whole and on disk (fsync) before this returns;
+    returns ``path``. Raises OSError if it cannot: the caller then sends nothing.
 
-    A directory or file left readable by an older gpudash (0755, 0644) is made private
-    first: the modes given to mkdir and open apply only to what they create."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if stat.S_IMODE(path.parent.stat().st_mode) != 0o700:
-        path.parent.chmod(0o700)
+    The file and its directory follow ``gpudash.state.files``: never through a symbolic
+    link, a regular file, 0600 in a 0700 directory owned by the effective user (one left
+    readable by an older gpudash is made private)."""
     line = (json.dumps(record, ensure_ascii=True) + "\n").encode("ascii")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        if stat.S_IMODE(os.fstat(fd).st_mode) != 0o600:
-            os.fchmod(fd, 0o600)
-        os.write(fd, line)  # one write of one line: appends from two gpudash never interleave
-    finally:
-        os.close(fd)
+    files.append_line(path, line, sync=True)  # one write of one line: never interleaved
     return path
 
 
@@ -144,16 +142,71 @@ class AuditTrail:
         self.term_timeout = term_timeout
         self.id = action_id or uuid.uuid4().hex  # a re-verification continues its action
         self.path = path or audit_path(simulated=plan.simulated)
+        self.intent_error: str | None = None  # why the intent record is not on disk
 
     def intent(self) -> Path:
-        return write(intent_record(self.plan, self.id, self.term_timeout), self.path)
+        """Write the intent record; raises OSError (and remembers why) if it cannot."""
+        try:
+            return write(intent_record(self.plan, self.id, self.term_timeout), self.path)
+        except OSError as exc:
+            self.intent_error = str(exc)
+            raise
 
     def outcome(self, report: ActionReport) -> Path:
-        return write(outcome_record(report, self.id), self.path)
+        return write(outcome_record(report, self.id, audited=self.audited), self.path)
+
+    @property
+    def audited(self) -> bool:
+        return self.intent_error is None
+
+    def unaudited(self, report: ActionReport) -> None:
+        """``--no-audit`` acted although the intent record could not be written: the report
+        (and the outcome record, if it can be written) says so."""
+        report.warnings.append(f"not audited (--no-audit): the intent record could not be "
+                               f"written to {self.path}: {self.intent_error}")
 
 
-def _operator() -> str:
+def refusal(path: Path, why: str, *, cli: bool = True) -> str:
+    """What the operator is told when an action is refused for want of its audit record."""
+    anyway = ("act anyway with --no-audit (the report says so)" if cli else
+              "the CLI's --no-audit acts anyway")
+    return (f"refused: the audit record could not be written to {path} ({why}); nothing "
+            f"was sent. Fix that, or {anyway}")
+
+
+NO_LOGINUID = 4294967295  # (uid_t)-1: no login session behind the process
+
+
+def operator(proc: Path = Path("/proc/self")) -> dict[str, Any]:
+    """Who acts: the login behind the process and the user it runs as.
+
+    ``operator`` is the name of the login uid the kernel keeps for the session
+    (``/proc/self/loginuid``: set at login, kept through sudo and su, not settable by the
+    user), else sudo's ``SUDO_USER`` (trusted only as root: only sudo sets it there),
+    else the effective user. Never ``LOGNAME``/``USER``: anyone can set those."""
+    euid = os.geteuid()
+    login_uid = _login_uid(proc)
+    sudo_user = (os.environ.get("SUDO_USER") or None) if euid == 0 else None
+    if login_uid is not None:
+        login = _user_name(login_uid)
+    else:
+        login = sudo_user or _user_name(euid)
+    return {"operator": login, "login_uid": login_uid, "sudo_user": sudo_user,
+            "effective_user": _user_name(euid), "effective_uid": euid}
+
+
+def _login_uid(proc: Path) -> int | None:
     try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return str(os.getuid())
+        text = (proc / "loginuid").read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not text.isdigit() or int(text) == NO_LOGINUID:
+        return None
+    return int(text)
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)

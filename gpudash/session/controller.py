@@ -24,7 +24,7 @@ from gpudash.engine import (
     reverify,
 )
 from gpudash.protocol.source import HostControl, SourceError
-from gpudash.session.audit import AuditTrail, failed
+from gpudash.session.audit import AuditTrail, failed, refusal
 from gpudash.state import config, footprints
 
 log = logging.getLogger("gpudash.session.controller")
@@ -89,6 +89,9 @@ class ActionController:
     ) -> tuple[ActionReport | None, str | None]:
         """Audit, execute (or re-verify), audit: (report, None) or (None, error).
 
+        An action whose intent record cannot be written is refused: (None, why), nothing
+        sent.
+
         Cancellation (the operator quits mid-action) is not an error: the live report is
         marked interrupted, its outcome audited at once, and ``CancelledError`` goes on.
         """
@@ -98,8 +101,9 @@ class ActionController:
         if running.act:
             try:  # synchronously: a quit cannot come between the record and the act
                 trail.intent()
-            except OSError as exc:
+            except OSError as exc:  # audit or nothing: not a command is sent
                 on_audit_error(str(exc))
+                return None, refusal(trail.path, str(exc), cli=False)
         engine = execute if running.act else reverify
         try:
             report = await engine(plan, control, self.options, on_progress,
@@ -208,7 +212,7 @@ def learn_from(report: ActionReport) -> footprints.Footprint | None:
     path = footprints.store_path(simulated=report.plan.simulated)
     try:
         return footprints.learn(report.plan.host, sv.unit, sv.mib_per_gpu, sv.ready_s, path)
-    except OSError:
+    except (OSError, ValueError):
         log.exception("footprint of %s not saved", sv.unit)
         return None
 

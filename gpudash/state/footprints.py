@@ -4,18 +4,33 @@ Learned, not configured: when a start or a swap ends with the unit serving (read
 memory steady), its processes' GPU memory per GPU and the seconds it took are kept in
 ``$XDG_STATE_HOME/gpudash/footprints.json``. The next swap to it checks the fit against
 this before stopping anything.
+
+The file is the operator's, yet read as if it were not: every entry is checked for type
+and bounds (a GPU index the collector could report, MiB a GPU could hold, finite
+seconds), and one that fails is skipped and named in the log (once per reason); the
+others are used. It is read and rewritten by the rules of ``gpudash.state.files``.
 """
 
 from __future__ import annotations
 
 import json
-import os
+import logging
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from gpudash.protocol.schema import MAX_GPUS, MIB_MAX
+from gpudash.state import files
 from gpudash.state.paths import state_dir
+
+log = logging.getLogger("gpudash.state.footprints")
+
+FILE_MAX = 16 << 20  # bytes read from the file at most
+READY_MAX_S = 7 * 86400.0  # a model that takes longer than a week to load is no number
+SEEN_MAX = 1e10  # epoch seconds: the year 2286
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,44 +49,98 @@ def store_path(*, simulated: bool = False) -> Path:
     return state_dir() / ("footprints-demo.json" if simulated else "footprints.json")
 
 
-def _load(path: Path) -> dict[str, dict[str, dict[str, object]]]:
+Store = dict[str, dict[str, Footprint]]
+_reported: set[str] = set()  # problems already logged (a file is read at every plan)
+
+
+def load(path: Path | None = None) -> tuple[Store, list[str]]:
+    """Every valid footprint of the file (host -> unit -> footprint), and one line per
+    entry (or file) that was skipped, saying why."""
+    target = path or store_path()
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+        raw = files.read(target, FILE_MAX)
+    except OSError as exc:
+        return {}, [f"{target}: not read: {exc}"]
+    if raw is None:
+        return {}, []
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        return {}, [f"{target}: not JSON: {exc}"]
+    if not isinstance(data, dict):
+        return {}, [f"{target}: not a JSON object of hosts"]
+    store: Store = {}
+    problems: list[str] = []
+    for host, units in data.items():
+        if not isinstance(units, dict):
+            problems.append(f"{target}: {host!r}: not an object of units")
+            continue
+        for unit, entry in units.items():
+            try:
+                store.setdefault(host, {})[unit] = entry_of(entry)
+            except ValueError as exc:
+                problems.append(f"{target}: {host!r} {unit!r}: {exc}")
+    return store, problems
+
+
+def entry_of(entry: object) -> Footprint:
+    """One stored footprint, checked; ``ValueError`` says what is wrong with it."""
+    if not isinstance(entry, dict):
+        raise ValueError("not an object")
+    per = entry.get("mib_per_gpu")
+    if not isinstance(per, dict) or not per:
+        raise ValueError("mib_per_gpu: not an object of GPU -> MiB")
+    mib_per_gpu: dict[int, int] = {}
+    for gpu, mib in per.items():
+        if not (isinstance(gpu, str) and gpu.isdigit() and int(gpu) < MAX_GPUS):
+            raise ValueError(f"mib_per_gpu: GPU {gpu!r} is not 0 to {MAX_GPUS - 1}")
+        if not (isinstance(mib, int) and not isinstance(mib, bool) and 0 <= mib <= MIB_MAX):
+            raise ValueError(f"mib_per_gpu: GPU {gpu}: {mib!r} is not 0 to {MIB_MAX} MiB")
+        mib_per_gpu[int(gpu)] = mib
+    ready = _seconds(entry.get("ready_s"), "ready_s", READY_MAX_S, optional=True)
+    seen = _seconds(entry.get("seen_at"), "seen_at", SEEN_MAX, optional=False)
+    assert seen is not None
+    return Footprint(mib_per_gpu, ready, seen)
+
+
+def _seconds(value: Any, key: str, high: float, *, optional: bool) -> float | None:
+    if value is None and optional:
+        return None
+    if (not isinstance(value, int | float) or isinstance(value, bool)
+            or not math.isfinite(value) or not 0 <= value <= high):
+        raise ValueError(f"{key}: {value!r} is not a number of seconds from 0 to {high:g}")
+    return float(value)
+
+
+def _report(problems: list[str]) -> None:
+    for problem in problems:
+        if problem not in _reported:
+            _reported.add(problem)
+            log.warning("footprint skipped: %s", problem)
 
 
 def lookup(host: str, unit: str, path: Path | None = None) -> Footprint | None:
-    """The footprint learned for ``unit`` on ``host``, or None (never seen serving there)."""
-    entry = _load(path or store_path()).get(host, {}).get(unit)
-    if not isinstance(entry, dict):
-        return None
-    raw, ready, seen = entry.get("mib_per_gpu"), entry.get("ready_s"), entry.get("seen_at")
-    if not isinstance(raw, dict) or not isinstance(seen, int | float) or not (
-        ready is None or isinstance(ready, int | float)
-    ):
-        return None
-    try:
-        per = {int(k): int(v) for k, v in raw.items()}
-    except (TypeError, ValueError):
-        return None
-    return Footprint(per, None if ready is None else float(ready), float(seen))
+    """The footprint learned for ``unit`` on ``host``, or None (never seen serving there,
+    or its entry is not valid: skipped and logged)."""
+    store, problems = load(path)
+    _report(problems)
+    return store.get(host, {}).get(unit)
 
 
 def learn(host: str, unit: str, mib_per_gpu: Mapping[int, int], ready_s: float | None,
           path: Path | None = None) -> Footprint:
-    """Remember what ``unit`` took when it served on ``host``; returns what was stored."""
+    """Remember what ``unit`` took when it served on ``host``; returns what was stored.
+    Entries of the file that are not valid are dropped (and logged); the rest are kept."""
     target = path or store_path()
-    data = _load(target)
-    fp = Footprint(dict(mib_per_gpu), ready_s, time.time())
-    data.setdefault(host, {})[unit] = {
-        "mib_per_gpu": {str(k): v for k, v in sorted(fp.mib_per_gpu.items())},
-        "ready_s": ready_s,
-        "seen_at": fp.seen_at,
+    store, problems = load(target)
+    _report(problems)
+    fp = entry_of({"mib_per_gpu": {str(k): v for k, v in mib_per_gpu.items()},
+                   "ready_s": ready_s, "seen_at": time.time()})
+    store.setdefault(host, {})[unit] = fp
+    data = {
+        h: {u: {"mib_per_gpu": {str(k): v for k, v in sorted(f.mib_per_gpu.items())},
+                "ready_s": f.ready_s, "seen_at": f.seen_at} for u, f in units.items()}
+        for h, units in store.items()
     }
-    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = target.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
-    os.replace(tmp, target)  # a reader never sees half a file
+    files.replace(target, json.dumps(data, indent=1, sort_keys=True).encode("utf-8"))
     return fp

@@ -2,13 +2,19 @@
 
 Unexpected errors are shown to the operator in a line and written here with their
 traceback, so a programming error is never disguised as "link lost" and never lost.
+The file is opened by the rules of ``gpudash.state.files`` (0600, never through a link,
+in a directory only the effective user can write).
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import logging.handlers
+import os
 from pathlib import Path
+
+from gpudash.state import files
 
 LEVELS = ("debug", "info", "warning", "error")
 MAX_BYTES = 2 * 1024 * 1024
@@ -20,8 +26,20 @@ def log_path() -> Path:
     return state_dir() / "gpudash.log"
 
 
-def setup(level: str = "warning", path: Path | None = None) -> Path | None:
-    """Send the ``gpudash`` loggers to the log file; returns it (None if it cannot be opened)."""
+class StateFileHandler(logging.handlers.RotatingFileHandler):
+    """A rotating log whose file (the current one, after every rotation too) is opened
+    by the state-file rules: 0600, never through a symbolic link, a regular file."""
+
+    def _open(self) -> io.TextIOWrapper:
+        fd = files.open_append(Path(self.baseFilename))
+        stream = os.fdopen(fd, "a", encoding=self.encoding, errors=self.errors)
+        assert isinstance(stream, io.TextIOWrapper)
+        return stream
+
+
+def setup(level: str = "warning", path: Path | None = None) -> Path | str:
+    """Send the ``gpudash`` loggers to the log file; returns it, or why it cannot be opened
+    (a state directory refused: the reason says how to fix it)."""
     target = path or log_path()
     logger = logging.getLogger("gpudash")
     logger.setLevel(level.upper())
@@ -30,13 +48,12 @@ def setup(level: str = "warning", path: Path | None = None) -> Path | None:
         logger.removeHandler(old)
         old.close()
     try:
-        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        handler = logging.handlers.RotatingFileHandler(
+        handler = StateFileHandler(
             target, maxBytes=MAX_BYTES, backupCount=2, encoding="utf-8", errors="backslashreplace"
         )
-    except OSError:
+    except OSError as exc:
         logger.addHandler(logging.NullHandler())
-        return None
+        return f"the log file {target} cannot be opened: {exc}"
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logger.addHandler(handler)
     return target

@@ -24,6 +24,7 @@ from typing import Any
 import asyncssh
 
 from gpudash.protocol.source import HostKeyError
+from gpudash.state import files
 
 DEFAULT_USER_FILES = ("~/.ssh/known_hosts", "~/.ssh/known_hosts2")
 DEFAULT_GLOBAL_FILES = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
@@ -161,10 +162,12 @@ class KnownHosts:
         """Append ``key`` for ``host`` to the first user file (blocking), as OpenSSH's
         accept-new does. Returns the file."""
         path = self.files.user[0]
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         algo, blob = key.export_public_key("openssh").decode().split()[:2]
-        with path.open("a", encoding="utf-8") as out:
-            out.write(f"{entry_name(host, port)} {algo} {blob}\n")
+        # By the state-file rules: never through a link, a regular file of ours (0600 when
+        # made here), in a directory only we can write (as ssh wants ~/.ssh); an existing
+        # file's and directory's modes are OpenSSH's business and left as they are.
+        files.append_line(path, f"{entry_name(host, port)} {algo} {blob}\n".encode(),
+                          sync=True, private_dir=False, enforce_mode=False)
         return path
 
 

@@ -12,11 +12,12 @@ import dataclasses
 import json
 import re
 import shlex
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from gpudash.collector.hostside import OP_REFRESH, OP_WATCH
+from gpudash.collector.hostside import OP_REFRESH, OP_WATCH, TRUNCATED
 from gpudash.domain.model import HostSnapshot
 from gpudash.protocol.source import (
     CommandResult,
@@ -50,6 +51,32 @@ READ_ONLY_REASON = "opened read-only (--read-only)"
 QUERY_TIMEOUT_S = 20.0  # reading unit properties
 JOURNAL_QUIET_S = 24 * 3600.0  # a followed journal may be quiet that long: not a lost link
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+JOURNAL_MESSAGE_MAX = 4096  # bytes (UTF-8) of one journal message kept, mark included
+JOURNAL_LINES_PER_S = 200.0  # journal lines of one host passed on, after a burst of ...
+JOURNAL_BURST = 2000  # ... this many (a follower's 200-line tail, a resume after a drop)
+
+
+class LineBudget:
+    """How many journal lines of one host are passed on: a token bucket shared by every
+    journal of the host (the dashboard's view, a start's follower). A unit that writes
+    faster has the excess dropped before it is even decoded, and said so."""
+
+    def __init__(self, rate: float = JOURNAL_LINES_PER_S, burst: int = JOURNAL_BURST,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate = rate
+        self.burst = burst
+        self.clock = clock
+        self._tokens = float(burst)
+        self._at = clock()
+
+    def take(self) -> bool:
+        now = self.clock()
+        self._tokens = min(float(self.burst), self._tokens + (now - self._at) * self.rate)
+        self._at = now
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return True
+        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +121,7 @@ class CollectorSource:
         self._collector: Collector | None = None
         self._choosing = asyncio.Lock()
         self._control = SourceControl(self)
+        self.journal_budget = LineBudget()  # every journal of this host together
 
     @property
     def watched(self) -> set[str]:
@@ -304,16 +332,25 @@ class SourceControl:
         if follow:
             argv.append("-f")
         pipe = await self.source.connection.open(shlex.join(self._as_root(argv, collector)))
+        budget, dropped = self.source.journal_budget, 0
         try:
             while True:
                 try:
                     raw = await pipe.readline(JOURNAL_QUIET_S if follow else QUERY_TIMEOUT_S)
                 except LinkLost:
                     if not follow and not self.source.connection.link_down():
+                        if dropped:
+                            yield self._dropped(dropped, unit)
                         return  # journalctl printed its lines and exited
                     raise
                 except ProtocolError:
                     continue  # a line longer than the channel's limit: skipped
+                if not budget.take():
+                    dropped += 1  # not even decoded
+                    continue
+                if dropped:
+                    yield self._dropped(dropped, unit)
+                    dropped = 0
                 line = journal_line(raw, unit)
                 if line is not None:
                     yield line
@@ -321,12 +358,27 @@ class SourceControl:
             pipe.close()
 
 
+    def _dropped(self, count: int, unit: str) -> LogLine:
+        return LogLine(f"[gpudash: {count} journal line(s) dropped: more than "
+                       f"{self.source.journal_budget.rate:g} a second from "
+                       f"{self.source.name}]", None, unit)
+
+
 _CURSOR = re.compile(r"[A-Za-z0-9=;_-]{1,400}")
 
 
+def cut_message(msg: str, limit: int = JOURNAL_MESSAGE_MAX) -> str:
+    """``msg`` within ``limit`` bytes of UTF-8, ending in ``TRUNCATED`` if it was cut."""
+    if len(msg) * 4 <= limit or len(msg.encode("utf-8", "surrogatepass")) <= limit:
+        return msg
+    room = limit - len(TRUNCATED.encode("utf-8"))
+    kept = msg.encode("utf-8", "surrogatepass")[:room].decode("utf-8", "ignore")
+    return kept + TRUNCATED
+
+
 def journal_line(raw: bytes, unit: str) -> LogLine | None:
-    """One ``journalctl -o json`` record: its message (a byte array when it is not UTF-8),
-    time and cursor; None for what is no record."""
+    """One ``journalctl -o json`` record: its message (a byte array when it is not UTF-8;
+    cut at ``JOURNAL_MESSAGE_MAX``), time and cursor; None for what is no record."""
     try:
         rec = json.loads(raw)
     except ValueError:
@@ -334,10 +386,13 @@ def journal_line(raw: bytes, unit: str) -> LogLine | None:
     if not isinstance(rec, dict):
         return None
     msg = rec.get("MESSAGE")
-    if isinstance(msg, list) and all(isinstance(b, int) and 0 <= b < 256 for b in msg):
-        msg = bytes(msg).decode("utf-8", "replace")
+    if isinstance(msg, list):  # not UTF-8: journalctl sends the bytes
+        head = msg[:JOURNAL_MESSAGE_MAX + 1]
+        if all(isinstance(b, int) and 0 <= b < 256 for b in head):
+            msg = bytes(head).decode("utf-8", "replace")  # longer than the max: cut below
     if not isinstance(msg, str):
-        msg = "" if msg is None else str(msg)
+        msg = "" if msg is None else str(msg)[:JOURNAL_MESSAGE_MAX + 1]
+    msg = cut_message(msg)
     stamp = rec.get("__REALTIME_TIMESTAMP")
     when = int(stamp) / 1e6 if isinstance(stamp, str) and stamp.isdigit() else None
     cursor = rec.get("__CURSOR")

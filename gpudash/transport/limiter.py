@@ -7,6 +7,10 @@ jump host or the agent chokes, and every host then fails and retries in step. So
 (handshake + auth) in flight; while connects are failing, new ones wait a capped
 exponential backoff (0.25 s, 0.5 s … 8 s) shared by all hosts, reset by the first success.
 A host's own reconnect backoff (``reconnect``) comes on top of this.
+
+The TCP connect itself is made before a slot is taken (``ssh.dial``): a host whose SYNs
+go unanswered (a black hole: down, firewalled) waits out its own connect timeout without
+holding a slot, so it delays no other host, and its timeout is not a sign of overload.
 """
 
 from __future__ import annotations

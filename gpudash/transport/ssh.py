@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import shlex
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -217,12 +218,16 @@ async def dial(
         alias=options.host_key_alias,
     )
     client = _Client(check)
+    sock: socket.socket | None = None
     try:
+        if via is None:  # the TCP connect waits for no slot: a black hole delays only itself
+            sock = await asyncio.wait_for(_tcp(options), settings.connect_timeout)
         async with settings.limiter.slot(_overloaded):
             conn = await asyncio.wait_for(
                 asyncssh.connect(
                     target.host,
                     tunnel=via.conn if via is not None else None,
+                    sock=sock,
                     known_hosts=known.trusted,
                     client_factory=lambda: client,
                     **common,
@@ -230,6 +235,8 @@ async def dial(
                 settings.connect_timeout + 5,
             )
     except BaseException as exc:
+        if sock is not None:
+            sock.close()
         if via is not None:
             via.close()
         raise _connect_error(exc, check, label, settings.connect_timeout) from None
@@ -244,6 +251,35 @@ async def dial(
                 f"{label}: cannot record its new host key in {known.files.user[0]}: {exc}"
             ) from None
     return link
+
+
+async def _tcp(options: Any) -> socket.socket | None:
+    """The TCP connection to a host reached directly (HostName, Port, AddressFamily and
+    BindAddress as the config says), made before a connect slot is taken: the limiter
+    bounds handshakes and logins, and a host whose SYNs go unanswered must not hold a
+    slot the healthy hosts wait for. None where asyncssh must make the connection itself
+    (ProxyCommand, CanonicalizeHostname)."""
+    if options.proxy_command or options.canonicalize_hostname:
+        return None
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(options.host, options.port, family=options.family or 0,
+                                   type=socket.SOCK_STREAM)
+    error: OSError = OSError(f"no address for {options.host}")
+    for family, kind, proto, _name, addr in infos:
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setblocking(False)
+            if options.local_addr:
+                sock.bind(options.local_addr)
+            await loop.sock_connect(sock, addr)
+            return sock
+        except OSError as exc:
+            sock.close()
+            error = exc
+        except BaseException:
+            sock.close()
+            raise
+    raise error
 
 
 def _overloaded(exc: BaseException) -> bool:

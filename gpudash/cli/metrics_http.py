@@ -1,0 +1,264 @@
+"""The exporter's HTTP side: ``/metrics`` for every scraper, bounded whatever they do.
+
+* **One exposition per interval.** ``Exposition`` builds the text (triage of every host)
+  at most once per ``--interval`` in a worker thread, and every scrape in that interval,
+  and every scraper waiting while it is built, gets those same bytes: 300 requests that
+  arrive together cost one build, not 300.
+* **Connections cost no thread.** One accept loop on the event loop; each connection is a
+  task that must finish its TLS handshake and send its whole request head within
+  ``HEAD_TIMEOUT_S`` (an absolute deadline, not per read), else it is closed. At most
+  ``MAX_CONNECTIONS`` are open: a new one closes the oldest that has not sent a request
+  yet (a scanner or an idle socket, never a request being answered). The answer is
+  written within ``WRITE_TIMEOUT_S``.
+* **TLS and basic auth** from ``--web.config.file`` (``gpudash.cli.webconfig``): bcrypt
+  checks run in worker threads, ``AUTH_CHECKS`` at a time; a user/password pair that
+  passed is remembered (as a SHA-256 digest) so a scraper's every request is not a
+  bcrypt; an unknown user costs a bcrypt all the same (no user enumeration by timing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hashlib
+import logging
+import socket
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import bcrypt
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from gpudash.cli.webconfig import WebConfig
+
+log = logging.getLogger("gpudash.cli.exporter")
+
+HEAD_MAX = 16 * 1024  # a request head longer than this is refused (431)
+HEAD_TIMEOUT_S = 10.0  # TLS handshake + the whole request head, from the accept
+WRITE_TIMEOUT_S = 30.0  # the answer written
+MAX_CONNECTIONS = 128  # open at once (each TLS one holds ~256 KiB of buffers)
+AUTH_CHECKS = 2  # bcrypt checks at once (each ~0.1-0.3 s of a core)
+AUTH_CACHE = 64  # user/password digests that passed, remembered
+# compared against when the user is unknown: the same cost as a real check
+_NO_USER = b"$2b$10$Vs9mOJNiqSDKREFfDS16gue7r9jizpPDUV5UfzB0hvLGPhKeYD042"
+REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
+           405: "Method Not Allowed", 431: "Request Header Fields Too Large",
+           505: "HTTP Version Not Supported"}
+INDEX = b"gpudash exporter: the metrics are at /metrics\n"
+
+
+class Exposition:
+    """The metrics text, built at most once per ``max_age_s`` and shared."""
+
+    def __init__(self, registry: CollectorRegistry, max_age_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.registry = registry
+        self.max_age_s = max_age_s
+        self.clock = clock
+        self.builds = 0  # how many times the text was built (for tests and the bench)
+        self._body: bytes | None = None
+        self._at = 0.0
+        self._building: asyncio.Future[bytes] | None = None
+
+    async def get(self) -> bytes:
+        """The newest text if it is younger than ``max_age_s``, else a new one."""
+        if self._body is not None and self.clock() - self._at < self.max_age_s:
+            return self._body
+        return await self.refresh()
+
+    async def refresh(self) -> bytes:
+        """A text built now (or the build already under way: it started meanwhile)."""
+        if self._building is None:
+            self._building = asyncio.ensure_future(self._build())
+        # a scraper that goes away does not cancel the build the others wait for
+        return await asyncio.shield(self._building)
+
+    async def _build(self) -> bytes:
+        try:
+            body = await asyncio.to_thread(generate_latest, self.registry)
+            self._body, self._at = body, self.clock()
+            self.builds += 1
+            return body
+        finally:
+            self._building = None
+
+
+@dataclass(eq=False, slots=True)
+class _Connection:
+    task: asyncio.Task[None] | None = None
+    busy: bool = False  # its request arrived: being answered, never evicted
+
+
+class MetricsServer:
+    """Serves ``exposition`` on one listening socket until ``close``."""
+
+    def __init__(self, exposition: Exposition, web: WebConfig | None = None,
+                 max_connections: int = MAX_CONNECTIONS) -> None:
+        self.exposition = exposition
+        self.web = web
+        self.max_connections = max_connections
+        self.connections: dict[_Connection, None] = {}  # oldest first
+        self._listener: socket.socket | None = None
+        self._accepting: asyncio.Task[None] | None = None
+        self._passed: dict[bytes, None] = {}
+        self._auth_slots = asyncio.Semaphore(AUTH_CHECKS)
+        self.evicted = 0  # connections closed to make room (for tests and the bench)
+
+    @property
+    def tls(self) -> ssl.SSLContext | None:
+        return None if self.web is None else self.web.tls
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen on ``host:port`` (OSError if it cannot); returns the port."""
+        infos = await asyncio.get_running_loop().getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, _, _, _, addr = infos[0]
+        listener = socket.create_server(addr[:2], family=family, backlog=128)
+        listener.setblocking(False)
+        self._listener = listener
+        self._accepting = asyncio.create_task(self._accept(listener), name="metrics accept")
+        return int(listener.getsockname()[1])
+
+    async def close(self) -> None:
+        tasks = [t for t in (self._accepting, *(c.task for c in self.connections)) if t]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._listener is not None:
+            self._listener.close()
+
+    async def _accept(self, listener: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                sock, _addr = await loop.sock_accept(listener)
+            except OSError as exc:  # EMFILE, ENFILE, ENOBUFS: wait, do not spin
+                log.warning("accept failed: %s", exc)
+                await asyncio.sleep(0.5)
+                continue
+            if len(self.connections) >= self.max_connections and not self._evict():
+                sock.close()  # every connection is being answered: no room
+                continue
+            conn = _Connection()
+            self.connections[conn] = None
+            conn.task = asyncio.create_task(self._connection(conn, sock))
+
+    def _evict(self) -> bool:
+        """Close the oldest connection that has not sent its request; False if none."""
+        for conn in self.connections:
+            if not conn.busy and conn.task is not None:
+                conn.task.cancel()
+                del self.connections[conn]
+                self.evicted += 1
+                return True
+        return False
+
+    async def _connection(self, conn: _Connection, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        writer: asyncio.StreamWriter | None = None
+        try:
+            reader = asyncio.StreamReader(limit=HEAD_MAX)
+            protocol = asyncio.StreamReaderProtocol(reader)
+            async with asyncio.timeout(HEAD_TIMEOUT_S):  # handshake and head together
+                transport, _ = await loop.connect_accepted_socket(
+                    lambda: protocol, sock, ssl=self.tls,
+                    ssl_handshake_timeout=HEAD_TIMEOUT_S if self.tls else None)
+                writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except asyncio.LimitOverrunError:
+                    head = b""
+            conn.busy = True
+            status, headers, body = await self._answer(head)
+            writer.write(_response(status, headers, body, self.web,
+                                   head_only=head.startswith(b"HEAD ")))
+            async with asyncio.timeout(WRITE_TIMEOUT_S):
+                await writer.drain()
+        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, ssl.SSLError,
+                OSError):
+            pass  # a client that went away, never sent a request, or failed TLS
+        except Exception:  # noqa: BLE001 - one connection's bug must not end the server
+            log.exception("answering a scrape failed")
+        finally:
+            self.connections.pop(conn, None)
+            if writer is not None:
+                writer.transport.abort()
+            else:
+                sock.close()
+
+    async def _answer(self, head: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
+        if not head:
+            return 431, [], b"request head too large\n"
+        request = _parse(head)
+        if request is None:
+            return 400, [], b"bad request\n"
+        method, path, headers = request
+        if self.web is not None and self.web.users:
+            if not await self._authorized(headers.get("authorization")):
+                return 401, [("WWW-Authenticate", 'Basic realm="gpudash"')], b"unauthorized\n"
+        if method not in ("GET", "HEAD"):
+            return 405, [("Allow", "GET, HEAD")], b"only GET\n"
+        if path == "/metrics":
+            body = await self.exposition.get()
+            return 200, [("Content-Type", CONTENT_TYPE_LATEST)], body
+        if path == "/":
+            return 200, [("Content-Type", "text/plain; charset=utf-8")], INDEX
+        return 404, [], b"not found: try /metrics\n"
+
+    async def _authorized(self, header: str | None) -> bool:
+        assert self.web is not None
+        if header is None or not header[:6].lower() == "basic ":
+            return False
+        try:
+            user, colon, password = base64.b64decode(header[6:].strip(), validate=True
+                                                     ).decode("utf-8").partition(":")
+        except (binascii.Error, UnicodeDecodeError, ValueError):
+            return False
+        if not colon:
+            return False
+        secret = password.encode("utf-8")
+        digest = hashlib.sha256(user.encode("utf-8") + b"\0" + secret).digest()
+        if digest in self._passed:
+            return True
+        hashed = self.web.users.get(user)
+        async with self._auth_slots:
+            ok = await asyncio.to_thread(bcrypt.checkpw, secret, hashed or _NO_USER)
+        if ok and hashed is not None:
+            if len(self._passed) >= AUTH_CACHE:
+                self._passed.pop(next(iter(self._passed)))
+            self._passed[digest] = None
+            return True
+        return False
+
+
+def _parse(head: bytes) -> tuple[str, str, dict[str, str]] | None:
+    """(method, path, lower-cased headers) of a request head, or None if it is none."""
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        return None
+    method, target, _version = parts
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        if not line:
+            continue
+        name, colon, value = line.partition(":")
+        if not colon or not name or name != name.strip():
+            return None
+        headers[name.lower()] = value.strip()
+    return method, target.split("?", 1)[0], headers
+
+
+def _response(status: int, headers: list[tuple[str, str]], body: bytes,
+              web: WebConfig | None, *, head_only: bool = False) -> bytes:
+    extra = list(web.headers) if web is not None else []
+    if not any(name == "Content-Type" for name, _ in headers):
+        headers = [*headers, ("Content-Type", "text/plain; charset=utf-8")]
+    lines = [f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}",
+             *(f"{n}: {v}" for n, v in [*headers, *extra]),
+             f"Content-Length: {len(body)}", "Connection: close", "", ""]
+    return "\r\n".join(lines).encode("latin-1") + (b"" if head_only else body)
+
