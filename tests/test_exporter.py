@@ -408,3 +408,20 @@ def test_promtool_accepts_the_alert_rules() -> None:
                         text=True, timeout=60)
     assert cp.returncode == 0, cp.stdout + cp.stderr
     assert "SUCCESS: 3 rules found" in cp.stdout
+
+
+def test_a_login_sessions_lost_server_and_unattributed_memory_are_exported() -> None:
+    """Sessions' orphans were never exported (only services'), so the GPUMemoryOrphaned
+    alert missed a login's vLLM whose API server the OOM killer took (issue 17); memory no
+    listed process accounts for was dropped."""
+    from test_orphans import SESSION, WORKER_MIB, server, snap
+
+    s = snap(server(3700, 1000, SESSION, api_alive=False, user="alice"))
+    w = HostWatch(DemoHost(), 1.0)  # a source for its name only: fed by hand
+    w.link_changed(LinkState("connected", time.time()))
+    w.sampled(s)
+    got = scrape(w)
+    assert value(got, "gpudash_orphaned_bytes", unit="session-7.scope") == WORKER_MIB * MIB
+    assert value(got, "gpudash_orphaned_processes", unit="session-7.scope") == 2
+    # the GPU reports two workers' worth used, one is listed
+    assert value(got, "gpudash_gpu_memory_unattributed_bytes", gpu="0") == WORKER_MIB * MIB

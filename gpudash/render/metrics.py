@@ -27,7 +27,14 @@ from prometheus_client.core import (
 
 from gpudash.domain.fleet import reclaimable_by_gpu
 from gpudash.domain.model import HostSnapshot, Process
-from gpudash.domain.triage import Flag, HostTriage, OwnerKind, owner_kind, triage
+from gpudash.domain.triage import (
+    NO_UNIT,
+    HostTriage,
+    OwnerKind,
+    owner_kind,
+    triage,
+    unattributed_mib,
+)
 from gpudash.domain.untrusted import clean
 from gpudash.engine.target import Target, expected_free
 from gpudash.feed.watch import HostWatch, WatchedHost
@@ -68,14 +75,19 @@ class _Families:
         self.total = g("gpudash_gpu_memory_total_bytes", "GPU memory in all", labels=GPU)
         self.gpu_orphaned = g("gpudash_gpu_orphaned_bytes", "GPU memory held by orphaned "
                               "processes (what reaping them brings back)", labels=GPU)
+        self.unattributed = g("gpudash_gpu_memory_unattributed_bytes", "GPU memory the "
+                              "driver reports used that no listed process accounts for (a "
+                              "process in another PID namespace, one the collector could "
+                              "not read, the driver's own)", labels=GPU)
         self.reclaimable = g("gpudash_reclaimable_bytes", "GPU memory reclaim would give "
                              "back: held by orphans, or by units down or respawning (the fleet "
                              "view's figure)", labels=GPU)
         self.orphaned = g("gpudash_orphaned_bytes", "GPU memory held by orphaned processes "
                           "of the unit (what reaping them brings back); only where > 0",
                           labels=GPU_UNIT)
-        self.orphans = g("gpudash_orphaned_processes", "Orphaned processes of the unit that "
-                         "hold GPU memory", labels=UNIT)
+        self.orphans = g("gpudash_orphaned_processes", "Orphaned processes of the owner (a "
+                         "unit, a login session, a container) that hold GPU memory",
+                         labels=UNIT)
         self.unit_memory = g("gpudash_unit_gpu_memory_bytes", "GPU memory held by the "
                              "unit's processes", labels=GPU_UNIT)
         self.restarts = c("gpudash_unit_restarts", "Automatic restarts of the unit "
@@ -140,6 +152,8 @@ class _GpuLabels:
 
 
 def _gpu_memory(m: _Families, snap: HostSnapshot, labels: _GpuLabels) -> None:
+    for gpu, mib in sorted(unattributed_mib(snap).items()):
+        m.unattributed.add_metric(labels(gpu), float(mib * MIB))
     for g in snap.gpus:
         if g.memory_used_mib is not None:  # N/A stays absent, never 0
             m.used.add_metric(labels(g.index), float(g.memory_used_mib * MIB))
@@ -148,11 +162,12 @@ def _gpu_memory(m: _Families, snap: HostSnapshot, labels: _GpuLabels) -> None:
 
 
 def _orphans_of(snap: HostSnapshot, tri: HostTriage) -> dict[str, list[Process]]:
-    """Each unit's ORPHAN processes."""
+    """Each owner's ORPHAN processes, by the owner's key (a unit's name, a login session's
+    scope, ``docker:NAME``, ``no unit``): the ``unit`` label."""
     orphans_of: dict[str, list[Process]] = {}
-    for p in snap.processes:
-        if p.unit and Flag.ORPHAN in tri.flags.get(p.pid, ()):
-            orphans_of.setdefault(p.unit, []).append(p)
+    for p in tri.orphans():
+        group = tri.group_of(p.pid)
+        orphans_of.setdefault(group.key if group else (p.unit or NO_UNIT), []).append(p)
     return orphans_of
 
 
@@ -185,8 +200,12 @@ def _units(m: _Families, host: str, snap: HostSnapshot,
             "unit_file_state": clean(u.unit_file_state or ""),
             "restart": clean(u.restart or ""), "kill_mode": clean(u.kill_mode or ""),
         })
+    names = {u.name for u in services}
+    for key, procs in sorted(orphans_of.items()):  # a session's, a container's, nobody's
+        if key not in names:
+            m.orphans.add_metric([host, clean(key)], float(len(procs)))
     # a crash-looping unit may be missing from this sample (it held nothing just now)
-    for name in sorted({u.name for u in services} | view.crash_looping):
+    for name in sorted(names | view.crash_looping):
         m.crash_looping.add_metric([host, clean(name)],
                                    1.0 if name in view.crash_looping else 0.0)
 
