@@ -108,14 +108,22 @@ class HostTriage:
     def orphan_why(self, pid: int) -> str | None:
         """Why ``pid`` is an orphan, in words ("VLLM::EngineCore 3703 lost its API server
         (pid 3700 gone)"), or None."""
+        p = self.snapshot.process(pid)
+        said = self.orphan_cause(pid)
+        return None if p is None or said is None else f"{what(p)} {said}"
+
+    def orphan_cause(self, pid: int) -> str | None:
+        """What ``orphan_why`` says of ``pid``, without naming it ("lost its API server
+        (pid 3700 gone)", "is under VLLM::EngineCore 3703, which …"): for a row that
+        names the process already."""
         o = self.orphans_of.get(pid)
         p = self.snapshot.process(pid)
         if o is None or p is None:
             return None
         root = self.snapshot.process(o.root) if o.root != pid else p
         if root is p or root is None:
-            return f"{what(p)} {o.cause}"
-        return f"{what(p)} is under {what(root)}, which {o.cause}"
+            return o.cause
+        return f"is under {what(root)}, which {o.cause}"
 
 
 def _indexed(t: HostTriage, members: Mapping[str, Sequence[Process]] | None = None

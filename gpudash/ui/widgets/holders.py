@@ -1,7 +1,8 @@
 """Holders: GPU processes grouped by owner, as an indented tree in a table.
 
 Rows are keyed ``u:<owner key>`` for an owner and ``p:<pid>`` for a process, so the cursor
-stays on the same unit or process across refreshes.
+stays on the same unit or process across refreshes; ``x:unattributed`` is the memory the
+driver reports used that no listed process accounts for (never silently dropped).
 """
 
 from __future__ import annotations
@@ -11,7 +12,15 @@ from dataclasses import dataclass
 from rich.text import Text
 from textual.binding import Binding
 
-from gpudash.domain.triage import Flag, HostTriage, OwnerGroup, OwnerKind, ProcessNode
+from gpudash.domain.model import UNREADABLE, Process
+from gpudash.domain.triage import (
+    Flag,
+    HostTriage,
+    OwnerGroup,
+    OwnerKind,
+    ProcessNode,
+    unattributed_mib,
+)
 from gpudash.domain.units import NA, gib, percent
 from gpudash.ui.palette import Palette
 from gpudash.ui.text import duration, literal, same_text
@@ -43,7 +52,11 @@ def column_widths(rows: list[HolderRow]) -> tuple[int, ...]:
 
 FLAG_ORDER = (
     Flag.ORPHAN, Flag.RESPAWNED, Flag.UNIT_INACTIVE, Flag.ZOMBIE, Flag.D_STATE, Flag.DEVICE_HOLDER,
+    Flag.UNREADABLE,
 )
+UNATTRIBUTED_KEY = "x:unattributed"
+# Below this on every GPU the driver's own bookkeeping is not worth a row.
+UNATTRIBUTED_MIN_MIB = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +68,7 @@ class HolderRow:
 def _flag_style(flag: Flag, pal: Palette) -> str:
     if flag is Flag.ORPHAN:
         return f"bold {pal.orphan}"
-    if flag in (Flag.ZOMBIE, Flag.D_STATE):
+    if flag in (Flag.ZOMBIE, Flag.D_STATE, Flag.UNREADABLE):
         return f"bold {pal.warning}"
     return f"bold {pal.notice}"
 
@@ -102,8 +115,25 @@ def _group_row(group: OwnerGroup, pal: Palette) -> HolderRow:
     )
 
 
+def command_text(p: Process, why: str | None, pal: Palette) -> Text:
+    """The Command cell: why an orphan is one (``why``: what ``orphan_cause`` says), or why
+    the process cannot be read, comes before its command line (the operator must see the
+    reason, not guess it)."""
+    if p.unreadable:
+        out = Text(f"unreadable: {UNREADABLE.get(p.unreadable, p.unreadable)}",
+                   style=f"bold {pal.warning}")
+        return out
+    out = Text()
+    if why:
+        out.append_text(literal(f"orphan: {why}", style=pal.orphan))
+        out.append(" · ", style="dim")
+    out.append_text(literal(p.cmdline or p.name, style="dim"))
+    return out
+
+
 def _process_rows(
-    node: ProcessNode, prefix: str, last: bool, now: float, pal: Palette, out: list[HolderRow]
+    node: ProcessNode, prefix: str, last: bool, now: float, pal: Palette, out: list[HolderRow],
+    result: HostTriage,
 ) -> None:
     p = node.process
     branch = "└─ " if last else "├─ "
@@ -123,13 +153,13 @@ def _process_rows(
                 Text(p.state or "?"),
                 Text(duration(age), justify="right"),
                 literal(p.user or NA),
-                literal(p.cmdline or p.name, style="dim"),
+                command_text(p, result.orphan_cause(p.pid), pal),
             ),
         )
     )
     child_prefix = prefix + ("   " if last else "│  ")
     for i, child in enumerate(node.children):
-        _process_rows(child, child_prefix, i == len(node.children) - 1, now, pal, out)
+        _process_rows(child, child_prefix, i == len(node.children) - 1, now, pal, out, result)
 
 
 def holder_rows(result: HostTriage, pal: Palette) -> list[HolderRow]:
@@ -139,8 +169,24 @@ def holder_rows(result: HostTriage, pal: Palette) -> list[HolderRow]:
     for group in result.groups:
         rows.append(_group_row(group, pal))
         for i, root in enumerate(group.roots):
-            _process_rows(root, "", i == len(group.roots) - 1, now, pal, rows)
+            _process_rows(root, "", i == len(group.roots) - 1, now, pal, rows, result)
+    extra = _unattributed_row(result, pal)
+    if extra is not None:
+        rows.append(extra)
     return rows
+
+
+def _unattributed_row(result: HostTriage, pal: Palette) -> HolderRow | None:
+    memory = unattributed_mib(result.snapshot)
+    if not any(mib >= UNATTRIBUTED_MIN_MIB for mib in memory.values()):
+        return None
+    who = Text("? ", style="bold")
+    who.append("unattributed", style=f"bold {pal.warning}")
+    why = Text("used on the GPU by no process the driver lists (a process in another "
+               "container or namespace, or memory the driver has not let go)",
+               style="italic")
+    return HolderRow(UNATTRIBUTED_KEY, (who, gpu_memory_text(memory), Text(""),
+                                        *(Text(""),) * 5, why))
 
 
 def filter_rows(rows: list[HolderRow], text: str) -> list[HolderRow]:
@@ -172,6 +218,11 @@ def filter_rows(rows: list[HolderRow], text: str) -> list[HolderRow]:
         if row.key.startswith("u:"):
             flush()
             group, members = row, []
+        elif row.key.startswith("x:"):  # a row of its own, under no owner
+            flush()
+            group, members = None, []
+            if hit(row):
+                out.append(row)
         else:
             members.append(row)
     flush()
@@ -187,6 +238,8 @@ def selection_of(
     if key.startswith("u:"):
         group = result.group(key[2:])
         pid = None
+    elif not key.startswith("p:"):
+        return None, None, None
     else:
         pid = int(key[2:])
         group = result.group_of(pid)
