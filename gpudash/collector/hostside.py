@@ -45,11 +45,13 @@ from typing import TYPE_CHECKING, Any
 # decoder (gpudash/protocol/wire.py) imports these names, and a test holds the key lists
 # equal to the fields of gpudash's model (Gpu, Process, Unit, HostSnapshot).
 
-PROTOCOL = 4  # 2: boot_id, CPU and memory of the host and of each process, source "none"
+PROTOCOL = 5  # 2: boot_id, CPU and memory of the host and of each process, source "none"
 # 3: "containers" (docker/podman inspect of the containers their cgroups name) and "pods"
 # 4: a process's process group and what its cgroup says (container, pod, a user's own
 #    systemd), why a listed process could not be read; the parents and group leaders
 #    of GPU holders are listed
+# 5: a unit's stop timeout, restart delay, start limits, and its first ExecStart's argv
+#    (what the unit lint and the fit estimate read)
 
 # gpudash -> collector, one JSON object a line: {"op": OP_..., ...}
 OP_WATCH = "watch"  # {"unit": NAME}: report this unit from now on; re-read everything
@@ -95,6 +97,9 @@ UNREADABLE_REASONS = ("gone", "hidden", "denied", "namespace")
 UNIT_KEYS = (
     "name", "active_state", "sub_state", "unit_file_state", "restart", "kill_mode",
     "n_restarts", "main_pid", "control_group", "description",
+    # seconds, as systemctl show says them (None: infinity or not said)
+    "timeout_stop_s", "restart_s", "start_limit_interval_s", "start_limit_burst",
+    "exec_start",  # the first ExecStart's argv, joined by spaces (EXEC_MAX)
 )
 # "containers" is keyed by the container id its processes' cgroups name, "pods" by pod UID.
 CONTAINER_KEYS = (  # state "removed": the runtime answered that no such container exists
@@ -135,8 +140,45 @@ _POD_PART = re.compile(r"(?:kubepods(?:-[a-z]+)?-)?pod([0-9a-f_-]{8,64})(?:\.sli
 CONTAINER_CLI_TIMEOUT_S = 5.0
 UNIT_PROPERTIES = (
     "Id,ActiveState,SubState,UnitFileState,Restart,KillMode,NRestarts,MainPID,"
-    "ControlGroup,Description"
+    "ControlGroup,Description,TimeoutStopUSec,RestartUSec,StartLimitIntervalUSec,"
+    "StartLimitBurst,ExecStart"
 )
+EXEC_MAX = 1024  # bytes of a unit's ExecStart argv as JSON text
+# systemd's time spans as systemctl show prints them: "1min 30s", "100ms", "infinity"
+_TIMESPAN_UNITS = {
+    "us": 1e-6, "usec": 1e-6, "ms": 1e-3, "msec": 1e-3, "s": 1.0, "sec": 1.0,
+    "min": 60.0, "m": 60.0, "h": 3600.0, "hr": 3600.0, "d": 86400.0, "w": 604800.0,
+    "M": 2629800.0, "y": 31557600.0,
+}
+_TIMESPAN_PART = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)")
+_EXEC_ARGV = re.compile(r"argv\[\]=(.*?) ; ignore_errors=")
+
+
+def parse_timespan(text: str) -> float | None:
+    """``1min 30s`` -> 90.0 seconds; None for ``infinity`` or anything not a time span."""
+    text = text.strip()
+    if not text or text == "infinity":
+        return None
+    total, at = 0.0, 0
+    while at < len(text):
+        m = _TIMESPAN_PART.match(text, at)
+        if m is None or m.end() == at:
+            return None
+        unit = m.group(2) or "s"
+        if unit not in _TIMESPAN_UNITS:
+            return None
+        total += float(m.group(1)) * _TIMESPAN_UNITS[unit]
+        at = m.end()
+        while at < len(text) and text[at] == " ":
+            at += 1
+    return total
+
+
+def exec_argv(text: str) -> str | None:
+    """The argv of the first command in systemctl show's ``ExecStart={ path=… ; argv[]=… ;
+    ignore_errors=… }``."""
+    m = _EXEC_ARGV.search(text)
+    return m.group(1) if m else None
 UNIT_TTL_S = 5.0  # unit properties are re-read at least this often, and on any change
 CMDLINE_TTL_S = 30.0  # a known process's cmdline and cgroup are at most this old (seconds)
 STAT_EVERY = 4  # an unchanged, watched process's stat is re-read at least every N samples
@@ -196,7 +238,7 @@ def snapshot_bound() -> int:
         + 2 * 64  # container_id, pod_uid
         + MAX_GPUS * 16  # gpu_memory_mib: '"63":16777215,'
     )
-    unit = len(UNIT_KEYS) * number + CGROUP_MAX + 7 * TEXT_MAX
+    unit = len(UNIT_KEYS) * number + CGROUP_MAX + 7 * TEXT_MAX + EXEC_MAX
     container = len(CONTAINER_KEYS) * number + 64 + 8 + 2 * TEXT_MAX + 2 * WORD_MAX
     pod = len(POD_KEYS) * number + 64 + 2 * TEXT_MAX
     top = len(SNAPSHOT_KEYS) * number + 3 * TEXT_MAX + ERROR_MAX + MAX_ERRORS * (ERROR_MAX + 3)
@@ -348,7 +390,8 @@ def parse_systemctl_show(text: str) -> list[Json]:
         ):
             if props.get(key):
                 unit[field] = cap_text(props[key], limit)
-        for key, field in (("NRestarts", "n_restarts"), ("MainPID", "main_pid")):
+        for key, field in (("NRestarts", "n_restarts"), ("MainPID", "main_pid"),
+                           ("StartLimitBurst", "start_limit_burst")):
             try:
                 number = int(props.get(key, ""))
             except ValueError:
@@ -356,6 +399,14 @@ def parse_systemctl_show(text: str) -> list[Json]:
             if field == "main_pid" and number == 0:
                 continue
             unit[field] = number
+        for key, field in (("TimeoutStopUSec", "timeout_stop_s"), ("RestartUSec", "restart_s"),
+                           ("StartLimitIntervalUSec", "start_limit_interval_s")):
+            seconds = parse_timespan(props.get(key, ""))
+            if seconds is not None:
+                unit[field] = round(seconds, 3)
+        argv = exec_argv(props.get("ExecStart", ""))
+        if argv:
+            unit["exec_start"] = cap_text(argv, EXEC_MAX)
         units.append(unit)
     return units
 

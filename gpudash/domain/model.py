@@ -111,6 +111,12 @@ class Unit:
     main_pid: int | None = None  # None when systemd reports 0
     control_group: str | None = None
     description: str | None = None
+    # how it stops and restarts, in seconds (None: infinity, or not reported)
+    timeout_stop_s: float | None = None
+    restart_s: float | None = None
+    start_limit_interval_s: float | None = None  # 0: no start limit at all
+    start_limit_burst: int | None = None
+    exec_start: str | None = None  # its first ExecStart's argv, joined by spaces
 
     @property
     def is_down(self) -> bool:

@@ -51,6 +51,7 @@ def host_to_json(snapshot: HostSnapshot) -> dict[str, Any]:
             "gpu_memory_mib": {str(k): v for k, v in sorted(group.gpu_memory_mib.items())},
             "pids": sorted(n.process.pid for n in group.nodes()),
             "warnings": list(group.warnings),
+            "lint": [f.as_dict() for f in group.lint],
         })
     processes = []
     for p in snapshot.processes:

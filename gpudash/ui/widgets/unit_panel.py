@@ -61,6 +61,13 @@ def unit_text(group: OwnerGroup | None, process: Process | None, pal: Palette) -
         row("NRestarts", None if unit.n_restarts is None else str(unit.n_restarts),
             pal.notice if unit.n_restarts else "")
         row("MainPID", None if unit.main_pid is None else str(unit.main_pid))
+        if group.lint:  # what sets the trap, in the unit's own configuration
+            out.append("Configuration\n", style=f"bold {pal.notice}")
+            for finding in group.lint:
+                out.append("⚙ ", style=pal.notice)
+                out.append_text(literal(finding.setting, style="bold"))
+                out.append_text(literal(f": {finding.why}"))
+                out.append("\n")
     elif group.owner is not None and group.owner.container is not None:
         c = group.owner.container
         row("Container", f"{c.runtime} {c.short_id}")

@@ -1,0 +1,145 @@
+"""The unit lint: what in a service's configuration sets the seed's trap, and the setting
+that removes it.
+
+The incident's cause was the service layer: ``Restart=always`` respawned the killed server,
+``KillMode=process`` left its tensor-parallel workers alive after ``systemctl stop``. The
+lint reads what ``systemctl show`` reported (never the unit files: drop-ins, templates and
+defaults are systemd's to resolve) and says, per finding, why it matters and what
+``gpudash fix`` would write in its drop-in.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from gpudash.domain.model import Unit
+from gpudash.serving.processes import server_process
+
+RESTARTING = ("always", "on-failure", "on-abnormal", "on-abort", "on-watchdog")
+# What gpudash's drop-in sets for each finding. KillMode=mixed: the server gets SIGTERM
+# and shuts its own workers down; whatever is left when TimeoutStopSec ends is SIGKILLed
+# with the whole cgroup (control-group would SIGTERM the workers under the server's feet).
+FIX_KILL_MODE = "mixed"
+FIX_START_LIMIT_INTERVAL_S = 600  # at most FIX_START_LIMIT_BURST starts in 10 minutes
+FIX_START_LIMIT_BURST = 5
+FIX_RESTART_S = 10  # time for the driver to give the dead server's memory back
+MIN_RESTART_S = 1.0
+# A model server's stop: the engine drains, workers free their memory. Shorter than this
+# and systemd SIGKILLs a server that was shutting down cleanly.
+MIN_TIMEOUT_STOP_S = 30.0
+FIX_TIMEOUT_STOP_S = 120
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One setting that sets a trap: ``setting`` as systemd names it, ``why`` in words,
+    ``fix``: the directives (section, key, value) gpudash's drop-in writes to remove it."""
+
+    setting: str
+    why: str
+    fix: tuple[tuple[str, str, str], ...] = ()
+
+    def as_dict(self) -> dict[str, object]:
+        return {"setting": self.setting, "why": self.why,
+                "fix": [f"[{section}] {key}={value}" for section, key, value in self.fix]}
+
+
+def is_model_server(unit: Unit) -> bool:
+    """The unit's ExecStart is a model server's (vLLM, SGLang, TGI, ...)."""
+    if not unit.exec_start:
+        return False
+    argv = unit.exec_start
+    try:
+        words = shlex.split(argv)
+    except ValueError:
+        words = argv.split()
+    return server_process(_shell_command(words) or argv) is not None
+
+
+def _shell_command(words: list[str]) -> str | None:
+    """The command string of ``sh -c '…'`` (bash, dash too), else None. systemctl show
+    joins argv with spaces, quoting or not by version: the rest of the words, joined."""
+    if len(words) >= 3 and words[0].rsplit("/", 1)[-1] in ("sh", "bash", "dash", "zsh") \
+            and words[1] == "-c":
+        return " ".join(words[2:])
+    return None
+
+
+def lint_unit(unit: Unit, *, holds_gpu_memory: bool = False) -> tuple[Finding, ...]:
+    """What in ``unit``'s configuration sets the trap; () for a unit that is neither a
+    model server nor holds GPU memory (gpudash has no business with its settings)."""
+    if not (holds_gpu_memory or is_model_server(unit)):
+        return ()
+    out: list[Finding] = []
+    kill_mode = (unit.kill_mode or "").lower()
+    if kill_mode in ("process", "none"):
+        out.append(Finding(
+            f"KillMode={unit.kill_mode}",
+            "systemctl stop (and a restart) signals only the main process: its workers "
+            "outlive it and keep their GPU memory",
+            (("Service", "KillMode", FIX_KILL_MODE),)))
+    out += _restart_findings(unit)
+    if unit.timeout_stop_s is not None and unit.timeout_stop_s < MIN_TIMEOUT_STOP_S:
+        out.append(Finding(
+            f"TimeoutStopSec={_secs(unit.timeout_stop_s)}",
+            f"a model server takes longer to shut down (under {_secs(MIN_TIMEOUT_STOP_S)}): "
+            "systemd SIGKILLs it mid-shutdown",
+            (("Service", "TimeoutStopSec", f"{FIX_TIMEOUT_STOP_S}s"),)))
+    shell = _shell_without_exec(unit.exec_start)
+    if shell:
+        out.append(Finding(
+            "ExecStart=" + shell,
+            "the main process is the shell, not the server: SIGTERM and the MainPID reach "
+            "the shell; start the server with `exec` (the unit's own file: gpudash does "
+            "not rewrite ExecStart)"))
+    return tuple(out)
+
+
+def _restart_findings(unit: Unit) -> list[Finding]:
+    restart = (unit.restart or "").lower()
+    if restart not in RESTARTING:
+        return []
+    out: list[Finding] = []
+    interval, burst = unit.start_limit_interval_s, unit.start_limit_burst
+    delay = unit.restart_s or 0.0
+    if interval is not None and burst is not None:
+        # systemd gives up after `burst` starts within `interval`: starts `delay` apart
+        # never get there when burst × delay reaches the interval
+        never = interval == 0 or burst == 0 or burst * delay >= interval
+        if never:
+            limit = ("no start limit (StartLimitIntervalSec=0)" if interval == 0 or burst == 0
+                     else f"StartLimitBurst={burst} in StartLimitIntervalSec="
+                          f"{_secs(interval)} is never reached with RestartSec={_secs(delay)}")
+            out.append(Finding(
+                f"Restart={unit.restart}",
+                f"{limit}: a server that crashes at start is restarted for ever, each "
+                "time taking its GPU memory again",
+                (("Unit", "StartLimitIntervalSec", f"{FIX_START_LIMIT_INTERVAL_S}s"),
+                 ("Unit", "StartLimitBurst", str(FIX_START_LIMIT_BURST)))))
+    if unit.restart_s is not None and unit.restart_s < MIN_RESTART_S:
+        out.append(Finding(
+            f"RestartSec={_secs(unit.restart_s)}",
+            "restarts before the driver has given the dead server's GPU memory back: the "
+            "new server finds it taken",
+            (("Service", "RestartSec", f"{FIX_RESTART_S}s"),)))
+    return out
+
+
+def _shell_without_exec(argv: str | None) -> str | None:
+    """``/bin/sh -c 'python -m vllm …'`` (no ``exec``): the shortened ExecStart, else None."""
+    if not argv:
+        return None
+    try:
+        words = shlex.split(argv)
+    except ValueError:
+        return None
+    command = _shell_command(words)
+    if command is None or command.lstrip().startswith("exec "):
+        return None
+    shown = f"{words[0]} -c {command}"
+    return shown if len(shown) <= 80 else shown[:77] + "..."
+
+
+def _secs(seconds: float) -> str:
+    return f"{seconds:g}s"

@@ -1,0 +1,135 @@
+"""The unit lint (issue 21, item 1): what in a model server's unit sets the seed's trap, read
+from what systemctl show reports, and the collector's reading of those properties.
+
+Seen before: the unit panel explained KillMode=process and Restart=always only as what an
+action would do now; a crash loop that systemd's start limit can never stop (RestartSec 30 s,
+5 starts in 10 s), a stop timeout shorter than a model's shutdown, and a `sh -c` without exec
+were not said anywhere, and the collector did not read those properties at all.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpudash.collector import hostside
+from gpudash.domain.lint import lint_unit
+from gpudash.domain.model import Unit
+from gpudash.protocol.wire import SnapshotDecoder
+
+VLLM = "/opt/v/bin/python3 -m vllm.entrypoints.openai.api_server --model /m --port 8000"
+SHOW = """Id=vllm-tiny.service
+ActiveState=active
+SubState=running
+UnitFileState=enabled
+Restart=always
+KillMode=process
+NRestarts=0
+MainPID=3700
+ControlGroup=/system.slice/vllm-tiny.service
+Description=vLLM tiny
+TimeoutStopUSec=1min 30s
+RestartUSec=2s
+StartLimitIntervalUSec=10s
+StartLimitBurst=5
+ExecStart={ path=/opt/v/bin/python3 ; argv[]=ARGV ; ignore_errors=no ; start_time=[n/a] ; \
+stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }
+""".replace("ARGV", VLLM)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("1min 30s", 90.0), ("100ms", 0.1), ("2s", 2.0), ("0", 0.0), ("1h 2min 3s", 3723.0),
+    ("500us", 0.0005), ("infinity", None), ("", None), ("soon", None), ("5 parsecs", None),
+])
+def test_systemd_time_spans(text: str, seconds: float | None) -> None:
+    assert hostside.parse_timespan(text) == (pytest.approx(seconds) if seconds else seconds)
+
+
+def test_the_collector_reads_how_a_unit_stops_and_restarts() -> None:
+    [u] = hostside.parse_systemctl_show(SHOW)
+    assert u["timeout_stop_s"] == 90.0 and u["restart_s"] == 2.0
+    assert u["start_limit_interval_s"] == 10.0 and u["start_limit_burst"] == 5
+    assert u["exec_start"] == VLLM
+    # and the decoder takes them into the model
+    wire = {"v": hostside.PROTOCOL, "host": "h", "taken_at": 1.7e9, "source": "nvml",
+            "can_act": True, "gpus": {}, "procs": {}, "units": {u["name"]: u}}
+    unit = SnapshotDecoder("h").feed(json.dumps({"k": "full", "s": wire}).encode()).units[0]
+    assert (unit.timeout_stop_s, unit.start_limit_burst, unit.exec_start) == (90.0, 5, VLLM)
+
+
+def test_an_exec_start_longer_than_its_bound_is_cut_with_its_mark() -> None:
+    [u] = hostside.parse_systemctl_show(SHOW.replace(VLLM, VLLM + " --x" * 2000))
+    assert len(u["exec_start"]) <= hostside.EXEC_MAX
+    assert u["exec_start"].endswith(hostside.TRUNCATED)
+
+
+def unit(**kw: object) -> Unit:
+    base = dict(name="vllm-tiny.service", active_state="active", restart="always",
+                kill_mode="process", timeout_stop_s=90.0, restart_s=2.0,
+                start_limit_interval_s=10.0, start_limit_burst=5, exec_start=VLLM)
+    base.update(kw)
+    return Unit(**base)  # type: ignore[arg-type]
+
+
+def settings(u: Unit, **kw: bool) -> list[str]:
+    return [f.setting for f in lint_unit(u, **kw)]
+
+
+def test_the_seeds_unit_is_linted_with_the_fix_for_each_finding() -> None:
+    findings = {f.setting: f for f in lint_unit(unit())}
+    assert set(findings) == {"KillMode=process", "Restart=always"}
+    assert findings["KillMode=process"].fix == (("Service", "KillMode", "mixed"),)
+    # 5 starts 2 s apart never fall within 10 s: a crash loop for ever
+    why = findings["Restart=always"].why
+    assert "StartLimitBurst=5 in StartLimitIntervalSec=10s is never reached" in why, why
+    assert ("Unit", "StartLimitBurst", "5") in findings["Restart=always"].fix
+
+
+def test_a_well_set_unit_has_no_findings() -> None:
+    good = unit(kill_mode="mixed", restart="on-failure", restart_s=10.0,
+                start_limit_interval_s=600.0, start_limit_burst=5)
+    assert lint_unit(good) == ()
+    # systemd's defaults (100 ms apart, 5 in 10 s) stop a crash loop, but restart too fast
+    assert settings(unit(kill_mode="control-group", restart_s=0.1)) == ["RestartSec=0.1s"]
+
+
+@pytest.mark.parametrize(("kw", "expected"), [
+    ({"start_limit_interval_s": 0.0}, "Restart=always"),
+    ({"kill_mode": "none"}, "KillMode=none"),
+    ({"timeout_stop_s": 5.0}, "TimeoutStopSec=5s"),
+    ({"exec_start": "/bin/sh -c " + VLLM}, "ExecStart=/bin/sh -c " + VLLM[:60]),
+])
+def test_each_trap(kw: dict[str, object], expected: str) -> None:
+    found = settings(unit(**{"kill_mode": "mixed", "restart_s": 10.0,
+                             "start_limit_interval_s": 600.0, **kw}))
+    assert any(s.startswith(expected) for s in found), found
+
+
+def test_a_shell_that_execs_the_server_is_fine_and_other_units_are_not_linted() -> None:
+    ok = unit(kill_mode="mixed", restart_s=10.0, start_limit_interval_s=600.0,
+              exec_start="/bin/sh -c 'exec " + VLLM + "'")
+    assert lint_unit(ok) == ()
+    cron = unit(exec_start="/usr/sbin/cron -f")  # KillMode=process: not ours to judge
+    assert lint_unit(cron) == ()
+    assert "KillMode=process" in settings(cron, holds_gpu_memory=True)  # unless it holds GPUs
+
+
+def test_the_unit_panel_and_the_json_say_the_findings() -> None:
+    from test_orphans import server, snap
+    from test_ui_holder_reasons import PAL
+
+    from gpudash.domain.triage import triage
+    from gpudash.render.jsondoc import host_to_json
+    from gpudash.ui.widgets.unit_panel import unit_text
+
+    s = snap(server(3700, 1000), units=(unit(main_pid=3700),))
+    t = triage(s)
+    group = t.group("vllm-tiny.service")
+    assert group is not None
+    panel = unit_text(group, None, PAL).plain
+    assert "Configuration\n⚙ KillMode=process: systemctl stop" in panel, panel
+    assert "⚙ Restart=always: StartLimitBurst=5" in panel, panel
+    [owner] = [o for o in host_to_json(s)["owners"] if o["key"] == "vllm-tiny.service"]
+    assert [f["setting"] for f in owner["lint"]] == ["KillMode=process", "Restart=always"]
+    assert owner["lint"][0]["fix"] == ["[Service] KillMode=mixed"]
