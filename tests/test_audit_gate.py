@@ -129,7 +129,7 @@ async def test_the_dashboard_shows_the_refusal(tmp_path: Path,
         async with app.run_test(size=(120, 35)) as pilot:
             await select(pilot, app, f"u:{MINIMAX}")
             await pilot.press("r")
-            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
             await pilot.press("y")
             await wait_for(pilot, lambda: "refused" in log_text(app), within=20)
             assert demo.units[MINIMAX].active

@@ -63,7 +63,8 @@ async def run_confirmed(pilot, app: GpudashApp, key: str,  # type: ignore[no-unt
                         within: float = 45.0) -> None:
     before = len(app.reports)
     await pilot.press(key)
-    await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), what="confirm dialog")
+    await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed,
+                   what="confirm dialog")
     await pilot.press("y")
     await wait_for(pilot, lambda: len(app.reports) > before, within=within,
                    what=f"report of action {key!r}")

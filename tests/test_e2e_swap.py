@@ -138,7 +138,8 @@ async def _app_swap(h, to: str, monkeypatch, tmp_path: Path):  # type: ignore[no
             names = [c.name for c in picker.choices]  # type: ignore[attr-defined]
             assert KIMI in names and DEEPSEEK in names, names  # read from the real host
             await pilot.press(*to.removeprefix("vllm-").removesuffix(".service"), "enter")
-            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), what="plan")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal)
+                           and app.screen.armed, what="plan")
             plan = "\n".join(app.screen.lines)  # type: ignore[attr-defined]
             assert f"$ systemctl start {to}" in plan, plan
             await pilot.press("y")

@@ -76,7 +76,7 @@ async def _open_reclaim_plan(pilot) -> None:  # type: ignore[no-untyped-def]
     await pilot.pause(0.1)
     await pilot.press("r")
     for _ in range(100):
-        if isinstance(pilot.app.screen, ConfirmModal):
+        if isinstance(pilot.app.screen, ConfirmModal) and pilot.app.screen.armed:
             break
         await pilot.pause(0.02)
     await pilot.pause(0.1)

@@ -59,7 +59,7 @@ async def select(pilot, app: GpudashApp, key: str) -> None:  # type: ignore[no-u
 async def run_confirmed(pilot, app: GpudashApp, key: str) -> None:  # type: ignore[no-untyped-def]
     before = len(app.reports)
     await pilot.press(key)
-    await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+    await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
     await pilot.press("y")
     await wait_for(pilot, lambda: len(app.reports) > before, within=20)
 
@@ -164,13 +164,13 @@ async def test_confirm_focuses_cancel_and_escape_cancels() -> None:
         await select(pilot, app, f"u:{MINIMAX}")
         pids = set(demo.processes)
         await pilot.press("r")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         focused = app.screen.focused
         assert isinstance(focused, Button) and focused.id == "cancel"
         await pilot.press("enter")  # Enter on the focused button cancels too
         await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmModal))
         await pilot.press("s")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmModal))
         await pilot.pause(0.2)
@@ -224,7 +224,7 @@ async def test_untrusted_process_name_is_shown_literally() -> None:
         assert "[red]x[/red]\\x1b[2J --bold [b]y[/b]" in panel and "\x1b" not in panel
         # Planning a kill shows the command line literally in the confirm dialog.
         await pilot.press("k")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         plan_text = str(app.screen.query_one("#plan-text").render())
         assert "\x1b" not in plan_text
         await pilot.press("escape")
@@ -313,7 +313,7 @@ async def test_audit_failure_refuses_the_action_and_is_no_crash(
     async with app.run_test(size=SIZE) as pilot:
         await select(pilot, app, f"p:{NOTEBOOK + 0}")
         await pilot.press("t")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("y")
         await wait_for(pilot, lambda: "refused" in log_text(app), within=20)
         assert app.is_running and app.reports == []

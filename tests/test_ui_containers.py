@@ -63,7 +63,7 @@ async def test_w_on_a_container_row_swaps_it_for_a_model_unit_with_both_phases_p
         assert "Reclaim docker container vllm-embed, then start:" in picker.heading
         assert RERANK in [c.name for c in picker.choices]
         await pilot.press(*"rerank", "enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         lines = "\n".join(app.screen.lines)
         assert "1. reclaim" in lines and "$ docker stop -t 10 vllm-embed" in lines
         assert f"$ systemctl start {RERANK}" in lines

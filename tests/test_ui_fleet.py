@@ -167,7 +167,7 @@ async def test_last_action_and_its_outcome_show_in_the_hosts_row() -> None:
         assert app.current_host == 1
         await wait_for(pilot, lambda: app.availability("reap")[0] is True)
         await pilot.press("o")  # reap the orphans of the stopped unit
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("y")
         await wait_for(pilot, lambda: len(app.reports) == 1, within=30)
         await pilot.press("F")

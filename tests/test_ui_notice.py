@@ -118,7 +118,7 @@ async def test_walkthrough_covers_nothing_follows_the_keymap_and_the_incident() 
         table.select_key(f"p:{main}")
         await wait_for(pilot, lambda: app.selected_key == f"p:{main}")
         await pilot.press("K")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("y")
         await wait_for(pilot, lambda: "Demo 2/4" in guide.render().plain, within=20)
         assert "press D" in guide.render().plain

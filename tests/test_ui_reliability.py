@@ -30,7 +30,7 @@ def workers(demo: DemoHost) -> list[int]:
 async def start_reclaim(pilot, app: GpudashApp) -> None:  # type: ignore[no-untyped-def]
     await select(pilot, app, f"u:{MINIMAX}")
     await pilot.press("r")
-    await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+    await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
     await pilot.press("y")
     await wait_for(pilot, lambda: app.running)
 
@@ -95,7 +95,7 @@ async def test_a_dialog_left_open_does_not_give_a_false_not_confirmed() -> None:
         tp3 = next(p for p in demo.processes.values() if p.cmdline == "VLLM::Worker_TP3")
         await select(pilot, app, f"p:{tp3.pid}")
         await pilot.press("k")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         # While the operator reads, somebody starts 1 GiB of work on the same GPU.
         demo.spawn(ppid=1, user="bob", name="python", cmdline="python train.py",
                    unit="session-9.scope", gpu_memory_mib={3: 1024})
@@ -115,13 +115,13 @@ async def test_a_changed_plan_is_shown_again_before_anything_is_sent() -> None:
         await wait_for(pilot, lambda: app.view.snapshot is not None)
         await select(pilot, app, f"u:{MINIMAX}")
         await pilot.press("r")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         first = app.screen
         # One worker dies meanwhile: the plan that would run is not the one on screen.
         gone = workers(demo)[4]
         await demo.signal(gone, demo.processes[gone].start_ticks, 9)
         await pilot.press("y")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal)
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed
                        and app.screen is not first)
         text = "\n".join(app.screen.lines)  # type: ignore[attr-defined]
         assert "The host changed while this dialog was open" in text

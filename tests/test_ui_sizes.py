@@ -96,7 +96,7 @@ async def test_120x35_action_panel_shows_every_gpu_and_the_verdict() -> None:
     async with app.run_test(size=PANE) as pilot:
         await select(pilot, app, f"u:{MINIMAX}")
         await pilot.press("r")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("y")
         await wait_for(pilot, lambda: app.last_report is not None, within=30)
         await pilot.pause(0.3)
@@ -125,7 +125,7 @@ async def test_80x24_confirm_keeps_what_is_decided_on_and_the_buttons_in_view() 
         await select(pilot, app, f"u:{MINIMAX}")
         app.notify("xyzzy", title="plugh", timeout=30)
         await pilot.press("r")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.pause(0.3)
         modal = app.screen
         assert visible(app, modal.query_one("#confirm", Button))
@@ -145,7 +145,7 @@ async def test_log_entry_opens_in_full_and_the_focused_log_shows_it() -> None:
     async with app.run_test(size=LAPTOP) as pilot:
         await select(pilot, app, f"u:{MINIMAX}")
         await pilot.press("r")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("n")
         log = app.query_one(ActionLog)
         await wait_for(pilot, lambda: bool(log.entries))
@@ -191,7 +191,7 @@ async def test_palette_does_not_open_over_a_confirm_dialog() -> None:
     async with app.run_test(size=PANE) as pilot:
         await select(pilot, app, f"u:{MINIMAX}")
         await pilot.press("s")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("ctrl+p")
         await pilot.pause(0.3)
         assert isinstance(app.screen, ConfirmModal)
@@ -250,7 +250,7 @@ async def test_the_result_toast_does_not_cover_the_log_when_the_panel_shows_it()
     async with app.run_test(size=LAPTOP, notifications=True) as pilot:
         await select(pilot, app, f"u:{MINIMAX}")
         await pilot.press("D")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("y")
         await wait_for(pilot, lambda: app.last_report is not None, within=30)
         await pilot.pause(0.3)
@@ -265,7 +265,7 @@ async def test_the_result_is_toasted_when_another_screen_hides_the_panel() -> No
     async with app.run_test(size=LAPTOP, notifications=True) as pilot:
         await select(pilot, app, f"u:{MINIMAX}")
         await pilot.press("r")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("y")
         await wait_for(pilot, lambda: app.running)
         await pilot.press("question_mark")
@@ -313,7 +313,7 @@ async def test_holders_flags_take_the_room_they_need_and_no_more() -> None:
         worker = next(line for line in screen_text(app).splitlines() if "vLLM TP1 worker" in line)
         assert re.search(r"99 %\s+\d+\.\d GiB", worker), worker
         await pilot.press("D")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("y")
         await wait_for(pilot, lambda: app.last_report is not None, within=30)
         await pilot.pause(0.3)
@@ -325,7 +325,7 @@ async def test_holders_flags_take_the_room_they_need_and_no_more() -> None:
         app = pilot.app
         await select(pilot, app, f"u:{MINIMAX}")
         await pilot.press("D")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("y")
         await wait_for(pilot, lambda: app.last_report is not None, within=30)
         await pilot.pause(0.3)
@@ -339,7 +339,7 @@ async def test_80x24_confirm_says_how_to_answer_in_full() -> None:
     async with app.run_test(size=LAPTOP) as pilot:
         await select(pilot, app, f"u:{MINIMAX}")
         await pilot.press("r")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.pause(0.3)
         assert "n/Esc: cancel" in screen_text(app)
 
@@ -351,7 +351,7 @@ async def test_80x24_log_shows_the_outcome() -> None:
     async with app.run_test(size=LAPTOP) as pilot:
         await select(pilot, app, f"u:{MINIMAX}")
         await pilot.press("r")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("n")
         log = app.query_one(ActionLog)
         await wait_for(pilot, lambda: bool(log.entries))
@@ -377,7 +377,7 @@ async def test_120x35_a_long_verdict_never_scrolls_the_screen() -> None:
         await pilot.press("w")
         await wait_for(pilot, lambda: isinstance(app.screen, ModelPicker))
         await pilot.press(*"deepseek", "enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("y")
         await wait_for(pilot, lambda: app.last_report is not None, within=60)
         await pilot.pause(0.5)
@@ -403,7 +403,7 @@ async def test_80x24_a_cut_verdict_says_where_the_rest_is() -> None:
         await pilot.press("w")
         await wait_for(pilot, lambda: isinstance(app.screen, ModelPicker))
         await pilot.press(*"deepseek", "enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("y")
         await wait_for(pilot, lambda: app.last_report is not None, within=60)
         await pilot.pause(0.5)
@@ -418,7 +418,7 @@ async def test_80x24_a_cut_verdict_says_where_the_rest_is() -> None:
         app = pilot.app
         await select(pilot, app, f"u:{MINIMAX}")
         await pilot.press("D")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("y")
         await wait_for(pilot, lambda: app.last_report is not None, within=30)
         await pilot.pause(0.3)
@@ -439,7 +439,7 @@ async def test_120x35_a_cut_unit_panel_says_so() -> None:
     async with app.run_test(size=PANE) as pilot:
         await select(pilot, app, f"u:{MINIMAX}")
         await pilot.press("D")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("y")
         await wait_for(pilot, lambda: app.last_report is not None, within=30)
         await pilot.pause(0.3)

@@ -24,7 +24,7 @@ async def test_swap_picks_the_next_model_and_proves_it_serves() -> None:
         row = picker.choices[1].text().plain
         assert "disabled" in row and "Restart=always" in row and "port 8001" in row, row
         await pilot.press(*"kimi", "enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         lines = "\n".join(app.screen.lines)
         assert "1. reclaim" in lines and f"$ systemctl start {KIMI}" in lines
         assert "http://127.0.0.1:8001/health answers 200" in lines

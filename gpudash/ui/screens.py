@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 
 from rich.text import Text
@@ -46,8 +47,15 @@ class ConfirmModal(ModalScreen[bool]):
 
     What the operator decides on (the title, the memory expected back, the warnings, who
     is left alone) and the answer row always show; only the list of commands scrolls, so
-    a long reap still fits an 80x24 terminal. No notification is drawn over it.
+    a long reap still fits an 80x24 terminal, with how many lines are out of sight on its
+    border (the arrow keys and PgUp/PgDn scroll it). No notification is drawn over it.
+
+    A confirmation must have been seen: a key typed before the dialog was drawn, or in
+    its first ``ARM_S`` seconds (typed ahead, or meant for the screen below), never
+    confirms; the question says so and the next press does.
     """
+
+    ARM_S = 0.3
 
     DEFAULT_CSS = """
     ConfirmModal { align: center middle; }
@@ -59,6 +67,7 @@ class ConfirmModal(ModalScreen[bool]):
     ConfirmModal #plan { height: auto; min-height: 1; }
     ConfirmModal #outcome { dock: bottom; height: auto; }
     ConfirmModal #answer { height: 1; margin-top: 1; }
+    ConfirmModal #more { height: 1; }
     ConfirmModal #question { width: 1fr; text-style: bold; }
     ConfirmModal Button { margin-left: 2; min-width: 9; }
     ToastRack.-under-confirm ToastHolder { display: none; }
@@ -68,6 +77,10 @@ class ConfirmModal(ModalScreen[bool]):
         Binding("y", "confirm", "Confirm", id="gpudash.confirm.yes"),
         Binding("n", "cancel", "Cancel", id="gpudash.confirm.no"),
         Binding("escape", "cancel", "Cancel", id="gpudash.confirm.escape"),
+        Binding("down", "scroll_plan(1)", show=False),
+        Binding("up", "scroll_plan(-1)", show=False),
+        Binding("pagedown", "scroll_plan(0, 1)", show=False),
+        Binding("pageup", "scroll_plan(0, -1)", show=False),
     ]
 
     def __init__(self, title: str, lines: list[str],
@@ -76,6 +89,13 @@ class ConfirmModal(ModalScreen[bool]):
         self.title_text = title
         self.lines = lines
         self.keys = keys  # confirm, cancel, cancel: as the user's keymap has them
+        self._armed_at: float | None = None  # when a confirm counts: drawn + ARM_S
+        self.refused_early = 0  # confirmations that came too soon (for tests and the log)
+
+    @property
+    def armed(self) -> bool:
+        """A confirm now counts: the dialog was drawn at least ``ARM_S`` seconds ago."""
+        return self._armed_at is not None and time.monotonic() >= self._armed_at
 
     def compose(self) -> ComposeResult:
         heading, *rest = self.lines or [""]
@@ -85,6 +105,7 @@ class ConfirmModal(ModalScreen[bool]):
             dialog.border_title = "Confirm"
             yield Static(plan_text([heading]), id="heading")
             with Vertical(id="outcome"):
+                yield Static("", id="more")  # what of the plan is out of sight
                 yield Static(plan_text(outcome, first_bold=False), id="summary")
                 with Horizontal(id="answer"):
                     yes, no, escape = (k.capitalize() if k == "esc" else k for k in self.keys)
@@ -92,11 +113,15 @@ class ConfirmModal(ModalScreen[bool]):
                                  id="question")
                     yield Button("Cancel", id="cancel", variant="primary", compact=True)
                     yield Button("Confirm", id="confirm", variant="error", compact=True)
-            with VerticalScroll(id="plan"):
+            with VerticalScroll(id="plan") as plan:
+                plan.can_focus = False  # Cancel keeps the focus; the keys above scroll it
                 yield Static(plan_text(commands, first_bold=False), id="plan-text")
 
     def on_mount(self) -> None:
         self.query_one("#cancel", Button).focus()
+        self.call_after_refresh(self._drawn)
+        plan = self.query_one("#plan", VerticalScroll)
+        self.watch(plan, "scroll_y", lambda _y: self._say_out_of_sight(), init=False)
         # Toasts are drawn over everything, the dialog too: hidden (on this screen and
         # those below) while it is up, back after it if not timed out by then.
         screens = {*self.app.screen_stack, self}  # this one may not be on the stack yet
@@ -108,10 +133,46 @@ class ConfirmModal(ModalScreen[bool]):
         for rack in self._toasts:
             rack.remove_class("-under-confirm")
 
+    def _drawn(self) -> None:
+        self._armed_at = time.monotonic() + self.ARM_S
+        self._say_out_of_sight()
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._say_out_of_sight)
+
+    def _say_out_of_sight(self) -> None:
+        """The plan's border says how many of its lines are above and below the view."""
+        plan = self.query_one("#plan", VerticalScroll)
+        total = int(plan.virtual_size.height)
+        shown = int(plan.scrollable_content_region.height)
+        above = int(plan.scroll_y)
+        below = max(0, total - shown - above)
+        parts = [f"↑ {above} more" if above else "", f"↓ {below} more" if below else ""]
+        said = "  ".join(p for p in parts if p)
+        more = self.query_one("#more", Static)
+        more.update(Text(f"  … {said} line(s) of the plan: ↑↓ PgUp PgDn to read them",
+                         style="bold") if said else "")
+        more.display = bool(said)
+
+    def action_scroll_plan(self, lines: int, pages: int = 0) -> None:
+        plan = self.query_one("#plan", VerticalScroll)
+        step = lines + pages * max(1, plan.scrollable_content_region.height - 1)
+        plan.scroll_to(y=plan.scroll_y + step, animate=False)
+
     def on_button_pressed(self, event: Button.Pressed) -> None:
-        self.dismiss(event.button.id == "confirm")
+        if event.button.id == "confirm":
+            self.action_confirm()
+        else:
+            self.dismiss(False)
 
     def action_confirm(self) -> None:
+        if not self.armed:  # typed before the plan could be read
+            self.refused_early += 1
+            yes = self.keys[0]
+            self.query_one("#question", Static).update(Text(
+                f"Not yet: that key came before the plan was on screen. Read it, then "
+                f"{yes}: confirm", style="bold"))
+            return
         self.dismiss(True)
 
     def action_cancel(self) -> None:

@@ -1,0 +1,83 @@
+"""A confirmation that was seen (issue 19, item 3), with Pilot at 80x24 and 120x35.
+
+Seen before: a `y` typed before the confirm dialog was drawn (1.2 s under load at 80x24)
+confirmed a KILL whose plan was never on screen; at 80x24 the dialog showed 7 of 16
+`kill -TERM` lines with no word that 9 more were there.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_ui import make_app, select, wait_for
+
+from gpudash.demo.host import MINIMAX, DemoHost
+from gpudash.ui.screens import ConfirmModal
+
+
+@pytest.fixture(autouse=True)
+def _isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 35)])
+async def test_a_key_typed_before_the_plan_was_drawn_does_not_confirm(size, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # a second's grace, not 0.3 s: the test must be the one pressing inside it, under load
+    monkeypatch.setattr(ConfirmModal, "ARM_S", 1.0)
+    demo = DemoHost(seed=7)
+    app = make_app(demo)
+    async with app.run_test(size=size) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.press("r", "y")  # typed ahead: the dialog was not on screen yet
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        modal = app.screen
+        assert isinstance(modal, ConfirmModal)
+        assert app.reports == [] and app.controller.running is None
+        await pilot.press("y")  # and at once, in the dialog's first moments: too soon too
+        await pilot.pause(0.05)
+        assert app.screen is modal and app.reports == [] and app.controller.running is None
+        assert modal.refused_early >= 1
+        question = str(modal.query_one("#question").render())
+        assert question.startswith("Not yet: that key came before the plan was on screen"), \
+            question
+        # read, then confirmed: it runs
+        await wait_for(pilot, lambda: modal.armed)
+        await pilot.press("y")
+        await wait_for(pilot, lambda: len(app.reports) == 1, within=30)
+        assert app.reports[0].confirmed, app.reports[0].describe()
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 35)])
+async def test_a_long_plan_says_what_is_out_of_sight_and_scrolls(size) -> None:  # type: ignore[no-untyped-def]
+    demo = DemoHost(seed=7)
+    demo.leave_orphans()  # 16 workers under PID 1
+    app = make_app(demo)
+    async with app.run_test(size=size) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.press("o")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
+        modal = app.screen
+        assert isinstance(modal, ConfirmModal)
+        kills = [ln for ln in modal.lines if ln.lstrip().startswith("$ kill -TERM")]
+        assert len(kills) == 16, modal.lines
+        plan = modal.query_one("#plan")
+        shown = plan.scrollable_content_region.height
+        more = str(modal.query_one("#more").render())
+        hidden = plan.virtual_size.height - shown
+        if hidden > 0:  # 80x24: part of the plan is out of sight, and it says how much
+            assert f"↓ {hidden} more line(s)" in more, more
+            await pilot.press("pagedown")
+            await pilot.pause(0.1)
+            assert plan.scroll_y > 0
+            more = str(modal.query_one("#more").render())
+            assert "↑ " in more, more
+            await pilot.press("pagedown", "pagedown", "pagedown")
+            await pilot.pause(0.1)
+            assert "↓" not in str(modal.query_one("#more").render())
+        else:
+            assert more == "" and not modal.query_one("#more").display
+        # the answer row is always on screen: Confirm can be reached
+        confirm = modal.query_one("#confirm")
+        assert confirm.region.height == 1 and confirm.region.bottom <= size[1]
