@@ -190,7 +190,7 @@ def test_answering_no_says_so_and_exits_5() -> None:
     g.type("n\n")
     code, out, err = g.finish()
     assert code == 5
-    assert "not confirmed: nothing done" in err
+    assert "declined: nothing done" in err
     assert audit_records() == []
 
 

@@ -142,7 +142,7 @@ def _run(
                 term.error("not a terminal and no --yes: nothing done")
                 return Exit.CANCELLED
             if not answer:
-                term.error("not confirmed: nothing done")
+                term.error("declined: nothing done")
                 return Exit.CANCELLED
             try:  # the answer may come minutes later: act on the host as it is now
                 plan, changes = runner.run(_replan(source, plan))

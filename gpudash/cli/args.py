@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -11,9 +12,11 @@ from gpudash import __version__
 from gpudash.cli.contract import EXIT_CODES_HELP
 from gpudash.demo.fleet import MAX_DEMO_HOSTS
 from gpudash.domain.model import unit_name
+from gpudash.state import config
 from gpudash.state.logfile import LEVELS
 
-SUBCOMMANDS = ("snapshot", "reclaim", "reap", "start", "swap", "exporter", "history")
+SUBCOMMANDS = ("snapshot", "reclaim", "reap", "start", "swap", "exporter", "history",
+               "completion")
 ACTING = ("reclaim", "reap", "start", "swap")  # subcommands that act (and ask first)
 
 
@@ -58,18 +61,20 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("hosts", nargs="*", metavar="HOST",
                    help="user@host, ssh://user@host:port or a ~/.ssh/config alias; a glob "
                    "('gpu*') means every concrete Host of the ssh config it matches; "
-                   "none: this machine")
+                   "@GROUP: the hosts of [groups] GROUP in config.toml; none: this machine")
     p.add_argument("--hosts-file", type=Path, default=None, metavar="FILE",
                    help="more hosts, one per line ('#' starts a comment; globs as above)")
     p.add_argument("--demo", action="store_true", help="the simulated incident host")
     p.add_argument("--demo-hosts", type=_demo_hosts, default=None, metavar="N",
                    help="with --demo: N simulated hosts (healthy, the incident, "
                    "unreachable, ...) for the fleet view")
-    p.add_argument("--interval", type=seconds(0.05, 3600, low_inclusive=True), default=1.0,
+    p.add_argument("--interval", type=seconds(*config.INTERVAL_RANGE, low_inclusive=True),
+                   default=1.0,
                    metavar="S", help="seconds between samples (default 1; 0.05 to 3600)")
-    p.add_argument("--sudo", action="store_true",
+    p.add_argument("--sudo", action=argparse.BooleanOptionalAction, default=False,
                    help="act through `sudo -n` when the login is not root")
-    p.add_argument("--accept-new-host-key", action="store_true",
+    p.add_argument("--accept-new-host-key", action=argparse.BooleanOptionalAction,
+                   default=False,
                    help="accept and remember an unknown host key (like OpenSSH accept-new); "
                    "a changed key is always refused")
     p.add_argument("--ssh-config", type=Path, default=None, metavar="FILE",
@@ -110,6 +115,16 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
                                     description="Print one snapshot of each host.")
         _common(p)
         p.add_argument("--json", action="store_true", help="JSON (schema 1) instead of text")
+        return p
+    if command == "completion":
+        p = argparse.ArgumentParser(
+            prog="gpudash completion", formatter_class=fmt,
+            description="Print the shell completion script (argcomplete). bash: "
+            "`eval \"$(gpudash completion bash)\"` in ~/.bashrc; zsh: the same in ~/.zshrc; "
+            "fish: `gpudash completion fish > ~/.config/fish/completions/gpudash.fish`.")
+        p.add_argument("shell", choices=("bash", "zsh", "fish"))
+        p.add_argument("--log-level", choices=LEVELS, default="warning",
+                       help=argparse.SUPPRESS)
         return p
     if command == "history":
         p = argparse.ArgumentParser(
@@ -201,24 +216,70 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="gpudash", epilog=epilog, formatter_class=fmt,
         description="Who holds the GPU memory, which systemd unit owns it, and getting it "
-        "back with proof. Subcommands: snapshot, reclaim, reap, start, swap, exporter, "
-        "history (see "
+        "back with proof. Subcommands: " + ", ".join(SUBCOMMANDS) + " (see "
         "`gpudash COMMAND -h`).",
     )
     _common(p)
-    p.add_argument("--read-only", action="store_true", help="disable every action")
+    p.add_argument("--read-only", action=argparse.BooleanOptionalAction, default=False,
+                   help="disable every action")
     p.add_argument("--theme", default=None, help="a Textual theme or one from themes/")
     p.add_argument("--version", action="version", version=f"gpudash {__version__}")
     return p
 
 
+def _mistyped(argv: list[str]) -> str | None:
+    """``gpudash histroy``: the subcommand meant, when the first word is not one and looks
+    like one rather than a host (no user@, port, dots, slashes or glob)."""
+    if not argv or argv[0] in SUBCOMMANDS or argv[0].startswith("-"):
+        return None
+    word = argv[0]
+    if any(c in word for c in "@:./*?[") or not word.isalpha():
+        return None
+    close = difflib.get_close_matches(word.lower(), SUBCOMMANDS, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def _with_settings(parser: argparse.ArgumentParser, settings: config.Settings) -> None:
+    """The config file's defaults, for the options this parser has (flags win)."""
+    dests = {a.dest for a in parser._actions}
+    parser.set_defaults(**{k: v for k, v in settings.defaults().items() if k in dests})
+
+
+def _expand_groups(hosts: list[str], settings: config.Settings,
+                   parser: argparse.ArgumentParser) -> list[str]:
+    out: list[str] = []
+    for host in hosts:
+        if not host.startswith("@"):
+            out.append(host)
+            continue
+        name = host[1:]
+        if name not in settings.groups:
+            known = ", ".join(f"@{g}" for g in sorted(settings.groups)) or "none"
+            parser.error(f"no host group {host} in {config.config_path()} "
+                         f"([groups] {name} = [...]; groups there: {known})")
+        out += [h for h in settings.groups[name] if h not in out]
+    return out
+
+
 def parse(argv: list[str]) -> tuple[str | None, argparse.Namespace]:
-    """(subcommand or None for the dashboard, arguments); argparse exits 2 on bad input."""
+    """(subcommand or None for the dashboard, arguments); argparse exits 2 on bad input.
+
+    The config file's settings are the defaults; its problems are in
+    ``args.config_errors`` (one line each) for the front end to say."""
     command = argv[0] if argv and argv[0] in SUBCOMMANDS else None
     parser = build_parser(command)
+    meant = _mistyped(argv)
+    if meant is not None:
+        parser.error(f"{argv[0]!r} is not a command (did you mean {meant!r}?); "
+                     f"for a host of that name: gpudash -- {argv[0]}")
+    settings, errors = config.load()
+    _with_settings(parser, settings)
     args = parser.parse_args(argv[1:] if command else argv)
-    if command == "history":
+    args.config_errors = errors
+    if command in ("history", "completion"):
         return command, args
+    if any(h.startswith("@") for h in args.hosts):
+        args.hosts = _expand_groups(args.hosts, settings, parser)
     if args.demo_hosts is not None:
         if command in ("reclaim", "start", "swap") and args.demo_hosts > 1:
             parser.error(f"{command} acts on one host at a time")

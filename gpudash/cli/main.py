@@ -163,11 +163,18 @@ async def _close_all(sources: Sequence[HostSource]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     term = Terminal()
+    if argv is None:
+        from gpudash.cli.completion import complete_if_asked
+
+        complete_if_asked()  # the shell asking for completions: answered, exited
     try:
         command, args = parse(list(sys.argv[1:] if argv is None else argv))
         opened = logfile.setup(args.log_level)
         if isinstance(opened, str):  # a state directory refused: say so, and how to fix it
             term.error(f"warning: {opened}")
+        if command is not None:  # the dashboard says them in a notification
+            for problem in args.config_errors:
+                term.error(f"warning: settings ignored: {problem}")
     except KeyboardInterrupt:
         term.error("interrupted while starting: nothing done")
         return Exit.CANCELLED
@@ -184,6 +191,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_snapshot(args, term)
         if command in ("reclaim", "start", "swap"):
             return cmd_act(command, args, term)
+        if command == "completion":
+            from gpudash.cli.completion import script
+
+            sys.stdout.write(script(args.shell))
+            return Exit.OK
         if command == "history":
             from gpudash.cli.history import cmd_history
 

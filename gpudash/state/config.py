@@ -1,27 +1,116 @@
 """The operator's settings: ``$XDG_CONFIG_HOME/gpudash/config.toml``.
 
+Every key is optional; a flag on the command line wins over the file::
+
     models = ["vllm-*", "sglang@*"]   # unit name globs that are model servers, beside the
                                       # services whose ExecStart runs a known server
+    interval = 2.0                    # seconds between samples (--interval)
+    theme = "gpudash-day"             # --theme; the theme chosen with T is kept over it
+    read_only = true                  # --read-only (--no-read-only for one run)
+    sudo = true                       # --sudo (--no-sudo)
+    accept_new_host_key = false       # --accept-new-host-key
+    ssh_config = "~/.ssh/config.gpu"  # --ssh-config
+    known_hosts = "~/.ssh/known_hosts.gpu"  # --known-hosts
+    log_level = "info"                # --log-level
+
+    [groups]                          # `gpudash @prod`: every host of the group
+    prod = ["gpu0*", "root@10.1.230.174"]
 
 A file that cannot be read, or a bad entry, is reported in one line each; the rest is used.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from gpudash.state.logfile import LEVELS as LOG_LEVELS
+
+GROUP_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+MAX_GROUP_HOSTS = 4096
+INTERVAL_RANGE = (0.05, 3600.0)
 
 
 @dataclass(frozen=True, slots=True)
 class Settings:
     models: tuple[str, ...] = ()  # unit name globs
+    interval: float | None = None
+    theme: str | None = None
+    read_only: bool | None = None
+    sudo: bool | None = None
+    accept_new_host_key: bool | None = None
+    ssh_config: Path | None = None
+    known_hosts: Path | None = None
+    log_level: str | None = None
+    groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def defaults(self) -> dict[str, Any]:
+        """The command line's defaults that this file sets (argparse dest -> value)."""
+        out: dict[str, Any] = {}
+        for name in ("interval", "theme", "read_only", "sudo", "accept_new_host_key",
+                     "ssh_config", "known_hosts", "log_level"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        return out
 
 
 def config_path() -> Path:
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "gpudash" / "config.toml"
+
+
+def _text(value: object, limit: int = 256) -> bool:
+    return isinstance(value, str) and bool(value.strip()) and len(value) <= limit
+
+
+def _check(key: str, value: object) -> tuple[object, str | None]:
+    """(the value as Settings holds it, or why it is refused)."""
+    if key == "models":
+        if isinstance(value, list) and all(_text(m) for m in value):
+            return tuple(m.strip() for m in value), None
+        return None, 'expected a list of unit name globs (e.g. ["vllm-*"])'
+    if key == "interval":
+        low, high = INTERVAL_RANGE
+        if (isinstance(value, int | float) and not isinstance(value, bool)
+                and math.isfinite(value) and low <= value <= high):
+            return float(value), None
+        return None, f"expected seconds from {low:g} to {high:g}"
+    if key in ("read_only", "sudo", "accept_new_host_key"):
+        return (value, None) if isinstance(value, bool) else (None, "expected true or false")
+    if key == "theme":
+        return (str(value).strip(), None) if _text(value) else (None, "expected a theme name")
+    if key in ("ssh_config", "known_hosts"):
+        if _text(value, 4096):
+            return Path(str(value)).expanduser(), None
+        return None, "expected a file path"
+    if key == "log_level":
+        if value in LOG_LEVELS:
+            return value, None
+        return None, f"expected one of {', '.join(LOG_LEVELS)}"
+    if key == "groups":
+        return _groups(value)
+    return None, "unknown setting"
+
+
+def _groups(value: object) -> tuple[object, str | None]:
+    if not isinstance(value, dict):
+        return None, 'expected a table of lists ([groups] prod = ["gpu0*"])'
+    groups: dict[str, tuple[str, ...]] = {}
+    for name, hosts in value.items():
+        if not GROUP_NAME.fullmatch(name):
+            return None, f"{name!r}: a group name is letters, digits, '_', '.', '-'"
+        if not (isinstance(hosts, list) and 0 < len(hosts) <= MAX_GROUP_HOSTS
+                and all(_text(h) and not h.startswith("@") for h in hosts)):
+            return None, (f"{name}: expected a list of hosts or globs (not other groups), "
+                          'e.g. ["gpu0*"]')
+        groups[name] = tuple(h.strip() for h in hosts)
+    return groups, None
 
 
 def load(path: Path | None = None) -> tuple[Settings, list[str]]:
@@ -34,13 +123,11 @@ def load(path: Path | None = None) -> tuple[Settings, list[str]]:
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         return Settings(), [f"{target.name}: {exc}"]
     errors: list[str] = []
-    models = data.get("models", [])
-    if not isinstance(models, list) or not all(
-        isinstance(m, str) and m.strip() and len(m) <= 256 for m in models
-    ):
-        errors.append(f"{target.name}: models: expected a list of unit name globs "
-                      '(e.g. ["vllm-*"])')
-        models = []
-    for key in sorted(set(data) - {"models"}):
-        errors.append(f"{target.name}: {key}: unknown setting")
-    return Settings(tuple(m.strip() for m in models)), errors
+    kept: dict[str, Any] = {}
+    for key in sorted(data):
+        value, why = _check(key, data[key])
+        if why is not None:
+            errors.append(f"{target.name}: {key}: {why}")
+        else:
+            kept[key] = value
+    return Settings(**kept), errors

@@ -1,0 +1,122 @@
+"""The documented config file, host groups, mistyped commands and shell completion
+(issue 20, "Settings and the command line").
+
+Seen before: only `models = [...]` was read (and the README never said so); no defaults for
+interval, theme, read-only, sudo or ssh options; no host groups; `gpudash histroy` was
+taken for a host and SSHed to; declining at the prompt printed exit 1's words; no completion.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpudash.cli.args import parse
+
+
+@pytest.fixture
+def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    path = tmp_path / "config" / "gpudash" / "config.toml"
+    path.parent.mkdir(parents=True)
+    return path
+
+
+def test_the_config_files_settings_are_the_defaults_and_flags_win(config: Path) -> None:
+    config.write_text('interval = 2.5\nread_only = true\nsudo = true\ntheme = "gpudash-day"\n'
+                      'ssh_config = "~/ssh-gpu"\nlog_level = "info"\n')
+    _cmd, args = parse(["--demo"])
+    assert (args.interval, args.read_only, args.sudo, args.theme, args.log_level) == (
+        2.5, True, True, "gpudash-day", "info")
+    assert args.ssh_config == Path("~/ssh-gpu").expanduser() and args.config_errors == []
+    _cmd, args = parse(["--demo", "--interval", "1", "--no-read-only", "--no-sudo",
+                        "--theme", "textual-dark"])
+    assert (args.interval, args.read_only, args.sudo, args.theme) == (
+        1.0, False, False, "textual-dark")
+    # an acting command takes the same defaults (it has no --read-only)
+    _cmd, args = parse(["reclaim", "--demo", "--unit", "vllm-minimax-m25"])
+    assert args.sudo is True and args.interval == 2.5 and not hasattr(args, "read_only")
+
+
+def test_bad_settings_are_named_one_line_each_and_the_rest_used(config: Path) -> None:
+    config.write_text('interval = 0\nsudo = "yes"\nlog_level = "loud"\ntheme = "x"\n'
+                      'colour = 3\n[groups]\n"bad name" = ["a"]\n')
+    _cmd, args = parse(["--demo"])
+    assert args.theme == "x" and args.interval == 1.0 and args.sudo is False
+    errors = "\n".join(args.config_errors)
+    for said in ("interval: expected seconds from 0.05 to 3600", "sudo: expected true or false",
+                 "log_level: expected one of debug, info, warning, error",
+                 "colour: unknown setting", "groups: 'bad name': a group name is"):
+        assert said in errors, errors
+    # the command line says them, and goes on
+    cp = subprocess.run([sys.executable, "-m", "gpudash", "snapshot", "--demo"],
+                        capture_output=True, text=True, timeout=60, env=os.environ.copy())
+    assert cp.returncode == 0, cp.stderr
+    assert "warning: settings ignored: config.toml: sudo: expected true or false" in cp.stderr
+
+
+def test_a_host_group_names_its_hosts(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config.write_text('[groups]\nprod = ["root@127.0.0.1", "ssh://gpu@127.0.0.1:2222"]\n'
+                      'lab = ["lab1", "root@127.0.0.1"]\n')
+    _cmd, args = parse(["@prod", "@lab"])
+    assert args.hosts == ["root@127.0.0.1", "ssh://gpu@127.0.0.1:2222", "lab1"]
+    with pytest.raises(SystemExit) as exc:
+        parse(["snapshot", "@stage"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "no host group @stage in" in err and "groups there: @lab, @prod" in err, err
+
+
+def test_a_mistyped_command_is_not_taken_for_a_host() -> None:
+    cp = subprocess.run([sys.executable, "-m", "gpudash", "histroy"], capture_output=True,
+                        text=True, timeout=30, env=os.environ.copy())
+    assert cp.returncode == 2
+    assert "'histroy' is not a command (did you mean 'history'?)" in cp.stderr, cp.stderr
+    assert "gpudash -- histroy" in cp.stderr
+
+
+def test_help_lists_every_command() -> None:
+    cp = subprocess.run([sys.executable, "-m", "gpudash", "--help"], capture_output=True,
+                        text=True, timeout=30)
+    text = " ".join(cp.stdout.split())
+    assert ("Subcommands: snapshot, reclaim, reap, start, swap, exporter, history, "
+            "completion") in text, text
+
+
+@pytest.mark.parametrize(("line", "expected"), [
+    ("gpudash re", {"reclaim", "reap"}),
+    ("gpudash reap --dr", {"--dry-run"}),
+    ("gpudash completion ", {"bash", "zsh", "fish"}),
+    ("gpudash swap --from-c", {"--from-container"}),
+])
+def test_bash_completes_commands_and_options(line: str, expected: set[str],
+                                             tmp_path: Path) -> None:
+    # the real bash, the script `gpudash completion bash` prints, the installed gpudash
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "gpudash").write_text(f"#!/bin/sh\nexec {sys.executable} -m gpudash \"$@\"\n")
+    (bindir / "gpudash").chmod(0o755)
+    words = line.split(" ")
+    script = (
+        'eval "$(gpudash completion bash)"\n'
+        f"COMP_WORDS=({' '.join(repr(w) for w in words)}); COMP_CWORD={len(words) - 1}\n"
+        f"COMP_LINE={line!r}; COMP_POINT={len(line)}\n"
+        f"_python_argcomplete gpudash {words[-1]!r} {words[-2]!r}\n"
+        'printf "%s\\n" "${COMPREPLY[@]}"\n')
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
+    cp = subprocess.run(["bash", "--norc", "-c", script], capture_output=True, text=True,
+                        timeout=60, env=env)
+    got = {w.strip() for w in cp.stdout.splitlines() if w.strip()}
+    assert expected <= got and len(got) <= len(expected) + 2, (cp.stdout, cp.stderr)
+
+
+@pytest.mark.parametrize("shell", ["zsh", "fish"])
+def test_zsh_and_fish_scripts_name_gpudash(shell: str) -> None:
+    cp = subprocess.run([sys.executable, "-m", "gpudash", "completion", shell],
+                        capture_output=True, text=True, timeout=30)
+    assert cp.returncode == 0 and "gpudash" in cp.stdout and "_ARGCOMPLETE" in cp.stdout
