@@ -80,6 +80,19 @@ class Dashboard:
     def type(self, keys: str) -> None:
         os.write(self.master, keys.encode())
 
+    def confirm(self) -> None:
+        """Answer the confirm dialog with y once it has been on screen long enough to
+        count (a key typed earlier is refused: ConfirmModal.ARM_S)."""
+        self.wait_for(b"Confirm")
+        self.read(0.8)
+        self.type("y")
+        end = time.monotonic() + 10
+        while time.monotonic() < end:  # under load: drawn later than it seemed
+            self.read(0.3)
+            if b"Not yet" not in self.screen[-4000:]:
+                return
+            self.type("y")
+
     def hang_up(self) -> float:
         """Close the terminal, as a dropped SSH session or ``tmux kill-session`` does."""
         os.close(self.master)

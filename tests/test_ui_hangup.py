@@ -31,7 +31,7 @@ def at(moment: str, d: Dashboard) -> None:
     d.wait_for(b"Confirm")
     if moment == "confirm dialog":
         return
-    d.type("y")
+    d.confirm()
     end = time.monotonic() + 30
     while not audit() and time.monotonic() < end:  # the intent record: it is acting
         d.read(0.1)

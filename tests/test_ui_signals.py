@@ -19,8 +19,7 @@ def test_a_signal_while_acting_stops_the_action_audits_it_and_restores_the_termi
     d.wait_for(b"Quit")
     d.read(1.0)
     d.type("r")  # the unit row is selected: reclaim it
-    d.wait_for(b"Confirm")
-    d.type("y")
+    d.confirm()
     end = time.monotonic() + 30
     while not audit() and time.monotonic() < end:  # the intent record: it is acting
         d.read(0.2)
