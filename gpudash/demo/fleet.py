@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 from gpudash.demo.host import DEEPSEEK, MINIMAX, DemoHost
 from gpudash.domain.model import HostSnapshot
@@ -26,6 +26,9 @@ from gpudash.protocol.source import (
     ConnectError,
     HostControl,
     HostSource,
+    HttpAnswer,
+    LogLine,
+    ModelUnit,
     SignalOutcome,
 )
 
@@ -113,6 +116,19 @@ class UnreachableHost(HostControl):
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
+
+    def watch_unit(self, unit: str | None) -> None:
+        return None
+
+    def journal(self, unit: str, *, lines: int = 200, follow: bool = True,
+                after: str | None = None) -> AsyncIterator[LogLine]:
+        raise self._error()
+
+    async def model_units(self, patterns: Sequence[str] = ()) -> tuple[ModelUnit, ...]:
+        raise self._error()
+
+    async def probe_http(self, url: str, timeout_s: float) -> HttpAnswer:
+        raise self._error()
 
 
 def demo_fleet(count: int, *, speed: float = 1.0, read_only: bool = False) -> list[HostSource]:

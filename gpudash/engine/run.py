@@ -56,7 +56,13 @@ from gpudash.engine.report import (
 )
 from gpudash.engine.steps import ContainerCommand
 from gpudash.engine.target import Target, mem_sum
-from gpudash.protocol.source import CommandResult, HostControl, SignalOutcome, SourceError
+from gpudash.protocol.source import (
+    Capability,
+    CommandResult,
+    HostControl,
+    SignalOutcome,
+    SourceError,
+)
 from gpudash.serving.logsigns import failure, load_progress
 
 NOT_SENT = {
@@ -403,17 +409,16 @@ class _Run:
 
     async def _follow_journal(self, unit: str) -> None:
         """The started unit's journal, followed into ``log_tail`` while it loads."""
-        journal = getattr(self.control, "journal", None)
-        if journal is None:
+        if Capability.JOURNAL not in self.control.capabilities:
             return
         cursor: str | None = None
         while True:
             try:
                 # after a lost link: on from the last line read, nothing twice or missed
-                more = {} if cursor is None else {"after": cursor}
-                async for line in journal(unit, lines=LOG_TAIL, follow=True, **more):
-                    self.log_tail.append(getattr(line, "message", str(line)))
-                    cursor = getattr(line, "cursor", None) or cursor
+                lines = self.control.journal(unit, lines=LOG_TAIL, follow=True, after=cursor)
+                async for line in lines:
+                    self.log_tail.append(line.message)
+                    cursor = line.cursor or cursor
             except SourceError:
                 pass  # the log is a help, not the proof: the samples still decide
             else:
@@ -423,13 +428,12 @@ class _Run:
             await asyncio.sleep(JOURNAL_RETRY_S)
 
     async def _journal_tail(self, unit: str) -> list[str]:
-        journal = getattr(self.control, "journal", None)
-        if journal is None:
+        if Capability.JOURNAL not in self.control.capabilities:
             return []
         out: list[str] = []
         try:
-            async for line in journal(unit, lines=LOG_TAIL, follow=False):
-                out.append(getattr(line, "message", str(line)))
+            async for line in self.control.journal(unit, lines=LOG_TAIL, follow=False):
+                out.append(line.message)
         except SourceError:
             pass
         return out

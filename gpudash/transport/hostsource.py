@@ -14,15 +14,18 @@ import re
 import shlex
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from gpudash.collector.hostside import OP_REFRESH, OP_WATCH, TRUNCATED
 from gpudash.domain.model import HostSnapshot
 from gpudash.protocol.source import (
+    Capability,
     CommandResult,
     HostControl,
+    HttpAnswer,
     LinkLost,
+    LogLine,
+    ModelUnit,
     ProtocolError,
     SignalOutcome,
     SourceError,
@@ -77,25 +80,6 @@ class LineBudget:
             self._tokens -= 1.0
             return True
         return False
-
-
-@dataclass(frozen=True, slots=True)
-class HttpAnswer:
-    """What a GET of a ready URL on the host got: a status, or the error instead."""
-
-    url: str
-    status: int | None = None
-    error: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class LogLine:
-    """One line of a unit's journal (host text: shown literally, never interpreted)."""
-
-    message: str
-    time: float | None = None
-    unit: str | None = None
-    cursor: str | None = None  # where to resume after it (journalctl --after-cursor)
 
 
 def loopback_url(url: str) -> str:
@@ -195,8 +179,13 @@ class CollectorSource:
 class SourceControl:
     """``HostControl`` of a ``CollectorSource``: every argument validated first."""
 
+    capabilities = frozenset(Capability)  # every host a collector runs on has them all
+
     def __init__(self, source: CollectorSource) -> None:
         self.source = source
+
+    def watch_unit(self, unit: str | None) -> None:
+        self.source.poke(unit)
 
     async def sample(self) -> HostSnapshot:
         """A fresh snapshot, taken now (unit states re-read)."""
@@ -290,8 +279,7 @@ class SourceControl:
         return HttpAnswer(url, None, f"curl exit {result.returncode}"
                           + (" (connection refused)" if result.returncode == 7 else ""))
 
-    async def model_units(self, patterns: Sequence[str] = ()
-                          ) -> tuple[modelservers.ModelUnit, ...]:
+    async def model_units(self, patterns: Sequence[str] = ()) -> tuple[ModelUnit, ...]:
         """Every model-server unit on the host, running or not (see ``modelservers``)."""
         collector = await self.source.collector()
         plain = ["--no-legend", "--no-pager", "--plain"]
