@@ -90,6 +90,14 @@ class UnreachableHost(HostControl):
     def control(self) -> HostControl:
         return self
 
+    @property
+    def route(self) -> str:
+        return f"the source {self.name}"
+
+    @property
+    def round_trip_s(self) -> float | None:
+        return None
+
     async def stream(self, interval: float) -> AsyncIterator[HostSnapshot]:
         await asyncio.sleep(self.delay)
         raise self._error()

@@ -114,6 +114,10 @@ class DemoHost(HostControl):
         return self
 
     @property
+    def route(self) -> str:
+        return f"the source {self.name}"
+
+    @property
     def round_trip_s(self) -> float | None:
         return None  # no link to measure
 

@@ -154,6 +154,17 @@ class HostSource(Protocol):
 
     name: str
 
+    @property
+    def route(self) -> str:
+        """How gpudash reaches this host, in the words of the command line (never
+        anything secret): shown when the host cannot be read."""
+        ...
+
+    @property
+    def round_trip_s(self) -> float | None:
+        """See ``round_trip_s``."""
+        ...
+
     def stream(self, interval: float) -> AsyncIterator[HostSnapshot]:
         """Snapshots every ``interval`` seconds until closed. Raises ``SourceError``."""
         ...
@@ -170,5 +181,5 @@ def round_trip_s(source: HostSource) -> float | None:
     """The host's request round trip in seconds (writing a request to reading its
     answer, measured on the running stream about once a second), or None where it is
     not known: before the first answer, for the shell fallback, for the demo."""
-    value = getattr(source, "round_trip_s", None)
+    value = source.round_trip_s
     return value if isinstance(value, float) else None

@@ -117,6 +117,10 @@ class CollectorSource:
         return self._control
 
     @property
+    def route(self) -> str:
+        return self.connection.route
+
+    @property
     def round_trip_s(self) -> float | None:
         """Seconds from writing a request to the host to reading its answer, measured on
         the running stream about once a second; None before the first answer and for
