@@ -1,10 +1,9 @@
 """The demo host's world: processes, systemd units and Docker containers on simulated time.
 
-``HostSimulation`` is what runs on the simulated 8-GPU box (see ``gpudash.demo.host`` for
-the incident it replays): the kernel's part (pids, parents, signals, GPU memory released
-a short delay after its holder dies), systemd's (``Restart=``, ``KillMode=``, the unit
-file state) and dockerd's (restart policies, ``stop``, ``update --restart=no``, ``rm``).
-It knows nothing of the host protocol but the answers it gives; ``DemoHost`` serves it.
+``HostSimulation`` does the kernel's part (pids, parents, signals, GPU memory released a
+short delay after its holder dies), systemd's (``Restart=``, ``KillMode=``, unit files)
+and dockerd's (restart policies, ``stop``, ``update --restart=no``, ``rm``); it knows
+nothing of the host protocol but the answers it gives. ``DemoHost`` serves it.
 """
 
 from __future__ import annotations
@@ -232,8 +231,6 @@ class HostSimulation:
         unit.active, unit.restart_at = False, None
         unit.unit_file_state = "disabled"
 
-    # --- simulation step --------------------------------------------------------------
-
     def advance(self) -> None:
         now = self.now()
         for c in self.containers.values():
@@ -291,19 +288,8 @@ class HostSimulation:
             if child.ppid == p.pid:
                 child.ppid = 1  # re-parented, still holding its CUDA context
         for c in self.containers.values():
-            if c.main_pid == p.pid:  # the PID namespace ends with its init
-                c.main_pid = None
-                # (what escaped it to PID 1 is not in its PID namespace: it lives on)
-                for q in [q for q in self.processes.values()
-                          if q.unit == c.scope and q.ppid != 1]:
-                    self.processes.pop(q.pid, None)
-                    for gpu, mib in q.gpu_memory_mib.items():
-                        self._releases.append((now + self.release_delay, gpu, mib))
-                if not c.manually_stopped and c.restart_policy in (
-                        "always", "unless-stopped", "on-failure"):
-                    c.state, c.restart_at = "restarting", now + 0.1
-                else:
-                    c.state = "exited"
+            if c.main_pid == p.pid:
+                self._init_died(c, now)
         for unit in self.units.values():
             if unit.main_pid == p.pid:
                 unit.main_pid = None
@@ -311,6 +297,20 @@ class HostSimulation:
                     unit.restart_at = now + unit.restart_sec
                 else:
                     unit.active = False
+
+    def _init_died(self, c: SimContainer, now: float) -> None:
+        """The PID namespace ends with its init; dockerd restarts it as its policy says."""
+        c.main_pid = None
+        # (what escaped it to PID 1 is not in its PID namespace: it lives on)
+        for q in [q for q in self.processes.values() if q.unit == c.scope and q.ppid != 1]:
+            self.processes.pop(q.pid, None)
+            for gpu, mib in q.gpu_memory_mib.items():
+                self._releases.append((now + self.release_delay, gpu, mib))
+        if not c.manually_stopped and c.restart_policy in (
+                "always", "unless-stopped", "on-failure"):
+            c.state, c.restart_at = "restarting", now + 0.1
+        else:
+            c.state = "exited"
 
     def snapshot(self, cannot_act_reason: str | None = None) -> HostSnapshot:
         """The host now, as its collector would report it."""
@@ -365,17 +365,7 @@ class HostSimulation:
         if u is None:
             return CommandResult(argv, 5, f"Failed to {verb} {unit}: Unit {unit} not loaded.")
         if verb == "stop":
-            # Inactive first: a main process that dies because of stop is not restarted.
-            u.active = False
-            u.restart_at = None
-            main = self.processes.get(u.main_pid) if u.main_pid else None
-            victims = [main] if main else []
-            if u.kill_mode == "control-group":
-                victims = [p for p in self.processes.values() if p.unit == u.name]
-            for p in victims:
-                if p is not None:
-                    self._die(p)
-            u.main_pid = None
+            self._stop(u)
             return CommandResult(argv, 0, "")
         if verb == "disable":
             if u.unit_file_state == "enabled":
@@ -387,7 +377,7 @@ class HostSimulation:
             return CommandResult(argv, 0, "")
         if verb in ("start", "restart"):
             if verb == "restart" and u.active:
-                self.systemctl("stop", u.name)
+                self._stop(u)
             if not u.active:
                 u.active = True
                 u.n_restarts = 0  # a start by hand flushes the restart counter
@@ -401,6 +391,19 @@ class HostSimulation:
                                      f"/etc/systemd/system/{u.name}.")
             return CommandResult(argv, 0, "")
         return CommandResult(argv, 1, f"unsupported verb {verb}")
+
+    def _stop(self, u: SimUnit) -> None:
+        # Inactive first: a main process that dies because of stop is not restarted.
+        u.active = False
+        u.restart_at = None
+        main = self.processes.get(u.main_pid) if u.main_pid else None
+        victims = [main] if main else []
+        if u.kill_mode == "control-group":
+            victims = [p for p in self.processes.values() if p.unit == u.name]
+        for p in victims:
+            if p is not None:
+                self._die(p)
+        u.main_pid = None
 
     def container(
         self, runtime: str, verb: str, container: str, stop_timeout: int = 10

@@ -58,28 +58,8 @@ def plan_container(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> 
     assert c is not None
     kind = spec.kind
     members = container_members(snapshot, c)
-    steps: list[Step] = []
     notes: list[str] = []
-
-    def command(verb: str) -> ContainerCommand:
-        return ContainerCommand(c.runtime, verb, c.id, c.label, CONTAINER_STOP_TIMEOUT_S)
-
-    # Policy off first: a container whose main process dies while it is being stopped
-    # must not be restarted by the daemon meanwhile.
-    if kind in DISABLING:
-        if owner.can(Capability.DISABLE):
-            if (c.restart_policy or "no") != "no" or kind is ActionKind.DISABLE:
-                steps.append(command("no-restart"))
-        else:
-            notes.append(f"{c.runtime} cannot turn a restart policy off here (podman update "
-                         f"has no --restart): it stays {c.restart_policy or 'unknown'}; "
-                         f"{c.runtime} stop marks it stopped, so it stays down until started.")
-    if kind in STOPPING and not c.is_down:
-        steps.append(command("stop"))
-    if kind is ActionKind.REMOVE:
-        if not c.is_down:
-            raise PlanError(f"{owner.describe()} is {c.state}: stop or reclaim it first")
-        steps.append(command("rm"))
+    steps = _commands(owner, kind, notes)
     alive_members = [p for p in members if p.start_ticks is not None and p.pid != 1]
     targets: list[Target] = []
     if kind is ActionKind.RECLAIM:
@@ -111,6 +91,34 @@ def plan_container(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> 
         container_before=c,
     )
     return replace(plan, title=f"{CONTAINER_TITLES.get(kind, spec.title)}: {plan.subject}")
+
+
+def _commands(owner: Owner, kind: ActionKind, notes: list[str]) -> list[Step]:
+    """The runtime's verbs for ``kind``, in order; what it cannot do goes to ``notes``."""
+    c = owner.container
+    assert c is not None
+    steps: list[Step] = []
+
+    def command(verb: str) -> ContainerCommand:
+        return ContainerCommand(c.runtime, verb, c.id, c.label, CONTAINER_STOP_TIMEOUT_S)
+
+    # Policy off first: a container whose main process dies while it is being stopped
+    # must not be restarted by the daemon meanwhile.
+    if kind in DISABLING:
+        if owner.can(Capability.DISABLE):
+            if (c.restart_policy or "no") != "no" or kind is ActionKind.DISABLE:
+                steps.append(command("no-restart"))
+        else:
+            notes.append(f"{c.runtime} cannot turn a restart policy off here (podman update "
+                         f"has no --restart): it stays {c.restart_policy or 'unknown'}; "
+                         f"{c.runtime} stop marks it stopped, so it stays down until started.")
+    if kind in STOPPING and not c.is_down:
+        steps.append(command("stop"))
+    if kind is ActionKind.REMOVE:
+        if not c.is_down:
+            raise PlanError(f"{owner.describe()} is {c.state}: stop or reclaim it first")
+        steps.append(command("rm"))
+    return steps
 
 
 CONTAINER_TITLES = {  # what each owner-wide action does to a container

@@ -243,33 +243,15 @@ class _Run:
         self.memory = MemoryAtMost({}, opts.settle, opts.slack_mib)  # nothing is freed now
         if act and not await self._commands():
             return False
-        if not act:  # re-verifying: was it started at all before the link dropped?
-            snap = await self.control.sample()
-            self.observe(snap)
-            u = snap.unit(serving.unit)
-            if u is None or u.is_down:
-                report.confirmed = False
-                report.summary = (f"{serving.unit} is "
-                                  f"{'unknown' if u is None else u.active_state}: not started")
-                return False
+        if not act and not await self._was_started(serving.unit):
+            return False
         goals: list[Goal] = [UnitUp(serving.unit, 0, opts.settle),
                              MemoryLoaded(serving.unit, serving.footprint, opts.settle)]
         ready = Ready(serving.ready_url) if serving.ready_url else None
         if ready is not None:
             goals.append(ready)
-        follower = asyncio.ensure_future(follow_journal(self.control, serving.unit,
-                                                        self.log_tail))
         began = self.host_now
-        try:
-            snap = await self._verify(goals, opts.serve_timeout, loading=True)
-        finally:
-            follower.cancel()
-            # The log is a help: a follower caught in a dead link's teardown must not hold
-            # the verdict (a cut link once left the CLI waiting here for good).
-            await asyncio.wait({follower}, timeout=FOLLOWER_STOP_S)
-            if not follower.done():
-                log.warning("the journal follower of %s did not stop within %.0f s: %s",
-                            serving.unit, FOLLOWER_STOP_S, _stack(follower))
+        snap = await self._verify_following(serving.unit, goals)
         outcome.log_tail = tuple(self.log_tail)
         by_title = dict(zip((g.title for g in goals), self.statuses, strict=True))
         if ready is not None:
@@ -283,13 +265,46 @@ class _Run:
                               + "; ".join(st.detail for st in self.statuses if st.detail))
             return True
         report.confirmed = False
-        crashed = by_title[UnitUp.title].state is GoalState.FAILED
-        lines = list(self.log_tail) or await journal_tail(self.control, serving.unit)
+        await self._not_serving(serving.unit, outcome,
+                                by_title[UnitUp.title].state is GoalState.FAILED, act)
+        return False
+
+    async def _was_started(self, unit: str) -> bool:
+        """Re-verifying: whether the unit was started at all before the link dropped."""
+        snap = await self.control.sample()
+        self.observe(snap)
+        u = snap.unit(unit)
+        if u is None or u.is_down:
+            self.report.confirmed = False
+            self.report.summary = (f"{unit} is "
+                                   f"{'unknown' if u is None else u.active_state}: not started")
+            return False
+        return True
+
+    async def _verify_following(self, unit: str, goals: list[Goal]) -> HostSnapshot:
+        """``_verify`` the loading unit with its journal followed meanwhile."""
+        follower = asyncio.ensure_future(follow_journal(self.control, unit, self.log_tail))
+        try:
+            return await self._verify(goals, self.opts.serve_timeout, loading=True)
+        finally:
+            follower.cancel()
+            # The log is a help: a follower caught in a dead link's teardown must not hold
+            # the verdict (a cut link once left the CLI waiting here for good).
+            await asyncio.wait({follower}, timeout=FOLLOWER_STOP_S)
+            if not follower.done():
+                log.warning("the journal follower of %s did not stop within %.0f s: %s",
+                            unit, FOLLOWER_STOP_S, _stack(follower))
+
+    async def _not_serving(self, unit: str, outcome: ServingOutcome, crashed: bool,
+                           act: bool) -> None:
+        """Why the unit does not serve, from its log; a crash loop is stopped."""
+        report, opts = self.report, self.opts
+        lines = list(self.log_tail) or await journal_tail(self.control, unit)
         found = failure(lines)
         for _ in range(CRASH_LOG_READS if crashed and found is None else 0):
             # The follower can lag the crash it explains (a busy host, a slow link): the
             # unit is down, so its journal has the failure line now or very soon.
-            tail = await journal_tail(self.control, serving.unit)
+            tail = await journal_tail(self.control, unit)
             if failure(tail) is not None:
                 lines, found = tail, failure(tail)
                 outcome.log_tail = tuple(tail)
@@ -298,18 +313,17 @@ class _Run:
         if found is not None:
             outcome.failure_line, outcome.failure_advice = found.line, found.advice
         if crashed and act and opts.stop_crash_loop:
-            result = await self._systemctl("stop", serving.unit)
+            result = await self._systemctl("stop", unit)
             outcome.stopped = result.ok
         waiting = [st.detail or st.title for st in self.statuses if st.state is not GoalState.MET]
         why = "crashed" if crashed else f"not serving within {opts.serve_timeout:g} s"
-        report.summary = f"{serving.unit} NOT serving: {why}: " + "; ".join(waiting)
+        report.summary = f"{unit} NOT serving: {why}: " + "; ".join(waiting)
         if outcome.failure_line:
             report.summary += f"; log: {outcome.failure_line}"
         elif lines:  # no known failure: where the log stopped says where it is stuck
             report.summary += f"; last log line: {lines[-1].strip()[:300]}"
         if outcome.stopped:
-            report.summary += f"; {serving.unit} stopped (it was crash-looping)"
-        return False
+            report.summary += f"; {unit} stopped (it was crash-looping)"
 
     async def _systemctl(self, verb: str, unit: str) -> CommandResult:
         return await self._send(("systemctl", verb, unit), self.control.systemctl(verb, unit))
