@@ -42,6 +42,7 @@ from gpudash.demo.sim import (
 )
 from gpudash.domain.model import HostSnapshot, unit_name
 from gpudash.protocol.source import (
+    LOOPBACK_HOSTS,
     Capability,
     CommandResult,
     HostControl,
@@ -57,7 +58,6 @@ __all__ = [
     "SimUnit",
 ]
 READ_ONLY_REASON = "read-only mode"
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 JOURNAL_POLL_S = 0.5  # simulated seconds between looks at a followed unit's log
 
 

@@ -11,12 +11,13 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
+from gpudash.collector.hostside import LOOPBACK_HOSTS
 from gpudash.domain.model import HostSnapshot
 from gpudash.serving.modelservers import ModelUnit
 
 __all__ = [
-    "Capability", "CommandResult", "ConnectError", "HostControl", "HostKeyError",
-    "HostSource", "HttpAnswer", "LinkLost", "LogLine", "ModelUnit", "ProtocolError",
+    "LOOPBACK_HOSTS", "Capability", "CommandResult", "ConnectError", "HostControl",
+    "HostKeyError", "HostSource", "HttpAnswer", "LinkLost", "LogLine", "ModelUnit", "ProtocolError",
     "SignalOutcome", "SourceError", "round_trip_s",
 ]
 
@@ -70,6 +71,7 @@ class Capability(StrEnum):
     JOURNAL = "journal"  # ``journal``: a unit's log, its tail and then live
     MODEL_UNITS = "model-units"  # ``model_units``: the model-server units installed
     HTTP_PROBE = "http-probe"  # ``probe_http``: a GET on the host's own loopback
+    # (``LOOPBACK_HOSTS``: the host program's own list, the one it asks by)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 from gpudash.collector.hostside import OP_REFRESH, OP_WATCH, TRUNCATED
 from gpudash.domain.model import HostSnapshot
 from gpudash.protocol.source import (
+    LOOPBACK_HOSTS,
     Capability,
     CommandResult,
     HostControl,
@@ -53,7 +54,6 @@ CONTAINER_SLACK_S = 60.0  # beyond a stop's own timeout: the daemon's work, a sl
 READ_ONLY_REASON = "opened read-only (--read-only)"
 QUERY_TIMEOUT_S = 20.0  # reading unit properties
 JOURNAL_QUIET_S = 24 * 3600.0  # a followed journal may be quiet that long: not a lost link
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 JOURNAL_MESSAGE_MAX = 4096  # bytes (UTF-8) of one journal message kept, mark included
 JOURNAL_LINES_PER_S = 200.0  # journal lines of one host passed on, after a burst of ...
 JOURNAL_BURST = 2000  # ... this many (a follower's 200-line tail, a resume after a drop)
