@@ -356,6 +356,12 @@ class CopySource:
         self.feed = feed
         self.offset = offset
 
+    round_trip_s = None  # (HostSource) nothing measured
+
+    @property
+    def route(self) -> str:
+        return f"the bench's copy {self.name}"
+
     def stream(self, interval: float) -> AsyncIterator[Any]:
         return self._stream()
 

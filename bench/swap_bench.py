@@ -99,7 +99,7 @@ async def ready_to_serving(host: labmod.LabHost, runs: int, poll: float) -> list
     delays = []
     try:
         control = source.control
-        source.poke(UNIT)  # type: ignore[attr-defined]
+        control.watch_unit(UNIT)
         for _ in range(runs):
             snap = await control.sample()
             spec = SPECS[ActionKind.START]

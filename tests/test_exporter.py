@@ -211,6 +211,12 @@ class BrokenHost:
         raise ConnectError("gpu-down: connection refused")
         yield  # pragma: no cover
 
+    round_trip_s = None  # (HostSource) nothing measured
+
+    @property
+    def route(self) -> str:
+        return f"the source {self.name}"
+
     @property
     def control(self) -> HostControl:
         raise NotImplementedError

@@ -137,6 +137,12 @@ class KeyChangedHost:
     def __init__(self, name: str) -> None:
         self.name = name
 
+    round_trip_s = None  # (HostSource) nothing measured
+
+    @property
+    def route(self) -> str:
+        return f"the source {self.name}"
+
     @property
     def control(self):  # type: ignore[no-untyped-def]
         return self

@@ -161,7 +161,7 @@ class _StuckJournalDemo(DemoHost):
     """A host whose journal follower, once cancelled, hangs in its teardown (as one caught
     in a dead SSH link's did)."""
 
-    async def journal(self, unit, *, lines=200, follow=True):  # type: ignore[no-untyped-def, override]
+    async def journal(self, unit, *, lines=200, follow=True, after=None):  # type: ignore[no-untyped-def, override]
         import asyncio
 
         async for line in super().journal(unit, lines=lines, follow=False):
@@ -259,7 +259,7 @@ class _LaggingJournalDemo(DemoHost):
     """A host whose followed journal lags: the follower has delivered only the unit's first
     line when the crash is seen (a busy host or a slow link; seen once in CI)."""
 
-    async def journal(self, unit, *, lines=200, follow=True):  # type: ignore[no-untyped-def, override]
+    async def journal(self, unit, *, lines=200, follow=True, after=None):  # type: ignore[no-untyped-def, override]
         import asyncio
 
         if not follow:

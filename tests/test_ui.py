@@ -264,6 +264,12 @@ class FlakySource:
         async for snap in self.demo.stream(interval):
             yield snap
 
+    round_trip_s = None  # (HostSource) nothing measured
+
+    @property
+    def route(self) -> str:
+        return f"the source {self.name}"
+
     @property
     def control(self):  # type: ignore[no-untyped-def]
         return self.demo

@@ -186,6 +186,12 @@ class RefusedKey(HostControl):
     def __init__(self, name: str) -> None:
         self.name = name
 
+    round_trip_s = None  # (HostSource) nothing measured
+
+    @property
+    def route(self) -> str:
+        return f"the source {self.name}"
+
     @property
     def control(self) -> HostControl:
         return self

@@ -38,6 +38,12 @@ class UnknownHost:
         raise ConnectError(DNS_ERROR)
         yield  # pragma: no cover - makes this an async generator
 
+    round_trip_s = None  # (HostSource) nothing measured
+
+    @property
+    def route(self) -> str:
+        return f"the source {self.name}"
+
     @property
     def control(self):  # type: ignore[no-untyped-def]
         raise AssertionError("nothing acts on a host that was never reached")

@@ -167,6 +167,12 @@ class Burst:
             yield dataclasses.replace(base, taken_at=base.taken_at + i)
         await self.demo.sleep(3600)
 
+    round_trip_s = None  # (HostSource) nothing measured
+
+    @property
+    def route(self) -> str:
+        return f"the source {self.name}"
+
     @property
     def control(self):  # type: ignore[no-untyped-def]
         return self.demo

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 from gpudash.demo.host import DEEPSEEK, MINIMAX, DemoHost
 from gpudash.domain.model import HostSnapshot
@@ -26,6 +26,9 @@ from gpudash.protocol.source import (
     ConnectError,
     HostControl,
     HostSource,
+    HttpAnswer,
+    LogLine,
+    ModelUnit,
     SignalOutcome,
 )
 
@@ -87,6 +90,14 @@ class UnreachableHost(HostControl):
     def control(self) -> HostControl:
         return self
 
+    @property
+    def route(self) -> str:
+        return f"the source {self.name}"
+
+    @property
+    def round_trip_s(self) -> float | None:
+        return None
+
     async def stream(self, interval: float) -> AsyncIterator[HostSnapshot]:
         await asyncio.sleep(self.delay)
         raise self._error()
@@ -113,6 +124,19 @@ class UnreachableHost(HostControl):
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
+
+    def watch_unit(self, unit: str | None) -> None:
+        return None
+
+    def journal(self, unit: str, *, lines: int = 200, follow: bool = True,
+                after: str | None = None) -> AsyncIterator[LogLine]:
+        raise self._error()
+
+    async def model_units(self, patterns: Sequence[str] = ()) -> tuple[ModelUnit, ...]:
+        raise self._error()
+
+    async def probe_http(self, url: str, timeout_s: float) -> HttpAnswer:
+        raise self._error()
 
 
 def demo_fleet(count: int, *, speed: float = 1.0, read_only: bool = False) -> list[HostSource]:

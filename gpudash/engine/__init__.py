@@ -1,9 +1,11 @@
 """The action engine: plan, execute, verify.
 
-``actions`` holds every action's spec (title, key, what it needs, precheck, planner);
-``plan`` and ``steps`` are what a plan is; ``run`` carries it out through ``HostControl``
-and follows the memory; ``report`` is what came of it. Nothing here knows of Textual: the
-dashboard, the CLI and tests drive it the same way.
+``actions`` is the registry of every action's ``spec`` (title, key, what it needs,
+precheck, planner: ``planners`` and ``container_plans``); ``plan`` and ``steps`` are what
+a plan is; ``run`` carries it out through ``HostControl`` (with ``options``) and follows
+the memory against the goals ``proof`` picks, reading a started unit's ``journal``;
+``verdict`` explains what is left; ``report`` is what came of it. Nothing here knows of
+Textual: the dashboard, the CLI and tests drive it the same way.
 """
 
 from gpudash.engine.actions import (

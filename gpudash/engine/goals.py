@@ -16,7 +16,7 @@ from enum import StrEnum
 from gpudash.domain.model import Container, HostSnapshot, Process, Unit
 from gpudash.domain.units import gib
 from gpudash.engine.target import Target
-from gpudash.protocol.source import HostControl
+from gpudash.protocol.source import Capability, HostControl
 
 
 class GoalState(StrEnum):
@@ -365,12 +365,11 @@ class Ready(Goal):
         self.first_ok: float | None = None
 
     async def observe(self, control: HostControl) -> None:
-        probe = getattr(control, "probe_http", None)
-        if probe is None:
+        if Capability.HTTP_PROBE not in control.capabilities:
             self.status, self.error = None, "this host cannot be probed"
             return
         try:
-            answer = await probe(self.url, self.timeout_s)
+            answer = await control.probe_http(self.url, self.timeout_s)
         except ValueError as exc:  # refused before asking (not a loopback URL)
             self.status, self.error = None, str(exc)
             return

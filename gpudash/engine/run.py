@@ -14,96 +14,49 @@ import io
 import logging
 import signal as _signal
 from collections import deque
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable
 from typing import Any
 
-from gpudash.domain.model import HostSnapshot, Process
-from gpudash.domain.triage import label
-from gpudash.domain.units import gib
-from gpudash.engine.actions import PROCESS_ACTIONS, UNIT_ACTIONS
+from gpudash.domain.model import HostSnapshot
 from gpudash.engine.goals import (
-    ContainerDown,
-    ContainerNoRespawn,
-    ContainerPolicyOff,
-    ContainerRemoved,
     Goal,
     GoalState,
     GoalStatus,
     MemoryAtMost,
     MemoryLoaded,
-    NoRespawn,
     ProcessesGone,
     Ready,
-    UnitDown,
-    UnitEnabled,
-    UnitNotEnabled,
     UnitUp,
     alive,
-    respawned,
     unit_memory,
 )
-from gpudash.engine.plan import DISABLING, STOPPING, ActionKind, ActionPlan, Phase, Serving
+from gpudash.engine.journal import LOG_TAIL, follow_journal, journal_tail
+from gpudash.engine.options import REVERIFY, ExecOptions, ProgressFn, ReverifyPolicy
+from gpudash.engine.plan import ActionPlan, Phase, Serving
+from gpudash.engine.proof import freeing_goals
 from gpudash.engine.report import (
     ActionReport,
-    GpuOutcome,
-    Leftover,
     PhaseOutcome,
     Progress,
     ServingOutcome,
-    container_state,
-    unit_state,
 )
 from gpudash.engine.steps import ContainerCommand
 from gpudash.engine.target import Target, mem_sum
-from gpudash.protocol.source import CommandResult, HostControl, SignalOutcome, SourceError
+from gpudash.engine.verdict import NOT_SENT, conclude, phases_summary
+from gpudash.protocol.source import (
+    CommandResult,
+    HostControl,
+    SignalOutcome,
+    SourceError,
+)
 from gpudash.serving.logsigns import failure, load_progress
 
-NOT_SENT = {
-    SignalOutcome.MISMATCH: (
-        "pid reused", "another process has this pid now; it was not signalled"
-    ),
-    SignalOutcome.DENIED: ("permission denied", "the host refused the signal; nothing was sent"),
-}
+__all__ = ["REVERIFY", "ExecOptions", "ProgressFn", "ReverifyPolicy", "execute", "reverify"]
 
-
-@dataclass(frozen=True, slots=True)
-class ExecOptions:
-    term_timeout: float = 10.0  # seconds between TERM and KILL
-    verify_timeout: float = 60.0  # give up following memory after this
-    poll: float = 0.5
-    settle: int = 3  # consecutive samples at target that count as confirmed
-    slack_mib: int = 64  # driver bookkeeping noise tolerated above target
-    respawn_watch: float = 5.0  # after signalling a unit's main, watch this long for a respawn
-    serve_timeout: float = 1800.0  # a started model has this long to serve (big ones: 10+ min)
-    stop_crash_loop: bool = True  # a started unit that crash-loops is stopped
-
-
-ProgressFn = Callable[[Progress], None]
-
-
-@dataclass(frozen=True, slots=True)
-class ReverifyPolicy:
-    """When an outcome a lost link left unknown is looked at again — never re-sent.
-
-    The CLI waits ``delay(n)`` before its n-th look; the dashboard looks when the host's
-    samples flow again. Both give up after ``attempts`` and leave it to the log."""
-
-    attempts: int = 3
-    first_delay_s: float = 1.0
-    max_delay_s: float = 8.0
-
-    def delay(self, attempt: int) -> float:
-        return float(min(self.max_delay_s, self.first_delay_s * 2.0 ** (attempt - 1)))
-
-
-REVERIFY = ReverifyPolicy()
-LOG_TAIL = 200  # journal lines kept of a unit being started
 log = logging.getLogger("gpudash.engine")
 
 CRASH_LOG_READS = 3  # a crash the followed log does not explain: read the journal again
 CRASH_LOG_WAIT_S = 0.5
-JOURNAL_RETRY_S = 1.0  # a follower whose link dropped asks again this often
 FOLLOWER_STOP_S = 2.0  # how long the verdict waits for a cancelled follower to finish
 
 
@@ -145,30 +98,6 @@ async def reverify(
     return result
 
 
-def _respawn_watch(plan: ActionPlan) -> bool:
-    """Signalling a unit's main process with a restart policy: watch for the respawn."""
-    u = plan.unit_before
-    return (
-        plan.kind in PROCESS_ACTIONS
-        and u is not None
-        and not u.is_down
-        and u.main_pid in {t.pid for t in plan.targets}
-        and (u.restart or "no").lower() != "no"
-    )
-
-
-def _container_respawn_watch(plan: ActionPlan) -> bool:
-    """Signalling a container's main process under a restart policy: watch for the restart."""
-    c = plan.container_before
-    return (
-        plan.kind in PROCESS_ACTIONS
-        and c is not None
-        and not c.is_down
-        and c.main_pid in {t.pid for t in plan.targets}
-        and (c.restart_policy or "no") != "no"
-    )
-
-
 class _Run:
     """One execution of a plan: the report being filled and the numbers shown live."""
 
@@ -198,30 +127,10 @@ class _Run:
         self.host_now: float | None = None  # the last sample's time on the host's clock
         self.first_now = 0.0  # the first sample's
 
-    def goals(self) -> list[Goal]:
+    def _goals(self) -> list[Goal]:
         """What proves the current (freeing) phase."""
-        plan, kind = self.plan, self.phase.kind
-        goals: list[Goal] = [self.memory, self.gone]
-        if _respawn_watch(plan) and plan.unit_before is not None:
-            goals.append(NoRespawn(plan.unit_before, self.opts.respawn_watch))
-        if plan.unit_before is not None and kind in STOPPING:
-            goals.append(UnitDown(plan.unit_before.name))
-        if plan.unit_before is not None and kind in DISABLING:
-            goals.append(UnitNotEnabled(plan.unit_before.name))
-        if plan.unit_before is not None and kind is ActionKind.ENABLE:
-            goals.append(UnitEnabled(plan.unit_before.name))
-        c = plan.container_before
-        if c is not None:
-            if _container_respawn_watch(plan):
-                goals.append(ContainerNoRespawn(c, self.opts.respawn_watch))
-            if kind in STOPPING:
-                goals.append(ContainerDown(c))
-            if kind in DISABLING and any(isinstance(s, ContainerCommand) and
-                                         s.verb == "no-restart" for s in self.phase.steps):
-                goals.append(ContainerPolicyOff(c))
-            if kind is ActionKind.REMOVE:
-                goals.append(ContainerRemoved(c))
-        return goals
+        return freeing_goals(self.plan, self.phase, self.opts.respawn_watch, self.memory,
+                             self.gone)
 
     # --- telling ---------------------------------------------------------------------
 
@@ -267,7 +176,7 @@ class _Run:
                 if not ok or report.unknown:
                     break
             if len(self.plan.phases) > 1:
-                report.summary = _phases_summary(report)
+                report.summary = phases_summary(report)
                 report.confirmed = all(ph.confirmed for ph in report.phases) and len(
                     report.phases) == len(self.plan.phases)
             self.tell("done", report.summary)
@@ -310,10 +219,10 @@ class _Run:
         ):
             snap = await self.control.sample()  # nothing went out: conclude at once
             self.observe(snap)
-            self.statuses = [g.check(snap, 0.0) for g in self.goals()]
-            self._finish(snap, skipped)
+            self.statuses = [g.check(snap, 0.0) for g in self._goals()]
+            self._conclude(snap, skipped)
         else:
-            self._finish(await self._verify(self.goals(), self.opts.verify_timeout), skipped)
+            self._conclude(await self._verify(self._goals(), self.opts.verify_timeout), skipped)
         return report.confirmed
 
     async def _started_since(self) -> bool:
@@ -334,32 +243,15 @@ class _Run:
         self.memory = MemoryAtMost({}, opts.settle, opts.slack_mib)  # nothing is freed now
         if act and not await self._commands():
             return False
-        if not act:  # re-verifying: was it started at all before the link dropped?
-            snap = await self.control.sample()
-            self.observe(snap)
-            u = snap.unit(serving.unit)
-            if u is None or u.is_down:
-                report.confirmed = False
-                report.summary = (f"{serving.unit} is "
-                                  f"{'unknown' if u is None else u.active_state}: not started")
-                return False
+        if not act and not await self._was_started(serving.unit):
+            return False
         goals: list[Goal] = [UnitUp(serving.unit, 0, opts.settle),
                              MemoryLoaded(serving.unit, serving.footprint, opts.settle)]
         ready = Ready(serving.ready_url) if serving.ready_url else None
         if ready is not None:
             goals.append(ready)
-        follower = asyncio.ensure_future(self._follow_journal(serving.unit))
         began = self.host_now
-        try:
-            snap = await self._verify(goals, opts.serve_timeout, loading=True)
-        finally:
-            follower.cancel()
-            # The log is a help: a follower caught in a dead link's teardown must not hold
-            # the verdict (a cut link once left the CLI waiting here for good).
-            await asyncio.wait({follower}, timeout=FOLLOWER_STOP_S)
-            if not follower.done():
-                log.warning("the journal follower of %s did not stop within %.0f s: %s",
-                            serving.unit, FOLLOWER_STOP_S, _stack(follower))
+        snap = await self._verify_following(serving.unit, goals)
         outcome.log_tail = tuple(self.log_tail)
         by_title = dict(zip((g.title for g in goals), self.statuses, strict=True))
         if ready is not None:
@@ -373,13 +265,46 @@ class _Run:
                               + "; ".join(st.detail for st in self.statuses if st.detail))
             return True
         report.confirmed = False
-        crashed = by_title[UnitUp.title].state is GoalState.FAILED
-        lines = list(self.log_tail) or await self._journal_tail(serving.unit)
+        await self._not_serving(serving.unit, outcome,
+                                by_title[UnitUp.title].state is GoalState.FAILED, act)
+        return False
+
+    async def _was_started(self, unit: str) -> bool:
+        """Re-verifying: whether the unit was started at all before the link dropped."""
+        snap = await self.control.sample()
+        self.observe(snap)
+        u = snap.unit(unit)
+        if u is None or u.is_down:
+            self.report.confirmed = False
+            self.report.summary = (f"{unit} is "
+                                   f"{'unknown' if u is None else u.active_state}: not started")
+            return False
+        return True
+
+    async def _verify_following(self, unit: str, goals: list[Goal]) -> HostSnapshot:
+        """``_verify`` the loading unit with its journal followed meanwhile."""
+        follower = asyncio.ensure_future(follow_journal(self.control, unit, self.log_tail))
+        try:
+            return await self._verify(goals, self.opts.serve_timeout, loading=True)
+        finally:
+            follower.cancel()
+            # The log is a help: a follower caught in a dead link's teardown must not hold
+            # the verdict (a cut link once left the CLI waiting here for good).
+            await asyncio.wait({follower}, timeout=FOLLOWER_STOP_S)
+            if not follower.done():
+                log.warning("the journal follower of %s did not stop within %.0f s: %s",
+                            unit, FOLLOWER_STOP_S, _stack(follower))
+
+    async def _not_serving(self, unit: str, outcome: ServingOutcome, crashed: bool,
+                           act: bool) -> None:
+        """Why the unit does not serve, from its log; a crash loop is stopped."""
+        report, opts = self.report, self.opts
+        lines = list(self.log_tail) or await journal_tail(self.control, unit)
         found = failure(lines)
         for _ in range(CRASH_LOG_READS if crashed and found is None else 0):
             # The follower can lag the crash it explains (a busy host, a slow link): the
             # unit is down, so its journal has the failure line now or very soon.
-            tail = await self._journal_tail(serving.unit)
+            tail = await journal_tail(self.control, unit)
             if failure(tail) is not None:
                 lines, found = tail, failure(tail)
                 outcome.log_tail = tuple(tail)
@@ -388,51 +313,17 @@ class _Run:
         if found is not None:
             outcome.failure_line, outcome.failure_advice = found.line, found.advice
         if crashed and act and opts.stop_crash_loop:
-            result = await self._systemctl("stop", serving.unit)
+            result = await self._systemctl("stop", unit)
             outcome.stopped = result.ok
         waiting = [st.detail or st.title for st in self.statuses if st.state is not GoalState.MET]
         why = "crashed" if crashed else f"not serving within {opts.serve_timeout:g} s"
-        report.summary = f"{serving.unit} NOT serving: {why}: " + "; ".join(waiting)
+        report.summary = f"{unit} NOT serving: {why}: " + "; ".join(waiting)
         if outcome.failure_line:
             report.summary += f"; log: {outcome.failure_line}"
         elif lines:  # no known failure: where the log stopped says where it is stuck
             report.summary += f"; last log line: {lines[-1].strip()[:300]}"
         if outcome.stopped:
-            report.summary += f"; {serving.unit} stopped (it was crash-looping)"
-        return False
-
-    async def _follow_journal(self, unit: str) -> None:
-        """The started unit's journal, followed into ``log_tail`` while it loads."""
-        journal = getattr(self.control, "journal", None)
-        if journal is None:
-            return
-        cursor: str | None = None
-        while True:
-            try:
-                # after a lost link: on from the last line read, nothing twice or missed
-                more = {} if cursor is None else {"after": cursor}
-                async for line in journal(unit, lines=LOG_TAIL, follow=True, **more):
-                    self.log_tail.append(getattr(line, "message", str(line)))
-                    cursor = getattr(line, "cursor", None) or cursor
-            except SourceError:
-                pass  # the log is a help, not the proof: the samples still decide
-            else:
-                return  # the journal ended (a host that cannot follow)
-            if cursor is None and self.log_tail:
-                return  # lines without cursors: cannot resume without showing some twice
-            await asyncio.sleep(JOURNAL_RETRY_S)
-
-    async def _journal_tail(self, unit: str) -> list[str]:
-        journal = getattr(self.control, "journal", None)
-        if journal is None:
-            return []
-        out: list[str] = []
-        try:
-            async for line in journal(unit, lines=LOG_TAIL, follow=False):
-                out.append(getattr(line, "message", str(line)))
-        except SourceError:
-            pass
-        return out
+            report.summary += f"; {unit} stopped (it was crash-looping)"
 
     async def _systemctl(self, verb: str, unit: str) -> CommandResult:
         return await self._send(("systemctl", verb, unit), self.control.systemctl(verb, unit))
@@ -597,164 +488,9 @@ class _Run:
 
     # --- the verdict -----------------------------------------------------------------
 
-    def _finish(self, snap: HostSnapshot, skipped: list[Target]) -> None:
-        plan, report = self.plan, self.report
-        after = snap.used_by_gpu()
-        before = plan.used_before_mib
-        report.gpus = [
-            GpuOutcome(gpu, before.get(gpu), target, after.get(gpu), self.memory.confirmed(gpu))
-            for gpu, target in sorted(self.memory.targets_mib.items())
-        ]
-        outcome = {pid: o for pid, _sig, o in report.signals}
-        not_sent = [
-            Leftover(t.pid, None, sum(m for m in t.gpu_memory_mib.values() if m) or None,
-                     *NOT_SENT[outcome[t.pid]])
-            for t in skipped
-        ]
-        bad = [g.index for g in report.gpus if not g.confirmed]
-        explained = not_sent + (_explain(plan, snap, bad) if bad else [])
-        survivors = _survivors(plan, snap, {lo.pid for lo in explained})
-        report.leftovers = explained + survivors
-        if plan.unit_before is not None:
-            report.unit_after = snap.unit(plan.unit_before.name)
-        if plan.container_before is not None:
-            report.container_after = snap.container(plan.container_before.id)
-        # What the unit's goals say went differently from the plan.
-        problems = [s.detail for s in self.statuses
-                    if s.state is not GoalState.MET and s.title not in (
-                        MemoryAtMost.title, ProcessesGone.title)]
-        report.warnings = _left_behind(plan, self.phase.kind, snap)
-        memory_ok = not bad and not survivors and not not_sent
-        report.confirmed = memory_ok and not problems
-        parts = list(problems)
-        if not_sent:
-            parts.append(f"NOT confirmed: {len(not_sent)} planned process(es) not signalled "
-                         f"({', '.join(sorted({lo.reason for lo in not_sent}))})")
-        if bad:
-            parts.append(
-                f"NOT confirmed: GPU {', '.join(map(str, bad))} still hold memory "
-                f"({len(report.leftovers)} holder(s) explained below)"
-            )
-        if survivors:
-            parts.append(f"NOT confirmed: {len(survivors)} planned process(es) still alive")
-        if memory_ok and report.gpus:
-            freed = sum(g.freed_mib or 0 for g in report.gpus)
-            word = "memory" if problems else "confirmed"  # never "confirmed" beside a problem
-            parts.append(f"{word}: {gib(freed)} back on {len(report.gpus)} GPU(s)")
-        elif problems:
-            pass  # the problem is the result: nothing "done" to add to it
-        elif memory_ok and self.phase.kind in UNIT_ACTIONS and report.unit_after is not None:
-            done = " and ".join(w for k, w in ((STOPPING, "stopped"), (DISABLING, "disabled"),
-                                               ({ActionKind.ENABLE}, "enabled"))
-                                if self.phase.kind in k)
-            parts.append(f"{done}: {unit_state(report.unit_after)}")
-        elif memory_ok and report.container_after is not None and plan.kind not in (
-            PROCESS_ACTIONS
-        ):
-            parts.append(f"done: {container_state(report.container_after)}")
-        elif memory_ok:
-            parts.append("done; no GPU memory was expected back")
-        parts += report.warnings
-        report.summary = "; ".join(parts)
-
-
-def _left_behind(plan: ActionPlan, kind: ActionKind, snap: HostSnapshot) -> list[str]:
-    """GPU memory the unit's processes still hold that this action never meant to free.
-
-    Stop + disable of a KillMode=process unit does what it says, and still leaves the
-    workers holding everything: the report must say so, not just "done".
-    """
-    if kind not in UNIT_ACTIONS or plan.unit_before is None:
-        return []
-    planned = {t.identity for t in plan.targets}
-    held = [p for p in snap.processes
-            if p.unit == plan.unit_before.name and p.holds_gpu_memory
-            and p.identity not in planned]
-    if not held:
-        return []
-    total = sum(p.total_gpu_memory_mib for p in held)
-    u = snap.unit(plan.unit_before.name)
-    orphaned = u is not None and u.is_down
-    what = "orphaned process(es)" if orphaned else "process(es)"
-    advice = "reap them (or reclaim the unit)" if orphaned else "stop or reclaim the unit"
-    return [f"{len(held)} {what} of {plan.unit_before.name} still hold {gib(total)}: {advice}"]
-
-
-def _survivors(plan: ActionPlan, snap: HostSnapshot, explained: set[int | None]) -> list[Leftover]:
-    """Planned processes still alive that no GPU's shortfall already names.
-
-    Memory alone is not the proof: a target whose memory the driver cannot attribute
-    (N/A) or that holds none must still be gone.
-    """
-    out: list[Leftover] = []
-    for t in plan.targets:
-        p = alive(snap, t)
-        if p is None or p.pid in explained:
-            continue
-        reason = {"D": "D state (uninterruptible; waits on the driver)"}.get(p.state or "", "alive")
-        out.append(Leftover(p.pid, None, p.total_gpu_memory_mib or None, reason,
-                            label(p) or p.name))
-    return out
-
-
-def _explain(plan: ActionPlan, snap: HostSnapshot, gpus: list[int]) -> list[Leftover]:
-    """Say, per GPU still above target, which process holds it and why."""
-    out: list[Leftover] = []
-    pinned = {t.identity for t in plan.targets}
-    pinned_pids = {t.pid for t in plan.targets}
-    left_alone = {t.pid for t in plan.untouched}
-    unit_now = snap.unit(plan.unit_before.name) if plan.unit_before is not None else None
-    was_respawned = (plan.unit_before is not None and unit_now is not None
-                     and respawned(plan.unit_before, unit_now))
-    for gpu in gpus:
-        explained = False
-        for p in snap.processes:
-            mib = p.gpu_memory_mib.get(gpu)
-            if mib == 0 or gpu not in p.gpu_memory_mib:
-                continue
-            if p.identity in pinned:
-                reason = {"D": "D state (uninterruptible; waits on the driver)", "Z": "zombie"}.get(
-                    p.state or "", "alive"
-                )
-                out.append(Leftover(p.pid, gpu, mib, reason, label(p) or p.name))
-                explained = True
-            elif p.pid in left_alone:
-                continue
-            elif p.pid in pinned_pids:
-                out.append(Leftover(p.pid, gpu, mib, *NOT_SENT[SignalOutcome.MISMATCH]))
-                explained = True
-            elif gpu in p.device_gpus:
-                out.append(Leftover(p.pid, gpu, mib, f"holds /dev/nvidia{gpu}",
-                                    f"{label(p) or p.name}: a process forked from a CUDA "
-                                    "process keeps its memory; the driver does not list it"))
-                explained = True
-            elif (c := plan.container_before) is not None and _in_container(p, c.id):
-                now = snap.container(c.id)
-                again = now is not None and (now.restart_count or 0) > (c.restart_count or 0)
-                why = (f"restarted by {c.runtime} (RestartCount {now.restart_count})"
-                       if again and now is not None else "new process of the container")
-                out.append(Leftover(p.pid, gpu, mib, why, label(p) or p.name))
-                explained = True
-            elif plan.unit_before is not None and p.unit == plan.unit_before.name:
-                why = "respawned" if was_respawned else "new process of the unit"
-                out.append(Leftover(p.pid, gpu, mib, why, label(p) or p.name))
-                explained = True
-            else:
-                out.append(Leftover(p.pid, gpu, mib, "new holder", label(p) or p.name))
-                explained = True
-        if not explained:
-            out.append(
-                Leftover(
-                    None,
-                    gpu,
-                    None,
-                    "unknown holder",
-                    "no process holds it that gpudash can see: the driver has not released "
-                    "it yet, or a process outside this view holds it (another container, or "
-                    "a device holder gpudash could not read without root)",
-                )
-            )
-    return out
+    def _conclude(self, snap: HostSnapshot, skipped: list[Target]) -> None:
+        conclude(self.plan, self.report, snap, memory=self.memory, statuses=self.statuses,
+                 kind=self.phase.kind, skipped=skipped)
 
 
 def _stack(task: asyncio.Task[Any]) -> str:
@@ -762,17 +498,3 @@ def _stack(task: asyncio.Task[Any]) -> str:
     out = io.StringIO()
     task.print_stack(file=out)
     return out.getvalue().replace("\n", " | ")
-
-
-def _in_container(p: Process, container_id: str) -> bool:
-    return p.container_id == container_id
-
-
-def _phases_summary(report: ActionReport) -> str:
-    """One line for a plan of several phases: each phase's outcome, in order."""
-    done = report.phases
-    parts = [f"{ph.name}: {ph.summary.removeprefix('confirmed: ')}" for ph in done]
-    if len(done) < len(report.plan.phases):
-        parts.append(f"{report.plan.phases[len(done)].name}: not started")
-    ok = all(ph.confirmed for ph in done) and len(done) == len(report.plan.phases)
-    return ("confirmed: " if ok else "NOT confirmed: ") + " | ".join(parts)

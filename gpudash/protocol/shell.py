@@ -13,6 +13,7 @@ and can never end a section or start a frame; unquoting restores the text exactl
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpudash.collector.hostside import (
@@ -189,62 +190,14 @@ def _parse_frame(frame: list[str]) -> dict[str, Any]:
         taken_at = float(sections[0][1])
     except ValueError:
         raise ProtocolError("shell collector: bad frame header") from None
-    errors: list[str] = []
-    gpus: list[dict[str, Any]] = []
-    holders: dict[int, dict[int, int]] = {}
-    procs: dict[int, dict[str, Any]] = {}
-    units: list[dict[str, Any]] = []
-    btime, tck = 0.0, 100
-    boot_id: str | None = None
+    f = _Frame()
     for head, arg, body in sections:
         text = "\n".join(body)
-        pid = int(arg) if arg.isdigit() else None
-        if head == "@btime":
-            parts = arg.split()
-            if len(parts) == 2 and parts[1].isdigit() and parts[0].isdigit():
-                btime, tck = float(parts[0]), int(parts[1]) or 100
-        elif head == "@boot":
-            boot_id = text.strip() if BOOT_ID.fullmatch(text.strip()) else None
-        elif head == "@gpus":
-            if "No devices were found" in text:
-                errors.append("nvidia-smi: No devices were found")
-            else:
-                gpus, errs = parse_smi_gpus(text)
-                errors += errs
-        elif head == "@apps":
-            index_of = {g["uuid"]: g["index"] for g in gpus if "uuid" in g}
-            holders, errs = parse_smi_apps(text, index_of)
-            errors += [e for e in errs if "No devices" not in e]
-        elif head == "@nosmi":
-            errors.append("no NVIDIA driver: nvidia-smi not found (and no python3 for NVML)")
-        elif head == "@nosystemd":
-            errors.append("host is not running systemd: units unknown")
-        elif head == "@units":
-            units = parse_systemctl_show(text)
-        elif pid is not None and pid in holders:
-            proc = procs.setdefault(pid, {"pid": pid})
-            if head == "@stat":
-                parsed = parse_stat(text)
-                if parsed is not None:
-                    proc.update(
-                        name=parsed[0],
-                        state=parsed[1],
-                        ppid=parsed[2],
-                        start_ticks=parsed[3],
-                        started_at=round(btime + parsed[3] / tck, 2),
-                    )
-            elif head == "@user" and text.strip():
-                proc["user"] = text.strip()
-            elif head == "@cmdline":
-                proc["cmdline"] = text.strip()
-            elif head == "@cgroup":
-                cgroup = cgroup_path(text)
-                if cgroup:
-                    proc["cgroup"] = cgroup
-                    unit = unit_of_cgroup(cgroup)
-                    if unit:
-                        proc["unit"] = unit
-                    proc.update(cgroup_facts(cgroup))
+        if not _parse_host_section(f, head, arg, text) and arg.isdigit() and int(arg) in f.holders:
+            pid = int(arg)
+            _parse_proc_section(f.procs.setdefault(pid, {"pid": pid}), head, text, f.btime, f.tck)
+    errors, gpus, holders, procs, units, boot_id = (
+        f.errors, f.gpus, f.holders, f.procs, f.units, f.boot_id)
     for pid, memory in holders.items():
         procs.setdefault(pid, {"pid": pid})["gpu_memory_mib"] = {
             str(k): v for k, v in memory.items()
@@ -261,3 +214,73 @@ def _parse_frame(frame: list[str]) -> dict[str, Any]:
     if boot_id is not None:
         state["boot_id"] = boot_id
     return state
+
+
+@dataclass(slots=True)
+class _Frame:
+    """What a frame's sections said so far."""
+
+    errors: list[str] = field(default_factory=list)
+    gpus: list[dict[str, Any]] = field(default_factory=list)
+    holders: dict[int, dict[int, int]] = field(default_factory=dict)
+    procs: dict[int, dict[str, Any]] = field(default_factory=dict)
+    units: list[dict[str, Any]] = field(default_factory=list)
+    btime: float = 0.0
+    tck: int = 100
+    boot_id: str | None = None
+
+
+def _parse_host_section(f: _Frame, head: str, arg: str, text: str) -> bool:
+    """One of the host's sections of a frame into ``f``; False for any other section."""
+    if head == "@btime":
+        parts = arg.split()
+        if len(parts) == 2 and parts[1].isdigit() and parts[0].isdigit():
+            f.btime, f.tck = float(parts[0]), int(parts[1]) or 100
+    elif head == "@boot":
+        f.boot_id = text.strip() if BOOT_ID.fullmatch(text.strip()) else None
+    elif head == "@gpus":
+        if "No devices were found" in text:
+            f.errors.append("nvidia-smi: No devices were found")
+        else:
+            f.gpus, errs = parse_smi_gpus(text)
+            f.errors += errs
+    elif head == "@apps":
+        index_of = {g["uuid"]: g["index"] for g in f.gpus if "uuid" in g}
+        f.holders, errs = parse_smi_apps(text, index_of)
+        f.errors += [e for e in errs if "No devices" not in e]
+    elif head == "@nosmi":
+        f.errors.append("no NVIDIA driver: nvidia-smi not found (and no python3 for NVML)")
+    elif head == "@nosystemd":
+        f.errors.append("host is not running systemd: units unknown")
+    elif head == "@units":
+        f.units = parse_systemctl_show(text)
+    else:
+        return False
+    return True
+
+
+def _parse_proc_section(proc: dict[str, Any], head: str, text: str, btime: float,
+                        tck: int) -> None:
+    """One process's section of a frame (``@stat``, ``@user``, ...) into ``proc``."""
+    if head == "@stat":
+        parsed = parse_stat(text)
+        if parsed is not None:
+            proc.update(
+                name=parsed[0],
+                state=parsed[1],
+                ppid=parsed[2],
+                start_ticks=parsed[3],
+                started_at=round(btime + parsed[3] / tck, 2),
+            )
+    elif head == "@user" and text.strip():
+        proc["user"] = text.strip()
+    elif head == "@cmdline":
+        proc["cmdline"] = text.strip()
+    elif head == "@cgroup":
+        cgroup = cgroup_path(text)
+        if cgroup:
+            proc["cgroup"] = cgroup
+            unit = unit_of_cgroup(cgroup)
+            if unit:
+                proc["unit"] = unit
+            proc.update(cgroup_facts(cgroup))

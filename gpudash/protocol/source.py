@@ -6,12 +6,20 @@ remote (SSH). The UI and the engine see only these protocols.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
+from gpudash.collector.hostside import LOOPBACK_HOSTS
 from gpudash.domain.model import HostSnapshot
+from gpudash.serving.modelservers import ModelUnit
+
+__all__ = [
+    "LOOPBACK_HOSTS", "Capability", "CommandResult", "ConnectError", "HostControl",
+    "HostKeyError", "HostSource", "HttpAnswer", "LinkLost", "LogLine", "ModelUnit", "ProtocolError",
+    "SignalOutcome", "SourceError", "round_trip_s",
+]
 
 
 class SourceError(Exception):
@@ -55,9 +63,44 @@ class CommandResult:
         return self.returncode == 0
 
 
+class Capability(StrEnum):
+    """What a host control can do beyond acting and sampling. A caller asks
+    ``capabilities`` before calling the method named here; a control that lacks one
+    may raise ``SourceError`` from that method."""
+
+    JOURNAL = "journal"  # ``journal``: a unit's log, its tail and then live
+    MODEL_UNITS = "model-units"  # ``model_units``: the model-server units installed
+    HTTP_PROBE = "http-probe"  # ``probe_http``: a GET on the host's own loopback
+    # (``LOOPBACK_HOSTS``: the host program's own list, the one it asks by)
+
+
+@dataclass(frozen=True, slots=True)
+class HttpAnswer:
+    """What a GET of a ready URL on the host got: a status, or the error instead."""
+
+    url: str
+    status: int | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    """One line of a unit's journal (host text: shown literally, never interpreted)."""
+
+    message: str
+    time: float | None = None
+    unit: str | None = None
+    cursor: str | None = None  # where to resume after it (journalctl --after-cursor)
+
+
 @runtime_checkable
 class HostControl(Protocol):
     """Acting on one host. Every method is safe to call with any validated input."""
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        """The optional methods this host has (none unless a control says so)."""
+        return frozenset()
 
     async def systemctl(self, verb: str, unit: str) -> CommandResult:
         """Run ``systemctl VERB UNIT`` (verb: stop, disable, start, enable)."""
@@ -84,12 +127,45 @@ class HostControl(Protocol):
         """Wait on the host's clock (the demo's runs faster than real time)."""
         ...
 
+    def watch_unit(self, unit: str | None) -> None:
+        """Report ``unit`` in every sample from now on, even while it has no processes,
+        and re-read unit states now (None: only re-read). A host that reports every
+        unit anyway does nothing."""
+        ...
+
+    def journal(self, unit: str, *, lines: int = 200, follow: bool = True,
+                after: str | None = None) -> AsyncIterator[LogLine]:
+        """``Capability.JOURNAL``: the unit's last ``lines`` (or, with ``after``, every
+        line after that cursor), then (``follow``) each new one as it comes."""
+        ...
+
+    async def model_units(self, patterns: Sequence[str] = ()) -> tuple[ModelUnit, ...]:
+        """``Capability.MODEL_UNITS``: every unit that runs a model server, running or
+        not, or whose name matches one of ``patterns``."""
+        ...
+
+    async def probe_http(self, url: str, timeout_s: float) -> HttpAnswer:
+        """``Capability.HTTP_PROBE``: GET ``url`` on the host's loopback (``ValueError``
+        for any other URL): the status, or why there is none."""
+        ...
+
 
 @runtime_checkable
 class HostSource(Protocol):
     """A stream of snapshots from one host, plus the means to act on it."""
 
     name: str
+
+    @property
+    def route(self) -> str:
+        """How gpudash reaches this host, in the words of the command line (never
+        anything secret): shown when the host cannot be read."""
+        ...
+
+    @property
+    def round_trip_s(self) -> float | None:
+        """See ``round_trip_s``."""
+        ...
 
     def stream(self, interval: float) -> AsyncIterator[HostSnapshot]:
         """Snapshots every ``interval`` seconds until closed. Raises ``SourceError``."""
@@ -107,5 +183,5 @@ def round_trip_s(source: HostSource) -> float | None:
     """The host's request round trip in seconds (writing a request to reading its
     answer, measured on the running stream about once a second), or None where it is
     not known: before the first answer, for the shell fallback, for the demo."""
-    value = getattr(source, "round_trip_s", None)
+    value = source.round_trip_s
     return value if isinstance(value, float) else None

@@ -23,7 +23,7 @@ from gpudash.engine import (
     execute,
     reverify,
 )
-from gpudash.protocol.source import HostControl, SourceError
+from gpudash.protocol.source import Capability, HostControl, HostSource, SourceError
 from gpudash.session.audit import AuditTrail, failed, refusal
 from gpudash.state import config, footprints
 
@@ -179,7 +179,7 @@ def outcome_line(report: ActionReport) -> str:
 
 
 async def serving_request(
-    control: object, host: str, unit: str, *, ready_url: str | None = None,
+    control: HostControl, host: str, unit: str, *, ready_url: str | None = None,
     simulated: bool = False,
 ) -> tuple[str | None, dict[int, int] | None]:
     """(ready URL, learned footprint) for starting ``unit`` on ``host``.
@@ -190,16 +190,15 @@ async def serving_request(
     """
     learned = footprints.lookup(host, unit, footprints.store_path(simulated=simulated))
     url = ready_url
-    model_units = getattr(control, "model_units", None)
-    if url is None and model_units is not None:
+    if url is None and Capability.MODEL_UNITS in control.capabilities:
         try:
-            found = [m for m in await model_units(config.load()[0].models)
-                     if getattr(m, "name", None) == unit]
+            found = [m for m in await control.model_units(config.load()[0].models)
+                     if m.name == unit]
         except (SourceError, NotImplementedError) as exc:
             log.info("model units of %s not read: %s", host, exc)
             found = []
-        port = getattr(found[0], "port", None) if found else None
-        if isinstance(port, int):
+        port = found[0].port if found else None
+        if port is not None:
             url = f"http://127.0.0.1:{port}/health"
     return url, (dict(learned.mib_per_gpu) if learned else None)
 
@@ -217,9 +216,7 @@ def learn_from(report: ActionReport) -> footprints.Footprint | None:
         return None
 
 
-def watch(source: object, unit: str) -> None:
+def watch(source: HostSource, unit: str) -> None:
     """Ask a live source to report ``unit`` in every sample from now on (even when it has
     no processes yet): a unit to start must be in the snapshot it is planned from."""
-    poke = getattr(source, "poke", None)
-    if poke is not None:
-        poke(unit)
+    source.control.watch_unit(unit)

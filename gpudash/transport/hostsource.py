@@ -14,15 +14,19 @@ import re
 import shlex
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from gpudash.collector.hostside import OP_REFRESH, OP_WATCH, TRUNCATED
 from gpudash.domain.model import HostSnapshot
 from gpudash.protocol.source import (
+    LOOPBACK_HOSTS,
+    Capability,
     CommandResult,
     HostControl,
+    HttpAnswer,
     LinkLost,
+    LogLine,
+    ModelUnit,
     ProtocolError,
     SignalOutcome,
     SourceError,
@@ -50,7 +54,6 @@ CONTAINER_SLACK_S = 60.0  # beyond a stop's own timeout: the daemon's work, a sl
 READ_ONLY_REASON = "opened read-only (--read-only)"
 QUERY_TIMEOUT_S = 20.0  # reading unit properties
 JOURNAL_QUIET_S = 24 * 3600.0  # a followed journal may be quiet that long: not a lost link
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 JOURNAL_MESSAGE_MAX = 4096  # bytes (UTF-8) of one journal message kept, mark included
 JOURNAL_LINES_PER_S = 200.0  # journal lines of one host passed on, after a burst of ...
 JOURNAL_BURST = 2000  # ... this many (a follower's 200-line tail, a resume after a drop)
@@ -77,25 +80,6 @@ class LineBudget:
             self._tokens -= 1.0
             return True
         return False
-
-
-@dataclass(frozen=True, slots=True)
-class HttpAnswer:
-    """What a GET of a ready URL on the host got: a status, or the error instead."""
-
-    url: str
-    status: int | None = None
-    error: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class LogLine:
-    """One line of a unit's journal (host text: shown literally, never interpreted)."""
-
-    message: str
-    time: float | None = None
-    unit: str | None = None
-    cursor: str | None = None  # where to resume after it (journalctl --after-cursor)
 
 
 def loopback_url(url: str) -> str:
@@ -131,6 +115,10 @@ class CollectorSource:
     @property
     def control(self) -> HostControl:
         return self._control
+
+    @property
+    def route(self) -> str:
+        return self.connection.route
 
     @property
     def round_trip_s(self) -> float | None:
@@ -195,8 +183,13 @@ class CollectorSource:
 class SourceControl:
     """``HostControl`` of a ``CollectorSource``: every argument validated first."""
 
+    capabilities = frozenset(Capability)  # every host a collector runs on has them all
+
     def __init__(self, source: CollectorSource) -> None:
         self.source = source
+
+    def watch_unit(self, unit: str | None) -> None:
+        self.source.poke(unit)
 
     async def sample(self) -> HostSnapshot:
         """A fresh snapshot, taken now (unit states re-read)."""
@@ -290,8 +283,7 @@ class SourceControl:
         return HttpAnswer(url, None, f"curl exit {result.returncode}"
                           + (" (connection refused)" if result.returncode == 7 else ""))
 
-    async def model_units(self, patterns: Sequence[str] = ()
-                          ) -> tuple[modelservers.ModelUnit, ...]:
+    async def model_units(self, patterns: Sequence[str] = ()) -> tuple[ModelUnit, ...]:
         """Every model-server unit on the host, running or not (see ``modelservers``)."""
         collector = await self.source.collector()
         plain = ["--no-legend", "--no-pager", "--plain"]

@@ -127,6 +127,11 @@ class Connection(ABC):
     @abstractmethod
     def link_down(self) -> bool: ...
 
+    @property
+    @abstractmethod
+    def route(self) -> str:
+        """How this connection reaches its host, in the words of the command line."""
+
     @abstractmethod
     async def close(self) -> None: ...
 

@@ -74,6 +74,10 @@ class LocalConnection(Connection):
         self.line_limit = line_limit
         self.facts = HostFacts(is_root=os.geteuid() == 0, python=python)
 
+    @property
+    def route(self) -> str:
+        return "the collector on this machine"
+
     async def connect(self) -> HostFacts:
         return self.facts
 

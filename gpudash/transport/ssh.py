@@ -347,6 +347,15 @@ class SshConnection(Connection):
         self._facts: HostFacts | None = None
         self._connecting = asyncio.Lock()
 
+    @property
+    def route(self) -> str:
+        """What it was told, never anything secret."""
+        target, config = self.target, self.settings.config
+        login = f"{target.user}@" if target.user else ""
+        port = f" port {target.port}" if target.port else ""
+        return (f"SSH to {login}{target.host}{port} with "
+                f"{'ssh config ' + str(config) if config else 'your ~/.ssh/config'} and agent")
+
     async def connect(self) -> HostFacts:
         async with self._connecting:
             if self.link is not None and not self.link.down() and self._facts is not None:

@@ -47,7 +47,7 @@ from gpudash.engine import (
     selected_owner,
     selection_for,
 )
-from gpudash.protocol.source import HostSource, SourceError
+from gpudash.protocol.source import Capability, HostControl, HostSource, SourceError
 from gpudash.session.controller import (
     ActionController,
     Running,
@@ -658,10 +658,10 @@ class GpudashApp(App[int]):
             return
         self._confirm_and_run(plan, host)
 
-    async def _pick_target(self, source_unit: str, control: object, simulated: bool
+    async def _pick_target(self, source_unit: str, control: HostControl, simulated: bool
                            ) -> str | None:
-        model_units = getattr(control, "model_units", None)
-        found = list(await model_units(self.settings.models)) if model_units else []
+        found = (list(await control.model_units(self.settings.models))
+                 if Capability.MODEL_UNITS in control.capabilities else [])
         choices = []
         for m in found:
             if m.name == source_unit:
@@ -669,9 +669,9 @@ class GpudashApp(App[int]):
             fp = footprints.lookup(self.view.name, m.name,
                                    footprints.store_path(simulated=simulated))
             choices.append(Choice(m.name, m.active_state or "?", m.unit_file_state or "?",
-                                  getattr(m, "port", None), m.description or "",
+                                  m.port, m.description or "",
                                   max(fp.mib_per_gpu.values()) if fp else None,
-                                  getattr(m, "restart", None), fp.ready_s if fp else None))
+                                  m.restart, fp.ready_s if fp else None))
         if not choices:
             self.notify("No other model-server units on this host.", title="Swap",
                         severity="warning")
@@ -683,13 +683,13 @@ class GpudashApp(App[int]):
         """The selected unit's journal, live."""
         unit = self.selection().unit or selection_of(self.view.triage, self.selected_key)[0]
         control = self.view.source.control
-        journal = getattr(control, "journal", None)
-        if unit is None or journal is None:
+        can = Capability.JOURNAL in control.capabilities
+        if unit is None or not can:
             self.notify("Select a unit (or one of its processes) whose journal to show."
-                        if journal is not None else "This host cannot show journals.",
+                        if can else "This host cannot show journals.",
                         title="Journal", severity="warning")
             return
-        self.push_screen(JournalScreen(unit, lambda: journal(unit, lines=200, follow=True)))
+        self.push_screen(JournalScreen(unit, lambda: control.journal(unit, lines=200)))
 
     @work(exclusive=True, group="confirm", exit_on_error=False)
     async def _confirm_and_run(self, plan: ActionPlan, host: int) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from rich.text import Text
 from textual import work
@@ -19,7 +18,7 @@ from textual.widgets import Input, OptionList, RichLog, Static
 from textual.widgets.option_list import Option
 
 from gpudash.domain.units import gib
-from gpudash.protocol.source import SourceError
+from gpudash.protocol.source import LogLine, SourceError
 from gpudash.ui.text import clean, literal
 
 
@@ -97,7 +96,7 @@ class ModelPicker(ModalScreen[str | None]):
         self.dismiss(None)
 
 
-JournalOpener = Callable[[], AsyncIterator[Any]]
+JournalOpener = Callable[[], AsyncIterator[LogLine]]
 
 
 class JournalScreen(ModalScreen[None]):
@@ -139,7 +138,7 @@ class JournalScreen(ModalScreen[None]):
         log = self.query_one(RichLog)
         try:
             async for line in self.opener():
-                message = str(getattr(line, "message", line))
+                message = line.message
                 self.lines.append(message)
                 del self.lines[: -self.MAX_LINES]
                 if self.needle.lower() in message.lower():

@@ -41,19 +41,7 @@ def advice(error: str, name: str) -> str:
 
 def tried(source: HostSource) -> str:
     """How gpudash reaches this host, in the words of the command line."""
-    # A collector source reaches its host through a connection (transport/ssh.py,
-    # transport/local.py); read what it was told, never anything secret.
-    connection = getattr(source, "connection", source)
-    target = getattr(connection, "target", None)
-    if target is not None and hasattr(target, "host"):
-        login = f"{target.user}@" if target.user else ""
-        port = f" port {target.port}" if target.port else ""
-        config = getattr(getattr(connection, "settings", None), "config", None)
-        return (f"SSH to {login}{target.host}{port} with "
-                f"{'ssh config ' + str(config) if config else 'your ~/.ssh/config'} and agent")
-    if "Local" in type(connection).__name__ or type(source).__name__ == "LocalSource":
-        return "the collector on this machine"
-    return f"the source {source.name}"
+    return source.route
 
 
 def _no_gpu_data(snapshot: HostSnapshot) -> bool:

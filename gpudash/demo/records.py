@@ -1,0 +1,136 @@
+"""What the demo's simulation keeps of each process, unit and container, and how a real
+host's collector would report each (the domain's ``Process``, ``Unit``, ``Container``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpudash.demo.models import SimLoad, SimServer
+from gpudash.domain.model import Container, Process, Unit
+
+HZ = 100  # clock ticks per second, as in /proc/PID/stat
+
+
+@dataclass(slots=True)
+class SimProcess:
+    pid: int
+    ppid: int
+    start_ticks: int
+    user: str
+    name: str
+    cmdline: str
+    unit: str | None
+    gpu_memory_mib: dict[int, int] = field(default_factory=dict)
+    ignores_term: bool = False
+    state: str = "S"
+    # A child forked from a CUDA process (a compile or dataloader worker) that inherited
+    # /dev/nvidia*: when its parent dies, the parent's memory stays, held through it,
+    # and the driver lists neither.
+    inherits_device: bool = False
+    device_mib: dict[int, int] = field(default_factory=dict)
+    cpu_pct: float = 0.0  # a TP worker spins (NCCL, shm broadcast); a notebook idles
+    rss_mib: int = 300
+
+
+@dataclass(slots=True)
+class SimContainer:
+    """A Docker container as ``docker inspect`` shows it."""
+
+    id: str
+    name: str
+    image: str
+    restart_policy: str = "always"
+    restart_count: int = 0
+    state: str = "running"  # running | restarting | exited | removed
+    main_pid: int | None = None
+    restart_at: float | None = None
+    manually_stopped: bool = False
+
+    @property
+    def scope(self) -> str:
+        return f"docker-{self.id}.scope"
+
+
+@dataclass(slots=True)
+class SimUnit:
+    name: str
+    description: str
+    restart: str = "always"
+    kill_mode: str = "process"
+    unit_file_state: str = "enabled"
+    active: bool = True
+    n_restarts: int = 0
+    main_pid: int | None = None
+    restart_at: float | None = None  # simulated time of a pending automatic restart
+    restart_sec: float = 1.0
+    server: SimServer | None = None  # the model server it runs (None: the incident's own)
+    loads: list[SimLoad] = field(default_factory=list)  # every start, oldest first
+
+    @property
+    def load(self) -> SimLoad | None:
+        return self.loads[-1] if self.loads else None
+
+
+def process_view(p: SimProcess, boot_epoch: float) -> Process:
+    return Process(
+        pid=p.pid,
+        ppid=p.ppid,
+        start_ticks=p.start_ticks,
+        started_at=boot_epoch + p.start_ticks / HZ,
+        state=p.state,
+        user=p.user,
+        name=p.name,
+        cmdline=p.cmdline,
+        cgroup=cgroup_of(p),
+        unit=p.unit,
+        **container_of(p),
+        # what the driver lists; a device holder's memory is N/A, as on a real host
+        gpu_memory_mib={**p.gpu_memory_mib, **dict.fromkeys(p.device_mib)},
+        device_gpus=tuple(sorted(p.device_mib)),
+        cpu_pct=p.cpu_pct,
+        rss_mib=p.rss_mib,
+    )
+
+
+def cgroup_of(p: SimProcess) -> str | None:
+    if p.unit is None:
+        return None
+    if p.unit.startswith("session-"):
+        return f"/user.slice/user-1001.slice/{p.unit}"
+    return f"/system.slice/{p.unit}"
+
+
+def container_of(p: SimProcess) -> dict[str, Any]:
+    """What a real host's collector parses from a container's cgroup, for the demo's."""
+    unit = p.unit or ""
+    if unit.startswith("docker-") and unit.endswith(".scope"):
+        return {"container_runtime": "docker", "container_id": unit[len("docker-"):-6]}
+    return {}
+
+
+def container_view(c: SimContainer) -> Container:
+    state = "restarting" if c.restart_at is not None else c.state
+    return Container(c.id, "docker", c.name, c.image, state, c.restart_policy,
+                     c.restart_count, c.main_pid)
+
+
+def unit_view(u: SimUnit) -> Unit:
+    if u.active and u.restart_at is not None:
+        active, sub = "activating", "auto-restart"
+    elif u.active:
+        active, sub = "active", "running"
+    else:
+        active, sub = "inactive", "dead"
+    return Unit(
+        name=u.name,
+        active_state=active,
+        sub_state=sub,
+        unit_file_state=u.unit_file_state,
+        restart=u.restart,
+        kill_mode=u.kill_mode,
+        n_restarts=u.n_restarts,
+        main_pid=u.main_pid,
+        control_group=f"/system.slice/{u.name}",
+        description=u.description,
+    )

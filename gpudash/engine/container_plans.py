@@ -1,0 +1,130 @@
+"""The planner of the container actions: stop, restart policy off, remove, reclaim.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gpudash.domain.model import HostSnapshot
+from gpudash.domain.owners import (
+    Capability,
+    Owner,
+    container_members,
+    container_owner,
+)
+from gpudash.domain.triage import (
+    holds,
+)
+from gpudash.engine.plan import (
+    DISABLING,
+    STOPPING,
+    ActionKind,
+    ActionPlan,
+    PlanError,
+    Selection,
+)
+from gpudash.engine.planners import left_alone, new_plan, pin
+from gpudash.engine.spec import ActionSpec
+from gpudash.engine.steps import ContainerCommand, Signal, Step
+from gpudash.engine.target import Target, expected_free
+
+
+def container_only(snapshot: HostSnapshot, sel: Selection) -> str | None:
+    if sel.container is None:
+        return "select a stopped container"
+    c = snapshot.container(sel.container)
+    if c is not None and not c.is_down:
+        return f"{c.label} is {c.state}: stop or reclaim it first"
+    return None
+
+
+CONTAINER_STOP_TIMEOUT_S = 10  # docker stop's own default between SIGTERM and SIGKILL
+
+
+def require_container(snapshot: HostSnapshot, ref: str | None) -> Owner:
+    if not ref:
+        raise PlanError("select a container first")
+    owner = container_owner(snapshot, ref)
+    if owner is None or owner.container is None:
+        raise PlanError(f"container {ref} is not known on {snapshot.host} (its runtime did "
+                        "not report it)")
+    return owner
+
+
+def plan_container(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> ActionPlan:
+    """stop / restart policy off / stop + policy off / reclaim / remove of one container."""
+    owner = require_container(snapshot, sel.container)
+    c = owner.container
+    assert c is not None
+    kind = spec.kind
+    members = container_members(snapshot, c)
+    notes: list[str] = []
+    steps = _commands(owner, kind, notes)
+    alive_members = [p for p in members if p.start_ticks is not None and p.pid != 1]
+    targets: list[Target] = []
+    if kind is ActionKind.RECLAIM:
+        # Whatever of its cgroup is alive now is pinned; stop takes the container, the
+        # signals take what escaped it (re-parented to PID 1, or left by a removed one).
+        targets = [pin(snapshot, p) for p in alive_members]
+        steps += [Signal(t, escalate=True) for t in targets]
+        expected = expected_free(snapshot, targets)
+    elif kind in STOPPING:
+        escaped = [p for p in alive_members if p.ppid == 1]
+        kept = [p for p in alive_members if p not in escaped]
+        expected = expected_free(snapshot, (pin(snapshot, p) for p in kept))
+        if any(holds(p) for p in escaped):
+            notes.append(f"{len(escaped)} process(es) escaped from {owner.describe()} to PID 1: "
+                         f"{c.runtime} stop will not end them; reclaim, or reap afterwards.")
+    else:
+        expected = {}
+    if kind is ActionKind.DISABLE:
+        notes.append("Restart policy off changes only what the daemon does when it exits; "
+                     "nothing stops now.")
+    if c.is_down and kind in STOPPING:
+        notes.append(f"{owner.describe()} is already {c.state}.")
+    plan = new_plan(
+        spec, snapshot, Selection(container=c.id), owner.describe(),
+        steps=tuple(steps),
+        expected_free_mib=expected,
+        notes=tuple(notes),
+        untouched=left_alone(snapshot, targets or [pin(snapshot, p) for p in members]),
+        container_before=c,
+    )
+    return replace(plan, title=f"{CONTAINER_TITLES.get(kind, spec.title)}: {plan.subject}")
+
+
+def _commands(owner: Owner, kind: ActionKind, notes: list[str]) -> list[Step]:
+    """The runtime's verbs for ``kind``, in order; what it cannot do goes to ``notes``."""
+    c = owner.container
+    assert c is not None
+    steps: list[Step] = []
+
+    def command(verb: str) -> ContainerCommand:
+        return ContainerCommand(c.runtime, verb, c.id, c.label, CONTAINER_STOP_TIMEOUT_S)
+
+    # Policy off first: a container whose main process dies while it is being stopped
+    # must not be restarted by the daemon meanwhile.
+    if kind in DISABLING:
+        if owner.can(Capability.DISABLE):
+            if (c.restart_policy or "no") != "no" or kind is ActionKind.DISABLE:
+                steps.append(command("no-restart"))
+        else:
+            notes.append(f"{c.runtime} cannot turn a restart policy off here (podman update "
+                         f"has no --restart): it stays {c.restart_policy or 'unknown'}; "
+                         f"{c.runtime} stop marks it stopped, so it stays down until started.")
+    if kind in STOPPING and not c.is_down:
+        steps.append(command("stop"))
+    if kind is ActionKind.REMOVE:
+        if not c.is_down:
+            raise PlanError(f"{owner.describe()} is {c.state}: stop or reclaim it first")
+        steps.append(command("rm"))
+    return steps
+
+
+CONTAINER_TITLES = {  # what each owner-wide action does to a container
+    ActionKind.STOP: "Stop container",
+    ActionKind.DISABLE: "Restart policy off",
+    ActionKind.STOP_DISABLE: "Stop container + restart policy off",
+    ActionKind.RECLAIM: "Reclaim container (stop + restart policy off + reap + wait)",
+    ActionKind.REMOVE: "Remove container",
+}

@@ -1,0 +1,324 @@
+"""The planners of the systemd and process actions: stop, disable, reclaim, terminate,
+kill, reap, start, enable, and the fit of a model that is to start.
+
+Each builds the exact plan from one snapshot, or raises ``PlanError`` saying why not.
+"""
+
+from __future__ import annotations
+
+import signal as _signal
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from gpudash.domain.model import HostSnapshot, Process, SourceKind, Unit, unit_name
+from gpudash.domain.owners import (
+    container_members,
+    owner_of,
+    pod_advice,
+)
+from gpudash.domain.tree import ProcessTree
+from gpudash.domain.triage import (
+    Flag,
+    OwnerKind,
+    holds,
+    label,
+    orphan_summaries,
+    owner_kind,
+    process_flags,
+    triage,
+)
+from gpudash.domain.units import gib
+from gpudash.engine.plan import (
+    DISABLING,
+    STOPPING,
+    ActionKind,
+    ActionPlan,
+    Phase,
+    PlanError,
+    Selection,
+    Serving,
+)
+from gpudash.engine.spec import ActionSpec
+from gpudash.engine.steps import Signal, Step, Systemctl
+from gpudash.engine.target import Target, expected_free
+
+
+def new_plan(
+    spec: ActionSpec, snapshot: HostSnapshot, sel: Selection, subject: str, **parts: Any
+) -> ActionPlan:
+    return ActionPlan(
+        kind=spec.kind,
+        title=f"{spec.title}: {subject}",
+        host=snapshot.host,
+        subject=subject,
+        selection=sel,
+        used_before_mib=snapshot.used_by_gpu(),
+        simulated=snapshot.source is SourceKind.DEMO,
+        **parts,
+    )
+
+
+def pin(snapshot: HostSnapshot, p: Process) -> Target:
+    """``p`` as a target: its identity (pid, start ticks) within this boot of the host."""
+    return Target.of(p, snapshot.boot_id)
+
+
+def left_alone(snapshot: HostSnapshot, pinned: Iterable[Target]) -> tuple[Target, ...]:
+    pids = {t.pid for t in pinned}
+    return tuple(pin(snapshot, p) for p in snapshot.processes if holds(p) and p.pid not in pids)
+
+
+def require_unit(snapshot: HostSnapshot, name: str | None) -> Unit:
+    if not name:
+        raise PlanError("select a unit first")
+    full = unit_name(name)
+    if owner_kind(full) is not OwnerKind.SERVICE:
+        raise PlanError(f"{full} is not a system service; signal its processes instead")
+    unit = snapshot.unit(full)
+    if unit is None:
+        raise PlanError(f"unit {full} is not known on {snapshot.host}")
+    return unit
+
+
+def require_process(snapshot: HostSnapshot, pid: int | None) -> Process:
+    if pid is None:
+        raise PlanError("select a process first")
+    p = snapshot.process(pid)
+    if p is None:
+        raise PlanError(f"pid {pid} is not in the latest sample of {snapshot.host}")
+    if p.start_ticks is None:
+        raise PlanError(f"pid {pid}: start time unknown, cannot pin its identity")
+    if p.pid == 1:
+        raise PlanError("refusing to signal PID 1")
+    return p
+
+
+def members_of(snapshot: HostSnapshot, unit: Unit) -> list[Process]:
+    return [p for p in snapshot.processes if p.unit == unit.name]
+
+
+def plan_unit(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> ActionPlan:
+    """stop / disable / stop+disable / reclaim of one system service."""
+    u = require_unit(snapshot, sel.unit)
+    kind = spec.kind
+    members = members_of(snapshot, u)
+    steps: list[Step] = []
+    notes: list[str] = []
+    if kind in STOPPING:
+        steps.append(Systemctl("stop", u.name))
+    if kind in DISABLING:
+        steps.append(Systemctl("disable", u.name))
+    targets: list[Target] = []
+    expected: dict[int, int] = {}
+    if kind is ActionKind.RECLAIM:
+        # Everything of the unit's cgroup that is alive now is pinned; stop takes the
+        # main, the signals take what KillMode or re-parenting left behind.
+        targets = [pin(snapshot, p) for p in members if p.start_ticks is not None and p.pid != 1]
+        steps += [Signal(t, escalate=True) for t in targets]
+        expected = expected_free(snapshot, targets)
+    elif kind in STOPPING:
+        killed = members if u.kill_mode in (None, "control-group", "mixed") else [
+            p for p in members if p.pid == u.main_pid
+        ]
+        expected = expected_free(snapshot, (pin(snapshot, p) for p in killed))
+        left = [p for p in members if p not in killed and p.holds_gpu_memory]
+        if left:
+            notes.append(
+                f"KillMode={u.kill_mode}: stop signals only the main process; "
+                f"{len(left)} worker(s) holding "
+                f"{gib(sum(p.total_gpu_memory_mib for p in left))} will stay. "
+                "Use reclaim, or reap orphans afterwards."
+            )
+    if u.is_down and kind is not ActionKind.DISABLE and kind is not ActionKind.RECLAIM:
+        notes.append(f"{u.name} is already {u.active_state}.")
+    if kind is ActionKind.DISABLE:
+        notes.append("Disable changes only what happens at boot; nothing stops now.")
+    return new_plan(
+        spec, snapshot, Selection(unit=u.name), u.name,
+        steps=tuple(steps),
+        expected_free_mib=expected,
+        notes=tuple(notes),
+        untouched=left_alone(snapshot, targets or [pin(snapshot, p) for p in members]),
+        unit_before=u,
+    )
+
+
+def _process_notes(snapshot: HostSnapshot, p: Process, owner: Unit | None) -> list[str]:
+    """What signalling one process will do beyond it: respawn, a person's work, a TP group."""
+    notes: list[str] = []
+    if owner is not None and owner.main_pid == p.pid and not owner.is_down:
+        if (owner.restart or "no").lower() != "no":
+            notes.append(
+                f"pid {p.pid} is the main process of {owner.name} "
+                f"(Restart={owner.restart}): systemd will respawn it. Stop the unit instead."
+            )
+    notes += container_kill_notes(snapshot, p)
+    kind = owner_kind(p.unit)
+    if kind is OwnerKind.CONTAINER:
+        return notes
+    if kind is OwnerKind.SESSION:
+        notes.append(
+            f"pid {p.pid} belongs to {p.user or '?'}'s login session ({p.unit}): "
+            "this is a person's live work, not a service. Make sure they know."
+        )
+    elif kind is OwnerKind.SERVICE and owner is not None and not owner.is_down:
+        flags = process_flags(snapshot)
+        peers = [
+            q for q in members_of(snapshot, owner)
+            if q.pid != p.pid and q.holds_gpu_memory and Flag.ORPHAN not in flags[q.pid]
+        ]
+        if p.holds_gpu_memory and peers and Flag.ORPHAN not in flags[p.pid]:
+            notes.append(
+                f"pid {p.pid} is one of {len(peers) + 1} GPU processes of the running "
+                f"{owner.name}: killing one worker of a tensor-parallel group makes the others "
+                "hang or crash. Stop or reclaim the unit instead."
+            )
+    return notes
+
+
+def plan_process(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> ActionPlan:
+    """terminate / kill of one pinned process."""
+    p = require_process(snapshot, sel.pid)
+    t = pin(snapshot, p)
+    kill = spec.kind is ActionKind.KILL
+    owner = snapshot.unit(p.unit) if p.unit else None
+    container = owner_of(p, snapshot).container
+    if container is not None:
+        owner = None  # a container's scope unit does not restart it: its runtime does
+    return new_plan(
+        spec, snapshot, Selection(pid=p.pid), f"pid {p.pid}",
+        container_before=container,
+        steps=(Signal(t, _signal.SIGKILL if kill else _signal.SIGTERM, escalate=not kill),),
+        expected_free_mib=expected_free(snapshot, [t]),
+        notes=tuple(_process_notes(snapshot, p, owner)),
+        untouched=left_alone(snapshot, [t]),
+        unit_before=owner,
+    )
+
+
+def plan_reap(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> ActionPlan:
+    """TERM (then KILL) every orphan holding GPU memory, of one unit or of the host."""
+    unit = unit_name(sel.unit) if sel.unit else None
+    result = triage(snapshot)
+    container = snapshot.container(sel.container) if sel.container else None
+    if sel.container and container is None:
+        raise PlanError(f"container {sel.container} is not known on {snapshot.host}")
+    members = {p.pid for p in container_members(snapshot, container)} if container else None
+    orphans = [
+        p for p in snapshot.processes
+        if p.pid in result.orphans_of and p.start_ticks is not None
+        and (unit is None or p.unit == unit) and (members is None or p.pid in members)
+    ]
+    where = f" of {unit}" if unit else (f" of {container.label}" if container else "")
+    if not orphans:
+        raise PlanError(f"no orphaned processes{where} hold GPU memory on {snapshot.host}")
+    targets = [pin(snapshot, p) for p in orphans]
+    # what each orphaned subtree was, in the words of its owner's rules
+    tree = ProcessTree.of(snapshot)
+    notes = orphan_summaries(orphans, result.orphans_of, tree)
+    return new_plan(
+        spec, snapshot, Selection(unit=unit, container=container.id if container else None),
+        f"{len(targets)} orphan(s){where}",
+        steps=tuple(Signal(t, escalate=True) for t in targets),
+        expected_free_mib=expected_free(snapshot, targets),
+        notes=tuple(notes),
+        untouched=left_alone(snapshot, targets),
+        unit_before=snapshot.unit(unit) if unit else None,
+    )
+
+
+def serving_of(snapshot: HostSnapshot, unit: Unit, sel: Selection) -> Serving:
+    return Serving(unit.name, sel.ready_url, dict(sel.footprint or {}))
+
+
+def start_steps(unit: Unit, verb: str, enable: bool) -> tuple[Step, ...]:
+    steps: list[Step] = [Systemctl(verb, unit.name)]
+    if enable and not (unit.unit_file_state or "").startswith("enabled"):
+        steps.append(Systemctl("enable", unit.name))
+    return tuple(steps)
+
+
+def startable(snapshot: HostSnapshot, sel: Selection) -> str | None:
+    u = snapshot.unit(sel.unit) if sel.unit else None
+    if u is None:
+        return None  # the planner says what is wrong with it
+    if not u.is_down:
+        return f"{u.name} is already {u.active_state}: restart it, or swap to it"
+    if u.unit_file_state == "masked":
+        return f"{u.name} is masked: systemd will not start it"
+    return None
+
+
+def plan_start(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> ActionPlan:
+    """start / restart of a service, followed until it serves (or shown crashing)."""
+    u = require_unit(snapshot, sel.unit)
+    notes: list[str] = []
+    why_not = startable(snapshot, sel) if spec.kind is ActionKind.START else None
+    if why_not:
+        raise PlanError(why_not)
+    if spec.kind is ActionKind.RESTART and (u.kill_mode or "") in ("process", "none"):
+        held = [p for p in members_of(snapshot, u) if p.holds_gpu_memory and p.pid != u.main_pid]
+        if held:
+            notes.append(f"KillMode={u.kill_mode}: a restart leaves {len(held)} worker(s) "
+                         "holding GPU memory behind; swap (reclaim, then start) instead.")
+    if u.unit_file_state == "masked":
+        raise PlanError(f"{u.name} is masked: systemd will not start it")
+    steps = start_steps(u, spec.kind.value, sel.enable)
+    serving = serving_of(snapshot, u, sel)
+    return new_plan(
+        spec, snapshot, Selection(unit=u.name, enable=sel.enable, ready_url=sel.ready_url,
+                                  footprint=sel.footprint), u.name,
+        steps=steps,
+        phases=(Phase("start", spec.kind, steps, serving),),
+        notes=tuple(notes),
+        unit_before=u,
+    )
+
+
+def plan_enable(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> ActionPlan:
+    u = require_unit(snapshot, sel.unit)
+    notes = ["Enable changes only what happens at boot; nothing starts now."]
+    if (u.unit_file_state or "").startswith("enabled"):
+        notes.append(f"{u.name} is already {u.unit_file_state}.")
+    return new_plan(spec, snapshot, Selection(unit=u.name), u.name,
+                     steps=(Systemctl("enable", u.name),), notes=tuple(notes), unit_before=u)
+
+
+def fit_after(snapshot: HostSnapshot, reclaim: ActionPlan, footprint: Mapping[int, int]
+         ) -> tuple[list[str], list[str]]:
+    """(fit lines, problems) of ``footprint`` beside what stays once ``reclaim`` ran."""
+    if not footprint:
+        return ["footprint not learned on this host yet: the fit is not checked (it is "
+                "learned when the model serves)"], []
+    lines, problems = [], []
+    planned = {t.pid for t in reclaim.targets}
+    for gpu, need in sorted(footprint.items()):
+        g = snapshot.gpu(gpu)
+        if g is None or g.memory_total_mib is None or g.memory_used_mib is None:
+            problems.append(f"GPU{gpu}: not reported by the host")
+            continue
+        free = g.memory_total_mib - g.memory_used_mib + reclaim.expected_free_mib.get(gpu, 0)
+        if need <= free:
+            continue
+        staying = [p for p in snapshot.processes if p.pid not in planned
+                   and (p.gpu_memory_mib.get(gpu) or gpu in p.device_gpus)]
+        who = ", ".join(f"{p.user or '?'}'s {label(p) or p.name} (pid {p.pid}) holds "
+                        f"{gib(p.gpu_memory_mib.get(gpu))}" for p in staying) or "nobody listed"
+        problems.append(f"GPU{gpu}: needs {gib(need)}, {gib(free)} will be free; {who}")
+    if not problems:
+        lines.append(f"fits: up to {gib(max(footprint.values()))} per GPU on "
+                     f"{len(footprint)} GPU(s), learned when it last served here")
+    return lines, problems
+
+
+def container_kill_notes(snapshot: HostSnapshot, p: Process) -> list[str]:
+    """Killing a container's main process: its runtime's restart policy brings it back."""
+    owner = owner_of(p, snapshot)
+    if owner.kind is OwnerKind.POD:
+        return [f"pid {p.pid}: " + pod_advice(owner)]
+    c = owner.container
+    if owner.kind is OwnerKind.CONTAINER and c is not None and owner.respawner:
+        return [f"pid {p.pid} belongs to {owner.describe()} (restart policy "
+                f"{c.restart_policy}): {c.runtime} will restart it. Stop or reclaim the "
+                "container instead."]
+    return []
