@@ -64,6 +64,11 @@ class SimUnit:
     main_pid: int | None = None
     restart_at: float | None = None  # simulated time of a pending automatic restart
     restart_sec: float = 1.0
+    # the guides' "retry for ever" (StartLimitIntervalSec=0): the simulation has no start
+    # limit, and says so, as the unit lint reads it
+    start_limit_interval_s: float = 0.0
+    start_limit_burst: int = 5
+    timeout_stop_s: float = 90.0
     server: SimServer | None = None  # the model server it runs (None: the incident's own)
     loads: list[SimLoad] = field(default_factory=list)  # every start, oldest first
 
@@ -133,4 +138,9 @@ def unit_view(u: SimUnit) -> Unit:
         main_pid=u.main_pid,
         control_group=f"/system.slice/{u.name}",
         description=u.description,
+        timeout_stop_s=u.timeout_stop_s,
+        restart_s=u.restart_sec,
+        start_limit_interval_s=u.start_limit_interval_s,
+        start_limit_burst=u.start_limit_burst,
+        exec_start=f"/usr/bin/{u.server.cmdline()}" if u.server is not None else None,
     )
