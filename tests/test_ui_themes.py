@@ -76,7 +76,7 @@ async def test_help_and_palette_grey_what_does_not_fit() -> None:
             await pilot.pause(0.05)
 
         def offered() -> tuple[set[str], dict[str, str]]:
-            commands = app.palette_commands()
+            commands = app.main.palette_commands()
             ready = {action for _t, _h, action, ok in commands if ok}
             greyed = {action: why for _t, why, action, ok in commands if not ok}
             return ready, greyed
