@@ -43,7 +43,6 @@ from gpudash.ui.state import LastAction
 from gpudash.ui.stopping import OutsideStop
 from gpudash.ui.text import clean
 from gpudash.ui.themes import VARIABLE_DEFAULTS
-from gpudash.ui.widgets.holders import HoldersTable
 
 __all__ = ["DashboardOutcome", "GpudashApp", "run_dashboard"]
 
@@ -112,6 +111,7 @@ class GpudashApp(App[int]):
         elif wanted is not None:
             self._warnings.append(f"Unknown theme {clean(wanted)!r}; available: "
                                   + ", ".join(sorted(self.available_themes)))
+        # The app is both: the App the dialogs and workers need, the state screens read.
         self.acting = Acting(self, self, self._refresh_progress,
                              lambda: self.screen is self.main)
         self.main = MainScreen(self, self.acting)
@@ -132,10 +132,6 @@ class GpudashApp(App[int]):
 
     def get_default_screen(self) -> MainScreen:
         return self.main
-
-    @property
-    def holders(self) -> HoldersTable:
-        return self.main.holders
 
     def on_mount(self) -> None:
         # told from outside (kill, systemd, the terminal closing)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cache
+from types import MappingProxyType
 from typing import Literal
 
 from textual.binding import Binding
@@ -91,14 +93,15 @@ def bindings(where: Where) -> list[Binding | tuple[str, str] | tuple[str, str, s
     return [k.binding() for k in KEYS if k.where == where and k.action]
 
 
-def binding_table() -> dict[str, tuple[str, str]]:
+@cache
+def binding_table() -> Mapping[str, tuple[str, str]]:
     """id -> (default keys, description) of every binding a keymap may rebind."""
     out = {k.binding_id: (k.keys, k.label) for k in KEYS if k.action}
     for owner in DIALOGS:
         for binding in owner.BINDINGS:
             if isinstance(binding, Binding) and binding.id:
                 out[binding.id] = (binding.key, binding.description)
-    return out
+    return MappingProxyType(out)
 
 
 def help_rows(where: Where, keymap: Mapping[str, str], hosts: int,
