@@ -19,7 +19,6 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.events import Key, Resize
 from textual.screen import Screen
-from textual.timer import Timer
 from textual.widgets import DataTable, Static
 
 from gpudash.domain.fleet import HostSummary, summarize
@@ -30,6 +29,7 @@ from gpudash.ui.hosts import HostView
 from gpudash.ui.palette import Palette, palette
 from gpudash.ui.state import Dashboard, LastAction
 from gpudash.ui.text import clean, literal
+from gpudash.ui.throttle import RedrawThrottle
 
 log = logging.getLogger("gpudash.ui.fleet")
 
@@ -192,8 +192,7 @@ class FleetScreen(Screen[None]):
         self._order_dirty = False
         self._mode = ""
         self._row_errors: dict[int, str] = {}
-        self._dirty: set[int] = set()  # hosts whose row waits for the next flush
-        self._flush_timer: Timer | None = None
+        self._rows_redraw = RedrawThrottle(self, self._redraw_rows, FLUSH_HZ, leading=False)
 
     def compose(self) -> ComposeResult:
         yield Static(id="fleet-header")
@@ -309,20 +308,15 @@ class FleetScreen(Screen[None]):
         flush, at most ``FLUSH_HZ`` times a second for all the hosts that changed: every
         cell update makes the table render its visible rows again, so 256 hosts' samples
         are drawn together, not one by one."""
-        if not self.ready:
-            return
-        self._dirty.add(index)
-        if self._flush_timer is None:
-            self._flush_timer = self.set_timer(1 / FLUSH_HZ, self.flush)
+        if self.ready:
+            self._rows_redraw.ask(index)
 
-    def flush(self) -> None:
-        """Redraw the rows of the hosts that changed since the last flush."""
-        self._flush_timer = None
-        dirty, self._dirty = self._dirty, set()
+    def _redraw_rows(self, hosts: set[int]) -> None:
+        """Redraw the rows of the hosts that changed since the last redraw."""
         if not self.ready:
             return
         with self.app.batch_update():
-            for index in sorted(dirty):
+            for index in sorted(hosts):
                 self._redraw_row(index)
 
     def _redraw_row(self, index: int) -> None:

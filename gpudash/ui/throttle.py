@@ -14,13 +14,15 @@ MAX_FPS = 5  # redraws per second at most, whatever the sample rate
 
 class RedrawThrottle:
     """Redraw now, or once when the frame is over, for everything asked for meanwhile:
-    ``draw`` gets the keys (hosts) asked for since the last redraw."""
+    ``draw`` gets the keys (hosts) asked for since the last redraw. Not ``leading``: the
+    first ask waits a whole frame too, for the others that come with it."""
 
     def __init__(self, owner: MessagePump, draw: Callable[[set[int]], None],
-                 fps: float = MAX_FPS) -> None:
+                 fps: float = MAX_FPS, *, leading: bool = True) -> None:
         self._owner = owner
         self._draw = draw
         self._period = 1 / fps
+        self._leading = leading
         self._timer: Timer | None = None
         self._dirty: set[int] = set()
         self.last = 0.0  # time.monotonic() of the last redraw
@@ -30,7 +32,7 @@ class RedrawThrottle:
         self._dirty.update(keys)
         if self._timer is not None:
             return
-        wait = self.last + self._period - time.monotonic()
+        wait = self.last + self._period - time.monotonic() if self._leading else self._period
         if wait <= 0:
             self._flush()
         else:
