@@ -495,9 +495,19 @@ def test_swap_on_the_demo_exits_0_with_both_phases_proven_and_learns_the_footpri
     assert "Fit: fits: up to 86.0 GiB per GPU on 8 GPU(s)" in again.stderr
 
 
-def test_starting_a_model_while_the_memory_is_held_exits_1_with_the_log_line() -> None:
+def test_starting_a_model_that_does_not_fit_is_refused_and_nothing_sent() -> None:
+    # issue 19, item 2: no Fit line, `systemctl start` sent, vLLM's crash named nobody
     r = gpudash("start", "--demo", "--unit", "vllm-kimi-k25", "--yes")
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "vllm-kimi-k25.service does not fit: GPU0: needs 86.0 GiB" in r.stderr
+    assert "alice's Jupyter kernel (pid 90211) holds 2.0 GiB" in r.stderr
+    assert "systemctl start" not in r.stderr and audit_records() == []
+
+
+def test_starting_a_model_while_the_memory_is_held_exits_1_with_the_log_line() -> None:
+    r = gpudash("start", "--demo", "--unit", "vllm-kimi-k25", "--yes", "--force")
     assert r.returncode == 1, r.stderr[-2000:]
+    assert "Fit: FORCED: started although it does not fit" in r.stderr
     assert "NOT serving: crashed" in r.stdout
     assert "log: ValueError: Free memory on device" in r.stdout
     assert "was stopped: it was crash-looping" in r.stdout
@@ -533,7 +543,7 @@ def test_swap_from_a_container_on_the_demo_exits_0_with_both_phases_proven() -> 
 
 
 def test_swap_from_a_container_into_a_model_that_cannot_load_exits_1() -> None:
-    r = gpudash(*CSWAP, "--to", "vllm-kimi-k25", "--yes", "--term-timeout", "3")
+    r = gpudash(*CSWAP, "--to", "vllm-kimi-k25", "--yes", "--term-timeout", "3", "--force")
     assert r.returncode == 1, r.stderr[-3000:]
     assert "vllm-kimi-k25.service NOT serving: crashed" in r.stdout
     assert "log: ValueError: Free memory on device" in r.stdout
@@ -558,7 +568,7 @@ def test_container_swap_usage_errors_exit_2(args: tuple[str, ...], message: str)
 
 def test_leave_crashing_keeps_the_crash_looping_unit_for_inspection() -> None:
     r = gpudash("start", "--demo", "--unit", "vllm-kimi-k25", "--yes", "--leave-crashing",
-                "--json")
+                "--json", "--force")
     assert r.returncode == 1
     rec = json.loads(r.stdout)
     assert rec["serving"]["stopped"] is False

@@ -46,7 +46,9 @@ async def test_swap_reclaims_then_starts_and_proves_the_next_model_serves() -> N
     assert "1. reclaim" in text and "2. start" in text
     assert f"$ systemctl start {KIMI}" in text and f"$ systemctl enable {KIMI}" in text
     assert f"{KIMI_URL} answers 200" in text
-    assert "footprint not learned on this host yet" in text
+    # no footprint learned yet: what its own --gpu-memory-utilization says it takes
+    assert ("Fit: fits: up to 86.0 GiB per GPU on 8 GPU(s), --gpu-memory-utilization 0.9 × 8 "
+            "GPU(s), from its ExecStart") in text, text
     seen: list[Progress] = []
     report = await execute(plan, demo, FAST, seen.append)
     assert report.confirmed, report.describe()
@@ -64,10 +66,26 @@ async def test_swap_reclaims_then_starts_and_proves_the_next_model_serves() -> N
     assert report.summary.startswith("confirmed: reclaim: 754.3 GiB back on 8 GPU(s) | start: ")
 
 
+async def test_starting_while_memory_is_held_is_refused_naming_who_holds_it() -> None:
+    # issue 19, item 2: start skipped the fit check swap has, and ended in vLLM's crash
+    demo = DemoHost(speed=100.0)
+    with pytest.raises(PlanError) as refused:
+        SPECS[ActionKind.START].plan(await demo.sample(), Selection(unit=KIMI))
+    why = str(refused.value)
+    assert why.startswith(f"{KIMI} does not fit: GPU0: needs 86.0 GiB, 1.1 GiB will be free; "
+                          "alice's Jupyter kernel (pid 90211) holds 2.0 GiB, root's vLLM TP0 "
+                          "worker"), why
+    assert "--force starts it anyway" in why
+    # restart of a KillMode=process unit: its workers stay, so its next start cannot fit
+    with pytest.raises(PlanError, match=f"{MINIMAX} does not fit"):
+        SPECS[ActionKind.RESTART].plan(await demo.sample(), Selection(unit=MINIMAX))
+
+
 async def test_starting_while_memory_is_held_is_a_crash_loop_stopped_and_explained() -> None:
     demo = DemoHost(speed=100.0)
     plan = SPECS[ActionKind.START].plan(await demo.sample(),
-                                        Selection(unit=KIMI, ready_url=KIMI_URL))
+                                        Selection(unit=KIMI, ready_url=KIMI_URL, force=True))
+    assert plan.fit[0].startswith("FORCED: started although it does not fit: GPU0")
     report = await execute(plan, demo, FAST)
     assert not report.confirmed
     sv = report.serving
@@ -81,7 +99,12 @@ async def test_a_model_too_big_for_the_gpus_is_caught_at_its_first_crash() -> No
     demo = DemoHost(speed=100.0, release_delay=0.5)
     await execute(SPECS[ActionKind.RECLAIM].plan(await demo.sample(), Selection(unit=MINIMAX)),
                   demo, FAST)
-    plan = SPECS[ActionKind.START].plan(await demo.sample(), Selection(unit=DEEPSEEK))
+    # alice's kernel keeps 2 GiB of GPU0: what DeepSeek's 0.99 asks for is not there
+    with pytest.raises(PlanError, match="GPU0: needs 94.6 GiB, 93.6 GiB will be free; "
+                                        "alice's Jupyter kernel"):
+        SPECS[ActionKind.START].plan(await demo.sample(), Selection(unit=DEEPSEEK))
+    plan = SPECS[ActionKind.START].plan(await demo.sample(), Selection(unit=DEEPSEEK,
+                                                                       force=True))
     report = await execute(plan, demo, ExecOptions(poll=0.5, serve_timeout=600.0))
     assert report.serving is not None and report.serving.stopped
     assert demo.units[DEEPSEEK].n_restarts <= 1  # stopped at its first restart, not after 600 s
@@ -227,8 +250,11 @@ async def test_a_swap_from_a_container_into_a_unit_that_cannot_load_is_not_confi
     # Kimi needs all 8 GPUs; MiniMax still holds them: the container's memory comes back,
     # the start crash-loops, is stopped, and the report says why.
     demo = DemoHost(speed=100.0, release_delay=1.0, containers=True)
+    with pytest.raises(PlanError, match=f"{KIMI} does not fit once docker container "
+                                        "vllm-embed is reclaimed: GPU0: needs 86.0 GiB"):
+        container_swap(await demo.sample(), target=KIMI, ready_url=KIMI_URL)
     report = await execute(container_swap(await demo.sample(), target=KIMI,
-                                          ready_url=KIMI_URL), demo, FAST)
+                                          ready_url=KIMI_URL, force=True), demo, FAST)
     assert not report.confirmed
     assert [(ph.name, ph.confirmed) for ph in report.phases] == [("reclaim", True),
                                                                  ("start", False)]
@@ -277,7 +303,8 @@ async def test_a_crash_the_followed_log_lags_behind_is_still_explained_by_its_li
     demo = _LaggingJournalDemo(speed=100.0, release_delay=0.5)
     await execute(SPECS[ActionKind.RECLAIM].plan(await demo.sample(), Selection(unit=MINIMAX)),
                   demo, FAST)
-    plan = SPECS[ActionKind.START].plan(await demo.sample(), Selection(unit=DEEPSEEK))
+    plan = SPECS[ActionKind.START].plan(await demo.sample(), Selection(unit=DEEPSEEK,
+                                                                       force=True))
     report = await execute(plan, demo, ExecOptions(poll=0.5, serve_timeout=600.0))
     assert report.serving is not None and report.serving.stopped
     assert report.serving.failure_line is not None, report.summary

@@ -53,6 +53,22 @@ def visible(app: GpudashApp, widget) -> bool:  # type: ignore[no-untyped-def]
     return shown is widget or widget in shown.ancestors_with_self
 
 
+def deepseek_learned_smaller() -> None:
+    """DeepSeek once served here in 90 GiB a GPU: the fit check lets its start through
+    beside alice's kernel, and vLLM's own start-up check (0.99 of the GPU) then fails:
+    the long verdict of a start that crash-loops."""
+    import json
+
+    from gpudash.demo.host import DEEPSEEK
+    from gpudash.state import footprints
+
+    path = footprints.store_path(simulated=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"demo-gpu01": {DEEPSEEK: {
+        "mib_per_gpu": {str(g): 92_160 for g in range(8)}, "ready_s": 60.0,
+        "seen_at": 1.0}}}))
+
+
 def screen_text(app: GpudashApp) -> str:
     """The screen as lines of plain text, from the SVG export (one <text> per styled run)."""
     rows: dict[float, list[tuple[float, str]]] = {}
@@ -378,6 +394,7 @@ async def test_120x35_a_long_verdict_never_scrolls_the_screen() -> None:
     # the walkthrough cut), and the server's log line was said twice.
     from gpudash.ui.models import ModelPicker
 
+    deepseek_learned_smaller()
     app = make_app(DemoHost(speed=50, release_delay=1), welcome=True)  # + walkthrough
     async with app.run_test(size=PANE) as pilot:
         await select(pilot, app, f"u:{MINIMAX}")
@@ -404,6 +421,7 @@ async def test_80x24_a_cut_verdict_says_where_the_rest_is() -> None:
     from gpudash.ui.models import ModelPicker
     from gpudash.ui.widgets.progress import MORE, ActionProgressPanel
 
+    deepseek_learned_smaller()
     app = make_app(DemoHost(speed=50, release_delay=1), welcome=True)
     async with app.run_test(size=LAPTOP) as pilot:
         await select(pilot, app, f"u:{MINIMAX}")

@@ -73,7 +73,8 @@ def run_start(args: argparse.Namespace, source: HostSource, term: Terminal) -> i
                                              ready_url=args.ready_url,
                                              simulated=snap.source is SourceKind.DEMO)
         return SPECS[ActionKind.START].plan(snap, Selection(
-            unit=unit, enable=args.enable, ready_url=url, footprint=learned))
+            unit=unit, enable=args.enable, ready_url=url, footprint=learned,
+            force=args.force))
 
     return run_action(args, source, term, make)
 
@@ -90,7 +91,7 @@ def run_swap(args: argparse.Namespace, source: HostSource, term: Terminal) -> in
                                              simulated=snap.source is SourceKind.DEMO)
         return SPECS[ActionKind.SWAP].plan(snap, Selection(
             unit=old, container=args.from_container, target=new, enable=args.enable,
-            ready_url=url, footprint=learned))
+            ready_url=url, footprint=learned, force=args.force))
 
     return run_action(args, source, term, make)
 

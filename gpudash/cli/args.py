@@ -195,6 +195,9 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
                            help="also enable the started unit (start it at boot)")
             p.add_argument("--leave-crashing", action="store_true",
                            help="do not stop a unit that crash-loops while starting")
+            p.add_argument("--force", action="store_true",
+                           help="start even when the fit check says it will not fit (the "
+                           "plan says it was forced)")
             p.add_argument("--ready-url", default=None, metavar="URL",
                            help="what proves it serves, asked on the host (default: "
                            "http://127.0.0.1:PORT/health, PORT from the unit's ExecStart)")

@@ -100,6 +100,7 @@ UNIT_KEYS = (
     # seconds, as systemctl show says them (None: infinity or not said)
     "timeout_stop_s", "restart_s", "start_limit_interval_s", "start_limit_burst",
     "exec_start",  # the first ExecStart's argv, joined by spaces (EXEC_MAX)
+    "cuda_visible_devices",  # its Environment's CUDA_VISIBLE_DEVICES, if GPU indices
 )
 # "containers" is keyed by the container id its processes' cgroups name, "pods" by pod UID.
 CONTAINER_KEYS = (  # state "removed": the runtime answered that no such container exists
@@ -141,7 +142,7 @@ CONTAINER_CLI_TIMEOUT_S = 5.0
 UNIT_PROPERTIES = (
     "Id,ActiveState,SubState,UnitFileState,Restart,KillMode,NRestarts,MainPID,"
     "ControlGroup,Description,TimeoutStopUSec,RestartUSec,StartLimitIntervalUSec,"
-    "StartLimitBurst,ExecStart"
+    "StartLimitBurst,ExecStart,Environment"
 )
 EXEC_MAX = 1024  # bytes of a unit's ExecStart argv as JSON text
 # systemd's time spans as systemctl show prints them: "1min 30s", "100ms", "infinity"
@@ -152,6 +153,9 @@ _TIMESPAN_UNITS = {
 }
 _TIMESPAN_PART = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)")
 _EXEC_ARGV = re.compile(r"argv\[\]=(.*?) ; ignore_errors=")
+# only this one variable of a unit's Environment travels (the rest may hold secrets)
+_CUDA_DEVICES = re.compile(r"(?:^|\s)\"?CUDA_VISIBLE_DEVICES=([0-9]{1,2}(?:,[0-9]{1,2}){0,63})"
+                           r"(?=[\s\"]|$)")
 
 
 def parse_timespan(text: str) -> float | None:
@@ -238,7 +242,7 @@ def snapshot_bound() -> int:
         + 2 * 64  # container_id, pod_uid
         + MAX_GPUS * 16  # gpu_memory_mib: '"63":16777215,'
     )
-    unit = len(UNIT_KEYS) * number + CGROUP_MAX + 7 * TEXT_MAX + EXEC_MAX
+    unit = len(UNIT_KEYS) * number + CGROUP_MAX + 8 * TEXT_MAX + EXEC_MAX
     container = len(CONTAINER_KEYS) * number + 64 + 8 + 2 * TEXT_MAX + 2 * WORD_MAX
     pod = len(POD_KEYS) * number + 64 + 2 * TEXT_MAX
     top = len(SNAPSHOT_KEYS) * number + 3 * TEXT_MAX + ERROR_MAX + MAX_ERRORS * (ERROR_MAX + 3)
@@ -407,6 +411,9 @@ def parse_systemctl_show(text: str) -> list[Json]:
         argv = exec_argv(props.get("ExecStart", ""))
         if argv:
             unit["exec_start"] = cap_text(argv, EXEC_MAX)
+        devices = _CUDA_DEVICES.search(props.get("Environment", ""))
+        if devices:
+            unit["cuda_visible_devices"] = devices.group(1)
         units.append(unit)
     return units
 

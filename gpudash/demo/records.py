@@ -143,4 +143,6 @@ def unit_view(u: SimUnit) -> Unit:
         start_limit_interval_s=u.start_limit_interval_s,
         start_limit_burst=u.start_limit_burst,
         exec_start=f"/usr/bin/{u.server.cmdline()}" if u.server is not None else None,
+        cuda_visible_devices=(",".join(map(str, u.server.gpus)) if u.server is not None
+                              else None),
     )

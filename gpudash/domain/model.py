@@ -117,6 +117,16 @@ class Unit:
     start_limit_interval_s: float | None = None  # 0: no start limit at all
     start_limit_burst: int | None = None
     exec_start: str | None = None  # its first ExecStart's argv, joined by spaces
+    cuda_visible_devices: str | None = None  # "0,1": the GPUs its Environment gives it
+
+    @property
+    def visible_gpus(self) -> tuple[int, ...] | None:
+        """The GPU indices CUDA_VISIBLE_DEVICES gives the unit, or None: not said."""
+        text = self.cuda_visible_devices or ""
+        words = text.split(",")
+        if not text or not all(w.isascii() and w.isdigit() and len(w) <= 2 for w in words):
+            return None  # not said, or not indices (UUIDs; a host's garbage, cut)
+        return tuple(int(w) for w in words)
 
     @property
     def is_down(self) -> bool:

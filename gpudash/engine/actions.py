@@ -28,7 +28,7 @@ from gpudash.engine.plan import (
     plan_changes,
 )
 from gpudash.engine.planners import (
-    fit_after,
+    fitting,
     new_plan,
     plan_enable,
     plan_process,
@@ -81,16 +81,14 @@ def plan_swap(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Actio
         raise PlanError(f"{target.name} is already {target.active_state}")
     if target.unit_file_state == "masked":
         raise PlanError(f"{target.name} is masked: systemd will not start it")
-    fit, problems = fit_after(snapshot, reclaim, sel.footprint or {})
-    if problems:
-        raise PlanError(f"{target.name} does not fit once {source_name} is reclaimed: "
-                        + "; ".join(problems))
+    fit = fitting(snapshot, target, sel, reclaim.expected_free_mib,
+                  {t.pid for t in reclaim.targets}, f" once {source_name} is reclaimed")
     start = start_steps(target, "start", sel.enable)
     serving = serving_of(snapshot, target, sel)
     return new_plan(
         spec, snapshot,
         replace(picked, target=target.name, enable=sel.enable, ready_url=sel.ready_url,
-                footprint=sel.footprint),
+                footprint=sel.footprint, force=sel.force),
         f"{source_name} -> {target.name}",
         steps=reclaim.steps + start,
         phases=(Phase("reclaim", ActionKind.RECLAIM, reclaim.steps),

@@ -55,6 +55,7 @@ class Selection:
     enable: bool = False  # start/swap: also enable the started unit (boot)
     ready_url: str | None = None  # probed on the host; None: from the unit's port, if known
     footprint: Mapping[int, int] | None = None  # learned MiB per GPU of what is started
+    force: bool = False  # start even where the fit check says it will not fit
 
 
 @dataclass(frozen=True, slots=True)

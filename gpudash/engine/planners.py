@@ -21,13 +21,13 @@ from gpudash.domain.triage import (
     Flag,
     OwnerKind,
     holds,
-    label,
     orphan_summaries,
     owner_kind,
     process_flags,
     triage,
 )
 from gpudash.domain.units import gib
+from gpudash.engine import fit
 from gpudash.engine.plan import (
     DISABLING,
     STOPPING,
@@ -263,15 +263,26 @@ def plan_start(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Acti
                          "holding GPU memory behind; swap (reclaim, then start) instead.")
     if u.unit_file_state == "masked":
         raise PlanError(f"{u.name} is masked: systemd will not start it")
+    freed: dict[int, int] = {}
+    freed_pids: set[int] = set()
+    if spec.kind is ActionKind.RESTART:  # what the stop gives back before the start
+        stays = (u.kill_mode or "") in ("process", "none")
+        for p in members_of(snapshot, u):
+            if not stays or p.pid == u.main_pid:
+                freed_pids.add(p.pid)
+                for gpu, mib in p.gpu_memory_mib.items():
+                    freed[gpu] = freed.get(gpu, 0) + (mib or 0)
+    fit_lines = fitting(snapshot, u, sel, freed, freed_pids)
     steps = start_steps(u, spec.kind.value, sel.enable)
     serving = serving_of(snapshot, u, sel)
     return new_plan(
         spec, snapshot, Selection(unit=u.name, enable=sel.enable, ready_url=sel.ready_url,
-                                  footprint=sel.footprint), u.name,
+                                  footprint=sel.footprint, force=sel.force), u.name,
         steps=steps,
         phases=(Phase("start", spec.kind, steps, serving),),
         notes=tuple(notes),
         unit_before=u,
+        fit=fit_lines,
     )
 
 
@@ -284,31 +295,18 @@ def plan_enable(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Act
                      steps=(Systemctl("enable", u.name),), notes=tuple(notes), unit_before=u)
 
 
-def fit_after(snapshot: HostSnapshot, reclaim: ActionPlan, footprint: Mapping[int, int]
-         ) -> tuple[list[str], list[str]]:
-    """(fit lines, problems) of ``footprint`` beside what stays once ``reclaim`` ran."""
-    if not footprint:
-        return ["footprint not learned on this host yet: the fit is not checked (it is "
-                "learned when the model serves)"], []
-    lines, problems = [], []
-    planned = {t.pid for t in reclaim.targets}
-    for gpu, need in sorted(footprint.items()):
-        g = snapshot.gpu(gpu)
-        if g is None or g.memory_total_mib is None or g.memory_used_mib is None:
-            problems.append(f"GPU{gpu}: not reported by the host")
-            continue
-        free = g.memory_total_mib - g.memory_used_mib + reclaim.expected_free_mib.get(gpu, 0)
-        if need <= free:
-            continue
-        staying = [p for p in snapshot.processes if p.pid not in planned
-                   and (p.gpu_memory_mib.get(gpu) or gpu in p.device_gpus)]
-        who = ", ".join(f"{p.user or '?'}'s {label(p) or p.name} (pid {p.pid}) holds "
-                        f"{gib(p.gpu_memory_mib.get(gpu))}" for p in staying) or "nobody listed"
-        problems.append(f"GPU{gpu}: needs {gib(need)}, {gib(free)} will be free; {who}")
+def fitting(snapshot: HostSnapshot, unit: Unit, sel: Selection, freed_mib: Mapping[int, int],
+            freed_pids: set[int], after: str = "") -> tuple[str, ...]:
+    """The plan's fit lines for starting ``unit``; ``PlanError`` naming every GPU short of
+    room and who holds it, unless ``sel.force`` (then the plan says it was forced)."""
+    lines, problems = fit.check(snapshot, fit.need_of(unit, snapshot, sel.footprint),
+                                freed_mib, freed_pids)
     if not problems:
-        lines.append(f"fits: up to {gib(max(footprint.values()))} per GPU on "
-                     f"{len(footprint)} GPU(s), learned when it last served here")
-    return lines, problems
+        return tuple(lines)
+    if not sel.force:
+        raise PlanError(f"{unit.name} does not fit{after}: " + "; ".join(problems)
+                        + " (nothing done; --force starts it anyway)")
+    return ("FORCED: started although it does not fit: " + "; ".join(problems),)
 
 
 def container_kill_notes(snapshot: HostSnapshot, p: Process) -> list[str]:
