@@ -31,8 +31,9 @@ def test_the_config_files_settings_are_the_defaults_and_flags_win(config: Path) 
     config.write_text('interval = 2.5\nread_only = true\nsudo = true\ntheme = "gpudash-day"\n'
                       'ssh_config = "~/ssh-gpu"\nlog_level = "info"\n')
     _cmd, args = parse(["--demo"])
-    assert (args.interval, args.read_only, args.sudo, args.theme, args.log_level) == (
-        2.5, True, True, "gpudash-day", "info")
+    assert (args.interval, args.read_only, args.sudo, args.log_level) == (
+        2.5, True, True, "info")
+    assert args.theme is None  # the file's theme comes after the kept one: cmd_dashboard
     assert args.ssh_config == Path("~/ssh-gpu").expanduser() and args.config_errors == []
     _cmd, args = parse(["--demo", "--interval", "1", "--no-read-only", "--no-sudo",
                         "--theme", "textual-dark"])
@@ -47,7 +48,7 @@ def test_bad_settings_are_named_one_line_each_and_the_rest_used(config: Path) ->
     config.write_text('interval = 0\nsudo = "yes"\nlog_level = "loud"\ntheme = "x"\n'
                       'colour = 3\n[groups]\n"bad name" = ["a"]\n')
     _cmd, args = parse(["--demo"])
-    assert args.theme == "x" and args.interval == 1.0 and args.sudo is False
+    assert args.interval == 1.0 and args.sudo is False
     errors = "\n".join(args.config_errors)
     for said in ("interval: expected seconds from 0.05 to 3600", "sudo: expected true or false",
                  "log_level: expected one of debug, info, warning, error",
@@ -120,3 +121,28 @@ def test_zsh_and_fish_scripts_name_gpudash(shell: str) -> None:
     cp = subprocess.run([sys.executable, "-m", "gpudash", "completion", shell],
                         capture_output=True, text=True, timeout=30)
     assert cp.returncode == 0 and "gpudash" in cp.stdout and "_ARGCOMPLETE" in cp.stdout
+
+
+async def test_the_theme_chosen_with_t_is_kept_for_the_next_run(config: Path) -> None:
+    from gpudash.demo.host import DemoHost
+    from gpudash.state import kept
+    from gpudash.ui.app import GpudashApp
+
+    assert kept.resolve_theme(None, "gpudash-day") == "gpudash-day"  # nothing kept yet
+    app = GpudashApp([DemoHost(seed=7)], interval=0.25, read_only=True, theme="gpudash-day",
+                     exec_options=None)
+    async with app.run_test(size=(120, 35)) as pilot:
+        await pilot.pause(0.3)
+        await pilot.press("T")  # Textual's theme picker; what choosing in it does:
+        await pilot.pause(0.3)
+        app.theme = "textual-light"
+        await pilot.pause(0.3)
+        chosen = app.theme
+    assert chosen != "gpudash-day"
+    assert kept.kept_theme() == chosen
+    # the next run: what was chosen, over the config file's; --theme over both
+    assert kept.resolve_theme(None, "gpudash-day") == chosen
+    assert kept.resolve_theme("textual-light", "gpudash-day") == "textual-light"
+    # a kept file that is not ours is ignored, never a crash
+    kept.kept_path().write_bytes(b"[1, 2")  # noqa: ASYNC240 (the app is gone by now)
+    assert kept.resolve_theme(None, "gpudash-day") == "gpudash-day"

@@ -127,15 +127,17 @@ def cmd_act(command: str, args: argparse.Namespace, term: Terminal) -> int:
 
 
 def cmd_dashboard(args: argparse.Namespace, term: Terminal) -> int:
+    from gpudash.state import config, kept
     from gpudash.ui.app import run_dashboard
 
+    theme = kept.resolve_theme(args.theme, config.load()[0].theme)
     sources = open_sources(args)
     try:
         outcome = run_dashboard(
             sources,
             interval=args.interval,
             read_only=args.read_only,
-            theme=args.theme,
+            theme=theme,
             exec_options=None,
             demo=args.demo,
         )

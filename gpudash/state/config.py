@@ -5,7 +5,8 @@ Every key is optional; a flag on the command line wins over the file::
     models = ["vllm-*", "sglang@*"]   # unit name globs that are model servers, beside the
                                       # services whose ExecStart runs a known server
     interval = 2.0                    # seconds between samples (--interval)
-    theme = "gpudash-day"             # --theme; the theme chosen with T is kept over it
+    theme = "gpudash-day"             # the theme until one is chosen with T (kept over
+                                      # it: gpudash.state.kept); --theme wins over both
     read_only = true                  # --read-only (--no-read-only for one run)
     sudo = true                       # --sudo (--no-sudo)
     accept_new_host_key = false       # --accept-new-host-key
@@ -52,7 +53,8 @@ class Settings:
     def defaults(self) -> dict[str, Any]:
         """The command line's defaults that this file sets (argparse dest -> value)."""
         out: dict[str, Any] = {}
-        for name in ("interval", "theme", "read_only", "sudo", "accept_new_host_key",
+        # not theme: the one kept from the last run comes between it and --theme
+        for name in ("interval", "read_only", "sudo", "accept_new_host_key",
                      "ssh_config", "known_hosts", "log_level"):
             value = getattr(self, name)
             if value is not None:

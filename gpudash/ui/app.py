@@ -24,10 +24,12 @@ from textual.drivers.linux_driver import LinuxDriver
 from textual.notifications import SeverityLevel
 from textual.reactive import reactive
 from textual.screen import ModalScreen, Screen
+from textual.theme import Theme
 
 from gpudash.engine import ActionReport, ExecOptions
 from gpudash.protocol.source import HostSource
 from gpudash.session.controller import ActionController
+from gpudash.state import kept
 from gpudash.ui import messages as msg
 from gpudash.ui.acting import Acting
 from gpudash.ui.bindings import binding_table, bindings
@@ -38,7 +40,7 @@ from gpudash.ui.fleet_screen import FleetScreen
 from gpudash.ui.hosts import HostView
 from gpudash.ui.main_screen import MainScreen
 from gpudash.ui.screens import ConfirmModal, HelpScreen
-from gpudash.ui.startup import load_user_files
+from gpudash.ui.startup import chosen_theme, load_user_files
 from gpudash.ui.state import LastAction
 from gpudash.ui.stopping import OutsideStop
 from gpudash.ui.text import clean
@@ -105,12 +107,9 @@ class GpudashApp(App[int]):
         self.settings, self.keymap, self._warnings = files.settings, files.keymap, files.warnings
         for t in files.themes:
             self.register_theme(t)
-        wanted = theme or (DEFAULT_THEME if DEFAULT_THEME in self.available_themes else None)
-        if wanted is not None and wanted in self.available_themes:
-            self.theme = wanted
-        elif wanted is not None:
-            self._warnings.append(f"Unknown theme {clean(wanted)!r}; available: "
-                                  + ", ".join(sorted(self.available_themes)))
+        chosen, unknown = chosen_theme(theme, self.available_themes, DEFAULT_THEME)
+        self.theme = chosen or self.theme
+        self._warnings += [unknown] if unknown else []
         # The app is both: the App the dialogs and workers need, the state screens read.
         self.acting = Acting(self, self, self._refresh_progress,
                              lambda: self.screen is self.main)
@@ -120,6 +119,11 @@ class GpudashApp(App[int]):
                                on_sample=self.acting.reverify)
 
     # --- layout ------------------------------------------------------------------------
+
+    def _theme_changed(self, theme: Theme) -> None:
+        self.main.refresh_view()
+        if (problem := kept.keep_theme(theme.name)) is not None:  # the next run starts in it
+            self.notify(f"Theme not kept: {clean(problem)}", severity="warning", markup=False)
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         return dict(VARIABLE_DEFAULTS)
@@ -139,7 +143,7 @@ class GpudashApp(App[int]):
                                   at_once=self._give_up_terminal)
         if self.keymap:
             self.set_keymap(self.keymap)
-        self.theme_changed_signal.subscribe(self, lambda _theme: self.main.refresh_view())
+        self.theme_changed_signal.subscribe(self, self._theme_changed)
         for message in self._warnings:
             self.notify(message, severity="warning", timeout=15, markup=False)
         self.feeds.start()

@@ -3,7 +3,7 @@ themes. A file that is wrong never stops it: what could not be used is one warni
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,3 +38,13 @@ def load_user_files(theme_dirs: Sequence[Path] | None) -> UserFiles:
     files.warn("Keymap entries ignored:", keymap_errors)
     files.warn("Theme files that could not be loaded:", theme_errors)
     return files
+
+
+def chosen_theme(wanted: str | None, available: Iterable[str], default: str
+                 ) -> tuple[str | None, str | None]:
+    """(the theme to start in, or None for Textual's; a warning if ``wanted`` is unknown)."""
+    names = set(available)
+    wanted = wanted or (default if default in names else None)
+    if wanted is None or wanted in names:
+        return wanted, None
+    return None, (f"Unknown theme {clean(wanted)!r}; available: " + ", ".join(sorted(names)))
