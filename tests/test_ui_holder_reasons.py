@@ -73,3 +73,21 @@ def test_no_unattributed_row_when_the_processes_account_for_the_memory() -> None
     s = replace(s, gpus=(replace(s.gpus[0], memory_used_mib=WORKER_MIB + 100),))  # 100 MiB:
     # the driver's own bookkeeping
     assert UNATTRIBUTED_KEY not in [r.key for r in holder_rows(triage(s), PAL)]
+
+
+def test_the_unit_panel_says_why_the_selected_process_is_an_orphan_or_unreadable() -> None:
+    from gpudash.ui.widgets.unit_panel import unit_text
+
+    t = triage(snap(server(3700, 1000, SESSION, api_alive=False)))
+    group = t.group_of(3709)
+    worker = t.snapshot.process(3709)
+    assert group is not None and worker is not None
+    panel = unit_text(group, worker, PAL, t.orphan_why(3709)).plain
+    assert "ORPHAN VLLM::Worker 3709 is under VLLM::EngineCore 3703, which lost its API " \
+           "server" in panel, panel
+    hidden = Process(pid=4242, gpu_memory_mib={0: 2048}, unreadable="denied")
+    t = triage(snap([*server(3900, 5000), hidden]))
+    group = t.group_of(4242)
+    assert group is not None
+    panel = unit_text(group, hidden, PAL).plain
+    assert "UNREADABLE not readable by this login: run with --sudo" in panel, panel

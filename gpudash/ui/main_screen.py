@@ -185,7 +185,8 @@ class MainScreen(Screen[None]):
         group = view.triage.group(owner) if view.triage and owner else None
         process = view.snapshot.process(pid) if view.snapshot and pid is not None else None
         pal = palette(self.app)
-        self.unit_panel.show(unit_text(group, process, pal))
+        why = view.triage.orphan_why(pid) if view.triage and pid is not None else None
+        self.unit_panel.show(unit_text(group, process, pal, why))
         # Too thin for the unit panel: its gist goes on Holders' border, Enter shows it all.
         self.holders.border_subtitle = unit_gist(group, pal) if self.has_class("-thin") else None
 
@@ -272,9 +273,10 @@ class MainScreen(Screen[None]):
             owner, _unit, pid = selection_of(view.triage, app.selected_key)
             group = view.triage.group(owner) if view.triage and owner else None
             process = view.snapshot.process(pid) if view.snapshot and pid is not None else None
+            why = view.triage.orphan_why(pid) if view.triage and pid is not None else None
             if group is not None:
-                self.app.push_screen(DetailScreen(clean(owner),
-                                             unit_text(group, process, palette(self.app))))
+                self.app.push_screen(DetailScreen(clean(owner), unit_text(
+                    group, process, palette(self.app), why)))
         elif isinstance(event.data_table, ActionLog):
             entry = self.action_log.entry_at(event.cursor_row)
             if entry is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from gpudash.domain.model import Process
+from gpudash.domain.model import UNREADABLE, Process
 from gpudash.domain.triage import Flag, OwnerGroup, OwnerKind
 from gpudash.domain.units import NA, gib
 from gpudash.ui.palette import Palette
@@ -21,8 +21,10 @@ _KIND_NOTE = {
 }
 
 
-def unit_text(group: OwnerGroup | None, process: Process | None, pal: Palette) -> Text:
-    """The panel's content for the selected owner group (and process, if one is selected)."""
+def unit_text(group: OwnerGroup | None, process: Process | None, pal: Palette,
+              why: str | None = None) -> Text:
+    """The panel's content for the selected owner group (and process, if one is selected;
+    ``why``: what makes it an orphan, in the triage's words)."""
     if group is None:
         return Text("Select a unit or process in Holders.", style="dim")
     out = Text()
@@ -90,6 +92,14 @@ def unit_text(group: OwnerGroup | None, process: Process | None, pal: Palette) -
         out.append("  ")
         out.append_text(literal(f"{process.user or '?'}  state {process.state or '?'}"))
         out.append("\n")
+        if why:
+            out.append("ORPHAN ", style=f"bold {pal.orphan}")
+            out.append_text(literal(why, style=pal.orphan))
+            out.append("\n")
+        if process.unreadable:
+            out.append("UNREADABLE ", style=f"bold {pal.warning}")
+            out.append_text(literal(UNREADABLE.get(process.unreadable, process.unreadable)))
+            out.append("\n")
         out.append_text(literal(process.cmdline or process.name, style="dim"))
     out.rstrip()
     return out
