@@ -213,6 +213,9 @@ class DroppingControl:
     async def sleep(self, seconds: float) -> None:
         await self.demo.sleep(seconds)
 
+    def clock(self) -> float:
+        return self.demo.clock()
+
 
 async def test_link_lost_mid_action_is_reported_as_unknown(demo: DemoHost) -> None:
     s = await demo.sample()

@@ -51,6 +51,9 @@ class Counting:
     async def sleep(self, seconds: float) -> None:
         await self.demo.sleep(seconds)
 
+    def clock(self) -> float:
+        return self.demo.clock()
+
 
 async def test_stop_disable_says_the_orphans_still_hold_the_memory() -> None:
     demo = DemoHost(speed=100.0)
@@ -268,3 +271,26 @@ async def test_a_driver_that_over_lists_never_sets_a_target_below_the_other_hold
         assert plan.target_used_mib()[gpu] >= (mib or 0), plan.describe()
     for g in over.gpus:
         assert plan.expected_free_mib.get(g.index, 0) <= (g.memory_used_mib or 0)
+
+
+class SlowSampling(Counting):
+    """A host whose every sample takes a second (a loaded SSH link, a slow ready probe)."""
+
+    async def sample(self) -> HostSnapshot:
+        await self.demo.sleep(1.0)
+        return await super().sample()
+
+
+async def test_deadlines_are_kept_on_the_hosts_clock_however_slow_a_look_is() -> None:
+    # issue 19, item 6: the engine added `poll` per loop instead of reading a clock: with
+    # 1 s samples a 5 s limit returned after 11 s (defaults: 1800 s stretched to ~3.5 h)
+    demo = DemoHost(speed=20.0, release_delay=100_000.0)  # the memory never comes back
+    host = SlowSampling(demo)
+    opts = ExecOptions(term_timeout=1.0, poll=0.5, verify_timeout=5.0, settle=3)
+    plan = plan_action(await demo.sample(), ActionKind.RECLAIM, unit=MINIMAX)
+    began = demo.clock()
+    report = await execute(plan, host, opts)
+    took = demo.clock() - began
+    assert not report.confirmed
+    # TERM's wait (1 s) and the verification (5 s) on the host's clock, and one look each
+    assert took < 1.0 + 5.0 + 3 * 1.5, (took, host.samples)

@@ -51,7 +51,7 @@ async def test_the_ready_goal_says_when_a_host_cannot_be_probed() -> None:
 async def test_a_start_on_a_bare_host_is_followed_by_its_samples_alone() -> None:
     host = Bare(speed=50.0)
     plan = SPECS[ActionKind.START].plan(await host.sample(), Selection(
-        unit=KIMI, ready_url="http://127.0.0.1:8001/health"))
+        unit=KIMI, ready_url="http://127.0.0.1:8001/health", force=True))  # a crash loop
     report = await execute(plan, host, ExecOptions(poll=0.5, settle=2, serve_timeout=3.0))
     assert report.serving is not None and report.serving.log_tail == ()
     assert not report.confirmed and "this host cannot be probed" in report.summary

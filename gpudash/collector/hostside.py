@@ -2191,12 +2191,50 @@ def http_get(url: str, timeout_s: float) -> tuple[int | None, str | None]:
 # ---------------------------------------------------------------------------- main loop
 
 
+_EMIT_LOCK = threading.Lock()  # a probe's answer is written from its own thread
+MAX_PROBES = 4  # GETs in flight at once; more are answered "busy" at once
+
+
 def _emit(message: Json) -> None:
     # UTF-8 as is: a \u escape makes every non-ASCII character of a host's text 6 bytes;
     # "replace" turns lone surrogates (undecodable passwd names) into "?", never an error.
     line = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
-    sys.stdout.buffer.write(line.encode("utf-8", "replace") + b"\n")
-    sys.stdout.buffer.flush()
+    data = line.encode("utf-8", "replace") + b"\n"
+    with _EMIT_LOCK:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+
+
+_probes = threading.BoundedSemaphore(MAX_PROBES)
+
+
+def probe_later(url: str, timeout_s: float, request_id: Any) -> Json | None:
+    """Answer OP_HTTP from a thread of its own, by an absolute deadline: a server that
+    sends one byte a second holds neither the answer past ``timeout_s`` nor the request
+    loop (samples and signals go on meanwhile). None: answered later; else the reply."""
+    if not _probes.acquire(blocking=False):
+        return {"k": K_HTTP, "status": None, "error": "busy: too many probes in flight",
+                "id": request_id}
+    deadline = max(0.1, min(float(timeout_s), 30.0))
+    got: list[tuple[int | None, str | None]] = []
+
+    def get() -> None:
+        got.append(http_get(url, deadline))
+
+    def answer() -> None:
+        try:
+            worker = threading.Thread(target=get, daemon=True)
+            worker.start()
+            worker.join(deadline)  # the GET itself may go on: nobody waits for it
+            status, error = got[0] if got else (None, f"no answer within {deadline:g} s")
+            _emit({"k": K_HTTP, "status": status, "error": error, "id": request_id})
+        except (BrokenPipeError, OSError):
+            pass  # gpudash went away
+        finally:
+            _probes.release()
+
+    threading.Thread(target=answer, daemon=True).start()
+    return None
 
 
 def _stdin_lines(lines: queue.Queue[bytes | None]) -> None:
@@ -2228,8 +2266,8 @@ def _command(line: bytes, collector: Collector) -> Json | None:
         if op == OP_SAMPLE:
             return {"k": K_FULL, "s": collector.sample(force_units=True), "id": request.get("id")}
         if op == OP_HTTP:
-            status, error = http_get(str(request["url"]), float(request.get("timeout", 3)))
-            return {"k": K_HTTP, "status": status, "error": error, "id": request.get("id")}
+            return probe_later(str(request["url"]), float(request.get("timeout", 3)),
+                               request.get("id"))
         if op == OP_SIGNAL:
             pid, start, boot = int(request["pid"]), request.get("start"), request.get("boot")
             if start is not None:

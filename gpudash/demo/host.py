@@ -107,6 +107,9 @@ class DemoHost(HostControl):
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(max(0.0, seconds) / self.sim.speed)
 
+    def clock(self) -> float:
+        return self.sim.now()  # simulated seconds: what sleep waits on
+
     # --- HostSource -------------------------------------------------------------------
 
     @property

@@ -425,10 +425,11 @@ class _Run:
                 return
             if outcome is SignalOutcome.SENT and step.escalate:
                 escalate.append(t)
+        began = self.control.clock()
         waited = 0.0
         while escalate and waited < opts.term_timeout:
-            await self.control.sleep(opts.poll)
-            waited += opts.poll
+            await self.control.sleep(min(opts.poll, opts.term_timeout - waited))
+            waited = self.control.clock() - began  # what passed, not what was asked for
             snap = await self.control.sample()
             self.observe(snap)
             escalate = [t for t in escalate if alive(snap, t)]
@@ -454,8 +455,9 @@ class _Run:
     ) -> HostSnapshot:
         """Check every goal on each sample until the waited ones are met, one fails for
         good, or ``within_s`` seconds pass on the host. Every goal's last status is kept."""
+        clock = self.control.clock  # the deadline on the host's clock, however long a
+        start = clock()  # sample or a probe took (a 1 s probe stretched 5 s to 11 s)
         elapsed = 0.0
-        clock = asyncio.get_running_loop().time
         while True:
             began = clock()
             snap = await self.control.sample()
@@ -483,8 +485,9 @@ class _Run:
                 return snap
             # one look per poll, however long the look took (a sample and a ready probe
             # over SSH): a URL that starts answering is seen within one interval
-            await self.control.sleep(max(0.0, self.opts.poll - (clock() - began)))
-            elapsed += self.opts.poll
+            await self.control.sleep(max(0.0, min(self.opts.poll - (clock() - began),
+                                                  within_s - (clock() - start))))
+            elapsed = clock() - start
 
     # --- the verdict -----------------------------------------------------------------
 

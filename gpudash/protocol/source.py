@@ -6,6 +6,7 @@ remote (SSH). The UI and the engine see only these protocols.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -126,6 +127,11 @@ class HostControl(Protocol):
     async def sleep(self, seconds: float) -> None:
         """Wait on the host's clock (the demo's runs faster than real time)."""
         ...
+
+    def clock(self) -> float:
+        """Seconds on a monotonic clock that ``sleep`` waits on: every deadline of an
+        action is measured on it (the demo's is its simulated time)."""
+        return time.monotonic()
 
     def watch_unit(self, unit: str | None) -> None:
         """Report ``unit`` in every sample from now on, even while it has no processes,

@@ -254,6 +254,9 @@ class SourceControl:
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
 
+    def clock(self) -> float:
+        return time.monotonic()
+
     def _as_root(self, argv: list[str], collector: Collector) -> list[str]:
         return ["sudo", "-n", *argv] if self.source.sudo and not collector.facts.is_root else argv
 

@@ -1,0 +1,90 @@
+"""A ready probe has an absolute deadline and never holds the collector's request loop
+(issue 19, item 6).
+
+Seen before: a server sending one byte a second kept `http_get(timeout=3)` blocked 20 s,
+and with it the collector that answers samples and signals.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from collector_run import read_line, request, start, stop
+
+from gpudash.collector import hostside
+
+
+@pytest.fixture
+def dripping() -> Iterator[int]:
+    """A server on 127.0.0.1 that answers a GET one byte a second, for ever."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    stopping = threading.Event()
+
+    def serve(conn: socket.socket) -> None:
+        with conn:
+            conn.recv(4096)
+            for byte in b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + b"x" * 100:
+                if stopping.wait(1.0):
+                    return
+                try:
+                    conn.sendall(bytes([byte]))
+                except OSError:
+                    return
+
+    def accept() -> None:
+        while not stopping.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        stopping.set()
+        listener.close()
+
+
+def test_a_dripping_server_gets_no_more_than_its_deadline_and_blocks_nothing(
+        dripping: int) -> None:
+    proc = start("serve", interval=None)
+    try:
+        assert json.loads(read_line(proc))["k"] == hostside.K_READY
+        began = time.monotonic()
+        request(proc, hostside.OP_HTTP, id=1, url=f"http://127.0.0.1:{dripping}/health",
+                timeout=2)
+        request(proc, hostside.OP_PING, id=2)  # asked while the probe hangs
+        request(proc, hostside.OP_SAMPLE, id=3)
+        replies = {}
+        while len(replies) < 3:
+            reply = json.loads(read_line(proc, timeout=15))
+            replies[reply["id"]] = (reply, time.monotonic() - began)
+        (pong, pong_at), (full, full_at) = replies[2], replies[3]
+        assert pong["k"] == hostside.K_PONG and full["k"] == hostside.K_FULL
+        http, http_at = replies[1]
+        assert pong_at < 1.5 and full_at < http_at, replies  # not behind the probe
+        assert http["status"] is None and http["error"] == "no answer within 2 s", http
+        assert 1.9 < http_at < 4.0, http_at  # its deadline, not the drip's 40 s
+    finally:
+        stop(proc)
+
+
+def test_probes_in_flight_are_bounded() -> None:
+    held = [hostside._probes.acquire(blocking=False) for _ in range(hostside.MAX_PROBES)]
+    try:
+        assert all(held)
+        reply = hostside.probe_later("http://127.0.0.1:9/health", 1, 7)
+        assert reply == {"k": hostside.K_HTTP, "status": None, "id": 7,
+                         "error": "busy: too many probes in flight"}
+    finally:
+        for _ in held:
+            hostside._probes.release()
