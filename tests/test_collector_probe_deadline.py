@@ -88,3 +88,43 @@ def test_probes_in_flight_are_bounded() -> None:
     finally:
         for _ in held:
             hostside._probes.release()
+
+
+def test_a_port_another_process_listens_on_proves_nothing_for_the_unit(
+        tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # issue 19, item 6: any user who bound the model's port while it was free made a swap
+    # "serving"; the listener was never checked to be the unit's
+    import subprocess
+    import sys
+
+    squat = socket.socket()
+    squat.bind(("127.0.0.1", 0))
+    port = squat.getsockname()[1]
+    squat.close()
+    server = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1",
+                               str(port)], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    proc = start("serve", interval=None)
+    try:
+        deadline = time.monotonic() + 10
+        while not hostside.listening_inodes(port) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        pid, _hidden = hostside.listener_of(port, None)
+        assert pid == server.pid
+        assert json.loads(read_line(proc))["k"] == hostside.K_READY
+        url = f"http://127.0.0.1:{port}/"
+        request(proc, hostside.OP_HTTP, id=1, url=url, timeout=3)  # no unit named: asked
+        request(proc, hostside.OP_HTTP, id=2, url=url, timeout=3, unit="vllm-kimi-k25.service")
+        replies = {}
+        while len(replies) < 2:
+            reply = json.loads(read_line(proc, timeout=15))
+            replies[reply["id"]] = reply
+        assert replies[1]["status"] == 200, replies
+        assert replies[2]["status"] is None, replies
+        comm = open(f"/proc/{server.pid}/comm").read().strip()
+        assert replies[2]["error"] == (f"port {port} is not vllm-kimi-k25.service's: pid "
+                                       f"{server.pid} ({comm}, no unit) listens on it"), replies
+    finally:
+        stop(proc)
+        server.kill()
+        server.wait()

@@ -29,7 +29,8 @@ class Bare(DemoHost):
     async def model_units(self, patterns: Sequence[str] = ()) -> tuple[ModelUnit, ...]:
         raise AssertionError("model units asked of a host that has none")
 
-    async def probe_http(self, url: str, timeout_s: float) -> HttpAnswer:
+    async def probe_http(self, url: str, timeout_s: float, unit: str | None = None
+                         ) -> HttpAnswer:
         raise AssertionError("a probe asked of a host that has none")
 
 

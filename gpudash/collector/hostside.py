@@ -60,7 +60,8 @@ OP_REFRESH = "refresh"  # re-read everything in the next sample
 OP_SAMPLE = "sample"  # serve: {"id"} -> K_FULL with a fresh snapshot and the same "id"
 OP_SIGNAL = "signal"  # serve: {"id", "pid", "start", "sig", "boot"?} -> K_SIGNAL, same "id"
 OP_PING = "ping"  # {"id"} -> K_PONG with the same "id" at once: the request round trip
-OP_HTTP = "http"  # serve: {"id", "url", "timeout"} -> K_HTTP: a GET on this host's loopback
+OP_HTTP = "http"  # serve: {"id", "url", "timeout", "unit"?} -> K_HTTP: a GET on this host's
+# loopback; with "unit", refused unless that unit's own process listens on the port
 
 # collector -> gpudash, one JSON object a line (UTF-8 as is): {"k": K_..., ...}
 K_READY = "ready"  # serve: the first line, {"v": PROTOCOL}
@@ -2191,6 +2192,82 @@ def http_get(url: str, timeout_s: float) -> tuple[int | None, str | None]:
 # ---------------------------------------------------------------------------- main loop
 
 
+LISTEN_SCAN_MAX = 20000  # descriptors looked at to find who listens on a port
+
+
+def listening_inodes(port: int, proc: str = "/proc") -> set[str]:
+    """The socket inodes listening on TCP ``port`` (v4 and v6) in this network namespace."""
+    found: set[str] = set()
+    for name in ("tcp", "tcp6"):
+        for line in (_read(f"{proc}/net/{name}", 1 << 22) or "").splitlines()[1:]:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == "0A" and fields[1].rsplit(":", 1)[-1] == (
+                    f"{port:04X}"):
+                found.add(fields[9])
+    return found
+
+
+def _holds(pid: int, inodes: set[str], proc: str, budget: list[int]) -> bool | None:
+    """``pid`` has one of the sockets open (None: its descriptors are not readable here)."""
+    try:
+        fds = os.listdir(f"{proc}/{pid}/fd")
+    except PermissionError:
+        return None
+    except OSError:
+        return False
+    for fd in fds:
+        budget[0] -= 1
+        try:
+            link = os.readlink(f"{proc}/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:[") and link[8:-1] in inodes:
+            return True
+    return False
+
+
+def listener_of(port: int, main_pid: int | None, proc: str = "/proc"
+                ) -> tuple[int | None, bool]:
+    """(the pid listening on ``port``, or None; whether some descriptors were unreadable).
+    The unit's main process is looked at first: a model server's API server listens."""
+    inodes = listening_inodes(port, proc)
+    if not inodes:
+        return None, False
+    budget, hidden = [LISTEN_SCAN_MAX], False
+    pids = [main_pid] if main_pid else []
+    pids += sorted(int(d) for d in os.listdir(proc) if d.isdigit() and int(d) != main_pid)
+    for pid in pids:
+        held = _holds(pid, inodes, proc, budget)
+        if held:
+            return pid, hidden
+        hidden = hidden or held is None
+        if budget[0] <= 0:
+            return None, True
+    return None, hidden
+
+
+def listener_refusal(url: str, unit: str, collector: Collector) -> str | None:
+    """Why ``url`` cannot prove ``unit`` serves (its port is another process's), or None.
+    Where it cannot be told (descriptors not readable by this login), it is not refused."""
+    import urllib.parse
+
+    try:
+        port = urllib.parse.urlsplit(url).port or 80
+    except ValueError:
+        return None
+    main = collector.units.last.get(unit, {}).get("main_pid")
+    pid, _hidden = listener_of(port, main if isinstance(main, int) else None,
+                               collector.proc.proc)
+    if pid is None:
+        return None  # nobody listens (the GET says so), or not readable here
+    owner = unit_of_cgroup(cgroup_path(_read(f"{collector.proc.proc}/{pid}/cgroup") or ""))
+    if owner == unit:
+        return None
+    name = (_read(f"{collector.proc.proc}/{pid}/comm", 64) or "?").strip()
+    return (f"port {port} is not {unit}'s: pid {pid} ({name}, "
+            f"{owner or 'no unit'}) listens on it")
+
+
 _EMIT_LOCK = threading.Lock()  # a probe's answer is written from its own thread
 MAX_PROBES = 4  # GETs in flight at once; more are answered "busy" at once
 
@@ -2208,10 +2285,13 @@ def _emit(message: Json) -> None:
 _probes = threading.BoundedSemaphore(MAX_PROBES)
 
 
-def probe_later(url: str, timeout_s: float, request_id: Any) -> Json | None:
+def probe_later(url: str, timeout_s: float, request_id: Any, unit: str | None = None,
+                collector: Collector | None = None) -> Json | None:
     """Answer OP_HTTP from a thread of its own, by an absolute deadline: a server that
     sends one byte a second holds neither the answer past ``timeout_s`` nor the request
-    loop (samples and signals go on meanwhile). None: answered later; else the reply."""
+    loop (samples and signals go on meanwhile). None: answered later; else the reply.
+    Given ``unit``, the answer counts only from that unit's own listener: a port another
+    process holds is refused without asking it."""
     if not _probes.acquire(blocking=False):
         return {"k": K_HTTP, "status": None, "error": "busy: too many probes in flight",
                 "id": request_id}
@@ -2219,7 +2299,9 @@ def probe_later(url: str, timeout_s: float, request_id: Any) -> Json | None:
     got: list[tuple[int | None, str | None]] = []
 
     def get() -> None:
-        got.append(http_get(url, deadline))
+        refused = (listener_refusal(url, unit, collector)
+                   if unit is not None and collector is not None else None)
+        got.append((None, refused) if refused else http_get(url, deadline))
 
     def answer() -> None:
         try:
@@ -2266,8 +2348,10 @@ def _command(line: bytes, collector: Collector) -> Json | None:
         if op == OP_SAMPLE:
             return {"k": K_FULL, "s": collector.sample(force_units=True), "id": request.get("id")}
         if op == OP_HTTP:
+            unit = request.get("unit")
             return probe_later(str(request["url"]), float(request.get("timeout", 3)),
-                               request.get("id"))
+                               request.get("id"), None if unit is None else str(unit),
+                               collector)
         if op == OP_SIGNAL:
             pid, start, boot = int(request["pid"]), request.get("start"), request.get("boot")
             if start is not None:

@@ -135,7 +135,8 @@ class UnreachableHost(HostControl):
     async def model_units(self, patterns: Sequence[str] = ()) -> tuple[ModelUnit, ...]:
         raise self._error()
 
-    async def probe_http(self, url: str, timeout_s: float) -> HttpAnswer:
+    async def probe_http(self, url: str, timeout_s: float, unit: str | None = None
+                         ) -> HttpAnswer:
         raise self._error()
 
 

@@ -169,7 +169,8 @@ class DemoHost(HostControl):
         """Every unit here that runs a model server, running or not."""
         return self.sim.model_units()
 
-    async def probe_http(self, url: str, timeout_s: float) -> HttpAnswer:
+    async def probe_http(self, url: str, timeout_s: float, unit: str | None = None
+                         ) -> HttpAnswer:
         """A GET on the host's loopback: a server answers once its engine is built."""
         parts = urlsplit(url)
         if parts.scheme != "http" or parts.hostname not in LOOPBACK_HOSTS:

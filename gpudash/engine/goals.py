@@ -357,9 +357,10 @@ class Ready(Goal):
 
     title = "ready"
 
-    def __init__(self, url: str, timeout_s: float = 3.0) -> None:
+    def __init__(self, url: str, timeout_s: float = 3.0, unit: str | None = None) -> None:
         self.url = url
         self.timeout_s = timeout_s
+        self.unit = unit  # only this unit's own listener counts
         self.status: int | None = None
         self.error: str | None = "not asked yet"
         self.first_ok: float | None = None
@@ -369,7 +370,7 @@ class Ready(Goal):
             self.status, self.error = None, "this host cannot be probed"
             return
         try:
-            answer = await control.probe_http(self.url, self.timeout_s)
+            answer = await control.probe_http(self.url, self.timeout_s, self.unit)
         except ValueError as exc:  # refused before asking (not a loopback URL)
             self.status, self.error = None, str(exc)
             return

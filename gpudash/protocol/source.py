@@ -150,9 +150,12 @@ class HostControl(Protocol):
         not, or whose name matches one of ``patterns``."""
         ...
 
-    async def probe_http(self, url: str, timeout_s: float) -> HttpAnswer:
+    async def probe_http(self, url: str, timeout_s: float, unit: str | None = None
+                         ) -> HttpAnswer:
         """``Capability.HTTP_PROBE``: GET ``url`` on the host's loopback (``ValueError``
-        for any other URL): the status, or why there is none."""
+        for any other URL): the status, or why there is none. Given ``unit``, the answer
+        counts only from that unit's own listener (a port another process binds proves
+        nothing: the error says whose it is)."""
         ...
 
 

@@ -249,10 +249,13 @@ class PythonCollector(Collector):
             raise ProtocolError(f"{self.options.name}: collector sent no snapshot")
         return to_snapshot(body, self.options.name)
 
-    async def http_get(self, url: str, timeout_s: float) -> tuple[int | None, str | None]:
-        """A GET of ``url`` made by the collector on the host: (status, why not)."""
+    async def http_get(self, url: str, timeout_s: float, unit: str | None = None
+                       ) -> tuple[int | None, str | None]:
+        """A GET of ``url`` made by the collector on the host: (status, why not); given
+        ``unit``, refused where another process than the unit's listens on its port."""
+        extra = {} if unit is None else {"unit": unit}
         reply = await self._ask(OP_HTTP, timeout_s + REQUEST_TIMEOUT_S, url=url,
-                                timeout=timeout_s)
+                                timeout=timeout_s, **extra)
         if reply.get("k") != K_HTTP:
             raise ProtocolError(f"{self.options.name}: collector sent no HTTP answer")
         status, error = reply.get("status"), reply.get("error")

@@ -260,8 +260,10 @@ class SourceControl:
     def _as_root(self, argv: list[str], collector: Collector) -> list[str]:
         return ["sudo", "-n", *argv] if self.source.sudo and not collector.facts.is_root else argv
 
-    async def probe_http(self, url: str, timeout_s: float) -> HttpAnswer:
-        """GET ``url`` on the host (its loopback): the status, or why there is none."""
+    async def probe_http(self, url: str, timeout_s: float, unit: str | None = None
+                         ) -> HttpAnswer:
+        """GET ``url`` on the host (its loopback): the status, or why there is none;
+        given ``unit``, only from that unit's own listener (the Python collector)."""
         loopback_url(url)
         timeout_s = min(max(float(timeout_s), 0.1), 60.0)
         try:
@@ -270,7 +272,7 @@ class SourceControl:
             return HttpAnswer(url, None, str(exc))
         if isinstance(collector, PythonCollector):  # the collector asks, on the host
             try:
-                status, error = await collector.http_get(url, timeout_s)
+                status, error = await collector.http_get(url, timeout_s, unit)
             except SourceError as exc:
                 return HttpAnswer(url, None, str(exc))
             return HttpAnswer(url, status, None if status is not None else error)
