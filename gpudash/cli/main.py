@@ -146,9 +146,10 @@ def cmd_dashboard(args: argparse.Namespace, term: Terminal) -> int:
             # Bounded: a link that does not close must not keep a dashboard whose
             # terminal is gone (its collectors end with the connection anyway).
             asyncio.run(asyncio.wait_for(_close_all(sources), CLOSE_TIMEOUT_S))
+    said = outcome.lines()
+    if said:  # the verdict of the action it quit during, or waited for
+        term.result("\n".join(said))
     if outcome.interrupted is not None:
-        term.error("quit while an action was running; what it had sent:")
-        term.say(outcome.interrupted.describe())
         return Exit.INTERRUPTED
     return outcome.code
 

@@ -207,8 +207,8 @@ class ActionReport:
                 lines.append(f"  -> {sv.failure_advice}")
             if sv.stopped:
                 lines.append(f"  {sv.unit} was stopped: it was crash-looping")
-        if self.interrupted or self.unknown:
-            sent = self.sent_lines()
+        if (self.interrupted or self.unknown) and "sent:" not in self.summary:
+            sent = self.sent_lines()  # (an interruption's summary says it already)
             lines.append("  sent: " + ("; ".join(sent) if sent else "nothing"))
         return lines
 

@@ -22,6 +22,7 @@ from gpudash.engine import (
     STARTING,
     ActionKind,
     ActionPlan,
+    ActionReport,
     ActionSpec,
     PlanError,
     Selection,
@@ -33,6 +34,7 @@ from gpudash.session.controller import Running, outcome_line, serving_request, w
 from gpudash.state import footprints
 from gpudash.ui.messages import ActionFinished, ActionProgressed
 from gpudash.ui.models import Choice, ModelPicker
+from gpudash.ui.outcome import exit_code
 from gpudash.ui.quit import AFTER, NOW, QuitWhileActing
 from gpudash.ui.screens import ConfirmModal
 from gpudash.ui.state import Dashboard
@@ -59,6 +61,7 @@ class Acting:
         self._action_id = 0  # the running action's, to drop late progress of an old one
         self._worker: Worker[None] | None = None
         self._quit_when_done = False
+        self.waited_for: ActionReport | None = None  # "Quit when done": its verdict
 
     def _run(self, work: Coroutine[Any, Any, None], group: str) -> None:
         self.app.run_worker(work, group=group, exclusive=True, exit_on_error=False)
@@ -216,8 +219,9 @@ class Acting:
         state.result_shown = True
         self._show_progress()
         plan, report = message.plan, message.report
-        if self._quit_when_done:
-            self.app.exit(0)
+        if self._quit_when_done:  # its verdict is the exit status, printed after
+            self.waited_for = report
+            self.app.exit(exit_code(report))
         if report is None:
             state.log_action(plan.host, plan.title, f"failed: {message.error}", False)
             self.app.notify(str(message.error), title="Action failed", severity="error")

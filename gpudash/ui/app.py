@@ -13,7 +13,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,7 @@ from gpudash.ui.feeds import HostFeeds
 from gpudash.ui.fleet_screen import FleetScreen
 from gpudash.ui.hosts import HostView
 from gpudash.ui.main_screen import MainScreen
+from gpudash.ui.outcome import DashboardOutcome, still_held
 from gpudash.ui.screens import ConfirmModal, HelpScreen
 from gpudash.ui.startup import chosen_theme, load_user_files
 from gpudash.ui.state import LastAction
@@ -51,14 +51,6 @@ __all__ = ["DashboardOutcome", "GpudashApp", "run_dashboard"]
 DEFAULT_THEME = "gpudash-night"
 
 log = logging.getLogger("gpudash.ui")
-
-
-@dataclass(frozen=True, slots=True)
-class DashboardOutcome:
-    """How the dashboard ended: its exit status and an action the operator interrupted."""
-
-    code: int
-    interrupted: ActionReport | None = None
 
 
 class GpudashApp(App[int]):
@@ -296,4 +288,7 @@ def run_dashboard(
     finally:
         app.outside_stop.uninstall()  # its deadline, once started, still bounds the close
     code = result if isinstance(result, int) else (app.return_code or 0)
-    return DashboardOutcome(code, app.interrupted_report)
+    stopped = app.interrupted_report
+    return DashboardOutcome(
+        code, stopped, app.acting.waited_for,
+        still_held(stopped, [v.snapshot for v in app.views]) if stopped else ())
