@@ -12,14 +12,15 @@ from gpudash.engine import SPECS, ActionKind, Needs, PlanError, Selection
 
 def test_every_action_has_one_spec_with_its_own_key_and_binding() -> None:
     assert set(SPECS) == set(ActionKind)
-    assert len({s.key for s in SPECS.values()}) == len(SPECS)
+    keyed = [s for s in SPECS.values() if s.key]  # fix: the CLI's only, no key yet
+    assert len({s.key for s in keyed}) == len(keyed) == len(SPECS) - 1
     assert len({s.binding_id for s in SPECS.values()}) == len(SPECS)
     # binding ids are what users' keymap files name: they must not change
     assert {s.binding_id for s in SPECS.values()} == {
         "gpudash.stop_unit", "gpudash.disable_unit", "gpudash.stop_disable",
         "gpudash.terminate", "gpudash.kill", "gpudash.reap", "gpudash.reclaim",
         "gpudash.start_unit", "gpudash.restart_unit", "gpudash.enable_unit", "gpudash.swap",
-            "gpudash.remove_container"}
+            "gpudash.remove_container", "gpudash.fix_unit"}
 
 
 def selections(snap: HostSnapshot) -> list[Selection]:

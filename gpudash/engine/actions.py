@@ -18,6 +18,8 @@ from gpudash.domain.triage import (
     HostTriage,
     OwnerKind,
 )
+from gpudash.engine.config_plans import TITLE as FIX_TITLE
+from gpudash.engine.config_plans import fix_fits, plan_fix
 from gpudash.engine.container_plans import container_only, plan_container, require_container
 from gpudash.engine.plan import (
     ActionKind,
@@ -140,9 +142,13 @@ SPECS: dict[ActionKind, ActionSpec] = {
                    "(docker rm)", "X", "Remove", Needs.UNIT, plan_container,
                    container_only, capability=Capability.REMOVE,
                    container_planner=plan_container, hidden_unless_fits=True),
+        # no dashboard key yet (key ""): the CLI's `gpudash fix`
+        ActionSpec(ActionKind.FIX, "fix_unit", FIX_TITLE, "", "Fix", Needs.UNIT, plan_fix,
+                   fix_fits, hidden_unless_fits=True),
     )
 }
-SPECS_BY_NAME = {spec.name: spec for spec in SPECS.values()}
+# the actions the dashboard binds to keys
+SPECS_BY_NAME = {spec.name: spec for spec in SPECS.values() if spec.key}
 UNIT_ACTIONS = frozenset(k for k, s in SPECS.items() if s.needs is Needs.UNIT)
 PROCESS_ACTIONS = frozenset(k for k, s in SPECS.items() if s.needs is Needs.PROCESS)
 ACTION_TITLES = {k: s.title for k, s in SPECS.items()}
