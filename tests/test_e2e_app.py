@@ -296,7 +296,7 @@ async def test_non_root_without_sudo_cannot_act(lab_host) -> None:
             # the operator still sees everything: the unit and its workers
             assert snap.unit(VLLM) is not None and snap.unit(VLLM).main_pid == main0
             await select(pilot, app, f"p:{main0}")
-            assert app.check_action("kill", ()) is None  # greyed, with the reason
+            assert app.main.check_action("kill", ()) is None  # greyed, with the reason
             for key in ("k", "t"):
                 await pilot.press(key)
             await select(pilot, app, f"u:{VLLM}")
@@ -394,7 +394,7 @@ async def test_non_root_with_sudo_can_act(lab_host) -> None:
         async with app.run_test(size=SIZE) as pilot:
             await select(pilot, app, f"u:{VLLM}")
             assert app.view.snapshot.can_act is True
-            assert app.check_action("stop_disable", ()) is True
+            assert app.main.check_action("stop_disable", ()) is True
             await run_confirmed(pilot, app, "D")
             await wait_for(pilot, lambda: unit_of(app).active_state == "inactive",
                            what="inactive")

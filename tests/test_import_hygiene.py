@@ -13,8 +13,6 @@ import sys
 import tomllib
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "gpudash"
 CONTRACTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"][
@@ -81,8 +79,6 @@ def _imports(path: Path, module: str) -> set[str]:
     return out
 
 
-@pytest.mark.xfail(strict=True, reason="ui.app <-> its screens (TYPE_CHECKING casts): the App "
-                   "split of issue 18 removes it")
 def test_no_import_cycle_in_gpudash() -> None:
     files = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
              for p in PACKAGE.rglob("*.py")}

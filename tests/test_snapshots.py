@@ -175,7 +175,7 @@ async def _fleet_read(pilot) -> None:  # type: ignore[no-untyped-def]
         if all(v.snapshot is not None or v.state == "error" for v in app.views):
             break
         await pilot.pause(0.02)
-    app._log_action("gpu02", "Reclaim", "confirmed: 756.3 GiB back on 8 GPUs", True)
+    app.log_action("gpu02", "Reclaim", "confirmed: 756.3 GiB back on 8 GPUs", True)
     await pilot.pause(0.2)
     app.fleet.refresh_all()
     await pilot.pause(0.1)

@@ -195,7 +195,7 @@ async def test_read_only_refuses_and_says_so() -> None:
         app.notify = spy  # type: ignore[method-assign]
         await select(pilot, app, f"p:{main_pid(app)}")
         assert "READ-ONLY" in str(app.query_one("#header").render())
-        assert app.check_action("kill", ()) is False
+        assert app.main.check_action("kill", ()) is False
         for key in ("k", "r", "D", "o"):
             await pilot.press(key)
         await pilot.pause(0.2)
@@ -203,8 +203,8 @@ async def test_read_only_refuses_and_says_so() -> None:
         assert app.reports == []
         assert demo.units[MINIMAX].n_restarts == 0 and demo.units[MINIMAX].active
         assert len(notes) == 4 and all("read-only" in n for n in notes)
-        assert app.palette_commands() and all(
-            a not in {c[2] for c in app.palette_commands()} for a in ("kill", "reclaim")
+        assert app.main.palette_commands() and all(
+            a not in {c[2] for c in app.main.palette_commands()} for a in ("kill", "reclaim")
         )
 
 
@@ -238,15 +238,15 @@ async def test_unavailable_action_explains_itself() -> None:
     app = make_app(demo)
     async with app.run_test(size=SIZE) as pilot:
         await select(pilot, app, "u:session-4.scope")
-        assert app.check_action("stop_unit", ()) is None  # greyed: not a system service
-        assert app.check_action("kill", ()) is None  # no process selected
-        assert app.check_action("reap", ()) is None  # nothing is orphaned yet
+        assert app.main.check_action("stop_unit", ()) is None  # greyed: not a system service
+        assert app.main.check_action("kill", ()) is None  # no process selected
+        assert app.main.check_action("reap", ()) is None  # nothing is orphaned yet
         await pilot.press("s")
         await pilot.pause(0.1)
         assert not isinstance(app.screen, ConfirmModal)
         await select(pilot, app, f"p:{NOTEBOOK}")
-        assert app.check_action("kill", ()) is True
-        assert app.check_action("stop_unit", ()) is None
+        assert app.main.check_action("kill", ()) is True
+        assert app.main.check_action("stop_unit", ()) is None
 
 
 class FlakySource:

@@ -29,12 +29,12 @@ async def test_a_container_row_offers_container_verbs_and_reclaims_with_proof() 
         panel = str(app.query_one(UnitPanel).render())
         assert "restart policy always: killing its main process makes docker restart it" in panel
         assert "vllm/vllm-openai:v0.11.0" in panel and "Restart     always" in panel
-        assert app.check_action("reclaim", ()) is True
-        assert app.check_action("stop_unit", ()) is True
-        assert app.check_action("disable_unit", ()) is True
-        assert app.check_action("start_unit", ()) is None  # greyed: a container
-        assert "docker start" in app.availability("start_unit")[1]
-        assert app.check_action("remove_container", ()) is False  # hidden while it runs
+        assert app.main.check_action("reclaim", ()) is True
+        assert app.main.check_action("stop_unit", ()) is True
+        assert app.main.check_action("disable_unit", ()) is True
+        assert app.main.check_action("start_unit", ()) is None  # greyed: a container
+        assert "docker start" in app.main.availability("start_unit")[1]
+        assert app.main.check_action("remove_container", ()) is False  # hidden while it runs
         await run_confirmed(pilot, app, "r")
         report = app.last_report
         assert report is not None and report.plan.kind is ActionKind.RECLAIM
@@ -44,7 +44,7 @@ async def test_a_container_row_offers_container_verbs_and_reclaims_with_proof() 
         await wait_for(pilot, lambda: app.view.snapshot is not None
                        and app.view.snapshot.container(EMBED_ID).state == "exited")
         await select(pilot, app, EMBED)
-        await wait_for(pilot, lambda: app.check_action("remove_container", ()) is True)
+        await wait_for(pilot, lambda: app.main.check_action("remove_container", ()) is True)
 
 
 async def test_w_on_a_container_row_swaps_it_for_a_model_unit_with_both_phases_proven() -> None:
@@ -56,7 +56,7 @@ async def test_w_on_a_container_row_swaps_it_for_a_model_unit_with_both_phases_p
     app = make_app(demo)
     async with app.run_test(size=SIZE) as pilot:
         await select(pilot, app, EMBED)
-        assert app.check_action("swap", ()) is True
+        assert app.main.check_action("swap", ()) is True
         await pilot.press("w")
         await wait_for(pilot, lambda: isinstance(app.screen, ModelPicker))
         picker = app.screen

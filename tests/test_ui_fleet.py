@@ -93,7 +93,7 @@ async def test_one_host_shows_the_host_screen_and_no_fleet() -> None:
         assert isinstance(app.screen, MainScreen)
         await pilot.press("F")
         assert isinstance(app.screen, MainScreen)
-        assert app.check_action("fleet", ()) is False
+        assert app.main.check_action("fleet", ()) is False
 
 
 async def test_sort_by_column_and_reverse() -> None:
@@ -165,7 +165,7 @@ async def test_last_action_and_its_outcome_show_in_the_hosts_row() -> None:
         app.fleet.table.move_cursor(row=1)
         await pilot.press("enter")
         assert app.current_host == 1
-        await wait_for(pilot, lambda: app.availability("reap")[0] is True)
+        await wait_for(pilot, lambda: app.main.availability("reap")[0] is True)
         await pilot.press("o")  # reap the orphans of the stopped unit
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("y")
@@ -291,16 +291,16 @@ async def test_the_fleet_offers_no_host_action_until_a_host_is_open() -> None:
     app = fleet_app(demo_fleet(2, speed=20))
     async with app.run_test(size=SIZE) as pilot:
         await all_read(pilot, app)
-        offered = {action for _t, _h, action, _a in app.palette_commands()}
+        offered = {action for _t, _h, action, _a in app.fleet.palette_commands()}
         assert "reclaim" not in offered and "host(1)" in offered
-        assert app.check_action("reclaim", ()) is False
+        assert app.main.check_action("reclaim", ()) is False
         await pilot.press("ctrl+p")  # the palette over the fleet: still the fleet
         await pilot.pause(0.2)
         assert app.fleet_shown
         await pilot.press("escape")
         await pilot.press("enter")
         await wait_for(pilot, lambda: app.view.triage is not None)
-        assert "reclaim" in {action for _t, _h, action, _a in app.palette_commands()}
+        assert "reclaim" in {action for _t, _h, action, _a in app.main.palette_commands()}
 
 
 async def test_columns_follow_the_terminal_width_even_when_resized_elsewhere() -> None:

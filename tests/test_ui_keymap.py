@@ -78,7 +78,7 @@ async def test_help_screen_shows_the_rebound_keys() -> None:
 
 
 def test_a_key_another_action_uses_is_refused_and_named() -> None:
-    from gpudash.ui.app import binding_table
+    from gpudash.ui.bindings import binding_table
 
     write_keymap('"gpudash.kill" = "s"\n"gpudash.reclam" = "R"\n"gpudash.reap" = "O"\n')
     keymap, errors = load_keymap(bindings=binding_table())
@@ -90,7 +90,7 @@ def test_a_key_another_action_uses_is_refused_and_named() -> None:
 
 
 def test_swapping_two_keys_is_allowed_but_two_entries_on_one_key_are_not() -> None:
-    from gpudash.ui.app import binding_table
+    from gpudash.ui.bindings import binding_table
 
     write_keymap('"gpudash.kill" = "s"\n"gpudash.stop_unit" = "k"\n')
     assert load_keymap(bindings=binding_table()) == (
@@ -144,3 +144,22 @@ async def test_the_confirm_dialog_names_the_keys_of_the_keymap() -> None:
         assert isinstance(app.screen, ConfirmModal)
         question = str(app.screen.query_one("#question").render())
         assert "Y: confirm" in question and "N/Esc: cancel" in question, question
+
+
+def test_every_key_is_written_once_and_each_has_its_action_on_its_screen() -> None:
+    from gpudash.engine import SPECS_BY_NAME
+    from gpudash.ui.app import GpudashApp
+    from gpudash.ui.bindings import KEYS
+    from gpudash.ui.fleet_screen import FleetScreen
+    from gpudash.ui.main_screen import MainScreen
+
+    ids = [k.binding_id for k in KEYS if k.action]
+    assert len(ids) == len(set(ids))
+    assert {f"gpudash.{name}" for name in SPECS_BY_NAME} <= set(ids)
+    owners = {"main": MainScreen, "fleet": FleetScreen, "app": GpudashApp}
+    for k in KEYS:
+        if k.action:
+            method = f"action_{k.action.split('(')[0]}"
+            assert callable(getattr(owners[k.where], method, None)), (k.where, method)
+            assert [getattr(b, "id", None) for b in owners[k.where].BINDINGS
+                    if getattr(b, "id", None) == k.binding_id] == [k.binding_id]

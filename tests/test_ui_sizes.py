@@ -228,6 +228,13 @@ async def test_help_lists_host_keys_only_for_hosts_there_are() -> None:
     two = GpudashApp([DemoHost("a", speed=50), DemoHost("b", speed=50, seed=3)], interval=0.25,
                      read_only=False, theme=None, exec_options=None)
     async with two.run_test(size=LAPTOP) as pilot:
+        await pilot.press("question_mark")  # on the fleet: its own keys
+        await wait_for(pilot, lambda: isinstance(two.screen, HelpScreen))
+        assert (">", "Sort by the next column", True) in two.screen.rows
+        assert ("ctrl+q", "Quit", True) in two.screen.rows  # q is typed into the filter
+        assert not any(d == "Switch host" for _k, d, _a in two.screen.rows)
+        await pilot.press("escape", "enter")  # a host opened: its keys, switching too
+        await wait_for(pilot, lambda: two.screen is two.main)
         await pilot.press("question_mark")
         await wait_for(pilot, lambda: isinstance(two.screen, HelpScreen))
         assert ("h, 1-2", "Switch host", True) in two.screen.rows

@@ -76,17 +76,17 @@ async def test_help_and_palette_grey_what_does_not_fit() -> None:
             await pilot.pause(0.05)
 
         def offered() -> tuple[set[str], dict[str, str]]:
-            commands = app.palette_commands()
+            commands = app.main.palette_commands()
             ready = {action for _t, _h, action, ok in commands if ok}
             greyed = {action: why for _t, why, action, ok in commands if not ok}
             return ready, greyed
 
-        app.holders.select_key("u:session-4.scope")
+        app.main.holders.select_key("u:session-4.scope")
         await pilot.pause(0.1)
         ready, greyed = offered()
         assert "stop_unit" not in ready and "reclaim" not in ready
         assert "select a system service" in greyed["stop_unit"]
-        app.holders.select_key("u:vllm-minimax-m25.service")
+        app.main.holders.select_key("u:vllm-minimax-m25.service")
         await pilot.pause(0.1)
         ready, greyed = offered()
         assert {"stop_unit", "reclaim", "stop_disable"} <= ready and "kill" in greyed

@@ -1,30 +1,33 @@
-"""Command palette entries: the actions (greyed with the reason when they do not fit the
-selection, as the footer greys their keys), host switching and the plot mode."""
+"""Command palette entries: what the screen under the palette offers — on a host, its
+actions (greyed with the reason when they do not fit the selection, as the footer greys
+their keys), host switching and the plot mode; on the fleet, its hosts."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, cast
+from typing import Protocol, runtime_checkable
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.content import Content
 
-if TYPE_CHECKING:
-    from gpudash.ui.app import GpudashApp
+
+@runtime_checkable
+class Offers(Protocol):
+    """A screen with palette entries: (title, help, action, available)."""
+
+    def palette_commands(self) -> list[tuple[str, str, str, bool]]: ...
 
 
 class DashboardCommands(Provider):
-    """gpudash's actions for the selection, host switching and the plot mode."""
+    """The entries of the screen the palette was opened on."""
 
     def _commands(self) -> list[tuple[str, str, str, bool]]:
-        app = cast("GpudashApp", self.app)
-        return app.palette_commands()
+        return self.screen.palette_commands() if isinstance(self.screen, Offers) else []
 
     def _run(self, action: str, available: bool) -> Callable[[], object]:
-        app = cast("GpudashApp", self.app)
         # A greyed action picked anyway says why, like its key.
-        return partial(app.run_action, action) if available else partial(app.explain, action)
+        return partial(self.screen.run_action, action if available else f"explain({action!r})")
 
     async def discover(self) -> Hits:
         for title, help_text, action, available in self._commands():

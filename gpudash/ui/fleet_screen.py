@@ -13,26 +13,23 @@ import fnmatch
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
 
 from rich.markup import escape
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.events import Key, Resize
 from textual.screen import Screen
-from textual.timer import Timer
 from textual.widgets import DataTable, Static
 
 from gpudash.domain.fleet import HostSummary, summarize
 from gpudash.domain.triage import HostTriage
 from gpudash.domain.units import MIB_PER_GIB, NA, gib_of
+from gpudash.ui.bindings import bindings, help_rows
 from gpudash.ui.hosts import HostView
 from gpudash.ui.palette import Palette, palette
+from gpudash.ui.state import Dashboard, LastAction
 from gpudash.ui.text import clean, literal
-
-if TYPE_CHECKING:
-    from gpudash.ui.app import GpudashApp
+from gpudash.ui.throttle import RedrawThrottle
 
 log = logging.getLogger("gpudash.ui.fleet")
 
@@ -86,16 +83,6 @@ def column_widths(width: int) -> list[tuple[Column, str, int]]:
     rest = max(24, width - 4 - taken - 4)  # the border, the scrollbar, two flexible cells
     link = max(12, min(44, rest * 11 // 20))
     return [(c, t, w or (link if c.key == "link" else rest - link)) for c, t, w in fixed]
-
-
-@dataclass(frozen=True, slots=True)
-class LastAction:
-    """The last action on a host, as the action log has it."""
-
-    title: str
-    outcome: str
-    ok: bool | None
-    at: float
 
 
 @dataclass(slots=True)
@@ -184,14 +171,7 @@ class FleetScreen(Screen[None]):
     """Every host in one table. Typing filters by host name or link state; ``>`` sorts
     by the next column, ``<`` reverses; Enter opens the host (``F`` there comes back)."""
 
-    BINDINGS = [
-        Binding("greater_than_sign", "sort_next", "Sort by next column",
-                id="gpudash.fleet.sort"),
-        Binding("less_than_sign", "sort_reverse", "Reverse the order",
-                id="gpudash.fleet.reverse"),
-        Binding("escape", "clear_filter", "Clear the filter", show=False,
-                id="gpudash.fleet.clear"),
-    ]
+    BINDINGS = bindings("fleet")
 
     DEFAULT_CSS = """
     FleetScreen { layout: vertical; }
@@ -199,8 +179,9 @@ class FleetScreen(Screen[None]):
     FleetScreen #fleet-keys { height: 1; background: $panel; color: $text-muted; }
     """
 
-    def __init__(self) -> None:
+    def __init__(self, dashboard: Dashboard) -> None:
         super().__init__(id="fleet")
+        self.dashboard = dashboard
         self.filter_text = ""
         self.sort_key = "reclaim"
         self.descending = True
@@ -211,12 +192,7 @@ class FleetScreen(Screen[None]):
         self._order_dirty = False
         self._mode = ""
         self._row_errors: dict[int, str] = {}
-        self._dirty: set[int] = set()  # hosts whose row waits for the next flush
-        self._flush_timer: Timer | None = None
-
-    @property
-    def dashboard(self) -> GpudashApp:
-        return cast("GpudashApp", self.app)
+        self._rows_redraw = RedrawThrottle(self, self._redraw_rows, FLUSH_HZ, leading=False)
 
     def compose(self) -> ComposeResult:
         yield Static(id="fleet-header")
@@ -254,7 +230,7 @@ class FleetScreen(Screen[None]):
     def _make_row(self, index: int) -> FleetRow:
         app = self.dashboard
         view = app.views[index]
-        pal = palette(app)
+        pal = palette(self.app)
         try:
             row = fleet_row(view, self._summary(index), app.last_actions.get(view.name),
                             app.clock(), app.stale_after, pal)
@@ -332,20 +308,15 @@ class FleetScreen(Screen[None]):
         flush, at most ``FLUSH_HZ`` times a second for all the hosts that changed: every
         cell update makes the table render its visible rows again, so 256 hosts' samples
         are drawn together, not one by one."""
-        if not self.ready:
-            return
-        self._dirty.add(index)
-        if self._flush_timer is None:
-            self._flush_timer = self.set_timer(1 / FLUSH_HZ, self.flush)
+        if self.ready:
+            self._rows_redraw.ask(index)
 
-    def flush(self) -> None:
-        """Redraw the rows of the hosts that changed since the last flush."""
-        self._flush_timer = None
-        dirty, self._dirty = self._dirty, set()
+    def _redraw_rows(self, hosts: set[int]) -> None:
+        """Redraw the rows of the hosts that changed since the last redraw."""
         if not self.ready:
             return
         with self.app.batch_update():
-            for index in sorted(dirty):
+            for index in sorted(hosts):
                 self._redraw_row(index)
 
     def _redraw_row(self, index: int) -> None:
@@ -391,7 +362,7 @@ class FleetScreen(Screen[None]):
 
     def _draw_header(self) -> None:
         app = self.dashboard
-        pal = palette(app)
+        pal = palette(self.app)
         views = app.views
         now = app.clock()
         states = [v.status(now, app.stale_after)[1] for v in views]
@@ -497,3 +468,17 @@ class FleetScreen(Screen[None]):
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if event.row_key.value is not None:
             self.dashboard.open_host(int(event.row_key.value))
+
+    def action_host(self, index: int) -> None:
+        """Open host ``index`` (the palette's host entries)."""
+        self.dashboard.open_host(index)
+
+    def palette_commands(self) -> list[tuple[str, str, str, bool]]:
+        """(title, help, action, available) of what the command palette offers here: the
+        hosts (the fleet acts on no host: open one first)."""
+        return [(f"Host: {clean(v.name)}", "open it", f"host({i})", True)
+                for i, v in enumerate(self.dashboard.views)]
+
+    def help_rows(self) -> list[tuple[str, str, bool | None]]:
+        """The help screen's rows: the fleet's keys, then the app's."""
+        return help_rows("fleet", self.dashboard.keymap, len(self.dashboard.views), {})

@@ -1,27 +1,37 @@
-"""The dashboard's screen: what it shows and how it fits the terminal.
+"""The host screen: what it shows, how it fits the terminal, and its keys.
 
-The app (``gpudash.ui.app``) holds the state — hosts, selection, the action controller,
-keys — and decides; this screen draws that state into its widgets, in place, and turns
-table events into selections. A redraw that fails is logged and shown, never allowed to
-end the app.
+The dashboard state (``gpudash.ui.state.Dashboard``) holds the hosts, the selection and
+the action controller; this screen draws it into its widgets, in place, turns table
+events into selections, and owns the host keys: their bindings, when each applies
+(``check_action``), their palette entries and help rows, all from ``gpudash.ui.bindings``.
+A redraw that fails is logged and shown, never allowed to end the app.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar, cast
 
+from rich.markup import escape
+from textual import work
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.css.scalar import Scalar
-from textual.events import Resize
+from textual.events import Key, Resize
 from textual.screen import Screen
 from textual.widgets import DataTable
 
-from gpudash.ui.layout import progress_columns, progress_room, size_classes
+from gpudash.engine import SPECS_BY_NAME, Selection, selection_for
+from gpudash.protocol.source import Capability
+from gpudash.ui.acting import Acting
+from gpudash.ui.bindings import KEYS, bindings, help_rows
+from gpudash.ui.layout import PLOT_MIN, progress_columns, progress_room, size_classes
+from gpudash.ui.models import JournalScreen
 from gpudash.ui.palette import palette
-from gpudash.ui.screens import DetailScreen
+from gpudash.ui.screens import DetailScreen, FilterScreen
+from gpudash.ui.state import Dashboard
 from gpudash.ui.text import clean
 from gpudash.ui.widgets.action_log import ActionLog, LogEntry
 from gpudash.ui.widgets.footer import DashboardFooter
@@ -34,9 +44,8 @@ from gpudash.ui.widgets.plotview import MemoryPlot
 from gpudash.ui.widgets.progress import ActionProgressPanel
 from gpudash.ui.widgets.unit_panel import UnitPanel, unit_gist, unit_text
 
-if TYPE_CHECKING:
-    from gpudash.ui.app import GpudashApp
-
+ACTIONS = SPECS_BY_NAME  # the destructive actions, by their binding's action name
+HOSTS_ONLY = frozenset(k.action.split("(")[0] for k in KEYS if k.hosts)
 F = TypeVar("F", bound=Callable[..., None])
 
 
@@ -58,13 +67,15 @@ class MainScreen(Screen[None]):
     """Header, hosts, GPUs and the plot, the notice, holders and the unit panel, the
     action panel, the log, the walkthrough line and the footer."""
 
-    def __init__(self) -> None:
-        super().__init__(id="main")
-        self.ready = False  # widgets mounted: drawing may start
+    BINDINGS = bindings("main")
 
-    @property
-    def dashboard(self) -> GpudashApp:
-        return cast("GpudashApp", self.app)
+    def __init__(self, dashboard: Dashboard, acting: Acting) -> None:
+        super().__init__(id="main")
+        self.dashboard = dashboard
+        self.acting = acting
+        self.ready = False  # widgets mounted: drawing may start
+        self._toast_until: dict[tuple[str, str], float] = {}
+        self._key_to_action: dict[str, str] = {}
 
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
@@ -102,6 +113,7 @@ class MainScreen(Screen[None]):
         self.progress_panel.border_title = "Action"
         if len(self.dashboard.views) > 1:
             self.host_list.add_class("-multi")
+        self._key_to_action = keys_to_actions(self.dashboard.keymap)
         self.holders.focus()
         self.ready = True
         self.fit(self.app.size.width, self.app.size.height)
@@ -127,7 +139,7 @@ class MainScreen(Screen[None]):
     @drawing
     def refresh_header(self) -> None:
         app = self.dashboard
-        pal = palette(app)
+        pal = palette(self.app)
         now = app.clock()
         self.header_bar.update(
             header_text(app.views, app.current_host, now, app.stale_after, app.read_only, pal)
@@ -141,7 +153,7 @@ class MainScreen(Screen[None]):
         """Only these hosts' rows of the host list (their samples arrived)."""
         app = self.dashboard
         if len(app.views) > 1:
-            self.host_list.show(app.views, app.clock(), app.stale_after, palette(app),
+            self.host_list.show(app.views, app.clock(), app.stale_after, palette(self.app),
                                 only=hosts)
 
     @drawing
@@ -150,9 +162,9 @@ class MainScreen(Screen[None]):
         if not self.ready:
             return
         app = self.dashboard
-        pal = palette(app)
+        pal = palette(self.app)
         view = app.view
-        with app.batch_update():
+        with self.app.batch_update():
             self.refresh_header()
             self.gpu_table.show(view.snapshot, pal)
             self.gpu_grid.show(view.snapshot, pal)
@@ -172,7 +184,7 @@ class MainScreen(Screen[None]):
         owner, _unit, pid = selection_of(view.triage, app.selected_key)
         group = view.triage.group(owner) if view.triage and owner else None
         process = view.snapshot.process(pid) if view.snapshot and pid is not None else None
-        pal = palette(app)
+        pal = palette(self.app)
         self.unit_panel.show(unit_text(group, process, pal))
         # Too thin for the unit panel: its gist goes on Holders' border, Enter shows it all.
         self.holders.border_subtitle = unit_gist(group, pal) if self.has_class("-thin") else None
@@ -209,9 +221,9 @@ class MainScreen(Screen[None]):
             return
         self.fit_progress()
         self.call_after_refresh(self.fit_progress)  # again once the others are laid out
-        width, height = app.size
+        width, height = self.app.size
         options = app.exec_options
-        panel.show(state.plan, state.progress, state.report, state.error, palette(app),
+        panel.show(state.plan, state.progress, state.report, state.error, palette(self.app),
                    settle=options.settle, term_timeout=options.term_timeout,
                    columns=progress_columns(width, height))
 
@@ -233,7 +245,7 @@ class MainScreen(Screen[None]):
         self, host: str, action: str, outcome: str, ok: bool | None,
         details: Sequence[str] = (),
     ) -> None:
-        pal = palette(self.dashboard)
+        pal = palette(self.app)
         self.action_log.add(
             LogEntry(self.dashboard.clock(), host, action, outcome, ok, tuple(details)),
             pal.success, pal.error,
@@ -254,17 +266,214 @@ class MainScreen(Screen[None]):
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         app = self.dashboard
         if isinstance(event.data_table, HostList) and event.row_key.value is not None:
-            app.action_host(int(event.row_key.value))
+            self.action_host(int(event.row_key.value))
         elif isinstance(event.data_table, HoldersTable):
             view = app.view
             owner, _unit, pid = selection_of(view.triage, app.selected_key)
             group = view.triage.group(owner) if view.triage and owner else None
             process = view.snapshot.process(pid) if view.snapshot and pid is not None else None
             if group is not None:
-                app.push_screen(DetailScreen(clean(owner),
-                                             unit_text(group, process, palette(app))))
+                self.app.push_screen(DetailScreen(clean(owner),
+                                             unit_text(group, process, palette(self.app))))
         elif isinstance(event.data_table, ActionLog):
             entry = self.action_log.entry_at(event.cursor_row)
             if entry is not None:
-                app.push_screen(DetailScreen(f"{entry.action} on {entry.host}",
+                self.app.push_screen(DetailScreen(f"{entry.action} on {entry.host}",
                                              self.action_log.detail(entry)))
+
+    # --- keys: when each applies, the palette, help ----------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        views = len(self.dashboard.views)
+        if action in ACTIONS:
+            if self.app.screen is not self:
+                return False  # under a dialog, or the fleet on top: it acts on no host
+            return self.availability(action)[0]
+        if action in HOSTS_ONLY:
+            index = parameters[0] if parameters else 0
+            return views > 1 and (action != "host" or isinstance(index, int) and index < views)
+        if action == "hide_result":
+            return self.dashboard.result_shown
+        return True
+
+    def availability(self, action: str) -> tuple[bool | None, str]:
+        """(True | None greyed | False hidden, why not) for one of the destructive actions."""
+        app = self.dashboard
+        if app.read_only:
+            return False, "read-only mode: gpudash will not act on any host"
+        if app.running:
+            return None, "an action is running; wait for its result"
+        view = app.view
+        if view.snapshot is None or view.triage is None:
+            return None, f"no sample from {view.name} yet"
+        reason = ACTIONS[action].precheck(view.triage, self.selection())
+        if reason is not None and ACTIONS[action].hidden_unless_fits:
+            return False, reason
+        return (True, "") if reason is None else (None, reason)
+
+    def selection(self) -> Selection:
+        """What the operator points at in the holders view, as the engine takes it."""
+        triage = self.dashboard.view.triage
+        owner, _unit, pid = selection_of(triage, self.dashboard.selected_key)
+        return selection_for(triage, owner, pid)
+
+    def on_key(self, event: Key) -> None:
+        # A disabled action's key reaches here instead of its binding: say why.
+        action = self._key_to_action.get(event.key)
+        if action is not None and self.availability(action)[0] is not True:
+            event.stop()
+            self.action_explain(action)
+
+    def action_explain(self, action: str) -> None:
+        """Say why ``action`` is not available now: once per reason while it shows, so a
+        key pressed eight times does not stack eight notifications."""
+        reason = self.availability(action)[1]
+        title = ACTIONS[action].label
+        now = time.monotonic()
+        if self._toast_until.get((title, reason), 0.0) > now:
+            return
+        self._toast_until[(title, reason)] = now + self.app.NOTIFICATION_TIMEOUT
+        self.app.notify(reason, title=title, severity="warning", markup=False)
+
+    def palette_commands(self) -> list[tuple[str, str, str, bool]]:
+        """(title, help, action, available) of what the command palette offers here.
+
+        Actions that do not fit the selection are offered greyed, with the reason as
+        their help, as the footer greys their keys; read-only mode leaves them out."""
+        app = self.dashboard
+        out: list[tuple[str, str, str, bool]] = []
+        for k in KEYS:
+            if k.where != "main" or not k.palette or (k.hosts and len(app.views) < 2):
+                continue
+            available, reason = (self.availability(k.action) if k.action in ACTIONS
+                                 else (True, ""))
+            if available is True:
+                out.append((k.palette, f"key {app.key_of(k.name)}", k.action, True))
+            elif available is None:
+                out.append((k.palette, f"not now: {reason}", k.action, False))
+        if len(app.views) > 1:
+            for i, v in enumerate(app.views):
+                out.append((f"Host: {clean(v.name)}", f"key {i + 1}", f"host({i})", True))
+        return out
+
+    def help_rows(self) -> list[tuple[str, str, bool | None]]:
+        """The help screen's rows: every key here, greyed where it does not apply now."""
+        available = {name: self.availability(name)[0] for name in ACTIONS}
+        return help_rows("main", self.dashboard.keymap, len(self.dashboard.views), available)
+
+    # --- the destructive actions: each plans, and is confirmed before anything is sent --
+
+    def plan_action(self, action: str) -> None:
+        """Plan ``action`` for the selection and ask for confirmation (or say why not)."""
+        if self.availability(action)[0] is not True:
+            self.action_explain(action)
+            return
+        self.acting.plan(ACTIONS[action], self.dashboard.current_host, self.selection())
+
+    def action_stop_unit(self) -> None:
+        self.plan_action("stop_unit")
+
+    def action_disable_unit(self) -> None:
+        self.plan_action("disable_unit")
+
+    def action_stop_disable(self) -> None:
+        self.plan_action("stop_disable")
+
+    def action_terminate(self) -> None:
+        self.plan_action("terminate")
+
+    def action_kill(self) -> None:
+        self.plan_action("kill")
+
+    def action_reap(self) -> None:
+        self.plan_action("reap")
+
+    def action_reclaim(self) -> None:
+        self.plan_action("reclaim")
+
+    def action_start_unit(self) -> None:
+        self.plan_action("start_unit")
+
+    def action_restart_unit(self) -> None:
+        self.plan_action("restart_unit")
+
+    def action_enable_unit(self) -> None:
+        self.plan_action("enable_unit")
+
+    def action_swap(self) -> None:
+        self.plan_action("swap")
+
+    def action_remove_container(self) -> None:
+        self.plan_action("remove_container")
+
+    # --- the other keys ---------------------------------------------------------------------
+
+    def action_journal(self) -> None:
+        """The selected unit's journal, live."""
+        app = self.dashboard
+        unit = self.selection().unit or selection_of(app.view.triage, app.selected_key)[0]
+        control = app.view.source.control
+        can = Capability.JOURNAL in control.capabilities
+        if unit is None or not can:
+            self.app.notify("Select a unit (or one of its processes) whose journal to show."
+                            if can else "This host cannot show journals.",
+                            title="Journal", severity="warning")
+            return
+        self.app.push_screen(JournalScreen(unit, lambda: control.journal(unit, lines=200)))
+
+    def action_toggle_plot(self) -> None:
+        app = self.dashboard
+        app.plot_all = not app.plot_all
+        self.refresh_plot()
+        if not self.memory_plot.display:
+            width, height = self.app.size
+            self.app.notify(
+                f"Plot set to {'all GPUs' if app.plot_all else 'the selected GPU'}; it shows "
+                f"on a terminal of at least {PLOT_MIN} (this one is {width}x{height}).",
+                title="Memory plot", markup=False,
+            )
+
+    def action_fleet(self) -> None:
+        """The fleet table (several hosts); Enter on a row comes back to that host."""
+        if len(self.dashboard.views) > 1 and not self.dashboard.fleet_shown:
+            self.app.push_screen("fleet")
+
+    def action_next_host(self) -> None:
+        self.action_host((self.dashboard.current_host + 1) % len(self.dashboard.views))
+
+    def action_host(self, index: int) -> None:
+        app = self.dashboard
+        if 0 <= index < len(app.views) and index != app.current_host:
+            app.current_host = index
+            app.selected_key = None
+            self.refresh_view()
+
+    def action_hide_result(self) -> None:
+        self.dashboard.result_shown = False
+        self.refresh_progress()
+
+    @work(exclusive=True, group="filter", exit_on_error=False)
+    async def action_filter(self) -> None:
+        app = self.dashboard
+        text = await self.app.push_screen_wait(FilterScreen(app.holder_filter))
+        if text is None:
+            return
+        app.holder_filter = text.strip()
+        title = "Holders (by owner)"
+        if app.holder_filter:
+            # border titles are markup: the typed text is escaped, never interpreted
+            title += f" — filter: {escape(clean(app.holder_filter))}  (/ to change, empty clears)"
+        self.holders.border_title = title
+        self.refresh_view()
+
+
+def keys_to_actions(keymap: Mapping[str, str]) -> dict[str, str]:
+    """Which destructive action a key means, after the user's keymap (a greyed-out
+    action's key is explained, not ignored)."""
+    out = {spec.key: name for name, spec in ACTIONS.items()} | {"shift+d": "stop_disable"}
+    for name in ACTIONS:
+        keys = keymap.get(f"gpudash.{name}")
+        if keys:
+            out = {k: a for k, a in out.items() if a != name}
+            out |= {k.strip(): name for k in keys.split(",")}
+    return out

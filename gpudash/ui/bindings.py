@@ -1,0 +1,125 @@
+"""Every key of the dashboard, once: its binding (id ``gpudash.<name>``, which a keymap
+file may rebind), its footer label, its help row and its command palette entry.
+
+The screens build their ``BINDINGS``, help rows and palette entries from this table; the
+destructive actions' keys, labels and titles are the engine's specs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import cache
+from types import MappingProxyType
+from typing import Literal
+
+from textual.binding import Binding
+
+from gpudash.engine import SPECS_BY_NAME
+from gpudash.ui.screens import ConfirmModal, FilterScreen, HelpScreen
+
+Where = Literal["main", "fleet", "app"]
+
+
+@dataclass(frozen=True, slots=True)
+class Key:
+    """One key. ``action`` empty: a key a table or Textual handles, listed in help only."""
+
+    where: Where  # the screen that owns it, or the app (every screen)
+    name: str  # the binding id without "gpudash."
+    keys: str  # the default keys
+    action: str = ""
+    label: str = ""  # in the footer
+    help: str = ""  # its help row ("": none)
+    help_keys: str = ""  # the keys as help shows them by default, if not ``keys``
+    palette: str = ""  # its command palette title ("": none)
+    show: bool = True  # in the footer
+    hosts: bool = False  # only with several hosts
+
+    @property
+    def binding_id(self) -> str:
+        return f"gpudash.{self.name}"
+
+    def binding(self) -> Binding:
+        return Binding(self.keys, self.action, self.label, show=self.show, id=self.binding_id)
+
+
+def _help(where: Where, keys: str, text: str) -> Key:
+    return Key(where, "", keys, help=text)
+
+
+KEYS: tuple[Key, ...] = (
+    *(Key("main", name, spec.key, name, spec.label, help=spec.title, palette=spec.title)
+      for name, spec in SPECS_BY_NAME.items()),
+    Key("main", "toggle_plot", "g", "toggle_plot", "Plot all/one",
+        help="Plot: all GPUs / the selected GPU",
+        palette="Plot: toggle all GPUs / selected GPU"),
+    Key("main", "filter", "slash", "filter", "Filter", show=False, help_keys="/",
+        help="Filter the holders (pid, user, unit, command)"),
+    Key("main", "journal", "j", "journal", "Journal", show=False,
+        help="The selected unit's journal, live (/ filters)"),
+    Key("main", "next_host", "h", "next_host", "Next host", hosts=True, help="Switch host"),
+    Key("main", "fleet", "F", "fleet", "Fleet", hosts=True,
+        help="Fleet: every host in one table (type to filter, > < sort, enter opens)",
+        palette="Fleet: every host in one table"),
+    *(Key("main", f"host{n}", str(n), f"host({n - 1})", f"Host {n}", show=False, hosts=True)
+      for n in range(1, 10)),
+    _help("main", "enter", "The selected owner, or log entry, in full"),
+    _help("main", "home, end", "First / last row"),
+    _help("main", "tab", "Move focus: holders, log, GPUs"),
+    Key("main", "hide_result", "x", "hide_result", "Hide result",
+        help="Hide the action result panel"),
+    _help("fleet", "type", "Filter the hosts by name or link state"),
+    Key("fleet", "fleet.clear", "escape", "clear_filter", "Clear the filter", show=False,
+        help="Clear the filter", help_keys="esc"),
+    Key("fleet", "fleet.sort", "greater_than_sign", "sort_next", "Sort by next column",
+        help="Sort by the next column", help_keys=">"),
+    Key("fleet", "fleet.reverse", "less_than_sign", "sort_reverse", "Reverse the order",
+        help="Reverse the order", help_keys="<"),
+    _help("fleet", "enter", "Open the host (F there comes back)"),
+    _help("fleet", "ctrl+q", "Quit"),  # q is typed into the filter there
+    Key("app", "theme", "T", "change_theme", "Theme", help="Pick a theme"),
+    Key("app", "help", "question_mark", "help", "Help"),
+    _help("app", "ctrl+p", "Command palette"),
+    Key("app", "quit", "q", "quit", "Quit", help="Quit"),
+)
+
+# Dialogs keep their few keys themselves; a keymap may rebind these ones' too.
+DIALOGS = (ConfirmModal, HelpScreen, FilterScreen)
+
+
+def bindings(where: Where) -> list[Binding | tuple[str, str] | tuple[str, str, str]]:
+    """The ``BINDINGS`` of ``where``."""
+    return [k.binding() for k in KEYS if k.where == where and k.action]
+
+
+@cache
+def binding_table() -> Mapping[str, tuple[str, str]]:
+    """id -> (default keys, description) of every binding a keymap may rebind."""
+    out = {k.binding_id: (k.keys, k.label) for k in KEYS if k.action}
+    for owner in DIALOGS:
+        for binding in owner.BINDINGS:
+            if isinstance(binding, Binding) and binding.id:
+                out[binding.id] = (binding.key, binding.description)
+    return MappingProxyType(out)
+
+
+def help_rows(where: Where, keymap: Mapping[str, str], hosts: int,
+              available: Mapping[str, bool | None]) -> list[tuple[str, str, bool | None]]:
+    """(keys, what they do, available) of the help rows of ``where``, then the app's: keys
+    as the user's keymap has them; host switching only with several hosts."""
+    rows: list[tuple[str, str, bool | None]] = []
+    for k in _of(where):
+        if not k.help or (k.hosts and hosts < 2):
+            continue
+        keys = keymap.get(k.binding_id, k.help_keys or k.keys) if k.action else k.keys
+        if where == "fleet" and k.where == "app" and len(keys) == 1 and keys.isalnum():
+            continue  # the fleet types it into its filter
+        if k.action == "next_host":
+            keys += f", 1-{min(9, hosts)}"
+        rows.append((keys, k.help, available.get(k.action, True)))
+    return rows
+
+
+def _of(where: Where) -> Iterable[Key]:
+    return [k for k in KEYS if k.where == where] + [k for k in KEYS if k.where == "app"]

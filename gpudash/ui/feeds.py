@@ -1,0 +1,137 @@
+"""Host feeds: one worker per host follows its ``HostSource``; every sample is recorded as
+it arrives (history and triage miss none) and asks only for the redraw that fits what is
+on screen — the shown host's view, another host's row, or its fleet row."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from textual.app import App
+from textual.message import Message
+
+from gpudash.domain.model import HostSnapshot
+from gpudash.domain.triage import HostTriage
+from gpudash.engine import SPECS_BY_NAME
+from gpudash.ui.fleet_screen import FleetScreen
+from gpudash.ui.hosts import follow_host
+from gpudash.ui.main_screen import MainScreen
+from gpudash.ui.messages import HostConnecting, HostFailed, HostUpdated
+from gpudash.ui.state import Dashboard
+from gpudash.ui.text import clean
+from gpudash.ui.throttle import RedrawThrottle
+
+
+class HostFeeds:
+    """Follows every host of ``state`` for ``app`` and keeps the screens drawn."""
+
+    def __init__(self, app: App[int], state: Dashboard, main: MainScreen, fleet: FleetScreen,
+                 interval: float, on_sample: Callable[[int], None]) -> None:
+        self.app, self.state, self.main, self.fleet = app, state, main, fleet
+        self.interval = interval
+        self._on_sample = on_sample  # after each sample's redraw: e.g. re-verify an action
+        self.view_redraw = RedrawThrottle(app, lambda _hosts: self._draw_view())
+        # Another host's sample changes only its row in the host list: those rows are
+        # redrawn together (with 256 hosts, a redraw per sample was most of the CPU).
+        self.rows_redraw = RedrawThrottle(app, self._draw_rows)
+        self._available: tuple[bool | None, ...] = ()
+
+    def start(self) -> None:
+        """A worker per host, and the once-a-second tick."""
+        for index in range(len(self.state.views)):
+            self._follow(index)
+        self.app.set_interval(1.0, self.tick)
+
+    def _follow(self, index: int) -> None:
+        view = self.state.views[index]
+
+        async def loop() -> None:
+            await follow_host(
+                view.source,
+                self.interval,
+                on_snapshot=lambda s, t, lat: self._record(index, s, t, lat),
+                on_error=lambda err, wait: self._post(HostFailed(index, err, wait)),
+                on_connecting=lambda n: self._post(HostConnecting(index, n)),
+            )
+
+        self.app.run_worker(
+            loop(), name=f"host {view.name}", group=f"host-{index}", exclusive=True,
+            exit_on_error=False,
+        )
+
+    def _record(
+        self, index: int, snapshot: HostSnapshot, result: HostTriage, rtt: float | None
+    ) -> None:
+        """Every sample is recorded as it arrives (history and triage miss none); only the
+        redraw it asks for may be merged with the next one's."""
+        self.state.views[index].record(snapshot, result, rtt, self.state.clock())
+        self._post(HostUpdated(index))
+
+    def _post(self, message: Message) -> None:
+        self.app.post_message(message)
+
+    @property
+    def _closing(self) -> bool:
+        return not self.app.screen_stack
+
+    def updated(self, message: HostUpdated) -> None:
+        if self._closing:
+            return
+        if self.state.fleet_shown:  # the host screen is hidden: one fleet row, nothing else
+            self.fleet.host_changed(message.host)
+        elif message.host == self.state.current_host:
+            self.view_redraw.ask()
+            # The footer rebuilds its keys on every refresh_bindings: only when one
+            # changed (availability follows the shown host only).
+            available = tuple(self.main.availability(name)[0] for name in SPECS_BY_NAME)
+            if available != self._available:
+                self._available = available
+                self.app.refresh_bindings()
+        else:
+            self.rows_redraw.ask(message.host)
+        self._on_sample(message.host)
+
+    def _draw_view(self) -> None:
+        if not self._closing:
+            self.main.refresh_view()
+
+    def _draw_rows(self, hosts: set[int]) -> None:
+        if not self._closing and self.main.ready:
+            self.main.refresh_host_rows(hosts)
+
+    def failed(self, message: HostFailed) -> None:
+        if self._closing:
+            return
+        view = self.state.views[message.host]
+        view.state = "error"
+        view.error = clean(message.error)
+        view.retry_at = (None if message.retry_in is None
+                         else self.state.clock() + message.retry_in)
+        self.refresh_header()
+        if self.state.fleet_shown:
+            self.fleet.host_changed(message.host)
+
+    def connecting(self, message: HostConnecting) -> None:
+        if self._closing or not message.attempt:
+            return
+        self.state.views[message.host].state = "reconnecting"
+        self.refresh_header()
+        if self.state.fleet_shown:
+            self.fleet.host_changed(message.host)
+
+    def refresh_header(self) -> None:
+        if self.main.ready and not self.state.fleet_shown:
+            self.main.refresh_header()
+
+    def tick(self) -> None:
+        """Once a second: ages and staleness move on without samples. A header the
+        current host's sample drew less than a second ago is left as it is (a second
+        redraw a second, for "last sample 0.4 s ago")."""
+        if self._closing:
+            return
+        if self.state.fleet_shown:
+            self.fleet.tick()
+        if time.monotonic() - self.view_redraw.last >= 0.9:
+            self.refresh_header()
+        elif len(self.state.views) > 1 and self.main.ready:
+            self.main.refresh_host_rows(set(range(len(self.state.views))))

@@ -1,0 +1,40 @@
+"""What the dashboard reads from the user's files when it starts: settings, keymap and
+themes. A file that is wrong never stops it: what could not be used is one warning each."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from textual.theme import Theme
+
+from gpudash.state import config
+from gpudash.ui.bindings import binding_table
+from gpudash.ui.keymap import load_keymap
+from gpudash.ui.text import clean
+from gpudash.ui.themes import load_themes
+
+
+@dataclass(slots=True)
+class UserFiles:
+    settings: config.Settings
+    keymap: dict[str, str]
+    themes: list[Theme]
+    warnings: list[str] = field(default_factory=list)  # one toast each
+
+    def warn(self, title: str, errors: Sequence[str]) -> None:
+        if errors:
+            self.warnings.append(title + "\n" + "\n".join(map(clean, errors)))
+
+
+def load_user_files(theme_dirs: Sequence[Path] | None) -> UserFiles:
+    """The settings, keymap and themes, and a warning per file (or entry) left out."""
+    settings, settings_errors = config.load()
+    keymap, keymap_errors = load_keymap(bindings=binding_table())
+    themes, theme_errors = load_themes(theme_dirs)
+    files = UserFiles(settings, keymap, themes)
+    files.warn("Settings ignored:", settings_errors)
+    files.warn("Keymap entries ignored:", keymap_errors)
+    files.warn("Theme files that could not be loaded:", theme_errors)
+    return files

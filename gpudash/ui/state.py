@@ -1,0 +1,76 @@
+"""What the screens and the action lifecycle are given of the dashboard: its state and the
+few things they ask of it, typed, so that nothing below the App imports the App."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from gpudash.engine import ExecOptions
+from gpudash.session.controller import ActionController
+from gpudash.state.config import Settings
+from gpudash.ui.hosts import HostView
+
+
+@dataclass(frozen=True, slots=True)
+class LastAction:
+    """The last action on a host, as the action log has it."""
+
+    title: str
+    outcome: str
+    ok: bool | None
+    at: float
+
+
+class Dashboard(Protocol):
+    """The dashboard's state (hosts, the shown host and selection, the action in flight)
+    and what a screen may ask of the app that holds it."""
+
+    views: list[HostView]
+    current_host: int
+    selected_key: str | None
+    running: bool
+    plot_all: bool
+    result_shown: bool
+    holder_filter: str
+    last_actions: dict[str, LastAction]
+    read_only: bool
+    welcome: bool
+    stale_after: float
+    exec_options: ExecOptions
+    controller: ActionController
+    settings: Settings
+    clock: Callable[[], float]
+
+    @property
+    def keymap(self) -> Mapping[str, str]:
+        """binding id -> keys, of the user's keymap file."""
+        ...
+
+    @property
+    def view(self) -> HostView:
+        """The host on screen."""
+        ...
+
+    @property
+    def fleet_shown(self) -> bool:
+        """The fleet table is what the operator sees."""
+        ...
+
+    def key_of(self, action: str) -> str:
+        """The key the user presses for ``action``, after their keymap."""
+        ...
+
+    def drawing_failed(self, where: str, exc: Exception) -> None:
+        """A redraw failed: log it, say it once."""
+        ...
+
+    def open_host(self, index: int) -> None:
+        """Show host ``index``'s screen."""
+        ...
+
+    def log_action(self, host: str, action: str, outcome: str, ok: bool | None,
+                   details: Sequence[str] = ()) -> None:
+        """Add an entry to the action log (and the host's fleet row)."""
+        ...
