@@ -150,3 +150,23 @@ def test_the_host_commands_take_no_shell_and_only_gpudash_s_path() -> None:
     for bad in ("../x.service", "x.service\n", "-x.service", "x.scope"):
         with pytest.raises(ValueError):
             drop_in_argvs(bad, True, sudo=False)
+
+
+def test_the_precheck_agrees_with_the_planner_once_the_unit_is_read() -> None:
+    from gpudash.engine import SPECS, ActionKind, PlanError, Selection
+    from gpudash.engine.config_plans import fix_fits
+
+    demo = DemoHost(speed=20.0)
+    spec = SPECS[ActionKind.FIX]
+    for unit in demo.units:
+        text = asyncio.run(demo.unit_text(unit))
+        snap = asyncio.run(demo.sample())
+        for revert in (False, True):
+            sel = Selection(unit=unit, revert=revert, unit_text=text)
+            reason = fix_fits(snap, sel)
+            try:
+                spec.plan(snap, sel)
+            except PlanError as exc:
+                assert reason == str(exc)
+            else:
+                assert reason is None

@@ -142,13 +142,11 @@ SPECS: dict[ActionKind, ActionSpec] = {
                    "(docker rm)", "X", "Remove", Needs.UNIT, plan_container,
                    container_only, capability=Capability.REMOVE,
                    container_planner=plan_container, hidden_unless_fits=True),
-        # no dashboard key yet (key ""): the CLI's `gpudash fix`
-        ActionSpec(ActionKind.FIX, "fix_unit", FIX_TITLE, "", "Fix", Needs.UNIT, plan_fix,
-                   fix_fits, hidden_unless_fits=True),
+        ActionSpec(ActionKind.FIX, "fix_unit", FIX_TITLE, "c", "Fix config", Needs.UNIT, plan_fix,
+                   fix_fits, hidden_unless_fits=True, in_footer=False),
     )
 }
-# the actions the dashboard binds to keys
-SPECS_BY_NAME = {spec.name: spec for spec in SPECS.values() if spec.key}
+SPECS_BY_NAME = {spec.name: spec for spec in SPECS.values()}
 UNIT_ACTIONS = frozenset(k for k, s in SPECS.items() if s.needs is Needs.UNIT)
 PROCESS_ACTIONS = frozenset(k for k, s in SPECS.items() if s.needs is Needs.PROCESS)
 ACTION_TITLES = {k: s.title for k, s in SPECS.items()}

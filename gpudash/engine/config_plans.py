@@ -30,11 +30,16 @@ def fixable(findings: tuple[Finding, ...]) -> tuple[Finding, ...]:
 
 
 def fix_fits(snapshot: HostSnapshot, sel: Selection) -> str | None:
-    """Why a fix of ``sel.unit`` cannot be planned, read from the snapshot and the unit's
-    ``systemctl cat`` (``sel.unit_text``): the planner's own reasons, without planning."""
+    """Why a fix of ``sel.unit`` cannot be planned. Without ``sel.unit_text`` (the
+    dashboard's precheck: the snapshot alone) whether the lint finds what gpudash's
+    drop-in removes; with it, the planner's own reasons."""
     u = snapshot.unit(unit_name(sel.unit)) if sel.unit else None
     if u is None:
         return None  # the planner says what is wrong with the name
+    if sel.unit_text is None:
+        if not sel.revert and not fixable(findings_of(u)):
+            return f"nothing to fix in {u.name}: the unit lint finds nothing gpudash writes"
+        return None
     try:
         plan_fix(SPEC_FOR_FITS, snapshot, sel)
     except PlanError as exc:
