@@ -85,7 +85,7 @@ def test_help_lists_every_command() -> None:
     cp = subprocess.run([sys.executable, "-m", "gpudash", "--help"], capture_output=True,
                         text=True, timeout=30)
     text = " ".join(cp.stdout.split())
-    assert ("Subcommands: snapshot, reclaim, reap, start, swap, exporter, history, "
+    assert ("Subcommands: snapshot, reclaim, reap, start, swap, fix, exporter, history, "
             "completion") in text, text
 
 
@@ -94,6 +94,7 @@ def test_help_lists_every_command() -> None:
     ("gpudash reap --dr", {"--dry-run"}),
     ("gpudash completion ", {"bash", "zsh", "fish"}),
     ("gpudash swap --from-c", {"--from-container"}),
+    ("gpudash fix --re", {"--revert"}),
 ])
 def test_bash_completes_commands_and_options(line: str, expected: set[str],
                                              tmp_path: Path) -> None:

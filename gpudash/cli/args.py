@@ -15,9 +15,9 @@ from gpudash.domain.model import unit_name
 from gpudash.state import config
 from gpudash.state.logfile import LEVELS
 
-SUBCOMMANDS = ("snapshot", "reclaim", "reap", "start", "swap", "exporter", "history",
+SUBCOMMANDS = ("snapshot", "reclaim", "reap", "start", "swap", "fix", "exporter", "history",
                "completion")
-ACTING = ("reclaim", "reap", "start", "swap")  # subcommands that act (and ask first)
+ACTING = ("reclaim", "reap", "start", "swap", "fix")  # subcommands that act (and ask first)
 
 
 def seconds(low: float, high: float, *, low_inclusive: bool = False) -> Callable[[str], float]:
@@ -98,6 +98,12 @@ DESCRIPTIONS = {
     "start": "Start a unit (and enable it) and follow it loading until it serves: active "
     "without restarts, memory steady, its ready URL answering on the host. A crash loop "
     "is stopped and explained by its log line. Exit 0 only if serving.",
+    "fix": "Remove the cause of the trap from a unit's configuration: write one drop-in of "
+    "gpudash's own (/etc/systemd/system/UNIT.d/50-gpudash.conf) with the settings that "
+    "remove every finding of the unit lint (KillMode, start limits, RestartSec, "
+    "TimeoutStopSec), shown first as a diff of `systemctl cat UNIT`; `systemctl "
+    "daemon-reload`; then prove that `systemctl show` reports them. The unit keeps "
+    "running. --revert removes exactly that file. Exit 0 only if confirmed.",
     "exporter": "Follow the hosts and expose their triage as Prometheus metrics: GPU memory "
     "used/total, orphaned memory per GPU and unit, restarts, crash loops, link up. Only "
     "looks (every host read-only). Runs until SIGTERM or Ctrl+C.",
@@ -180,6 +186,14 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
             which.add_argument("--container", metavar="NAME",
                                help="a Docker or Podman container (name or id): stop it, "
                                "turn its restart policy off, reap what is left")
+        elif command == "fix":
+            p.add_argument("--unit", required=True,
+                           help="the systemd service (.service optional)")
+            p.add_argument("--revert", action="store_true",
+                           help="remove gpudash's drop-in of the unit (only that file) "
+                           "and reload")
+            p.add_argument("--dry-run", action="store_true",
+                           help="print the plan and the diff, and send nothing")
         elif command == "reap":
             which = p.add_mutually_exclusive_group()
             which.add_argument("--unit", help="only the orphans of this systemd unit")
@@ -207,10 +221,11 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
                        "says it was not audited); without it such an action is refused "
                        "(exit 7)")
         freeing = command in ("reclaim", "reap")
-        default = 120.0 if freeing else 1800.0
+        default = 120.0 if freeing else 60.0 if command == "fix" else 1800.0
         p.add_argument("--timeout", type=seconds(0, 86400), default=default, metavar="S",
                        help=f"give up after S seconds (default {default:g}: "
                        + ("memory back)" if freeing else
+                          "systemctl show reports the fix)" if command == "fix" else
                           "a big model loads for 10+ minutes)"))
         p.add_argument("--term-timeout", type=seconds(0, 3600), default=10.0, metavar="S",
                        help="seconds between SIGTERM and SIGKILL (default 10)")
@@ -284,7 +299,7 @@ def parse(argv: list[str]) -> tuple[str | None, argparse.Namespace]:
     if any(h.startswith("@") for h in args.hosts):
         args.hosts = _expand_groups(args.hosts, settings, parser)
     if args.demo_hosts is not None:
-        if command in ("reclaim", "start", "swap") and args.demo_hosts > 1:
+        if command in ("reclaim", "start", "swap", "fix") and args.demo_hosts > 1:
             parser.error(f"{command} acts on one host at a time")
         args.demo = True  # --demo-hosts N is the demo, N hosts of it
     if args.demo and (args.hosts or args.hosts_file):
@@ -296,7 +311,7 @@ def parse(argv: list[str]) -> tuple[str | None, argparse.Namespace]:
             args.hosts = select_hosts(args.hosts, args.hosts_file, args.ssh_config)
         except HostSelectionError as exc:
             parser.error(str(exc))
-    if command in ("reclaim", "start", "swap") and len(args.hosts) > 1:
+    if command in ("reclaim", "start", "swap", "fix") and len(args.hosts) > 1:
         parser.error(f"{command} acts on one host at a time")
     if command == "exporter" and (twice := sorted({h for h in args.hosts
                                                    if args.hosts.count(h) > 1})):
@@ -304,6 +319,15 @@ def parse(argv: list[str]) -> tuple[str | None, argparse.Namespace]:
     if command == "swap" and args.from_unit is not None and (
             unit_name(args.from_unit) == unit_name(args.to_unit)):
         parser.error("--from and --to name the same unit: use start or restart")
+    if command == "fix":
+        from gpudash.transport.commands import validate_unit
+
+        try:
+            validate_unit(unit_name(args.unit))
+        except ValueError as exc:
+            parser.error(f"--unit: {exc}")
+        if not unit_name(args.unit).endswith(".service"):
+            parser.error(f"--unit: gpudash fixes services only, not {args.unit!r}")
     if getattr(args, "from_container", None) is not None:
         from gpudash.transport.commands import validate_container
 

@@ -11,7 +11,7 @@ from enum import IntEnum
 
 
 class Exit(IntEnum):
-    OK = 0  # memory confirmed free (reclaim); every host read (snapshot)
+    OK = 0  # memory confirmed free (reclaim); the fix in force (fix); every host read
     NOT_FREED = 1  # reclaim: not confirmed (the report says why); snapshot: a host has no GPUs
     USAGE = 2  # bad arguments or a plan that makes no sense: nothing was done
     CONNECT = 3  # a host could not be reached or refused us (auth, host key, sudo -n)
@@ -23,7 +23,8 @@ class Exit(IntEnum):
 
 
 EXIT_CODES_HELP = """exit codes:
-  0  memory confirmed free (reclaim) / every host read (snapshot)
+  0  memory confirmed free (reclaim) / every host read (snapshot) /
+     systemctl show reports gpudash's drop-in (fix)
   1  not confirmed: the report names what still holds memory and why (reclaim);
      a host was read but could not report its GPUs (snapshot)
   2  usage or plan error: nothing was done

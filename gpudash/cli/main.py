@@ -9,6 +9,7 @@
     gpudash history [HOST ...]         what was done (the audit), verdicts, GiB back
     gpudash start [HOST] --unit U      start U, follow it loading, prove it serves
     gpudash swap [HOST] --from A --to B   reclaim A with proof, start B, prove it serves
+    gpudash fix [HOST] --unit U        gpudash's drop-in that removes U's lint findings
     gpudash swap [HOST] --from-container C --to B   the same from a Docker/Podman container
     gpudash exporter [HOST ...]        the triage as Prometheus metrics (127.0.0.1:9835)
 
@@ -203,6 +204,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from gpudash.cli.history import cmd_history
 
             return cmd_history(args, term)
+        if command == "fix":
+            from gpudash.cli.fix import run_fix
+
+            return run_fix(args, open_sources(args, demo_speed=20.0)[0], term)
         if command == "reap":
             from gpudash.cli.reap import run_reap
 

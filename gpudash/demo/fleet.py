@@ -122,6 +122,15 @@ class UnreachableHost(HostControl):
                      boot_id: str | None = None) -> SignalOutcome:
         raise self._error()
 
+    async def unit_text(self, unit: str) -> str:
+        raise self._error()
+
+    async def drop_in(self, unit: str, text: str | None) -> CommandResult:
+        raise self._error()
+
+    async def daemon_reload(self, unit: str) -> CommandResult:
+        raise self._error()
+
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
 

@@ -40,6 +40,8 @@ from gpudash.demo.sim import (
     HostSimulation,
     docker_argv,
 )
+from gpudash.demo.unitfiles import reload, unit_file
+from gpudash.domain.dropin import drop_in_path
 from gpudash.domain.model import HostSnapshot, unit_name
 from gpudash.protocol.source import (
     LOOPBACK_HOSTS,
@@ -50,6 +52,7 @@ from gpudash.protocol.source import (
     LogLine,
     ModelUnit,
     SignalOutcome,
+    SourceError,
 )
 
 __all__ = [
@@ -152,6 +155,31 @@ class DemoHost(HostControl):
         if self.read_only:
             return CommandResult(("systemctl", verb, unit), 1, READ_ONLY_REASON)
         return self.sim.systemctl(verb, unit)
+
+    async def unit_text(self, unit: str) -> str:
+        u = self.sim.units.get(unit_name(unit))
+        if u is None:
+            raise SourceError(f"{self.name}: No files found for {unit}.")
+        return unit_file(u)
+
+    async def drop_in(self, unit: str, text: str | None) -> CommandResult:
+        path = drop_in_path(unit_name(unit))
+        argv = ("tee", "--", path) if text is not None else ("rm", "-f", "--", path)
+        if self.read_only:
+            return CommandResult(argv, 1, READ_ONLY_REASON)
+        u = self.sim.units.get(unit_name(unit))
+        if u is None:
+            return CommandResult(argv, 1, f"{unit}: no such unit")
+        u.drop_in = text
+        return CommandResult(argv, 0, "")
+
+    async def daemon_reload(self, unit: str) -> CommandResult:
+        argv = ("systemctl", "daemon-reload")
+        if self.read_only:
+            return CommandResult(argv, 1, READ_ONLY_REASON)
+        for u in self.sim.units.values():
+            reload(u)
+        return CommandResult(argv, 0, "")
 
     async def signal(
         self, pid: int, start_ticks: int | None, sig: int, *, boot_id: str | None = None

@@ -70,6 +70,8 @@ class SimUnit:
     start_limit_burst: int = 5
     timeout_stop_s: float = 90.0
     server: SimServer | None = None  # the model server it runs (None: the incident's own)
+    drop_in: str | None = None  # gpudash's drop-in as on disk (read at daemon-reload)
+    base_settings: dict[str, Any] | None = None  # the unit's own file's, once reloaded
     loads: list[SimLoad] = field(default_factory=list)  # every start, oldest first
 
     @property

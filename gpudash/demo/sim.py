@@ -295,6 +295,10 @@ class HostSimulation:
                 unit.main_pid = None
                 if unit.active and unit.restart in ("always", "on-failure"):
                     unit.restart_at = now + unit.restart_sec
+                    if unit.kill_mode in ("control-group", "mixed"):
+                        # the unit stops (its whole cgroup) before it is started again
+                        for q in [q for q in self.processes.values() if q.unit == unit.name]:
+                            self._die(q)
                 else:
                     unit.active = False
 
@@ -398,7 +402,7 @@ class HostSimulation:
         u.restart_at = None
         main = self.processes.get(u.main_pid) if u.main_pid else None
         victims = [main] if main else []
-        if u.kill_mode == "control-group":
+        if u.kill_mode in ("control-group", "mixed"):
             victims = [p for p in self.processes.values() if p.unit == u.name]
         for p in victims:
             if p is not None:

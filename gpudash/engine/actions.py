@@ -18,6 +18,8 @@ from gpudash.domain.triage import (
     HostTriage,
     OwnerKind,
 )
+from gpudash.engine.config_plans import TITLE as FIX_TITLE
+from gpudash.engine.config_plans import fix_fits, plan_fix
 from gpudash.engine.container_plans import container_only, plan_container, require_container
 from gpudash.engine.plan import (
     ActionKind,
@@ -138,6 +140,8 @@ SPECS: dict[ActionKind, ActionSpec] = {
                    "(docker rm)", "X", "Remove", Needs.UNIT, plan_container,
                    container_only, capability=Capability.REMOVE,
                    container_planner=plan_container, hidden_unless_fits=True),
+        ActionSpec(ActionKind.FIX, "fix_unit", FIX_TITLE, "c", "Fix config", Needs.UNIT, plan_fix,
+                   fix_fits, hidden_unless_fits=True, in_footer=False),
     )
 }
 SPECS_BY_NAME = {spec.name: spec for spec in SPECS.values()}

@@ -14,7 +14,15 @@ from enum import StrEnum
 
 from gpudash.domain.model import Container, Unit
 from gpudash.domain.units import gib, gib_number
-from gpudash.engine.steps import Command, ContainerCommand, Signal, Step, Systemctl
+from gpudash.engine.steps import (
+    Command,
+    ContainerCommand,
+    DaemonReload,
+    DropIn,
+    Signal,
+    Step,
+    Systemctl,
+)
 from gpudash.engine.target import Target
 
 
@@ -31,11 +39,15 @@ class ActionKind(StrEnum):
     ENABLE = "enable"
     SWAP = "swap"
     REMOVE = "remove"  # a stopped container: docker rm
+    FIX = "fix"  # gpudash's drop-in of a unit: written (or, reverting, removed), reloaded
 
 
 STOPPING = frozenset({ActionKind.STOP, ActionKind.STOP_DISABLE, ActionKind.RECLAIM})
 DISABLING = frozenset({ActionKind.DISABLE, ActionKind.STOP_DISABLE, ActionKind.RECLAIM})
 STARTING = frozenset({ActionKind.START, ActionKind.RESTART, ActionKind.SWAP})
+
+
+COMMANDS = (Systemctl, ContainerCommand, DropIn, DaemonReload)  # the steps that are commands
 
 
 class PlanError(ValueError):
@@ -56,6 +68,8 @@ class Selection:
     ready_url: str | None = None  # probed on the host; None: from the unit's port, if known
     footprint: Mapping[int, int] | None = None  # learned MiB per GPU of what is started
     force: bool = False  # start even where the fit check says it will not fit
+    revert: bool = False  # fix: remove gpudash's drop-in instead of writing it
+    unit_text: str | None = None  # fix: ``systemctl cat UNIT`` as read before planning
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +104,7 @@ class Phase:
 
     @property
     def commands(self) -> tuple[Command, ...]:
-        return tuple(s for s in self.steps if isinstance(s, Systemctl | ContainerCommand))
+        return tuple(s for s in self.steps if isinstance(s, COMMANDS))
 
     @property
     def signals(self) -> tuple[Signal, ...]:
@@ -114,6 +128,8 @@ class ActionPlan:
     simulated: bool = False  # planned on the demo host: nothing real is touched
     phases: tuple[Phase, ...] = ()  # (): one phase, ``steps``, proven by the kind's goals
     fit: tuple[str, ...] = ()  # how what is started fits beside what stays (swap)
+    preview: tuple[str, ...] = ()  # fix: the unified diff of the unit's configuration
+    settings: tuple[tuple[str, str, str], ...] = ()  # fix: the drop-in's directives
 
     @property
     def run_phases(self) -> tuple[Phase, ...]:
@@ -122,7 +138,7 @@ class ActionPlan:
 
     @property
     def commands(self) -> tuple[Command, ...]:
-        return tuple(s for s in self.steps if isinstance(s, Systemctl | ContainerCommand))
+        return tuple(s for s in self.steps if isinstance(s, COMMANDS))
 
     @property
     def signals(self) -> tuple[Signal, ...]:
@@ -157,7 +173,9 @@ class ActionPlan:
                 lines.append(f"{indent}{phase.serving.describe()}")
         if not self.steps and not self.phases:
             lines.append("  (nothing to send)")
-        if self.kind in STARTING and not self.expected_free_mib:
+        if self.kind is ActionKind.FIX:
+            pass  # a configuration change frees nothing: no "Expected back" line
+        elif self.kind in STARTING and not self.expected_free_mib:
             pass  # starting frees nothing: no "Expected back" line
         elif self.expected_free_mib:
             per = ", ".join(
@@ -167,6 +185,7 @@ class ActionPlan:
         else:
             lines.append("  Expected back: no GPU memory")
         lines += [f"  Fit: {f}" for f in self.fit]
+        lines += [f"  | {line}" for line in self.preview]
         lines += [f"  ! {n}" for n in self.notes]
         if self.untouched:
             shown = self.untouched[:4]

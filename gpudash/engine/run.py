@@ -18,6 +18,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 from gpudash.domain.model import HostSnapshot
+from gpudash.engine.config_proof import UnitConfigured
 from gpudash.engine.goals import (
     Goal,
     GoalState,
@@ -32,7 +33,7 @@ from gpudash.engine.goals import (
 )
 from gpudash.engine.journal import LOG_TAIL, follow_journal, journal_tail
 from gpudash.engine.options import REVERIFY, ExecOptions, ProgressFn, ReverifyPolicy
-from gpudash.engine.plan import ActionPlan, Phase, Serving
+from gpudash.engine.plan import ActionKind, ActionPlan, Phase, Serving
 from gpudash.engine.proof import freeing_goals
 from gpudash.engine.report import (
     ActionReport,
@@ -40,7 +41,7 @@ from gpudash.engine.report import (
     Progress,
     ServingOutcome,
 )
-from gpudash.engine.steps import ContainerCommand
+from gpudash.engine.steps import ContainerCommand, DaemonReload, DropIn
 from gpudash.engine.target import Target, mem_sum
 from gpudash.engine.verdict import NOT_SENT, conclude, phases_summary
 from gpudash.protocol.source import (
@@ -166,7 +167,9 @@ class _Run:
             for phase in self.plan.run_phases:
                 self.phase = phase
                 began = self.host_now
-                if phase.serving is None:
+                if phase.kind is ActionKind.FIX:
+                    ok = await self._config_phase(act)
+                elif phase.serving is None:
                     ok = await self._freeing_phase(act)
                 else:
                     ok = await self._serving_phase(phase.serving, act)
@@ -223,6 +226,25 @@ class _Run:
             self._conclude(snap, skipped)
         else:
             self._conclude(await self._verify(self._goals(), self.opts.verify_timeout), skipped)
+        return report.confirmed
+
+    async def _config_phase(self, act: bool) -> bool:
+        """gpudash's drop-in written (or removed) and reloaded, then proven on fresh
+        samples: ``systemctl cat`` lists it (or not) and ``systemctl show`` agrees."""
+        report, plan = self.report, self.plan
+        if act and not await self._commands():
+            return False
+        unit = plan.unit_before.name if plan.unit_before is not None else plan.subject
+        goal = UnitConfigured(unit, plan.settings, not plan.selection.revert)
+        snap = await self._verify([goal], self.opts.verify_timeout)
+        report.unit_after = snap.unit(unit)
+        status = self.statuses[0]
+        report.confirmed = status.state is GoalState.MET
+        if report.confirmed:
+            report.summary = f"confirmed: {status.detail}"
+            report.warnings += [n for n in plan.notes if "next stop or restart" in n]
+        else:
+            report.summary = f"NOT confirmed: {status.detail or status.title}"
         return report.confirmed
 
     async def _started_since(self) -> bool:
@@ -368,6 +390,16 @@ class _Run:
                 said = step.describe(self.opts.term_timeout).split("  (")[0]
                 self.tell("commands", said)
                 result = await self._container(step)
+            elif isinstance(step, DropIn):
+                said = f"{step.verb} {step.path}"
+                self.tell("commands", said)
+                argv = ("tee", step.path) if step.text is not None else ("rm", step.path)
+                result = await self._send(argv, self.control.drop_in(step.unit, step.text))
+            elif isinstance(step, DaemonReload):
+                said = "systemctl daemon-reload"
+                self.tell("commands", said)
+                result = await self._send(("systemctl", "daemon-reload"),
+                                          self.control.daemon_reload(step.unit))
             else:
                 said = f"systemctl {step.verb} {step.unit}"
                 self.tell("commands", said)

@@ -53,6 +53,8 @@ class ActionSpec:
     container_planner: Callable[[ActionSpec, HostSnapshot, Selection], ActionPlan] | None = None
     # a rare action: hidden (not greyed) where it does not fit, so it costs no footer room
     hidden_unless_fits: bool = False
+    # a rare action: its key, help row and palette entry, no room in the footer
+    in_footer: bool = True
 
     @property
     def binding_id(self) -> str:

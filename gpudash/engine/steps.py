@@ -1,4 +1,5 @@
-"""The steps of a plan, typed: a ``systemctl`` verb on a unit, or a signal to a pinned process."""
+"""The steps of a plan, typed: a ``systemctl`` verb on a unit, a signal to a pinned
+process, a container command, or gpudash's own drop-in of a unit and the reload after it."""
 
 from __future__ import annotations
 
@@ -64,5 +65,38 @@ class ContainerCommand:
         return f"{self.runtime} {verb} {self.name}  ({self.container[:12]})"
 
 
-Command = Systemctl | ContainerCommand
-Step = Systemctl | ContainerCommand | Signal
+@dataclass(frozen=True, slots=True)
+class DropIn:
+    """Write gpudash's drop-in of ``unit`` (``text``), or remove it (``text`` None).
+
+    ``path`` is what the operator is shown; the host control builds the path it writes
+    from the validated unit name again, never from this field."""
+
+    unit: str
+    path: str
+    text: str | None
+
+    @property
+    def verb(self) -> str:
+        return "write drop-in" if self.text is not None else "remove drop-in"
+
+    def describe(self, term_timeout: float) -> str:
+        if self.text is None:
+            return f"rm {self.path}"
+        return f"install -d {self.path.rsplit('/', 1)[0]} && tee {self.path}  (shown below)"
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonReload:
+    """``systemctl daemon-reload``: systemd reads the unit files again (``unit``: the one
+    whose properties are then read afresh)."""
+
+    unit: str
+    verb = "daemon-reload"
+
+    def describe(self, term_timeout: float) -> str:
+        return "systemctl daemon-reload"
+
+
+Command = Systemctl | ContainerCommand | DropIn | DaemonReload
+Step = Systemctl | ContainerCommand | DropIn | DaemonReload | Signal

@@ -73,6 +73,7 @@ class Capability(StrEnum):
     MODEL_UNITS = "model-units"  # ``model_units``: the model-server units installed
     HTTP_PROBE = "http-probe"  # ``probe_http``: a GET on the host's own loopback
     # (``LOOPBACK_HOSTS``: the host program's own list, the one it asks by)
+    DROP_IN = "drop-in"  # ``unit_text``, ``drop_in``, ``daemon_reload``: gpudash fix
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +112,21 @@ class HostControl(Protocol):
         self, runtime: str, verb: str, container: str, stop_timeout: int = 10
     ) -> CommandResult:
         """Run ``docker|podman VERB CONTAINER`` (verb: stop, no-restart, rm)."""
+        ...
+
+    async def unit_text(self, unit: str) -> str:
+        """``Capability.DROP_IN``: ``systemctl cat UNIT`` (host text); ``SourceError``
+        when it cannot be read."""
+        ...
+
+    async def drop_in(self, unit: str, text: str | None) -> CommandResult:
+        """``Capability.DROP_IN``: write gpudash's drop-in of ``unit`` (its path built
+        here from the validated name), or remove exactly that file (``text`` None)."""
+        ...
+
+    async def daemon_reload(self, unit: str) -> CommandResult:
+        """``Capability.DROP_IN``: ``systemctl daemon-reload``; ``unit``'s properties are
+        read afresh in the next sample."""
         ...
 
     async def signal(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import signal
 
+from gpudash.domain.dropin import drop_in_dir, drop_in_path
 from gpudash.domain.model import UNIT_SUFFIXES
 
 SYSTEMCTL_VERBS = frozenset({"stop", "disable", "start", "enable"})
@@ -83,3 +84,34 @@ def systemctl_argv(verb: str, unit: str, *, sudo: bool) -> list[str]:
     """``[sudo -n] systemctl VERB -- UNIT`` after validating both."""
     argv = ["systemctl", validate_verb(verb), "--", validate_unit(unit)]
     return ["sudo", "-n", *argv] if sudo else argv
+
+
+def _service(unit: str) -> str:
+    unit = validate_unit(unit)
+    if not unit.endswith(".service"):
+        raise ValueError(f"gpudash writes drop-ins of services only, not {unit!r}")
+    return unit
+
+
+def drop_in_argvs(unit: str, writing: bool, *, sudo: bool) -> list[list[str]]:
+    """The commands that write gpudash's drop-in of ``unit`` (its text on the last one's
+    stdin: ``install -d DIR``, ``tee PATH``) or remove exactly that file; no shell, the
+    path built here from the validated name."""
+    unit = _service(unit)
+    path = drop_in_path(unit)
+    if writing:
+        argvs = [["install", "-d", "-m", "0755", "--", drop_in_dir(unit)],
+                 ["tee", "--", path]]
+    else:
+        argvs = [["rm", "-f", "--", path]]
+    return [["sudo", "-n", *a] if sudo else a for a in argvs]
+
+
+def daemon_reload_argv(*, sudo: bool) -> list[str]:
+    argv = ["systemctl", "daemon-reload"]
+    return ["sudo", "-n", *argv] if sudo else argv
+
+
+def cat_argv(unit: str) -> list[str]:
+    """``systemctl cat -- UNIT``: reading needs no root (unit files are world-readable)."""
+    return ["systemctl", "--no-pager", "cat", "--", _service(unit)]

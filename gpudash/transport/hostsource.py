@@ -41,7 +41,10 @@ from gpudash.transport.collectors import (
     request,
 )
 from gpudash.transport.commands import (
+    cat_argv,
     container_argv,
+    daemon_reload_argv,
+    drop_in_argvs,
     systemctl_argv,
     validate_pid,
     validate_signal,
@@ -220,6 +223,45 @@ class SourceControl:
         self.source.poke(unit)
         return result
 
+    async def unit_text(self, unit: str) -> str:
+        """``systemctl cat -- UNIT`` on the host (host text: shown, never run)."""
+        argv = cat_argv(unit)
+        await self.source.collector()
+        result = await self.source.connection.run(argv, QUERY_TIMEOUT_S)
+        if result.returncode is None:
+            raise LinkLost(f"{self.source.name}: {unit} not read: {result.output}")
+        if not result.ok:
+            raise SourceError(f"{self.source.name}: systemctl cat {unit} failed "
+                              f"({result.returncode}): {result.output.strip()[:200]}")
+        return result.output
+
+    async def drop_in(self, unit: str, text: str | None) -> CommandResult:
+        """Write gpudash's drop-in of ``unit`` (``install -d``, then ``tee`` with the text
+        on its stdin) or remove exactly that file; through ``sudo -n`` as every action."""
+        writing = text is not None
+        count = len(drop_in_argvs(unit, writing, sudo=False))  # validated before any runs
+        data = None if text is None else text.encode()
+        result = CommandResult((), 1, "nothing run")
+        for i in range(count):
+            def argv_of(sudo: bool, i: int = i) -> list[str]:
+                return drop_in_argvs(unit, writing, sudo=sudo)[i]
+
+            result = await self._administer(argv_of, QUERY_TIMEOUT_S,
+                                            stdin=data if i == count - 1 else None)
+            if not result.ok:
+                break
+        if result.ok and writing:  # tee echoes the text: the record keeps no copy of it
+            result = dataclasses.replace(result, output="")
+        return result
+
+    async def daemon_reload(self, unit: str) -> CommandResult:
+        """``[sudo -n] systemctl daemon-reload``; ``unit`` is read afresh next sample."""
+        validate_unit(unit)
+        result = await self._administer(lambda sudo: daemon_reload_argv(sudo=sudo),
+                                        SYSTEMCTL_TIMEOUT_S)
+        self.source.poke(unit)
+        return result
+
     async def container(
         self, runtime: str, verb: str, container: str, stop_timeout: int = 10
     ) -> CommandResult:
@@ -234,7 +276,7 @@ class SourceControl:
 
     async def _administer(
         self, argv_of: Callable[[bool], list[str]], timeout_s: float,
-        before: Callable[[], None] | None = None,
+        before: Callable[[], None] | None = None, stdin: bytes | None = None,
     ) -> CommandResult:
         """Run the command ``argv_of(sudo)`` builds (and validates, before anything runs):
         refused when read-only; through ``sudo -n`` only where the login is not root."""
@@ -249,7 +291,7 @@ class SourceControl:
         if before is not None:
             before()
         return await source.connection.run(
-            argv_of(source.sudo and not collector.facts.is_root), timeout_s)
+            argv_of(source.sudo and not collector.facts.is_root), timeout_s, stdin)
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)

@@ -120,9 +120,11 @@ class Connection(ABC):
         """Start ``command`` (argv, or a shell command line) on the live link."""
 
     @abstractmethod
-    async def run(self, argv: list[str], limit_s: float) -> CommandResult:
-        """Run ``argv`` to completion (stdout and stderr together). Never raises for
-        the host's sake: a lost link is ``returncode=None`` with the reason."""
+    async def run(self, argv: list[str], limit_s: float, stdin: bytes | None = None
+                  ) -> CommandResult:
+        """Run ``argv`` to completion (stdout and stderr together), ``stdin`` on its
+        standard input (else none). Never raises for the host's sake: a lost link is
+        ``returncode=None`` with the reason."""
 
     @abstractmethod
     def link_down(self) -> bool: ...

@@ -99,11 +99,12 @@ class LocalConnection(Connection):
             raise ConnectError(f"cannot start the local collector: {exc}") from exc
         return ProcessPipe(self.name, proc, self.line_limit)
 
-    async def run(self, argv: list[str], limit_s: float) -> CommandResult:
+    async def run(self, argv: list[str], limit_s: float, stdin: bytes | None = None
+                  ) -> CommandResult:
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
-                stdin=asyncio.subprocess.DEVNULL,
+                stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
                 env=self.env,
@@ -111,7 +112,7 @@ class LocalConnection(Connection):
         except OSError as exc:
             return CommandResult(tuple(argv), 127, str(exc))
         try:
-            out, _ = await asyncio.wait_for(proc.communicate(), limit_s)
+            out, _ = await asyncio.wait_for(proc.communicate(stdin), limit_s)
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()

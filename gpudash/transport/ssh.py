@@ -392,25 +392,32 @@ class SshConnection(Connection):
             raise LinkLost(f"{self.name}: cannot open a channel: {exc}") from None
         return SshPipe(self.name, proc, link.down, self.line_limit)
 
-    async def run(self, argv: list[str], limit_s: float) -> CommandResult:
+    async def run(self, argv: list[str], limit_s: float, stdin: bytes | None = None
+                  ) -> CommandResult:
         link = self.link
         if link is None:
             return CommandResult(tuple(argv), None, "not connected")
         try:
-            status, output = await asyncio.wait_for(self._run(link, shlex.join(argv)), limit_s)
+            status, output = await asyncio.wait_for(
+                self._run(link, shlex.join(argv), stdin), limit_s)
         except TimeoutError:
             return CommandResult(tuple(argv), None, f"no answer within {limit_s:g} s")
         except (OSError, asyncssh.Error) as exc:
             return CommandResult(tuple(argv), None, f"link lost: {exc}")
         return CommandResult(tuple(argv), status, output)
 
-    async def _run(self, link: SshLink, line: str) -> tuple[int | None, str]:
-        """Run ``line`` to its end; its exit status and the last ``RUN_OUTPUT_MAX`` bytes
-        of its output (stdout and stderr together), invalid UTF-8 replaced."""
+    async def _run(self, link: SshLink, line: str, stdin: bytes | None = None
+                   ) -> tuple[int | None, str]:
+        """Run ``line`` to its end (``stdin`` on its input, then EOF); its exit status and
+        the last ``RUN_OUTPUT_MAX`` bytes of its output (stdout and stderr together),
+        invalid UTF-8 replaced."""
         proc = await link.conn.create_process(line, encoding=None, stderr=asyncssh.STDOUT)
         kept = bytearray()
         cut = 0
         try:
+            if stdin is not None:
+                proc.stdin.write(stdin)
+                proc.stdin.write_eof()
             while chunk := await proc.stdout.read(1 << 16):
                 kept += chunk
                 if len(kept) > RUN_OUTPUT_MAX:

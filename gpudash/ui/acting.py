@@ -74,6 +74,9 @@ class Acting:
             # what proves it serves is asked of the host first
             self._run(self._plan_start(spec, host, selection), "prepare")
             return
+        if spec.kind is ActionKind.FIX:  # the unit's configuration is read first
+            self._run(self._plan_fix(spec, host, selection), "prepare")
+            return
         snapshot = self.state.views[host].snapshot
         assert snapshot is not None
         try:
@@ -108,6 +111,21 @@ class Acting:
                 unit=sel.unit, container=sel.container if spec.kind is ActionKind.SWAP else None,
                 target=target if spec.kind is ActionKind.SWAP else None,
                 ready_url=url, footprint=learned))
+        except (PlanError, SourceError) as exc:
+            self.app.notify(str(exc), title=spec.title, severity="warning")
+            return
+        self._run(self._confirm_and_run(plan, host), "confirm")
+
+    async def _plan_fix(self, spec: ActionSpec, host: int, sel: Selection) -> None:
+        """fix: read ``systemctl cat`` of the unit, plan from a fresh sample, confirm (the
+        dialog shows the diff)."""
+        control = self.state.views[host].source.control
+        try:
+            if Capability.DROP_IN not in control.capabilities or sel.unit is None:
+                raise PlanError("this host cannot be given a drop-in")
+            text = await control.unit_text(sel.unit)
+            snapshot = await control.sample()
+            plan = spec.plan(snapshot, Selection(unit=sel.unit, unit_text=text))
         except (PlanError, SourceError) as exc:
             self.app.notify(str(exc), title=spec.title, severity="warning")
             return

@@ -49,7 +49,8 @@ def _help(where: Where, keys: str, text: str) -> Key:
 
 
 KEYS: tuple[Key, ...] = (
-    *(Key("main", name, spec.key, name, spec.label, help=spec.title, palette=spec.title)
+    *(Key("main", name, spec.key, name, spec.label, help=spec.title, palette=spec.title,
+          show=spec.in_footer)
       for name, spec in SPECS_BY_NAME.items()),
     Key("main", "toggle_plot", "g", "toggle_plot", "Plot all/one",
         help="Plot: all GPUs / the selected GPU",

@@ -405,6 +405,9 @@ class MainScreen(Screen[None]):
     def action_swap(self) -> None:
         self.plan_action("swap")
 
+    def action_fix_unit(self) -> None:
+        self.plan_action("fix_unit")
+
     def action_remove_container(self) -> None:
         self.plan_action("remove_container")
 
