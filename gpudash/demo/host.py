@@ -25,7 +25,7 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from urllib.parse import urlsplit
 
-from gpudash.demo.records import HZ, SimContainer, SimProcess, SimUnit
+from gpudash.demo.records import HZ, SimContainer, SimProcess, SimUnit, docker_argv
 from gpudash.demo.sim import (
     DEEPSEEK,
     EMBED_ID,
@@ -38,7 +38,6 @@ from gpudash.demo.sim import (
     NOTEBOOK_MIB,
     RERANK,
     HostSimulation,
-    docker_argv,
 )
 from gpudash.demo.unitfiles import reload, unit_file
 from gpudash.domain.dropin import drop_in_path

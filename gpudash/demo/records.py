@@ -148,3 +148,10 @@ def unit_view(u: SimUnit) -> Unit:
         cuda_visible_devices=(",".join(map(str, u.server.gpus)) if u.server is not None
                               else None),
     )
+
+
+def docker_argv(runtime: str, verb: str, container: str, stop_timeout: int) -> tuple[str, ...]:
+    """What ``docker`` is run with for one of the container verbs."""
+    words = {"stop": ["stop", "-t", str(stop_timeout)], "no-restart": ["update",
+             "--restart=no"], "rm": ["rm"]}.get(verb, [verb])
+    return (runtime, *words, "--", container)

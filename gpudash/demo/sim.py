@@ -19,6 +19,7 @@ from gpudash.demo.records import (
     SimProcess,
     SimUnit,
     container_view,
+    docker_argv,
     process_view,
     unit_view,
 )
@@ -495,9 +496,3 @@ class HostSimulation:
         return [(self.boot_epoch + t, line) for load in u.loads
                 for t, line in load.lines_until(now)]
 
-
-def docker_argv(runtime: str, verb: str, container: str, stop_timeout: int) -> tuple[str, ...]:
-    """What ``docker`` is run with for one of the container verbs."""
-    words = {"stop": ["stop", "-t", str(stop_timeout)], "no-restart": ["update",
-             "--restart=no"], "rm": ["rm"]}.get(verb, [verb])
-    return (runtime, *words, "--", container)

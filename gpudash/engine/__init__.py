@@ -21,6 +21,14 @@ from gpudash.engine.actions import (
     selected_owner,
     selection_for,
 )
+from gpudash.engine.execute import (
+    REVERIFY,
+    ExecOptions,
+    ProgressFn,
+    ReverifyPolicy,
+    execute,
+    reverify,
+)
 from gpudash.engine.plan import (
     STARTING,
     ActionKind,
@@ -32,14 +40,6 @@ from gpudash.engine.plan import (
     plan_changes,
 )
 from gpudash.engine.report import ActionReport, GpuOutcome, Leftover, Progress, unit_state
-from gpudash.engine.run import (
-    REVERIFY,
-    ExecOptions,
-    ProgressFn,
-    ReverifyPolicy,
-    execute,
-    reverify,
-)
 from gpudash.engine.steps import Signal, Step, Systemctl
 from gpudash.engine.target import Target
 

@@ -1,4 +1,5 @@
-"""Carrying out a plan and proving it: commands, pinned signals, then goals checked.
+"""One run of a plan: commands, pinned signals, then goals checked (``engine.execute``
+starts one).
 
 Signals go out only through ``HostControl.signal``, which re-checks each (pid, start time)
 on the host itself. Verification checks the plan's goals (``gpudash.engine.goals``) on
@@ -32,7 +33,7 @@ from gpudash.engine.goals import (
     unit_memory,
 )
 from gpudash.engine.journal import LOG_TAIL, follow_journal, journal_tail
-from gpudash.engine.options import REVERIFY, ExecOptions, ProgressFn, ReverifyPolicy
+from gpudash.engine.options import ExecOptions, ProgressFn
 from gpudash.engine.plan import ActionKind, ActionPlan, Phase, Serving
 from gpudash.engine.proof import freeing_goals
 from gpudash.engine.report import (
@@ -52,7 +53,7 @@ from gpudash.protocol.source import (
 )
 from gpudash.serving.logsigns import failure, load_progress
 
-__all__ = ["REVERIFY", "ExecOptions", "ProgressFn", "ReverifyPolicy", "execute", "reverify"]
+__all__ = ["Run"]
 
 log = logging.getLogger("gpudash.engine")
 
@@ -61,45 +62,7 @@ CRASH_LOG_WAIT_S = 0.5
 FOLLOWER_STOP_S = 2.0  # how long the verdict waits for a cancelled follower to finish
 
 
-async def execute(
-    plan: ActionPlan,
-    control: HostControl,
-    options: ExecOptions | None = None,
-    progress: ProgressFn | None = None,
-    *,
-    report: ActionReport | None = None,
-) -> ActionReport:
-    """Carry out ``plan`` and follow the memory until it is confirmed back or explained.
-
-    Pass ``report`` to keep hold of it if the task is cancelled: it is then marked
-    ``interrupted`` with everything sent so far, and ``CancelledError`` propagates.
-    """
-    run = _Run(plan, control, options or ExecOptions(), progress, report)
-    return await run.go(act=True)
-
-
-async def reverify(
-    plan: ActionPlan,
-    control: HostControl,
-    options: ExecOptions | None = None,
-    progress: ProgressFn | None = None,
-    *,
-    report: ActionReport | None = None,
-) -> ActionReport:
-    """After a link loss left ``plan``'s outcome unknown: follow the memory again, act never.
-
-    Nothing is re-sent: a signal that may or may not have arrived is not repeated on a
-    guess. The report says what the host shows now, per GPU and per pinned process.
-    """
-    run = _Run(plan, control, options or ExecOptions(), progress, report)
-    result = await run.go(act=False)
-    result.reverified = True
-    if not result.unknown:
-        result.summary = "re-verified after reconnecting: " + result.summary
-    return result
-
-
-class _Run:
+class Run:
     """One execution of a plan: the report being filled and the numbers shown live."""
 
     def __init__(
