@@ -8,7 +8,9 @@ a reclaim on the host whose unit was stopped with its workers left behind.
 
 ``python screenshots/regenerate.py [THEME] --swap`` saves the model swap instead: its plan
 (swap-plan.svg), the next model loading (swap-loading.svg), serving (swap-serving.svg), and
-a swap into a model that cannot load, stopped and explained (swap-failed.svg).
+and a swap into a model whose learned footprint fits but that cannot load, stopped and
+explained (swap-failed.svg; with nothing learned its start is refused before anything is
+sent).
 """
 
 from __future__ import annotations
@@ -48,20 +50,20 @@ async def main(theme: str, suffix: str, size: tuple[int, int]) -> None:
     async with app.run_test(size=size) as pilot:
         await until(pilot, lambda: len(app.view.history) >= 8)
         main_pid = app.view.snapshot.unit(MINIMAX).main_pid
-        app.holders.select_key(f"p:{main_pid}")
+        app.main.holders.select_key(f"p:{main_pid}")
         await pilot.pause(0.2)
         await pilot.press("k")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await until(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("y")
         await until(pilot, lambda: len(app.reports) == 1)
         await until(pilot, lambda: app.view.triage is not None and app.view.triage.orphans())
         await pilot.pause(2.0)  # some history after the respawn
-        app.action_hide_result()
-        app.holders.select_key(f"u:{MINIMAX}")
+        app.main.action_hide_result()
+        app.main.holders.select_key(f"u:{MINIMAX}")
         await pilot.pause(0.5)
         app.save_screenshot(f"main{suffix}.svg", str(HERE))
         await pilot.press("r")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await until(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.pause(0.3)
         app.save_screenshot(f"confirm-reclaim{suffix}.svg", str(HERE))
         await pilot.press("y")
@@ -88,11 +90,11 @@ async def fleet(theme: str, suffix: str, size: tuple[int, int]) -> None:
         await pilot.pause(0.2)
         app.fleet.table.move_cursor(row=3)  # demo-gpu04: stopped, its workers left behind
         await pilot.press("enter")
-        await until(pilot, lambda: app.availability("reclaim")[0] is True)
-        app.holders.select_key(f"u:{MINIMAX}")
+        await until(pilot, lambda: app.main.availability("reclaim")[0] is True)
+        app.main.holders.select_key(f"u:{MINIMAX}")
         await pilot.pause(0.2)
         await pilot.press("r")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await until(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("y")
         await until(pilot, lambda: len(app.reports) == 1, within=60)
         await pilot.press("F")
@@ -107,6 +109,19 @@ def progress_text(app: GpudashApp) -> str:
     return str(app.query_one("#progress").render())
 
 
+def learn_deepseek_smaller() -> None:
+    """DeepSeek once served here in 90 GiB a GPU: the fit check lets its start through,
+    and vLLM's own start-up check (0.99 of each GPU) fails beside alice's kernel."""
+    import json
+
+    from gpudash.state import footprints
+
+    path = footprints.store_path(simulated=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"demo-gpu01": {DEEPSEEK: {
+        "mib_per_gpu": {str(g): 92_160 for g in range(8)}, "ready_s": 60.0, "seen_at": 1.0}}}))
+
+
 async def swap(theme: str, to: str, size: tuple[int, int]) -> None:
     demo = DemoHost(speed=8, release_delay=1, containers=True)  # as gpudash --demo
     app = GpudashApp(
@@ -115,14 +130,14 @@ async def swap(theme: str, to: str, size: tuple[int, int]) -> None:
     )
     async with app.run_test(size=size) as pilot:
         await until(pilot, lambda: len(app.view.history) >= 8)
-        app.holders.select_key(f"u:{MINIMAX}")
+        app.main.holders.select_key(f"u:{MINIMAX}")
         await pilot.pause(0.3)
         await pilot.press("w")
         await until(pilot, lambda: type(app.screen).__name__ == "ModelPicker")
         await pilot.press(*("kimi" if to == KIMI else "deepseek"))
         await pilot.pause(0.3)
         await pilot.press("enter")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await until(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.pause(0.3)
         if to == KIMI:
             app.save_screenshot("swap-plan.svg", str(HERE))
@@ -142,6 +157,7 @@ if __name__ == "__main__":
     args = [a for a in sys.argv[1:] if a != "--swap"]
     chosen = args[0] if args else "gpudash-night"
     if "--swap" in sys.argv:
+        learn_deepseek_smaller()  # for the swap that starts, then crash-loops
         for target in (KIMI, DEEPSEEK):
             asyncio.run(swap(chosen, target, SIZES[""]))
     else:
