@@ -310,3 +310,42 @@ async def test_a_crash_the_followed_log_lags_behind_is_still_explained_by_its_li
     assert report.serving.failure_line is not None, report.summary
     assert "Free memory on device" in report.serving.failure_line
     assert "Free memory on device" in report.summary
+
+
+# --- a swap whose next model does not serve: the old one again (issue 19, item 4) ---------
+
+DEEPSEEK_LEARNED = dict.fromkeys(range(8), 92_160)  # it once served here in 90 GiB a GPU
+
+
+async def test_a_swap_that_does_not_serve_rolls_back_to_the_old_model_serving() -> None:
+    # Seen before: swap Kimi -> DeepSeek (too big) left nothing serving, said nothing of it,
+    # and no way back but by hand.
+    demo = DemoHost(speed=100.0, release_delay=1.0)
+    plan = SPECS[ActionKind.SWAP].plan(await demo.sample(), Selection(
+        unit=MINIMAX, target=DEEPSEEK, footprint=DEEPSEEK_LEARNED))
+    text = "\n".join(plan.describe())
+    assert "if it does not serve: rollback, the old one again" in text
+    assert f"    $ systemctl start {MINIMAX}\n    $ systemctl enable {MINIMAX}" in text, text
+    report = await execute(plan, demo, FAST)
+    assert not report.confirmed
+    assert [(ph.name, ph.confirmed) for ph in report.phases] == [
+        ("reclaim", True), ("start", False), ("rollback", True)]
+    assert report.serving is not None and report.serving.unit == DEEPSEEK
+    assert report.serving.stopped and "Free memory" in (report.serving.failure_line or "")
+    back = report.rollback
+    assert back is not None and back.serving and back.unit == MINIMAX
+    assert demo.units[MINIMAX].active and demo.units[MINIMAX].unit_file_state == "enabled"
+    assert f"rolled back: {MINIMAX} serves again" in report.warnings
+    assert "rollback: " + MINIMAX + " SERVING again" in "\n".join(report.describe())
+
+
+async def test_without_rollback_it_says_nothing_serves_on_the_host_now() -> None:
+    demo = DemoHost(speed=100.0, release_delay=1.0)
+    plan = SPECS[ActionKind.SWAP].plan(await demo.sample(), Selection(
+        unit=MINIMAX, target=DEEPSEEK, footprint=DEEPSEEK_LEARNED, rollback=False))
+    assert plan.rollback is None
+    report = await execute(plan, demo, FAST)
+    assert [ph.name for ph in report.phases] == ["reclaim", "start"]
+    assert (f"nothing serves on this host now: {MINIMAX} was reclaimed, {DEEPSEEK} does not "
+            "serve, no rollback") in report.warnings, report.warnings
+    assert not demo.units[MINIMAX].active

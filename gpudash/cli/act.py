@@ -91,7 +91,8 @@ def run_swap(args: argparse.Namespace, source: HostSource, term: Terminal) -> in
                                              simulated=snap.source is SourceKind.DEMO)
         return SPECS[ActionKind.SWAP].plan(snap, Selection(
             unit=old, container=args.from_container, target=new, enable=args.enable,
-            ready_url=url, footprint=learned, force=args.force))
+            ready_url=url, footprint=learned, force=args.force,
+            rollback=not args.no_rollback))
 
     return run_action(args, source, term, make)
 

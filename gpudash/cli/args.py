@@ -180,6 +180,10 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
                                 "is left")
             p.add_argument("--to", dest="to_unit", required=True, metavar="UNIT",
                            help="the unit to start once the memory is back")
+            p.add_argument("--no-rollback", action="store_true",
+                           help="when the new unit does not serve, leave the old one "
+                           "stopped (default: start it again, enabled again if it was, and "
+                           "prove it serves)")
         elif command == "reclaim":
             which = p.add_mutually_exclusive_group(required=True)
             which.add_argument("--unit", help="the systemd unit (.service optional)")

@@ -199,16 +199,16 @@ class HostSimulation:
 
     def _launch(self, unit: SimUnit) -> None:
         """systemd starts the unit's main process (by hand or automatically)."""
-        if unit.server is None or unit.name == MINIMAX:
-            # The incident's server: respawned, it squeezes in and fails to load the model.
-            self._start_server(unit, age=0.0, worker_mib=RESPAWN_MIB)
+        used = self._used()
+        free = min(GPU_TOTAL_MIB - used[g] for g in unit.server.gpus) if unit.server else 0
+        if unit.server is None or (unit.name == MINIMAX and free < unit.server.need_mib(
+                GPU_TOTAL_MIB)):  # the incident's server, respawned beside its old workers:
+            self._start_server(unit, age=0.0, worker_mib=RESPAWN_MIB)  # squeezes in, fails
             return
         server, now = unit.server, self.now()
         main = self.spawn(ppid=1, user="root", name="python3", cmdline=server.cmdline(),
                           unit=unit.name, cpu_pct=40.0, rss_mib=4 * 1024)
         unit.main_pid = main.pid
-        used = self._used()
-        free = min(GPU_TOTAL_MIB - used[g] for g in server.gpus)
         load = SimLoad(server, now, server.need_mib(GPU_TOTAL_MIB), free)
         load.script(GPU_TOTAL_MIB)
         unit.loads.append(load)
@@ -250,8 +250,8 @@ class HostSimulation:
     def _load(self, unit: SimUnit, now: float) -> None:
         """A started server's workers take their memory as the shards load, or it crashes."""
         load = unit.load
-        if unit.server is None or unit.name == MINIMAX or load is None or unit.main_pid is None:
-            return
+        if unit.server is None or load is None or load.need_mib == 0 or unit.main_pid is None:
+            return  # (need 0: the incident's server as it has served for hours)
         crash = load.crash_at
         if crash is not None and now >= crash:
             for p in [p for p in self.processes.values() if p.unit == unit.name]:

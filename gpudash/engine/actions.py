@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpudash.domain.model import HostSnapshot
+from gpudash.domain.model import HostSnapshot, Unit
 from gpudash.domain.owners import (
     Capability,
 )
@@ -27,6 +27,7 @@ from gpudash.engine.plan import (
     Phase,
     PlanError,
     Selection,
+    Serving,
     plan_changes,
 )
 from gpudash.engine.planners import (
@@ -43,6 +44,8 @@ from gpudash.engine.planners import (
     startable,
 )
 from gpudash.engine.spec import ActionSpec, Needs, selected_owner
+from gpudash.engine.steps import Systemctl
+from gpudash.serving.modelservers import port_of, server_kind
 
 __all__ = [
     "ACTION_TITLES", "PROCESS_ACTIONS", "SPECS", "SPECS_BY_NAME", "UNIT_ACTIONS", "ActionSpec",
@@ -87,10 +90,11 @@ def plan_swap(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Actio
                   {t.pid for t in reclaim.targets}, f" once {source_name} is reclaimed")
     start = start_steps(target, "start", sel.enable)
     serving = serving_of(snapshot, target, sel)
+    back = rollback_phase(source_unit) if source_unit is not None and sel.rollback else None
     return new_plan(
         spec, snapshot,
         replace(picked, target=target.name, enable=sel.enable, ready_url=sel.ready_url,
-                footprint=sel.footprint, force=sel.force),
+                footprint=sel.footprint, force=sel.force, rollback=sel.rollback),
         f"{source_name} -> {target.name}",
         steps=reclaim.steps + start,
         phases=(Phase("reclaim", ActionKind.RECLAIM, reclaim.steps),
@@ -101,7 +105,18 @@ def plan_swap(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Actio
         unit_before=source_unit,
         container_before=container,
         fit=tuple(fit),
+        rollback=back,
     )
+
+
+def rollback_phase(old: Unit) -> Phase:
+    """Start ``old`` again (enabled again if it was), proven as any start: its own port's
+    /health, from its ExecStart."""
+    port = port_of(old.exec_start, server_kind(old.exec_start)) if old.exec_start else None
+    url = f"http://127.0.0.1:{port}/health" if port else None
+    enable = (old.unit_file_state or "").startswith("enabled")
+    steps = (Systemctl("start", old.name), *((Systemctl("enable", old.name),) if enable else ()))
+    return Phase("rollback", ActionKind.START, steps, Serving(old.name, url))
 
 
 # --- the registry --------------------------------------------------------------------------

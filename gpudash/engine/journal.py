@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import io
 from collections import deque
+from typing import Any
 
 from gpudash.protocol.source import Capability, HostControl, SourceError
+from gpudash.serving.logsigns import Failure, failure
 
 LOG_TAIL = 200  # journal lines kept of a unit being started
+CRASH_LOG_READS = 3  # a crash the followed log does not explain: read the journal again
+CRASH_LOG_WAIT_S = 0.5
 JOURNAL_RETRY_S = 1.0  # a follower whose link dropped asks again this often
 
 
@@ -44,3 +49,25 @@ async def journal_tail(control: HostControl, unit: str) -> list[str]:
     except SourceError:
         pass
     return out
+
+
+def task_stack(task: asyncio.Task[Any]) -> str:
+    """Where a task waits, in one line per frame (for the log)."""
+    out = io.StringIO()
+    task.print_stack(file=out)
+    return out.getvalue().replace("\n", " | ")
+
+
+async def failure_from_log(control: HostControl, unit: str, followed: list[str],
+                           crashed: bool) -> tuple[list[str], Failure | None]:
+    """(the log lines read, the failure they name) of a unit that does not serve. The
+    follower can lag the crash it explains (a busy host, a slow link): a crashed unit is
+    down, so its journal has the failure line now or very soon."""
+    lines = followed or await journal_tail(control, unit)
+    found = failure(lines)
+    for _ in range(CRASH_LOG_READS if crashed and found is None else 0):
+        tail = await journal_tail(control, unit)
+        if failure(tail) is not None:
+            return tail, failure(tail)
+        await control.sleep(CRASH_LOG_WAIT_S)
+    return lines, found

@@ -68,6 +68,7 @@ class Selection:
     ready_url: str | None = None  # probed on the host; None: from the unit's port, if known
     footprint: Mapping[int, int] | None = None  # learned MiB per GPU of what is started
     force: bool = False  # start even where the fit check says it will not fit
+    rollback: bool = True  # swap: start the old unit again if the new one does not serve
     revert: bool = False  # fix: remove gpudash's drop-in instead of writing it
     unit_text: str | None = None  # fix: ``systemctl cat UNIT`` as read before planning
 
@@ -130,6 +131,7 @@ class ActionPlan:
     fit: tuple[str, ...] = ()  # how what is started fits beside what stays (swap)
     preview: tuple[str, ...] = ()  # fix: the unified diff of the unit's configuration
     settings: tuple[tuple[str, str, str], ...] = ()  # fix: the drop-in's directives
+    rollback: Phase | None = None  # swap: run when the new unit does not serve
 
     @property
     def run_phases(self) -> tuple[Phase, ...]:
@@ -171,6 +173,9 @@ class ActionPlan:
             lines += [f"{indent}$ {s.describe(term_timeout)}" for s in phase.steps]
             if phase.serving is not None:
                 lines.append(f"{indent}{phase.serving.describe()}")
+        if self.rollback is not None:
+            lines.append(f"  if it does not serve: {self.rollback.name}, the old one again")
+            lines += [f"    $ {s.describe(term_timeout)}" for s in self.rollback.steps]
         if not self.steps and not self.phases:
             lines.append("  (nothing to send)")
         if self.kind is ActionKind.FIX:

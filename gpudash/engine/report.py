@@ -107,6 +107,7 @@ class ActionReport:
     gpus: list[GpuOutcome] = field(default_factory=list)
     leftovers: list[Leftover] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # true, done, yet worth acting on
+    rollback: ServingOutcome | None = None  # a failed swap's old unit, started again
     unit_after: Unit | None = None  # the unit as the last sample showed it
     container_after: Container | None = None  # the container, likewise
     confirmed: bool = False
@@ -207,6 +208,12 @@ class ActionReport:
                 lines.append(f"  -> {sv.failure_advice}")
             if sv.stopped:
                 lines.append(f"  {sv.unit} was stopped: it was crash-looping")
+        back = self.rollback
+        if back is not None:
+            lines.append(f"  rollback: {back.unit} "
+                         + ("SERVING again" if back.serving else "NOT serving either")
+                         + (f"; {back.ready_url} -> {back.ready_status}" if back.ready_url
+                            else ""))
         if (self.interrupted or self.unknown) and "sent:" not in self.summary:
             sent = self.sent_lines()  # (an interruption's summary says it already)
             lines.append("  sent: " + ("; ".join(sent) if sent else "nothing"))

@@ -11,12 +11,10 @@ says what was sent.
 from __future__ import annotations
 
 import asyncio
-import io
 import logging
 import signal as _signal
 from collections import deque
 from collections.abc import Awaitable
-from typing import Any
 
 from gpudash.domain.model import HostSnapshot
 from gpudash.engine.config_proof import UnitConfigured
@@ -32,7 +30,7 @@ from gpudash.engine.goals import (
     alive,
     unit_memory,
 )
-from gpudash.engine.journal import LOG_TAIL, follow_journal, journal_tail
+from gpudash.engine.journal import LOG_TAIL, failure_from_log, follow_journal, task_stack
 from gpudash.engine.options import ExecOptions, ProgressFn
 from gpudash.engine.plan import ActionKind, ActionPlan, Phase, Serving
 from gpudash.engine.proof import freeing_goals
@@ -44,21 +42,19 @@ from gpudash.engine.report import (
 )
 from gpudash.engine.steps import ContainerCommand, DaemonReload, DropIn
 from gpudash.engine.target import Target, mem_sum
-from gpudash.engine.verdict import NOT_SENT, conclude, phases_summary
+from gpudash.engine.verdict import NOT_SENT, conclude, failed_start, nothing_serves, phases_summary
 from gpudash.protocol.source import (
     CommandResult,
     HostControl,
     SignalOutcome,
     SourceError,
 )
-from gpudash.serving.logsigns import failure, load_progress
+from gpudash.serving.logsigns import load_progress
 
 __all__ = ["Run"]
 
 log = logging.getLogger("gpudash.engine")
 
-CRASH_LOG_READS = 3  # a crash the followed log does not explain: read the journal again
-CRASH_LOG_WAIT_S = 0.5
 FOLLOWER_STOP_S = 2.0  # how long the verdict waits for a cancelled follower to finish
 
 
@@ -141,8 +137,12 @@ class Run:
                         phase.name, ok, report.summary, self._since(began)))
                 if not ok or report.unknown:
                     break
+            back = self.plan.rollback
+            if act and back is not None and failed_start(report) and self.opts.stop_crash_loop:
+                await self._roll_back(back)
             if len(self.plan.phases) > 1:
                 report.summary = phases_summary(report)
+                report.warnings += nothing_serves(report)
                 report.confirmed = all(ph.confirmed for ph in report.phases) and len(
                     report.phases) == len(self.plan.phases)
             self.tell("done", report.summary)
@@ -225,6 +225,7 @@ class Run:
         when it is stopped (unless told not to) and the log line that explains it named."""
         report, opts = self.report, self.opts
         outcome = report.serving = ServingOutcome(serving.unit, ready_url=serving.ready_url)
+        self.log_tail.clear()  # this unit's own log (a rollback follows a second unit)
         self.memory = MemoryAtMost({}, opts.settle, opts.slack_mib)  # nothing is freed now
         if act and not await self._commands():
             return False
@@ -254,6 +255,17 @@ class Run:
                                 by_title[UnitUp.title].state is GoalState.FAILED, act)
         return False
 
+    async def _roll_back(self, phase: Phase) -> None:
+        """The new unit does not serve: start the old one again and prove it serves."""
+        report, tried, began = self.report, self.report.serving, self.host_now
+        self.phase = phase
+        assert phase.serving is not None
+        ok = await self._serving_phase(phase.serving, act=True)
+        report.rollback, report.serving = report.serving, tried
+        report.phases.append(PhaseOutcome(phase.name, ok, report.summary, self._since(began)))
+        snap = await self.control.sample()  # the old unit as it is now: started, enabled
+        report.unit_after = snap.unit(phase.serving.unit) or report.unit_after
+
     async def _was_started(self, unit: str) -> bool:
         """Re-verifying: whether the unit was started at all before the link dropped."""
         snap = await self.control.sample()
@@ -278,23 +290,15 @@ class Run:
             await asyncio.wait({follower}, timeout=FOLLOWER_STOP_S)
             if not follower.done():
                 log.warning("the journal follower of %s did not stop within %.0f s: %s",
-                            unit, FOLLOWER_STOP_S, _stack(follower))
+                            unit, FOLLOWER_STOP_S, task_stack(follower))
 
     async def _not_serving(self, unit: str, outcome: ServingOutcome, crashed: bool,
                            act: bool) -> None:
         """Why the unit does not serve, from its log; a crash loop is stopped."""
         report, opts = self.report, self.opts
-        lines = list(self.log_tail) or await journal_tail(self.control, unit)
-        found = failure(lines)
-        for _ in range(CRASH_LOG_READS if crashed and found is None else 0):
-            # The follower can lag the crash it explains (a busy host, a slow link): the
-            # unit is down, so its journal has the failure line now or very soon.
-            tail = await journal_tail(self.control, unit)
-            if failure(tail) is not None:
-                lines, found = tail, failure(tail)
-                outcome.log_tail = tuple(tail)
-                break
-            await self.control.sleep(CRASH_LOG_WAIT_S)
+        lines, found = await failure_from_log(self.control, unit, list(self.log_tail), crashed)
+        if found is not None and list(self.log_tail) != lines:
+            outcome.log_tail = tuple(lines)
         if found is not None:
             outcome.failure_line, outcome.failure_advice = found.line, found.advice
         if crashed and act and opts.stop_crash_loop:
@@ -490,9 +494,3 @@ class Run:
         conclude(self.plan, self.report, snap, memory=self.memory, statuses=self.statuses,
                  kind=self.phase.kind, skipped=skipped)
 
-
-def _stack(task: asyncio.Task[Any]) -> str:
-    """Where a task waits, in one line per frame (for the log)."""
-    out = io.StringIO()
-    task.print_stack(file=out)
-    return out.getvalue().replace("\n", " | ")

@@ -207,3 +207,26 @@ def phases_summary(report: ActionReport) -> str:
         parts.append(f"{report.plan.phases[len(done)].name}: not started")
     ok = all(ph.confirmed for ph in done) and len(done) == len(report.plan.phases)
     return ("confirmed: " if ok else "NOT confirmed: ") + " | ".join(parts)
+
+
+def failed_start(report: ActionReport) -> bool:
+    """A swap's start phase ran and its unit does not serve (what a rollback answers)."""
+    return bool(report.phases) and report.phases[-1].name == "start" and not (
+        report.phases[-1].confirmed) and not report.unknown
+
+
+def nothing_serves(report: ActionReport) -> list[str]:
+    """After a swap whose new unit does not serve: whether anything serves now."""
+    if not any(ph.name == "start" and not ph.confirmed for ph in report.phases):
+        return []
+    back = report.rollback
+    if back is not None and back.serving:
+        return [f"rolled back: {back.unit} serves again"]
+    plan = report.plan
+    old = plan.unit_before.name if plan.unit_before is not None else (
+        plan.container_before.label if plan.container_before is not None else "the old model")
+    new = report.serving.unit if report.serving is not None else "the new unit"
+    why = ("the rollback did not serve either" if back is not None
+           else "no rollback" if plan.rollback is None else "the rollback was not tried")
+    return [f"nothing serves on this host now: {old} was reclaimed, {new} does not serve, "
+            f"{why}"]

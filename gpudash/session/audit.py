@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudash.engine import ActionPlan, ActionReport
+from gpudash.engine.report import ServingOutcome
 from gpudash.state import files
 from gpudash.state.paths import state_dir
 
@@ -87,22 +88,27 @@ def outcome_record(report: ActionReport, action_id: str | None = None, *,
         },
         "phases": [{"name": ph.name, "confirmed": ph.confirmed, "seconds": round(ph.seconds, 1),
                     "summary": ph.summary} for ph in report.phases],
-        "serving": None if report.serving is None else {
-            "unit": report.serving.unit,
-            "serving": report.serving.serving,
-            "ready_url": report.serving.ready_url,
-            "ready_status": report.serving.ready_status,
-            "ready_s": report.serving.ready_s,
-            "mib_per_gpu": {str(g): m for g, m in sorted(report.serving.mib_per_gpu.items())},
-            "failure_line": report.serving.failure_line,
-            "stopped": report.serving.stopped,
-        },
+        "serving": _serving(report.serving),
+        "rollback": _serving(report.rollback),  # a failed swap's old unit, started again
         "verdict": report.verdict,
         "confirmed": report.confirmed,
         "unknown": report.unknown,
         "interrupted": report.interrupted,
         "summary": report.summary,
         "audited": audited,
+    }
+
+
+def _serving(sv: ServingOutcome | None) -> dict[str, Any] | None:
+    return None if sv is None else {
+        "unit": sv.unit,
+        "serving": sv.serving,
+        "ready_url": sv.ready_url,
+        "ready_status": sv.ready_status,
+        "ready_s": sv.ready_s,
+        "mib_per_gpu": {str(g): m for g, m in sorted(sv.mib_per_gpu.items())},
+        "failure_line": sv.failure_line,
+        "stopped": sv.stopped,
     }
 
 
