@@ -119,12 +119,33 @@ def _loading_worker(tp: int, gpu: str, mib: int, steps: int, step_s: float) -> i
         os._exit(0)
 
 
+def _serve_health(port: int) -> float:
+    """Answer GET /health (and /v1/models) with 200 on 127.0.0.1:``port`` from a thread;
+    the time it started answering (bench: ready -> detected)."""
+    import http.server
+    import threading
+    import time
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            self.send_response(200 if self.path in ("/health", "/v1/models") else 404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", port), Health)
+    listening = time.time()
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return listening
+
+
 def model_main() -> None:
     """A vLLM lookalike that really loads: checks free memory as vLLM does (and exits 1
     with vLLM's line when a GPU lacks room), grows its workers' memory step by step while
     logging checkpoint-shard progress, and answers GET /health on its --port only once
     loaded (before that the port is closed, like vLLM's)."""
-    import http.server
     import threading
     import time
 
@@ -165,19 +186,8 @@ def model_main() -> None:
     _say(f"INFO 12-01 07:00:09 [gpu_model_runner.py:2653] Model loading took "
          f"{mib / 1024:.4f} GiB and {time.monotonic() - t0:.6f} seconds")
 
-    class Health(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
-            self.send_response(200 if self.path in ("/health", "/v1/models") else 404)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, *args) -> None:
-            pass
-
     time.sleep(float(os.environ.get("GPULAB_READY_DELAY_S", "0")))  # graph capture, warmup
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", port), Health)
-    listening = time.time()  # from here on a GET is answered (bench: ready -> detected)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    listening = _serve_health(port)
     _say(f"INFO:     Started server process [{os.getpid()}]")
     _say(f"INFO:     Uvicorn running on http://127.0.0.1:{port} (listening at {listening:.6f})")
     _say("INFO:     Application startup complete.")
@@ -207,6 +217,8 @@ def vllm_main() -> None:
     mib = os.environ.get("GPULAB_MIB", "96801")
     for tp, gpu in enumerate(gpus):
         _spawn_holder(f"VLLM::Worker_TP{tp}", gpu, mib)
+    argv = sys.argv[1:]  # a running vLLM answers /health: a swap's rollback proves it by that
+    _serve_health(int(argv[argv.index("--port") + 1]) if "--port" in argv else 8000)
     _wait_forever()
 
 
