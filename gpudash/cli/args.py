@@ -113,128 +113,150 @@ DESCRIPTIONS = {
 }
 
 
-def build_parser(command: str | None) -> argparse.ArgumentParser:
+def _snapshot_parser() -> argparse.ArgumentParser:
     epilog = EXIT_CODES_HELP
     fmt = argparse.RawDescriptionHelpFormatter
-    if command == "snapshot":
-        p = argparse.ArgumentParser(prog="gpudash snapshot", epilog=epilog, formatter_class=fmt,
-                                    description="Print one snapshot of each host.")
-        _common(p)
-        p.add_argument("--json", action="store_true", help="JSON (schema 1) instead of text")
-        return p
-    if command == "completion":
-        p = argparse.ArgumentParser(
-            prog="gpudash completion", formatter_class=fmt,
-            description="Print the shell completion script (argcomplete). bash: "
-            "`eval \"$(gpudash completion bash)\"` in ~/.bashrc; zsh: the same in ~/.zshrc; "
-            "fish: `gpudash completion fish > ~/.config/fish/completions/gpudash.fish`.")
-        p.add_argument("shell", choices=("bash", "zsh", "fish"))
-        p.add_argument("--log-level", choices=LEVELS, default="warning",
-                       help=argparse.SUPPRESS)
-        return p
-    if command == "history":
-        p = argparse.ArgumentParser(
-            prog="gpudash history", formatter_class=fmt,
-            description="What was done, from the audit file: who did what on which host, "
-            "the verdict, GiB back per GPU, how long each phase took.")
-        p.add_argument("hosts", nargs="*", metavar="HOST",
-                       help="only these hosts (names or globs, as the audit names them)")
-        p.add_argument("--since", type=_span, default=None, metavar="SPAN",
-                       help="only actions started within SPAN (30m, 2h, 1d, 1w)")
-        p.add_argument("--demo", action="store_true",
-                       help="the demo's actions (audit-demo.jsonl)")
-        p.add_argument("--json", action="store_true", help="JSON instead of text")
-        p.add_argument("--log-level", choices=LEVELS, default="warning",
-                       help=argparse.SUPPRESS)
-        return p
-    if command == "exporter":
-        from gpudash.cli.exporter import EXIT_HELP, listen_address
+    p = argparse.ArgumentParser(prog="gpudash snapshot", epilog=epilog, formatter_class=fmt,
+                                description="Print one snapshot of each host.")
+    _common(p)
+    p.add_argument("--json", action="store_true", help="JSON (schema 1) instead of text")
+    return p
 
-        p = argparse.ArgumentParser(prog="gpudash exporter", epilog=EXIT_HELP,
-                                    formatter_class=fmt, description=DESCRIPTIONS[command])
-        _common(p)
-        p.add_argument("--listen", type=listen_address, default=None, metavar="HOST:PORT",
-                       help="serve /metrics here (default 127.0.0.1:9835, unless only "
-                       "--textfile is given; port 0 picks a free port)")
-        p.add_argument("--textfile", type=Path, default=None, metavar="DIR",
-                       help="also write DIR/gpudash.prom every interval, atomically "
-                       "(node_exporter's textfile collector)")
-        p.add_argument("--web.config.file", dest="web_config", type=Path, default=None,
-                       metavar="FILE", help="TLS and basic auth (bcrypt) for /metrics, in "
-                       "the Prometheus exporters' web config format (as node_exporter)")
-        p.add_argument("--insecure-listen", action="store_true",
-                       help="allow --listen off loopback without --web.config.file: plain "
-                       "HTTP, no auth")
-        return p
-    if command in ACTING:
-        p = argparse.ArgumentParser(prog=f"gpudash {command}", epilog=epilog,
-                                    formatter_class=fmt, description=DESCRIPTIONS[command])
-        _common(p)
-        if command == "swap":
-            source = p.add_mutually_exclusive_group(required=True)
-            source.add_argument("--from", dest="from_unit", metavar="UNIT",
-                                help="the unit to reclaim (e.g. vllm-minimax-m25)")
-            source.add_argument("--from-container", dest="from_container", metavar="NAME",
-                                help="or a Docker or Podman container (name or id) to "
-                                "reclaim: stop it, turn its restart policy off, reap what "
-                                "is left")
-            p.add_argument("--to", dest="to_unit", required=True, metavar="UNIT",
-                           help="the unit to start once the memory is back")
-            p.add_argument("--no-rollback", action="store_true",
-                           help="when the new unit does not serve, leave the old one "
-                           "stopped (default: start it again, enabled again if it was, and "
-                           "prove it serves)")
-        elif command == "reclaim":
-            which = p.add_mutually_exclusive_group(required=True)
-            which.add_argument("--unit", help="the systemd unit (.service optional)")
-            which.add_argument("--container", metavar="NAME",
-                               help="a Docker or Podman container (name or id): stop it, "
-                               "turn its restart policy off, reap what is left")
-        elif command == "fix":
-            p.add_argument("--unit", required=True,
-                           help="the systemd service (.service optional)")
-            p.add_argument("--revert", action="store_true",
-                           help="remove gpudash's drop-in of the unit (only that file) "
-                           "and reload")
-            p.add_argument("--dry-run", action="store_true",
-                           help="print the plan and the diff, and send nothing")
-        elif command == "reap":
-            which = p.add_mutually_exclusive_group()
-            which.add_argument("--unit", help="only the orphans of this systemd unit")
-            which.add_argument("--container", metavar="NAME",
-                               help="only those of this Docker or Podman container")
-            p.add_argument("--dry-run", action="store_true",
-                           help="print the plan of each host and send nothing")
-        else:
-            p.add_argument("--unit", required=True,
-                           help="the systemd unit (.service optional)")
-        if command in ("start", "swap"):
-            p.add_argument("--enable", action="store_true",
-                           help="also enable the started unit (start it at boot)")
-            p.add_argument("--leave-crashing", action="store_true",
-                           help="do not stop a unit that crash-loops while starting")
-            p.add_argument("--force", action="store_true",
-                           help="start even when the fit check says it will not fit (the "
-                           "plan says it was forced)")
-            p.add_argument("--ready-url", default=None, metavar="URL",
-                           help="what proves it serves, asked on the host (default: "
-                           "http://127.0.0.1:PORT/health, PORT from the unit's ExecStart)")
-        p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
-        p.add_argument("--no-audit", action="store_true",
-                       help="act even if the audit record cannot be written (the report "
-                       "says it was not audited); without it such an action is refused "
-                       "(exit 7)")
-        freeing = command in ("reclaim", "reap")
-        default = 120.0 if freeing else 60.0 if command == "fix" else 1800.0
-        p.add_argument("--timeout", type=seconds(0, 86400), default=default, metavar="S",
-                       help=f"give up after S seconds (default {default:g}: "
-                       + ("memory back)" if freeing else
-                          "systemctl show reports the fix)" if command == "fix" else
-                          "a big model loads for 10+ minutes)"))
-        p.add_argument("--term-timeout", type=seconds(0, 3600), default=10.0, metavar="S",
-                       help="seconds between SIGTERM and SIGKILL (default 10)")
-        p.add_argument("--json", action="store_true", help="print the report as JSON")
-        return p
+
+def _completion_parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    p = argparse.ArgumentParser(
+        prog="gpudash completion", formatter_class=fmt,
+        description="Print the shell completion script (argcomplete). bash: "
+        "`eval \"$(gpudash completion bash)\"` in ~/.bashrc; zsh: the same in ~/.zshrc; "
+        "fish: `gpudash completion fish > ~/.config/fish/completions/gpudash.fish`.")
+    p.add_argument("shell", choices=("bash", "zsh", "fish"))
+    p.add_argument("--log-level", choices=LEVELS, default="warning",
+                   help=argparse.SUPPRESS)
+    return p
+
+
+def _history_parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    p = argparse.ArgumentParser(
+        prog="gpudash history", formatter_class=fmt,
+        description="What was done, from the audit file: who did what on which host, "
+        "the verdict, GiB back per GPU, how long each phase took.")
+    p.add_argument("hosts", nargs="*", metavar="HOST",
+                   help="only these hosts (names or globs, as the audit names them)")
+    p.add_argument("--since", type=_span, default=None, metavar="SPAN",
+                   help="only actions started within SPAN (30m, 2h, 1d, 1w)")
+    p.add_argument("--demo", action="store_true",
+                   help="the demo's actions (audit-demo.jsonl)")
+    p.add_argument("--json", action="store_true", help="JSON instead of text")
+    p.add_argument("--log-level", choices=LEVELS, default="warning",
+                   help=argparse.SUPPRESS)
+    return p
+
+
+def _exporter_parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    from gpudash.cli.exporter import EXIT_HELP, listen_address
+
+    p = argparse.ArgumentParser(prog="gpudash exporter", epilog=EXIT_HELP,
+                                formatter_class=fmt, description=DESCRIPTIONS["exporter"])
+    _common(p)
+    p.add_argument("--listen", type=listen_address, default=None, metavar="HOST:PORT",
+                   help="serve /metrics here (default 127.0.0.1:9835, unless only "
+                   "--textfile is given; port 0 picks a free port)")
+    p.add_argument("--textfile", type=Path, default=None, metavar="DIR",
+                   help="also write DIR/gpudash.prom every interval, atomically "
+                   "(node_exporter's textfile collector)")
+    p.add_argument("--web.config.file", dest="web_config", type=Path, default=None,
+                   metavar="FILE", help="TLS and basic auth (bcrypt) for /metrics, in "
+                   "the Prometheus exporters' web config format (as node_exporter)")
+    p.add_argument("--insecure-listen", action="store_true",
+                   help="allow --listen off loopback without --web.config.file: plain "
+                   "HTTP, no auth")
+    return p
+
+
+def _which(p: argparse.ArgumentParser, command: str) -> None:
+    """What an acting subcommand acts on: its unit, container, or the swap's two."""
+    if command == "swap":
+        source = p.add_mutually_exclusive_group(required=True)
+        source.add_argument("--from", dest="from_unit", metavar="UNIT",
+                            help="the unit to reclaim (e.g. vllm-minimax-m25)")
+        source.add_argument("--from-container", dest="from_container", metavar="NAME",
+                            help="or a Docker or Podman container (name or id) to "
+                            "reclaim: stop it, turn its restart policy off, reap what "
+                            "is left")
+        p.add_argument("--to", dest="to_unit", required=True, metavar="UNIT",
+                       help="the unit to start once the memory is back")
+        p.add_argument("--no-rollback", action="store_true",
+                       help="when the new unit does not serve, leave the old one "
+                       "stopped (default: start it again, enabled again if it was, and "
+                       "prove it serves)")
+    elif command == "reclaim":
+        which = p.add_mutually_exclusive_group(required=True)
+        which.add_argument("--unit", help="the systemd unit (.service optional)")
+        which.add_argument("--container", metavar="NAME",
+                           help="a Docker or Podman container (name or id): stop it, "
+                           "turn its restart policy off, reap what is left")
+    elif command == "fix":
+        p.add_argument("--unit", required=True,
+                       help="the systemd service (.service optional)")
+        p.add_argument("--revert", action="store_true",
+                       help="remove gpudash's drop-in of the unit (only that file) "
+                       "and reload")
+        p.add_argument("--dry-run", action="store_true",
+                       help="print the plan and the diff, and send nothing")
+    elif command == "reap":
+        which = p.add_mutually_exclusive_group()
+        which.add_argument("--unit", help="only the orphans of this systemd unit")
+        which.add_argument("--container", metavar="NAME",
+                           help="only those of this Docker or Podman container")
+        p.add_argument("--dry-run", action="store_true",
+                       help="print the plan of each host and send nothing")
+    else:
+        p.add_argument("--unit", required=True,
+                       help="the systemd unit (.service optional)")
+
+
+def _acting_parser(command: str) -> argparse.ArgumentParser:
+    epilog = EXIT_CODES_HELP
+    fmt = argparse.RawDescriptionHelpFormatter
+    p = argparse.ArgumentParser(prog=f"gpudash {command}", epilog=epilog,
+                                formatter_class=fmt, description=DESCRIPTIONS[command])
+    _common(p)
+    _which(p, command)
+    if command in ("start", "swap"):
+        p.add_argument("--enable", action="store_true",
+                       help="also enable the started unit (start it at boot)")
+        p.add_argument("--leave-crashing", action="store_true",
+                       help="do not stop a unit that crash-loops while starting")
+        p.add_argument("--force", action="store_true",
+                       help="start even when the fit check says it will not fit (the "
+                       "plan says it was forced)")
+        p.add_argument("--ready-url", default=None, metavar="URL",
+                       help="what proves it serves, asked on the host (default: "
+                       "http://127.0.0.1:PORT/health, PORT from the unit's ExecStart)")
+    p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    p.add_argument("--no-audit", action="store_true",
+                   help="act even if the audit record cannot be written (the report "
+                   "says it was not audited); without it such an action is refused "
+                   "(exit 7)")
+    freeing = command in ("reclaim", "reap")
+    default = 120.0 if freeing else 60.0 if command == "fix" else 1800.0
+    p.add_argument("--timeout", type=seconds(0, 86400), default=default, metavar="S",
+                   help=f"give up after S seconds (default {default:g}: "
+                   + ("memory back)" if freeing else
+                      "systemctl show reports the fix)" if command == "fix" else
+                      "a big model loads for 10+ minutes)"))
+    p.add_argument("--term-timeout", type=seconds(0, 3600), default=10.0, metavar="S",
+                   help="seconds between SIGTERM and SIGKILL (default 10)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    return p
+
+
+def _dashboard_parser() -> argparse.ArgumentParser:
+    epilog = EXIT_CODES_HELP
+    fmt = argparse.RawDescriptionHelpFormatter
     p = argparse.ArgumentParser(
         prog="gpudash", epilog=epilog, formatter_class=fmt,
         description="Who holds the GPU memory, which systemd unit owns it, and getting it "
@@ -247,6 +269,16 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
     p.add_argument("--theme", default=None, help="a Textual theme or one from themes/")
     p.add_argument("--version", action="version", version=f"gpudash {__version__}")
     return p
+
+
+
+def build_parser(command: str | None) -> argparse.ArgumentParser:
+    """The parser of one subcommand (None: the dashboard's)."""
+    if command in ACTING:
+        return _acting_parser(command)
+    return {"snapshot": _snapshot_parser, "completion": _completion_parser,
+            "history": _history_parser, "exporter": _exporter_parser}.get(
+        command or "", _dashboard_parser)()
 
 
 def _mistyped(argv: list[str]) -> str | None:
@@ -300,6 +332,14 @@ def parse(argv: list[str]) -> tuple[str | None, argparse.Namespace]:
     args.config_errors = errors
     if command in ("history", "completion"):
         return command, args
+    _check_hosts(command, args, settings, parser)
+    _check_targets(command, args, parser)
+    return command, args
+
+
+def _check_hosts(command: str | None, args: argparse.Namespace, settings: config.Settings,
+                 parser: argparse.ArgumentParser) -> None:
+    """Groups and globs expanded; as many hosts as the subcommand takes."""
     if any(h.startswith("@") for h in args.hosts):
         args.hosts = _expand_groups(args.hosts, settings, parser)
     if args.demo_hosts is not None:
@@ -320,6 +360,11 @@ def parse(argv: list[str]) -> tuple[str | None, argparse.Namespace]:
     if command == "exporter" and (twice := sorted({h for h in args.hosts
                                                    if args.hosts.count(h) > 1})):
         parser.error(f"HOST named more than once: {', '.join(twice)}")
+
+
+def _check_targets(command: str | None, args: argparse.Namespace,
+                   parser: argparse.ArgumentParser) -> None:
+    """What the subcommand acts on makes sense before anything is contacted."""
     if command == "swap" and args.from_unit is not None and (
             unit_name(args.from_unit) == unit_name(args.to_unit)):
         parser.error("--from and --to name the same unit: use start or restart")
@@ -339,4 +384,3 @@ def parse(argv: list[str]) -> tuple[str | None, argparse.Namespace]:
             validate_container(args.from_container)
         except ValueError as exc:
             parser.error(f"--from-container: {exc}")
-    return command, args

@@ -165,6 +165,37 @@ async def _close_all(sources: Sequence[HostSource]) -> None:
             log.exception("closing %s failed", s.name)
 
 
+def _run(command: str | None, args: argparse.Namespace, term: Terminal) -> int:
+    """The subcommand (None: the dashboard); the rarer ones are imported when used."""
+    if command == "snapshot":
+        return cmd_snapshot(args, term)
+    if command in ("reclaim", "start", "swap"):
+        return cmd_act(command, args, term)
+    if command == "completion":
+        from gpudash.cli.completion import script
+
+        sys.stdout.write(script(args.shell))
+        return Exit.OK
+    if command == "history":
+        from gpudash.cli.history import cmd_history
+
+        return cmd_history(args, term)
+    if command == "fix":
+        from gpudash.cli.fix import run_fix
+
+        return run_fix(args, open_sources(args, demo_speed=20.0)[0], term)
+    if command == "reap":
+        from gpudash.cli.reap import run_reap
+
+        return run_reap(args, open_sources(args, demo_speed=20.0, demo_orphans=True), term)
+    if command == "exporter":
+        from gpudash.cli.exporter import cmd_exporter
+
+        args.read_only = True  # the exporter only looks
+        return cmd_exporter(args, term, open_sources(args))
+    return cmd_dashboard(args, term)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     term = Terminal()
     if argv is None:
@@ -191,33 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for sig in AS_CTRL_C:
                 previous[sig] = signal.signal(sig, signal.default_int_handler)
     try:
-        if command == "snapshot":
-            return cmd_snapshot(args, term)
-        if command in ("reclaim", "start", "swap"):
-            return cmd_act(command, args, term)
-        if command == "completion":
-            from gpudash.cli.completion import script
-
-            sys.stdout.write(script(args.shell))
-            return Exit.OK
-        if command == "history":
-            from gpudash.cli.history import cmd_history
-
-            return cmd_history(args, term)
-        if command == "fix":
-            from gpudash.cli.fix import run_fix
-
-            return run_fix(args, open_sources(args, demo_speed=20.0)[0], term)
-        if command == "reap":
-            from gpudash.cli.reap import run_reap
-
-            return run_reap(args, open_sources(args, demo_speed=20.0, demo_orphans=True), term)
-        if command == "exporter":
-            from gpudash.cli.exporter import cmd_exporter
-
-            args.read_only = True  # the exporter only looks
-            return cmd_exporter(args, term, open_sources(args))
-        return cmd_dashboard(args, term)
+        return _run(command, args, term)
     except SourceError as exc:
         term.error(str(exc))
         return Exit.CONNECT

@@ -291,17 +291,19 @@ class HostSimulation:
         for c in self.containers.values():
             if c.main_pid == p.pid:
                 self._init_died(c, now)
-        for unit in self.units.values():
-            if unit.main_pid == p.pid:
-                unit.main_pid = None
-                if unit.active and unit.restart in ("always", "on-failure"):
-                    unit.restart_at = now + unit.restart_sec
-                    if unit.kill_mode in ("control-group", "mixed"):
-                        # the unit stops (its whole cgroup) before it is started again
-                        for q in [q for q in self.processes.values() if q.unit == unit.name]:
-                            self._die(q)
-                else:
-                    unit.active = False
+        for unit in [u for u in self.units.values() if u.main_pid == p.pid]:
+            self._main_died(unit, now)
+
+    def _main_died(self, unit: SimUnit, now: float) -> None:
+        unit.main_pid = None
+        if not (unit.active and unit.restart in ("always", "on-failure")):
+            unit.active = False
+            return
+        unit.restart_at = now + unit.restart_sec
+        if unit.kill_mode in ("control-group", "mixed"):
+            # the unit stops (its whole cgroup) before it is started again
+            for q in [q for q in self.processes.values() if q.unit == unit.name]:
+                self._die(q)
 
     def _init_died(self, c: SimContainer, now: float) -> None:
         """The PID namespace ends with its init; dockerd restarts it as its policy says."""

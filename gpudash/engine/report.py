@@ -194,20 +194,8 @@ class ActionReport:
         if len(self.phases) > 1:
             lines += [f"  phase {ph.name}: {'ok' if ph.confirmed else 'NOT confirmed'} in "
                       f"{ph.seconds:.0f} s: {ph.summary}" for ph in self.phases]
-        sv = self.serving
-        if sv is not None:
-            state = "SERVING" if sv.serving else "NOT serving"
-            ready = "" if sv.ready_s is None else f" after {sv.ready_s:.0f} s"
-            lines.append(f"  {sv.unit}: {state}{ready}"
-                         + (f"; {sv.ready_url} -> {sv.ready_status}" if sv.ready_url else ""))
-            if sv.mib_per_gpu:
-                lines.append("  footprint: " + ", ".join(
-                    f"GPU{g} {gib(m)}" for g, m in sorted(sv.mib_per_gpu.items())))
-            if sv.failure_line:
-                lines.append(f"  log: {sv.failure_line}")
-                lines.append(f"  -> {sv.failure_advice}")
-            if sv.stopped:
-                lines.append(f"  {sv.unit} was stopped: it was crash-looping")
+        if self.serving is not None:
+            lines += serving_lines(self.serving)
         back = self.rollback
         if back is not None:
             lines.append(f"  rollback: {back.unit} "
@@ -218,6 +206,22 @@ class ActionReport:
             sent = self.sent_lines()  # (an interruption's summary says it already)
             lines.append("  sent: " + ("; ".join(sent) if sent else "nothing"))
         return lines
+
+
+def serving_lines(sv: ServingOutcome) -> list[str]:
+    """How a started unit came up, as the report says it."""
+    state = "SERVING" if sv.serving else "NOT serving"
+    ready = "" if sv.ready_s is None else f" after {sv.ready_s:.0f} s"
+    lines = [f"  {sv.unit}: {state}{ready}"
+             + (f"; {sv.ready_url} -> {sv.ready_status}" if sv.ready_url else "")]
+    if sv.mib_per_gpu:
+        lines.append("  footprint: " + ", ".join(
+            f"GPU{g} {gib(m)}" for g, m in sorted(sv.mib_per_gpu.items())))
+    if sv.failure_line:
+        lines += [f"  log: {sv.failure_line}", f"  -> {sv.failure_advice}"]
+    if sv.stopped:
+        lines.append(f"  {sv.unit} was stopped: it was crash-looping")
+    return lines
 
 
 def unit_state(u: Unit) -> str:

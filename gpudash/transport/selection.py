@@ -83,25 +83,28 @@ def _read_config(path: Path, names: list[str], *, depth: int, user: bool) -> Non
         return  # a missing Include is not an error for OpenSSH either
     except (OSError, UnicodeDecodeError) as exc:
         raise HostSelectionError(f"cannot read ssh config {path}: {exc}") from None
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        m = _KEYWORD.match(line)
-        if m is None:
-            continue
-        keyword, rest = m.group(1), m.group(2)
-        try:
-            args = shlex.split(rest, comments=True)
-        except ValueError as exc:
-            raise HostSelectionError(f"{path}:{number}: {exc}") from None
-        keyword = keyword.lower()
+    for keyword, args in _directives(path, text):
         if keyword == "host":
             names += [a for a in args if not a.startswith("!") and not is_glob(a)]
         elif keyword == "include":
             for pattern in args:
                 for included in _include_paths(pattern, path, user=user):
                     _read_config(included, names, depth=depth + 1, user=user)
+
+
+def _directives(path: Path, text: str) -> list[tuple[str, list[str]]]:
+    """(keyword, its words) of each directive line of an ssh config, keyword lower-case."""
+    out = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        m = _KEYWORD.match(line) if line and not line.startswith("#") else None
+        if m is None:
+            continue
+        try:
+            out.append((m.group(1).lower(), shlex.split(m.group(2), comments=True)))
+        except ValueError as exc:
+            raise HostSelectionError(f"{path}:{number}: {exc}") from None
+    return out
 
 
 def _include_paths(pattern: str, parent: Path, *, user: bool) -> list[Path]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from gpudash.domain.model import UNREADABLE, Process
+from gpudash.domain.model import UNREADABLE, Container, Process, Unit
 from gpudash.domain.triage import Flag, OwnerGroup, OwnerKind
 from gpudash.domain.units import NA, gib
 from gpudash.ui.palette import Palette
@@ -19,6 +19,62 @@ _KIND_NOTE = {
     OwnerKind.SCOPE: "a transient scope",
     OwnerKind.NONE: "no systemd unit owns these processes",
 }
+
+
+def _row(out: Text, name: str, value: str | None, style: str = "") -> None:
+    out.append(f"{name:<12}", style="dim")
+    out.append_text(literal(NA if value is None else value, style=style))
+    out.append("\n")
+
+
+def _service_rows(out: Text, group: OwnerGroup, unit: Unit, pal: Palette) -> None:
+    down = unit.is_down
+    _row(out, "Active", f"{unit.active_state or NA} / {unit.sub_state or NA}",
+         pal.notice if down else pal.success)
+    _row(out, "Unit file", unit.unit_file_state,
+         pal.notice if unit.unit_file_state == "enabled" and down else "")
+    _row(out, "Restart=", unit.restart,
+         pal.warning if (unit.restart or "no") not in ("no", "") else "")
+    _row(out, "KillMode=", unit.kill_mode,
+         pal.warning if unit.kill_mode in ("process", "none") else "")
+    _row(out, "NRestarts", None if unit.n_restarts is None else str(unit.n_restarts),
+         pal.notice if unit.n_restarts else "")
+    _row(out, "MainPID", None if unit.main_pid is None else str(unit.main_pid))
+    if group.lint:  # what sets the trap, in the unit's own configuration
+        out.append("Configuration\n", style=f"bold {pal.notice}")
+        for finding in group.lint:
+            out.append("⚙ ", style=pal.notice)
+            out.append_text(literal(finding.setting, style="bold"))
+            out.append_text(literal(f": {finding.why}"))
+            out.append("\n")
+
+
+def _container_rows(out: Text, c: Container, pal: Palette) -> None:
+    _row(out, "Container", f"{c.runtime} {c.short_id}")
+    _row(out, "Image", c.image)
+    _row(out, "State", c.state, pal.notice if c.is_down else pal.success)
+    _row(out, "Restart", c.restart_policy,
+         pal.warning if (c.restart_policy or "no") not in ("no", "") else "")
+    _row(out, "Restarts", None if c.restart_count is None else str(c.restart_count),
+         pal.notice if c.restart_count else "")
+    _row(out, "Main pid", None if c.main_pid is None else str(c.main_pid))
+
+
+def _process_rows(out: Text, process: Process, pal: Palette, why: str | None) -> None:
+    out.append("\n")
+    out.append(f"pid {process.pid}", style="bold")
+    out.append("  ")
+    out.append_text(literal(f"{process.user or '?'}  state {process.state or '?'}"))
+    out.append("\n")
+    if why:
+        out.append("ORPHAN ", style=f"bold {pal.orphan}")
+        out.append_text(literal(why, style=pal.orphan))
+        out.append("\n")
+    if process.unreadable:
+        out.append("UNREADABLE ", style=f"bold {pal.warning}")
+        out.append_text(literal(UNREADABLE.get(process.unreadable, process.unreadable)))
+        out.append("\n")
+    out.append_text(literal(process.cmdline or process.name, style="dim"))
 
 
 def unit_text(group: OwnerGroup | None, process: Process | None, pal: Palette,
@@ -40,67 +96,22 @@ def unit_text(group: OwnerGroup | None, process: Process | None, pal: Palette,
     if unit is not None and unit.description:
         out.append_text(literal(unit.description, style="italic"))
         out.append("\n")
-
-    def row(name: str, value: str | None, style: str = "") -> None:
-        out.append(f"{name:<12}", style="dim")
-        out.append_text(literal(NA if value is None else value, style=style))
-        out.append("\n")
-
     if group.flags:
         orphans = sum(1 for n in group.nodes() if Flag.ORPHAN in n.flags)
         out.append_text(flags_text(group.flags, pal, orphans))
         out.append("\n")
     if unit is not None and group.kind is OwnerKind.SERVICE:
-        down = unit.is_down
-        row("Active", f"{unit.active_state or NA} / {unit.sub_state or NA}",
-            pal.notice if down else pal.success)
-        row("Unit file", unit.unit_file_state,
-            pal.notice if unit.unit_file_state == "enabled" and down else "")
-        row("Restart=", unit.restart,
-            pal.warning if (unit.restart or "no") not in ("no", "") else "")
-        row("KillMode=", unit.kill_mode,
-            pal.warning if unit.kill_mode in ("process", "none") else "")
-        row("NRestarts", None if unit.n_restarts is None else str(unit.n_restarts),
-            pal.notice if unit.n_restarts else "")
-        row("MainPID", None if unit.main_pid is None else str(unit.main_pid))
-        if group.lint:  # what sets the trap, in the unit's own configuration
-            out.append("Configuration\n", style=f"bold {pal.notice}")
-            for finding in group.lint:
-                out.append("⚙ ", style=pal.notice)
-                out.append_text(literal(finding.setting, style="bold"))
-                out.append_text(literal(f": {finding.why}"))
-                out.append("\n")
+        _service_rows(out, group, unit, pal)
     elif group.owner is not None and group.owner.container is not None:
-        c = group.owner.container
-        row("Container", f"{c.runtime} {c.short_id}")
-        row("Image", c.image)
-        row("State", c.state, pal.notice if c.is_down else pal.success)
-        row("Restart", c.restart_policy,
-            pal.warning if (c.restart_policy or "no") not in ("no", "") else "")
-        row("Restarts", None if c.restart_count is None else str(c.restart_count),
-            pal.notice if c.restart_count else "")
-        row("Main pid", None if c.main_pid is None else str(c.main_pid))
+        _container_rows(out, group.owner.container, pal)
     else:
         out.append_text(Text(_KIND_NOTE.get(group.kind, group.kind.value), style="dim"))
         out.append("\n")
     total = group.total_gpu_memory_mib
     gpus = sum(1 for v in group.gpu_memory_mib.values() if v)
-    row("GPU memory", f"{gib(total)} on {gpus} GPU(s)" if total else "none", "bold")
+    _row(out, "GPU memory", f"{gib(total)} on {gpus} GPU(s)" if total else "none", "bold")
     if process is not None:
-        out.append("\n")
-        out.append(f"pid {process.pid}", style="bold")
-        out.append("  ")
-        out.append_text(literal(f"{process.user or '?'}  state {process.state or '?'}"))
-        out.append("\n")
-        if why:
-            out.append("ORPHAN ", style=f"bold {pal.orphan}")
-            out.append_text(literal(why, style=pal.orphan))
-            out.append("\n")
-        if process.unreadable:
-            out.append("UNREADABLE ", style=f"bold {pal.warning}")
-            out.append_text(literal(UNREADABLE.get(process.unreadable, process.unreadable)))
-            out.append("\n")
-        out.append_text(literal(process.cmdline or process.name, style="dim"))
+        _process_rows(out, process, pal, why)
     out.rstrip()
     return out
 
