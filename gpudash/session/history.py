@@ -83,11 +83,26 @@ class History:
     skipped: int  # lines that were not a record
 
 
-def read_records(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """The records of ``path`` in file order, and how many lines were not records."""
+def _read(path: Path, tail_bytes: int | None) -> str | None:
+    """The file's text, or only its last ``tail_bytes`` (from the first whole line)."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        with path.open("rb") as f:
+            if tail_bytes is not None and f.seek(0, 2) > tail_bytes:
+                f.seek(-tail_bytes, 2)
+                f.readline()  # a line cut by the seek is not a record
+            elif tail_bytes is not None:
+                f.seek(0)
+            return f.read().decode("utf-8", errors="replace")
     except FileNotFoundError:
+        return None
+
+
+def read_records(path: Path, tail_bytes: int | None = None
+                 ) -> tuple[list[dict[str, Any]], int]:
+    """The records of ``path`` in file order (of its last ``tail_bytes`` if given), and how
+    many lines were not records."""
+    text = _read(path, tail_bytes)
+    if text is None:
         return [], 0
     records: list[dict[str, Any]] = []
     skipped = 0
@@ -144,14 +159,15 @@ def join(records: Iterable[dict[str, Any]]) -> list[Action]:
     return sorted(by_id.values(), key=lambda a: (a.started or 0.0, a.id))
 
 
-def history(paths: Sequence[Path], *, hosts: Sequence[str] = (), since: float | None = None
-            ) -> History:
+def history(paths: Sequence[Path], *, hosts: Sequence[str] = (), since: float | None = None,
+            tail_bytes: int | None = None) -> History:
     """The actions of the audit files ``paths``, of ``hosts`` (names or globs) if given,
-    started at or after ``since`` (epoch seconds) if given."""
+    started at or after ``since`` (epoch seconds) if given (``tail_bytes``: read only the
+    end of each file, as the dashboard does at start)."""
     records: list[dict[str, Any]] = []
     skipped = 0
     for path in paths:
-        found, bad = read_records(path)
+        found, bad = read_records(path, tail_bytes)
         records += found
         skipped += bad
     actions = [

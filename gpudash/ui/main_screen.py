@@ -33,7 +33,7 @@ from gpudash.ui.palette import palette
 from gpudash.ui.screens import DetailScreen, FilterScreen
 from gpudash.ui.state import Dashboard
 from gpudash.ui.text import clean
-from gpudash.ui.widgets.action_log import ActionLog, LogEntry
+from gpudash.ui.widgets.action_log import ActionLog, LogEntry, recent_entries
 from gpudash.ui.widgets.footer import DashboardFooter
 from gpudash.ui.widgets.gpus import GpuGrid, GpuTable
 from gpudash.ui.widgets.guide import Guide
@@ -105,6 +105,7 @@ class MainScreen(Screen[None]):
         self.unit_panel = self.query_one(UnitPanel)
         self.progress_panel = self.query_one(ActionProgressPanel)
         self.action_log = self.query_one(ActionLog)
+        self._recent_actions()
         self.gpu_table.border_title = "GPUs"
         self.gpu_grid.border_title = "GPUs"
         self.holders.border_title = "Holders (by owner)"
@@ -251,6 +252,13 @@ class MainScreen(Screen[None]):
             LogEntry(self.dashboard.clock(), host, action, outcome, ok, tuple(details)),
             pal.success, pal.error,
         )
+
+    def _recent_actions(self) -> None:
+        """The Action log starts with the audit's last day of the hosts on screen."""
+        pal = palette(self.app)
+        for entry in recent_entries([v.name for v in self.dashboard.views],
+                                    self.dashboard.clock()):
+            self.action_log.add(entry, pal.success, pal.error)
 
     # --- table events --------------------------------------------------------------------
 

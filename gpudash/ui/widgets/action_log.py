@@ -6,13 +6,17 @@ report's lines (per GPU, escalations, what still holds memory).
 
 from __future__ import annotations
 
+import glob
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rich.text import Text
 from textual.binding import Binding
 from textual.widgets import DataTable
 
+from gpudash.session.audit import audit_path
+from gpudash.session.history import history
 from gpudash.ui.text import clean, literal
 
 
@@ -98,3 +102,22 @@ class ActionLog(DataTable[Text]):
             out.append("\n")
             out.append(clean(line))
         return out
+
+
+RECENT_S = 24 * 3600  # the Action log starts with the audit's last day of these hosts
+RECENT_MAX = 20
+
+
+def recent_entries(hosts: Sequence[str], now: float) -> list[LogEntry]:
+    """The audit's actions on ``hosts`` in the last day (the newest ``RECENT_MAX``), as
+    the Action log shows them: what was done before this dashboard started."""
+    found = history([audit_path(), audit_path(simulated=True)],
+                    hosts=[glob.escape(h) for h in hosts], since=now - RECENT_S,
+                    tail_bytes=1 << 20)
+    out = []
+    for a in found.actions[-RECENT_MAX:]:
+        ok = None if a.verdict in (None, "interrupted") else a.verdict != "failed"
+        out.append(LogEntry(a.started or 0.0, a.host, f"{a.action} {a.subject}",
+                            f"{a.verdict or 'no outcome'} (earlier, by {a.operator})", ok,
+                            (a.summary,)))
+    return out
