@@ -42,6 +42,16 @@ def _scrolls(line: str) -> bool:
         line.startswith("  ") and text[:1].isdigit() and ". " in text[:4])
 
 
+class PlanScroll(VerticalScroll):
+    """The plan's commands; resized (the dialog fitted to the screen), it says again how
+    much of the plan is out of sight."""
+
+    def on_resize(self) -> None:
+        screen = self.screen
+        if isinstance(screen, ConfirmModal):
+            screen.call_after_refresh(screen.say_out_of_sight)
+
+
 class ConfirmModal(ModalScreen[bool]):
     """Shows a plan exactly and asks; Cancel has the focus, so Enter never kills by accident.
 
@@ -113,7 +123,7 @@ class ConfirmModal(ModalScreen[bool]):
                                  id="question")
                     yield Button("Cancel", id="cancel", variant="primary", compact=True)
                     yield Button("Confirm", id="confirm", variant="error", compact=True)
-            with VerticalScroll(id="plan") as plan:
+            with PlanScroll(id="plan") as plan:
                 plan.can_focus = False  # Cancel keeps the focus; the keys above scroll it
                 yield Static(plan_text(commands, first_bold=False), id="plan-text")
 
@@ -121,7 +131,7 @@ class ConfirmModal(ModalScreen[bool]):
         self.query_one("#cancel", Button).focus()
         self.call_after_refresh(self._drawn)
         plan = self.query_one("#plan", VerticalScroll)
-        self.watch(plan, "scroll_y", lambda _y: self._say_out_of_sight(), init=False)
+        self.watch(plan, "scroll_y", lambda _y: self.say_out_of_sight(), init=False)
         # Toasts are drawn over everything, the dialog too: hidden (on this screen and
         # those below) while it is up, back after it if not timed out by then.
         screens = {*self.app.screen_stack, self}  # this one may not be on the stack yet
@@ -135,12 +145,22 @@ class ConfirmModal(ModalScreen[bool]):
 
     def _drawn(self) -> None:
         self._armed_at = time.monotonic() + self.ARM_S
-        self._say_out_of_sight()
+        self._fit_plan()
 
     def on_resize(self) -> None:
-        self.call_after_refresh(self._say_out_of_sight)
+        self.call_after_refresh(self._fit_plan)
 
-    def _say_out_of_sight(self) -> None:
+    def _fit_plan(self) -> None:
+        """The commands get what the screen has left once the heading, the outcome and the
+        answer are drawn (a dialog taller than the screen was cut, not scrolled)."""
+        plan = self.query_one("#plan", VerticalScroll)
+        fixed = (self.query_one("#heading").outer_size.height
+                 + self.query_one("#outcome").outer_size.height + 2)  # the dialog's border
+        room = max(3, self.size.height - fixed - (0 if self.query_one("#more").display else 1))
+        plan.styles.max_height = room
+        self.call_after_refresh(self.say_out_of_sight)
+
+    def say_out_of_sight(self) -> None:
         """The plan's border says how many of its lines are above and below the view."""
         plan = self.query_one("#plan", VerticalScroll)
         total = int(plan.virtual_size.height)
