@@ -288,8 +288,4 @@ def _finish(
                                                          audited=trail.audited), indent=2))
     else:
         term.result("\n".join(report.describe()))
-    if report.interrupted:
-        return Exit.INTERRUPTED if report.sent_anything else Exit.CANCELLED
-    if report.unknown:
-        return Exit.UNKNOWN
-    return Exit.OK if report.confirmed else Exit.NOT_FREED
+    return Exit(report.exit_status)

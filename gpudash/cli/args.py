@@ -329,7 +329,7 @@ def parse(argv: list[str]) -> tuple[str | None, argparse.Namespace]:
     settings, errors = config.load()
     _with_settings(parser, settings)
     args = parser.parse_args(argv[1:] if command else argv)
-    args.config_errors = errors
+    args.config_errors, args.settings = errors, settings
     if command in ("history", "completion"):
         return command, args
     _check_hosts(command, args, settings, parser)

@@ -128,10 +128,10 @@ def cmd_act(command: str, args: argparse.Namespace, term: Terminal) -> int:
 
 
 def cmd_dashboard(args: argparse.Namespace, term: Terminal) -> int:
-    from gpudash.state import config, kept
+    from gpudash.state import kept
     from gpudash.ui.app import run_dashboard
 
-    theme = kept.resolve_theme(args.theme, config.load()[0].theme)
+    theme = kept.resolve_theme(args.theme, args.settings.theme)
     sources = open_sources(args)
     try:
         outcome = run_dashboard(

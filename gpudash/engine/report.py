@@ -173,6 +173,15 @@ class ActionReport:
                 lines.append(f"{sig} {pid}: {outcome.value}")
         return lines
 
+    @property
+    def exit_status(self) -> int:
+        """The command line's exit code for this verdict (gpudash.cli.contract.Exit)."""
+        if self.interrupted:
+            return 6 if self.sent_anything else 5
+        if self.unknown:
+            return 4
+        return 0 if self.confirmed else 1
+
     def describe(self) -> list[str]:
         """The report as lines of plain text (host text still to be escaped by the printer)."""
         lines = [f"{self.plan.title} on {self.plan.host}: {self.summary}"]

@@ -54,10 +54,4 @@ def still_held(report: ActionReport, snapshots: Sequence[HostSnapshot | None]) -
 
 def exit_code(report: ActionReport | None) -> int:
     """The command line's code for an action's verdict (as ``gpudash reclaim`` has it)."""
-    if report is None:
-        return 1
-    if report.interrupted:
-        return 6 if report.sent_anything else 5
-    if report.unknown:
-        return 4
-    return 0 if report.confirmed else 1
+    return 1 if report is None else report.exit_status
