@@ -200,7 +200,11 @@ def sshd_server(
 ) -> Iterator[SshdServer]:
     """One sshd for the whole session; sessions see the stand-in driver."""
     out, state = sshd_fakegpu
+    # A home of its own: the remote shell must not run this machine's ~/.bashrc (pyenv's
+    # `pyenv rehash` there raced between 12 parallel sessions and printed rm errors).
+    home = tmp_path_factory.mktemp("sshd-home")
     env = {
+        "HOME": str(home),
         "FAKEGPU_STATE": str(state),
         "LD_LIBRARY_PATH": str(out),
         "PATH": f"{out}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
