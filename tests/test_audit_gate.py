@@ -105,11 +105,12 @@ async def test_the_dashboards_controller_refuses_without_its_intent_record(
                                                   verify_timeout=5.0))
         errors: list[str] = []
         running = controller.begin(plan, 0, act=True)
-        report, error = await controller.run(running, demo, lambda p: None, errors.append)
+        outcome = await controller.run(running, demo, lambda p: None, errors.append)
+        report, error = outcome.report, outcome.error
         assert report is None and error is not None
         assert error.startswith("refused: the audit record could not be written")
         assert demo.units[MINIMAX].active  # nothing was sent
-        assert errors and "No space left" in errors[0]
+        assert "No space left" in error and errors == []  # said once: in the refusal
         controller.finished(0, report, error)
         assert controller.shown is not None and controller.shown.error == error
 

@@ -27,7 +27,8 @@ async def test_a_run_is_audited_before_and_after_and_kept() -> None:
     running = c.begin(plan, 0, act=True)
     assert c.busy and c.shown is not None and c.shown.report is None
     seen: list[Progress] = []
-    report, error = await c.run(running, demo, seen.append, lambda why: None)
+    outcome = await c.run(running, demo, seen.append, lambda why: None)
+    report, error = outcome.report, outcome.error
     assert error is None and report is not None and report.confirmed
     c.finished(0, report, error)
     assert not c.busy and c.last_report is report
@@ -64,8 +65,9 @@ async def test_an_unknown_outcome_is_reverified_a_bounded_number_of_times() -> N
     s = await demo.sample()
     worker = next(p.pid for p in s.processes if p.cmdline == "VLLM::Worker_TP2")
     plan = plan_action(s, ActionKind.KILL, pid=worker)
-    report, error = await c.run(c.begin(plan, 3, act=True), demo, lambda p: None,
+    outcome = await c.run(c.begin(plan, 3, act=True), demo, lambda p: None,
                                 lambda why: None)
+    report, error = outcome.report, outcome.error
     assert report is not None and report.unknown
     # the signal the link dropped under may have gone out: the report says so
     assert report.sent_lines() == [f"SIGKILL {worker}: unknown"]
@@ -89,13 +91,15 @@ async def test_a_reverification_continues_its_actions_audit_record_and_keeps_wha
     s = await demo.sample()
     worker = next(p.pid for p in s.processes if p.cmdline == "VLLM::Worker_TP2")
     plan = plan_action(s, ActionKind.KILL, pid=worker)
-    report, error = await c.run(c.begin(plan, 0, act=True), demo, lambda p: None,
+    outcome = await c.run(c.begin(plan, 0, act=True), demo, lambda p: None,
                                 lambda why: None)
+    report, error = outcome.report, outcome.error
     c.finished(0, report, error)
     again = c.take_reverify(0)
     assert again is plan
-    looked, error = await c.run(c.begin(again, 0, act=False), demo, lambda p: None,
+    outcome = await c.run(c.begin(again, 0, act=False), demo, lambda p: None,
                                 lambda why: None)
+    looked, error = outcome.report, outcome.error
     assert looked is not None and looked.reverified
     assert looked.sent_lines() == [f"SIGKILL {worker}: unknown"]
     intent, first, second = audit()

@@ -124,7 +124,7 @@ async def test_a_changed_plan_is_shown_again_before_anything_is_sent() -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed
                        and app.screen is not first)
         text = "\n".join(app.screen.lines)  # type: ignore[attr-defined]
-        assert "The host changed while this dialog was open" in text
+        assert "The host changed while you read the plan" in text
         assert f"no longer signalled (exited or changed): {gone}" in text
         assert not app.running and demo.units[MINIMAX].active  # nothing sent yet
         await pilot.press("n")

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from test_ui import SIZE, make_app, select, wait_for
-from textual.widgets import RichLog
+from textual.widgets import Checkbox, RichLog
 
 from gpudash.demo.host import KIMI, MINIMAX, DemoHost
 from gpudash.engine import ActionKind
-from gpudash.ui.models import JournalScreen, ModelPicker
+from gpudash.ui.models import JournalScreen, ModelPicker, choice_text
 from gpudash.ui.screens import ConfirmModal
 
 
@@ -21,12 +21,16 @@ async def test_swap_picks_the_next_model_and_proves_it_serves() -> None:
         picker = app.screen
         assert [c.name for c in picker.choices] == ["vllm-deepseek-v3.service", KIMI]
         # each with what the operator weighs: state, enabled, Restart=, port, footprint
-        row = picker.choices[1].text().plain
+        row = choice_text(picker.choices[1]).plain
         assert "disabled" in row and "Restart=always" in row and "port 8001" in row, row
+        # the swap leaves the host as it found it: MiniMax is enabled, so Kimi will be
+        # (it was left disabled: a reboot brought up no model)
+        assert picker.query_one("#enable", Checkbox).value is True
         await pilot.press(*"kimi", "enter")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         lines = "\n".join(app.screen.lines)
         assert "1. reclaim" in lines and f"$ systemctl start {KIMI}" in lines
+        assert f"$ systemctl enable {KIMI}" in lines, lines
         assert "http://127.0.0.1:8001/health answers 200" in lines
         await pilot.press("y")
         await wait_for(pilot, lambda: app.last_report is not None, within=40)
@@ -37,6 +41,21 @@ async def test_swap_picks_the_next_model_and_proves_it_serves() -> None:
         panel = str(app.query_one("#progress").render())
         assert "serving after" in panel and "footprint learned" in panel
         assert demo.units[KIMI].active and not demo.units[MINIMAX].active
+        assert demo.units[KIMI].unit_file_state == "enabled"
+
+
+async def test_the_swap_picker_can_leave_the_new_unit_disabled() -> None:
+    demo = DemoHost(speed=50, release_delay=1)
+    app = make_app(demo)
+    async with app.run_test(size=SIZE) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.press("w")
+        await wait_for(pilot, lambda: isinstance(app.screen, ModelPicker))
+        await pilot.press("ctrl+t")  # not at boot, this time
+        assert app.screen.query_one("#enable", Checkbox).value is False
+        await pilot.press(*"kimi", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
+        assert not any(f"systemctl enable {KIMI}" in line for line in app.screen.lines)
 
 
 async def test_journal_of_the_selected_unit_is_live_and_literal() -> None:

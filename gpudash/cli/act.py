@@ -13,35 +13,33 @@ import argparse
 import asyncio
 import contextlib
 import signal
-from collections.abc import Callable, Coroutine
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from gpudash.cli.contract import Exit
 from gpudash.cli.terminal import Terminal
-from gpudash.domain.model import SourceKind, unit_name
+from gpudash.domain.model import unit_name
 from gpudash.domain.untrusted import json_dumps
-from gpudash.engine import (
-    REVERIFY,
-    SPECS,
-    ActionKind,
-    ActionPlan,
-    ActionReport,
-    ExecOptions,
-    PlanError,
-    Selection,
-    execute,
-    plan_action,
-    replan,
-    reverify,
-)
-from gpudash.protocol.source import HostSource, SourceError
+from gpudash.engine import ActionKind, ActionPlan, ActionReport, ExecOptions, Selection
+from gpudash.protocol.source import HostSource
 from gpudash.session import audit
-from gpudash.session.controller import learn_from, serving_request, watch
+from gpudash.session.controller import ActionController, Outcome
+from gpudash.session.lifecycle import (
+    Candidate,
+    Ended,
+    Ending,
+    Picked,
+    Request,
+    confirm,
+    prepare,
+)
+from gpudash.state import config, logfile
 
-MAX_REPLANS = 3  # the host keeps changing under the prompt: stop asking
-
-
-PlanMaker = Callable[[HostSource], Coroutine[Any, Any, ActionPlan]]
+# What ends an action before anything is sent, as an exit status (gpudash.cli.contract).
+EXIT_OF = {Ending.PLAN: Exit.USAGE, Ending.UNREACHABLE: Exit.CONNECT,
+           Ending.NOBODY: Exit.CANCELLED, Ending.DECLINED: Exit.CANCELLED,
+           Ending.NOT_PICKED: Exit.CANCELLED, Ending.KEEPS_CHANGING: Exit.CANCELLED,
+           Ending.BUSY: Exit.CANCELLED}
 
 
 def options_of(args: argparse.Namespace) -> ExecOptions:
@@ -56,60 +54,40 @@ def options_of(args: argparse.Namespace) -> ExecOptions:
 
 
 def run_reclaim(args: argparse.Namespace, source: HostSource, term: Terminal) -> int:
-    async def make(source: HostSource) -> ActionPlan:
-        return plan_action(await source.control.sample(), ActionKind.RECLAIM, unit=args.unit,
-                           container=getattr(args, "container", None))
-
-    return run_action(args, source, term, make)
+    return run_action(args, source, term, Request(ActionKind.RECLAIM, Selection(
+        unit=args.unit, container=getattr(args, "container", None))))
 
 
 def run_start(args: argparse.Namespace, source: HostSource, term: Terminal) -> int:
     """``gpudash start``: start a unit (and enable it) and prove it serves."""
-    async def make(source: HostSource) -> ActionPlan:
-        unit = unit_name(args.unit)
-        watch(source, unit)
-        snap = await source.control.sample()
-        url, learned = await serving_request(source.control, snap.host, unit,
-                                             ready_url=args.ready_url,
-                                             simulated=snap.source is SourceKind.DEMO)
-        return SPECS[ActionKind.START].plan(snap, Selection(
-            unit=unit, enable=args.enable, ready_url=url, footprint=learned,
-            force=args.force))
-
-    return run_action(args, source, term, make)
+    return run_action(args, source, term, Request(
+        ActionKind.START, Selection(unit=unit_name(args.unit), force=args.force),
+        enable=args.enable, ready_url=args.ready_url))
 
 
 def run_swap(args: argparse.Namespace, source: HostSource, term: Terminal) -> int:
     """``gpudash swap``: reclaim one model with proof, start the next, prove it serves."""
-    async def make(source: HostSource) -> ActionPlan:
-        old = unit_name(args.from_unit) if args.from_unit is not None else None
-        new = unit_name(args.to_unit)
-        watch(source, new)
-        snap = await source.control.sample()
-        url, learned = await serving_request(source.control, snap.host, new,
-                                             ready_url=args.ready_url,
-                                             simulated=snap.source is SourceKind.DEMO)
-        return SPECS[ActionKind.SWAP].plan(snap, Selection(
-            unit=old, container=args.from_container, target=new, enable=args.enable,
-            ready_url=url, footprint=learned, force=args.force,
-            rollback=not args.no_rollback))
-
-    return run_action(args, source, term, make)
+    old = unit_name(args.from_unit) if args.from_unit is not None else None
+    return run_action(args, source, term, Request(
+        ActionKind.SWAP, Selection(unit=old, container=args.from_container,
+                                   target=unit_name(args.to_unit), force=args.force,
+                                   rollback=not args.no_rollback),
+        enable=args.enable, ready_url=args.ready_url))
 
 
 def run_action(
-    args: argparse.Namespace, source: HostSource, term: Terminal, make: PlanMaker,
+    args: argparse.Namespace, source: HostSource, term: Terminal, request: Request,
     runner: asyncio.Runner | None = None,
 ) -> int:
-    """Plan, ask, act, report; in ``runner`` (the one the source was used in so far: its
-    connection lives in that loop), else in a runner of its own."""
+    """Plan, ask, act, report (``gpudash.session.lifecycle``); in ``runner`` (the one the
+    source was used in so far: its connection lives in that loop), else in its own."""
     options = options_of(args)
     finished: list[int] = []  # the exit code, once the report is printed and audited
     with contextlib.ExitStack() as stack:
         if runner is None:
             runner = stack.enter_context(asyncio.Runner())
         try:
-            return _run(args, source, term, options, runner, finished, make)
+            return _run(args, source, term, options, runner, finished, request)
         except KeyboardInterrupt:
             if finished:  # after the last line was printed: the verdict stands
                 return finished[0]
@@ -122,109 +100,96 @@ def run_action(
                 runner.run(source.close())
 
 
+class Prompt:
+    """The CLI's ports of the action session: the plan on stderr, the question on the
+    terminal (``--yes``: the plan only). A CLI swap names its target: nothing to pick."""
+
+    def __init__(self, term: Terminal, *, asks: bool) -> None:
+        self.term = term
+        self.asks = asks
+
+    async def confirm(self, plan: ActionPlan, lines: list[str]) -> bool | None:
+        self.term.say(lines)
+        if not self.asks:
+            return True
+        with _ctrl_c_at_once():
+            return self.term.confirm()
+
+    async def pick(self, source: str, candidates: Sequence[Candidate],
+                   enable: bool) -> Picked | None:
+        return None
+
+
+@contextlib.contextmanager
+def _ctrl_c_at_once() -> Iterator[None]:
+    """Ctrl+C at the prompt ends gpudash at once, nothing done. (In the event loop,
+    asyncio's own handler would only cancel the task, and the read would go on.)"""
+    try:
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    except ValueError:  # not the main thread: leave it as it is
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def prepared(source: HostSource, request: Request, runner: asyncio.Runner
+             ) -> ActionPlan | Ended:
+    """The plan of ``request`` on ``source`` as it is now (a dry run shows it), in
+    ``runner``."""
+    return runner.run(prepare(request, source.control, source.name,
+                              Prompt(Terminal(), asks=False), config.load()[0].models))
+
+
 def _run(
     args: argparse.Namespace, source: HostSource, term: Terminal, options: ExecOptions,
-    runner: asyncio.Runner, finished: list[int], make: PlanMaker,
+    runner: asyncio.Runner, finished: list[int], request: Request,
 ) -> int:
-    try:
-        plan = runner.run(make(source))
-    except PlanError as exc:
-        term.error(str(exc))
-        return Exit.USAGE
-    except SourceError as exc:
-        term.error(f"{source.name}: {exc}")
-        return Exit.CONNECT
-    if args.yes:
-        term.say(plan.describe(options.term_timeout))
-    else:
-        for asked in range(1, MAX_REPLANS + 1):
-            term.say(plan.describe(options.term_timeout))
-            answer = term.confirm()
-            if answer is None:
-                term.error("not a terminal and no --yes: nothing done")
-                return Exit.CANCELLED
-            if not answer:
-                term.error("declined: nothing done")
-                return Exit.CANCELLED
-            try:  # the answer may come minutes later: act on the host as it is now
-                plan, changes = runner.run(_replan(source, plan))
-            except PlanError as exc:
-                term.error(f"the host changed while you read the plan: {exc}; nothing done")
-                return Exit.USAGE
-            except SourceError as exc:
-                term.error(f"{source.name}: {exc}; nothing done")
-                return Exit.CONNECT
-            if not changes:
-                break
-            term.say(["", "The host changed while you read the plan:"]
-                     + [f"  * {c}" for c in changes])
-            if asked == MAX_REPLANS:
-                term.error("the plan keeps changing; nothing done")
-                return Exit.CANCELLED
+    ports = Prompt(term, asks=not args.yes)
+    control = source.control
+    plan = runner.run(prepare(request, control, source.name, ports, config.load()[0].models))
+    if not isinstance(plan, Ended):
+        plan = runner.run(confirm(plan, control, ports, options.term_timeout))
+    if isinstance(plan, Ended):
+        term.error(plan.why)
+        return EXIT_OF[plan.kind]
     return runner.run(_act(args, source, term, options, plan, finished))
-
-
-async def _replan(source: HostSource, plan: ActionPlan) -> tuple[ActionPlan, list[str]]:
-    return replan(plan, await source.control.sample())
 
 
 async def _act(
     args: argparse.Namespace, source: HostSource, term: Terminal, options: ExecOptions,
     plan: ActionPlan, finished: list[int],
 ) -> int:
-    trail = audit.AuditTrail(plan, options.term_timeout)
-    report = ActionReport(plan)
+    controller = ActionController(options)
     line = term.progress()
+
+    def notice(text: str) -> None:
+        line.close()
+        term.error(text)
+
     with _Interrupts() as interrupts:
         # From here to the last line printed an interrupt never ends gpudash mid-write: it
         # cancels the engine while it acts, and before or after that it only sets a flag.
         try:
-            trail.intent()  # synchronously: no interrupt between the record and the act
-        except OSError as exc:
-            if not args.no_audit:  # audit or nothing
-                term.error(audit.refusal(trail.path, str(exc)))
-                finished.append(Exit.NOT_AUDITED)
-                return Exit.NOT_AUDITED
-            term.error(f"warning: acting without an audit record (--no-audit): {exc}")
-        stopped = False
-        try:
-            if not interrupts.start_acting():
-                stopped = True  # interrupted while the intent was written: nothing sent
-            else:
-                report = await execute(plan, source.control, options, line, report=report)
-                for attempt in range(1, REVERIFY.attempts + 1):
-                    if not report.unknown:
-                        break
-                    # The link dropped mid-action: nothing is re-sent; look again once back.
-                    line.close()
-                    term.error(f"{report.summary}; re-verifying ({attempt}/{REVERIFY.attempts})")
-                    await asyncio.sleep(REVERIFY.delay(attempt))
-                    again = await reverify(plan, source.control, options, line)
-                    again.keep_sent(report)  # the outcome record keeps what went out
-                    report = again
-        except asyncio.CancelledError:
-            stopped = True  # our own interrupt: the report below says what was sent
-        except Exception as exc:  # a bug, after commands may have reached the host: audit them
-            audit.failed(report, exc)
-            line.close()
-            term.error(report.summary)
-            try:
-                trail.outcome(report)
-            except OSError as err:
-                term.error(f"warning: audit file not written: {err}")
-            raise
+            outcome = await controller.carry_out(
+                plan, source.control, line, notice, audit_required=not args.no_audit,
+                guard=interrupts)
+        except asyncio.CancelledError:  # our own interrupt: the controller audited it
+            outcome = Outcome(controller.interrupted or ActionReport(plan))
         finally:
             interrupts.stop_acting()
             line.close()
-        if stopped and not report.interrupted:
-            # before anything was sent, or between the engine's steps
-            report.interrupted = True
-            sent = report.sent_lines()
-            report.summary = ("interrupted before the outcome was verified; sent: "
-                              + ("; ".join(sent) if sent else "nothing"))
-        if not trail.audited:
-            trail.unaudited(report)  # the report says so (and the outcome, if it lands)
-        finished.append(_finish(args, term, trail, report))
+        if outcome.refused:
+            term.error(outcome.error or "refused: nothing was sent")
+            finished.append(Exit.NOT_AUDITED)
+        elif outcome.report is None:  # a bug: what was sent is audited, the traceback logged
+            term.error(f"internal error: the action {outcome.error} (the traceback is in "
+                       f"{logfile.log_path()})")
+            finished.append(Exit.INTERNAL)
+        else:
+            finished.append(_finish(args, term, outcome.report, controller))
         return finished[0]
 
 
@@ -275,17 +240,11 @@ class _Interrupts:
         self.acting = False
 
 
-def _finish(
-    args: argparse.Namespace, term: Terminal, trail: audit.AuditTrail, report: ActionReport,
-) -> int:
-    try:
-        trail.outcome(report)  # synchronously: it must land even while being interrupted
-    except OSError as exc:
-        term.error(f"warning: audit file not written: {exc}")
-    learn_from(report)
+def _finish(args: argparse.Namespace, term: Terminal, report: ActionReport,
+            controller: ActionController) -> int:
     if args.json:
-        term.result_json(json_dumps(audit.outcome_record(report, trail.id,
-                                                         audited=trail.audited), indent=2))
+        term.result_json(json_dumps(audit.outcome_record(
+            report, controller.audit_id, audited=controller.audited), indent=2))
     else:
         term.result("\n".join(report.describe()))
     return Exit(report.exit_status)

@@ -226,8 +226,9 @@ def _acting_parser(command: str) -> argparse.ArgumentParser:
     _common(p)
     _which(p, command)
     if command in ("start", "swap"):
-        p.add_argument("--enable", action="store_true",
-                       help="also enable the started unit (start it at boot)")
+        p.add_argument("--enable", action=argparse.BooleanOptionalAction, default=None,
+                       help="enable the started unit (start it at boot); default: start "
+                       "does not, swap does where the unit it replaces is enabled")
         p.add_argument("--leave-crashing", action="store_true",
                        help="do not stop a unit that crash-loops while starting")
         p.add_argument("--force", action="store_true",

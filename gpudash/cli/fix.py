@@ -19,41 +19,22 @@ from gpudash.cli.contract import Exit
 from gpudash.cli.terminal import Terminal
 from gpudash.domain.model import unit_name
 from gpudash.domain.untrusted import json_dumps
-from gpudash.engine import SPECS, ActionKind, ActionPlan, PlanError, Selection
-from gpudash.protocol.source import Capability, HostSource, SourceError
-
-
-def planner(args: argparse.Namespace) -> act.PlanMaker:
-    async def make(source: HostSource) -> ActionPlan:
-        control = source.control
-        if Capability.DROP_IN not in control.capabilities:
-            raise PlanError(f"{source.name}: this host cannot be given a drop-in")
-        unit = unit_name(args.unit)
-        control.watch_unit(unit)
-        snap = await control.sample()
-        text = await control.unit_text(unit)
-        return SPECS[ActionKind.FIX].plan(snap, Selection(unit=unit, revert=args.revert,
-                                                          unit_text=text))
-
-    return make
+from gpudash.engine import ActionKind, ActionPlan, Selection
+from gpudash.protocol.source import HostSource
+from gpudash.session.lifecycle import Ended, Request
 
 
 def run_fix(args: argparse.Namespace, source: HostSource, term: Terminal) -> int:
-    make = planner(args)
+    request = Request(ActionKind.FIX, Selection(unit=unit_name(args.unit), revert=args.revert))
     if not args.dry_run:
-        return act.run_action(args, source, term, make)
+        return act.run_action(args, source, term, request)
     with asyncio.Runner() as runner:
-        try:
-            plan = runner.run(make(source))
-        except PlanError as exc:
-            term.error(str(exc))
-            return Exit.USAGE
-        except SourceError as exc:
-            term.error(f"{source.name}: {exc}")
-            return Exit.CONNECT
-        finally:
-            with contextlib.suppress(Exception):
-                runner.run(source.close())
+        plan = act.prepared(source, request, runner)
+        with contextlib.suppress(Exception):
+            runner.run(source.close())
+    if isinstance(plan, Ended):
+        term.error(plan.why)
+        return act.EXIT_OF[plan.kind]
     lines = plan.describe(args.term_timeout)
     term.say(lines)
     term.say("--dry-run: nothing sent")

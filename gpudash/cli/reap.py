@@ -13,15 +13,16 @@ import argparse
 import asyncio
 import contextlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from gpudash.cli import act
 from gpudash.cli.contract import Exit
 from gpudash.cli.terminal import Terminal
 from gpudash.domain.untrusted import json_dumps
-from gpudash.engine import ActionKind, ActionPlan, PlanError, plan_action
-from gpudash.protocol.source import HostSource, SourceError
+from gpudash.engine import ActionKind, ActionPlan, Selection
+from gpudash.protocol.source import HostSource
+from gpudash.session.lifecycle import Ended, Ending, Request
 
 NOTHING = "no orphaned processes"  # the planner's words when there is nothing to reap
 # Several hosts, one exit code: the first of these any host ended with, else 0.
@@ -68,39 +69,29 @@ def _one(args: argparse.Namespace, source: HostSource, out: Terminal
          ) -> tuple[int, Any, str | None]:
     """Reap one host: (exit code, its JSON document or None, why nothing was done). One
     event loop for the whole host: its connection lives in it."""
-    maker = _planner(args)
+    request = Request(ActionKind.REAP, Selection(unit=args.unit, container=args.container))
     before = len(out.documents) if isinstance(out, _Collected) else 0
     with asyncio.Runner() as runner:
-        try:
-            plan = runner.run(maker(source))
-        except (PlanError, SourceError) as exc:
+        plan = act.prepared(source, request, runner)
+        if isinstance(plan, Ended) or args.dry_run:
             with contextlib.suppress(Exception):
                 runner.run(source.close())
-            if isinstance(exc, SourceError):
-                out.error(f"{source.name}: {exc}")
-                return Exit.CONNECT, None, str(exc)
-            if NOTHING in str(exc):
-                out.say(f"{source.name}: nothing to reap: {exc}")
-                return Exit.OK, None, str(exc)
-            out.error(f"{source.name}: {exc}")
-            return Exit.USAGE, None, str(exc)
+        if isinstance(plan, Ended):
+            if plan.kind is Ending.UNREACHABLE:
+                out.error(plan.why)
+                return Exit.CONNECT, None, plan.why
+            if NOTHING in plan.why:
+                out.say(f"{source.name}: nothing to reap: {plan.why}")
+                return Exit.OK, None, plan.why
+            out.error(f"{source.name}: {plan.why}")
+            return Exit.USAGE, None, plan.why
         if args.dry_run:
-            with contextlib.suppress(Exception):
-                runner.run(source.close())
             return Exit.OK, _dry_run(args, plan, out), None
         # planned again from a fresh sample, as every action is, before it is confirmed
-        code = act.run_action(args, source, out, maker, runner=runner)
+        code = act.run_action(args, source, out, request, runner=runner)
     document = out.documents.pop() if isinstance(out, _Collected) and len(
         out.documents) > before else None
     return code, document, None
-
-
-def _planner(args: argparse.Namespace) -> Callable[[HostSource], Any]:
-    async def make(source: HostSource) -> ActionPlan:
-        return plan_action(await source.control.sample(), ActionKind.REAP, unit=args.unit,
-                           container=args.container)
-
-    return make
 
 
 def _dry_run(args: argparse.Namespace, plan: ActionPlan, out: Terminal) -> Any:

@@ -13,6 +13,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from gpudash.engine import (
     REVERIFY,
@@ -49,6 +50,25 @@ class Running:
     action_id: str | None = None  # its audit id; a re-verification keeps its action's
 
 
+class Guard(Protocol):
+    """Told when the engine acts: a front end that cancels it on an interrupt (the CLI)."""
+
+    def start_acting(self) -> bool:
+        """False: an interrupt came first (while the intent was written): do not act."""
+        ...
+
+    def stop_acting(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a run ended: its report, or (a bug, or the audit refused it) why there is none."""
+
+    report: ActionReport | None
+    error: str | None = None
+    refused: bool = False  # the intent record could not be written: nothing was sent
+
+
 @dataclass(slots=True)
 class ActionController:
     options: ExecOptions
@@ -59,6 +79,8 @@ class ActionController:
     unverified: dict[int, ActionPlan] = field(default_factory=dict)  # host -> unknown outcome
     unknown_runs: dict[int, tuple[str, ActionReport]] = field(default_factory=dict)
     attempts: dict[int, int] = field(default_factory=dict)  # host -> re-verifications so far
+    audit_id: str | None = None  # the last run's action id in the audit file
+    audited: bool = True  # ... and whether its intent record was written
 
     @property
     def busy(self) -> bool:
@@ -86,49 +108,126 @@ class ActionController:
         control: HostControl,
         on_progress: Callable[[Progress], None],
         on_audit_error: Callable[[str], None],
-    ) -> tuple[ActionReport | None, str | None]:
-        """Audit, execute (or re-verify), audit: (report, None) or (None, error).
+        *,
+        audit_required: bool = True,
+        offers_no_audit: bool = False,
+        guard: Guard | None = None,
+        wait_s: float = 0.0,
+    ) -> Outcome:
+        """Audit, execute (or re-verify), audit.
 
-        An action whose intent record cannot be written is refused: (None, why), nothing
-        sent.
+        An action whose intent record cannot be written is refused, nothing sent (unless
+        ``audit_required`` is False, ``--no-audit``: it acts and its report says so).
+        ``offers_no_audit``: the refusal names ``--no-audit`` (the CLI has it).
+        ``guard`` is told when the engine starts and stops acting (the CLI's interrupts
+        cancel it only then); its start saying no (an interrupt came while the intent was
+        written) sends nothing and reports the action interrupted. ``wait_s``: a
+        re-verification's delay, in the guarded window.
 
-        Cancellation (the operator quits mid-action) is not an error: the live report is
-        marked interrupted, its outcome audited at once, and ``CancelledError`` goes on.
+        Cancellation (the operator quits or interrupts mid-action) is not an error: the
+        live report is marked interrupted with what was sent, its outcome audited at once,
+        and ``CancelledError`` goes on.
         """
         plan = running.plan
         trail = AuditTrail(plan, self.options.term_timeout, action_id=running.action_id)
-        running.action_id = trail.id
+        running.action_id = self.audit_id = trail.id
         if running.act:
+            self.audited = True
             try:  # synchronously: a quit cannot come between the record and the act
                 trail.intent()
             except OSError as exc:  # audit or nothing: not a command is sent
-                on_audit_error(str(exc))
-                return None, refusal(trail.path, str(exc), cli=False)
+                if audit_required:
+                    return Outcome(None, refusal(trail.path, str(exc), cli=offers_no_audit),
+                                   refused=True)
+                on_audit_error(f"acting without an audit record (--no-audit): {exc}")
+                self.audited = False
+        if guard is not None and not guard.start_acting():
+            return Outcome(self._audit_interrupted(running, trail), None)
         engine = execute if running.act else reverify
         try:
+            await asyncio.sleep(wait_s)
             report = await engine(plan, control, self.options, on_progress,
                                   report=running.report)
         except asyncio.CancelledError:
-            self.interrupted = running.report
-            try:
-                trail.outcome(running.report)  # synchronously: the front end is going away
-            except OSError:
-                log.exception("audit outcome of an interrupted action not written")
+            self.interrupted = self._audit_interrupted(running, trail)
             raise
         except Exception as exc:  # the engine must never take the front end down
             log.exception("action %s failed", plan.title)
+            report = failed(running.report, exc)  # its summary says what had been sent
             if running.act:  # what it had sent is audited all the same
                 try:
-                    await asyncio.to_thread(trail.outcome, failed(running.report, exc))
+                    await asyncio.to_thread(trail.outcome, report)
                 except OSError as err:
-                    on_audit_error(str(err))
-            return None, f"{type(exc).__name__}: {exc}"
+                    on_audit_error(f"audit file not written: {err}")
+            return Outcome(None, report.summary)
+        finally:
+            if guard is not None:
+                guard.stop_acting()
+        if not trail.audited:
+            trail.unaudited(report)  # the report says so
         try:
             await asyncio.to_thread(trail.outcome, report)
         except OSError as exc:
-            on_audit_error(str(exc))
+            on_audit_error(f"audit file not written: {exc}")
         await asyncio.to_thread(learn_from, report)  # a unit that came up serving
-        return report, None
+        return Outcome(report, None)
+
+    @staticmethod
+    def _audit_interrupted(running: Running, trail: AuditTrail) -> ActionReport:
+        """The live report as interrupted (before anything was sent, or between the engine's
+        steps, it is not marked yet), its outcome audited synchronously: the front end may
+        be going away."""
+        report = running.report
+        if not report.interrupted:
+            report.interrupted = True
+            sent = report.sent_lines()
+            report.summary = ("interrupted before the outcome was verified; sent: "
+                              + ("; ".join(sent) if sent else "nothing"))
+        if not trail.audited:
+            trail.unaudited(report)
+        try:
+            trail.outcome(report)
+        except OSError:
+            log.exception("audit outcome of an interrupted action not written")
+        return report
+
+    async def carry_out(
+        self,
+        plan: ActionPlan,
+        control: HostControl,
+        on_progress: Callable[[Progress], None],
+        on_notice: Callable[[str], None],
+        *,
+        audit_required: bool = True,
+        guard: Guard | None = None,
+        host: int = 0,
+    ) -> Outcome:
+        """Run ``plan`` to its end where nobody waits for samples to flow again (the CLI):
+        an outcome a lost link left unknown is re-verified here, after ``REVERIFY``'s
+        delays, by the same rule as the dashboard's (never re-sent, the same audit id)."""
+        running = self.begin(plan, host, act=True)
+        result = await self._run_once(running, control, on_progress, on_notice,
+                                      audit_required=audit_required, offers_no_audit=True,
+                                      guard=guard)
+        while result.report is not None and (again := self.take_reverify(host)) is not None:
+            attempt = self.attempts[host]
+            on_notice(f"{result.report.summary}; re-verifying ({attempt}/{REVERIFY.attempts})")
+            result = await self._run_once(self.begin(again, host, act=False), control,
+                                          on_progress, on_notice, guard=guard,
+                                          wait_s=REVERIFY.delay(attempt))
+        return result
+
+    async def _run_once(self, running: Running, control: HostControl,
+                        on_progress: Callable[[Progress], None],
+                        on_notice: Callable[[str], None], **how: Any) -> Outcome:
+        try:
+            result = await self.run(running, control, on_progress,
+                                    lambda why: on_notice(f"warning: {why}"), **how)
+        except asyncio.CancelledError:
+            self.finished(running.host, running.report, None)
+            raise
+        self.finished(running.host, result.report, result.error)
+        return result
 
     def progressed(self, progress: Progress) -> None:
         if self.running is not None and self.shown is not None:

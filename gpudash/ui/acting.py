@@ -1,15 +1,15 @@
-"""The destructive actions' lifecycle in the dashboard: plan, confirm (and plan again from a
-fresh sample), run in a worker whose progress arrives as messages, log the outcome; and
-quitting while one runs.
+"""The dashboard's front end of the action session: its dialogs (confirm, the swap's model
+picker) as the session's ports, the action worker whose progress arrives as messages, the
+outcome logged; and quitting while one runs.
 
-The engine plans and the session's controller audits and runs; this class only walks an
-action through the dialogs and workers of the app that composes it.
+What an action goes through, from its plan to its audited outcome, is written once in
+``gpudash.session.lifecycle`` and ``gpudash.session.controller``, for the CLI too.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from itertools import count
 from typing import Any
 
@@ -17,29 +17,17 @@ from textual.app import App
 from textual.message import Message
 from textual.worker import Worker, WorkerCancelled, WorkerFailed
 
-from gpudash.domain.model import SourceKind
-from gpudash.engine import (
-    STARTING,
-    ActionKind,
-    ActionPlan,
-    ActionReport,
-    ActionSpec,
-    PlanError,
-    Selection,
-    replan,
-    selected_owner,
-)
-from gpudash.protocol.source import Capability, HostControl, SourceError
-from gpudash.session.controller import Running, outcome_line, serving_request, watch
-from gpudash.state import footprints
+from gpudash.engine import SPECS, ActionPlan, ActionReport, ActionSpec, Selection
+from gpudash.session import lifecycle
+from gpudash.session.controller import Running, outcome_line
+from gpudash.session.lifecycle import Ended, Ending
 from gpudash.ui.messages import ActionFinished, ActionProgressed
-from gpudash.ui.models import Choice, ModelPicker
+from gpudash.ui.models import ModelPicker
 from gpudash.ui.outcome import exit_code
 from gpudash.ui.quit import AFTER, NOW, QuitWhileActing
 from gpudash.ui.screens import ConfirmModal
 from gpudash.ui.state import Dashboard
 
-MAX_REPLANS = 3  # the host keeps changing under the confirm dialog: stop asking
 # The one-line toast of a result while another screen hides the Action panel; the panel
 # and the log have the whole verdict.
 VERDICT_TOAST = {"warning": "⚠ done, something is left to do", "failed": "✘ NOT confirmed",
@@ -69,122 +57,43 @@ class Acting:
     # --- planning ----------------------------------------------------------------------
 
     def plan(self, spec: ActionSpec, host: int, selection: Selection) -> None:
-        """Plan ``spec`` for ``selection`` on ``host`` and ask for confirmation."""
-        if spec.kind in STARTING:
-            # what proves it serves is asked of the host first
-            self._run(self._plan_start(spec, host, selection), "prepare")
-            return
-        if spec.kind is ActionKind.FIX:  # the unit's configuration is read first
-            self._run(self._plan_fix(spec, host, selection), "prepare")
-            return
-        snapshot = self.state.views[host].snapshot
-        assert snapshot is not None
-        try:
-            plan = spec.plan(snapshot, selection)
-        except PlanError as exc:
-            self.app.notify(str(exc), title=spec.title, severity="warning")
-            return
-        self._run(self._confirm_and_run(plan, host), "confirm")
-
-    async def _plan_start(self, spec: ActionSpec, host: int, sel: Selection) -> None:
-        """start / restart / swap: pick the target (swap), learn its ready URL and footprint,
-        make sure the host reports it, then plan from a fresh sample and confirm."""
+        """Plan ``spec`` for ``selection`` on ``host`` and ask for confirmation (the session
+        in ``gpudash.session.lifecycle``; this only shows its dialogs)."""
         view = self.state.views[host]
+        # What is planned on the snapshot on screen; a start asks the host first.
+        request = lifecycle.Request(spec.kind, selection, snapshot=view.snapshot)
+        self._run(self._plan_and_confirm(request, host), "confirm")
+
+    async def _plan_and_confirm(self, request: lifecycle.Request, host: int) -> None:
+        view, state = self.state.views[host], self.state
         control = view.source.control
-        simulated = view.snapshot is not None and view.snapshot.source is SourceKind.DEMO
-        target = sel.unit
-        try:
-            if spec.kind is ActionKind.SWAP:
-                source = sel.unit or ""
-                if sel.unit is None and sel.container is not None and view.snapshot:
-                    owner = selected_owner(view.snapshot, sel)
-                    source = owner.describe() if owner is not None else sel.container
-                target = await self._pick_target(view.name, source, control, simulated)
-                if target is None:
-                    return
-            assert target is not None
-            watch(view.source, target)
-            url, learned = await serving_request(control, view.name, target,
-                                                 simulated=simulated)
-            snapshot = await control.sample()
-            plan = spec.plan(snapshot, Selection(
-                unit=sel.unit, container=sel.container if spec.kind is ActionKind.SWAP else None,
-                target=target if spec.kind is ActionKind.SWAP else None,
-                ready_url=url, footprint=learned))
-        except (PlanError, SourceError) as exc:
-            self.app.notify(str(exc), title=spec.title, severity="warning")
+        title = SPECS[request.kind].title
+        ports = Dialogs(self.app, state)
+        plan = await lifecycle.prepare(request, control, view.name, ports, state.settings.models)
+        if not isinstance(plan, Ended):
+            title = plan.title
+            plan = await lifecycle.confirm(plan, control, ports, state.exec_options.term_timeout)
+        if not isinstance(plan, Ended) and state.running:
+            plan = Ended(Ending.BUSY, "another action is running; not started")
+        if isinstance(plan, Ended):
+            self._ended(view.name, title, plan, asked=ports.asked)
             return
-        self._run(self._confirm_and_run(plan, host), "confirm")
+        self.start(plan, host, act=True)
 
-    async def _plan_fix(self, spec: ActionSpec, host: int, sel: Selection) -> None:
-        """fix: read ``systemctl cat`` of the unit, plan from a fresh sample, confirm (the
-        dialog shows the diff)."""
-        control = self.state.views[host].source.control
-        try:
-            if Capability.DROP_IN not in control.capabilities or sel.unit is None:
-                raise PlanError("this host cannot be given a drop-in")
-            text = await control.unit_text(sel.unit)
-            snapshot = await control.sample()
-            plan = spec.plan(snapshot, Selection(unit=sel.unit, unit_text=text))
-        except (PlanError, SourceError) as exc:
-            self.app.notify(str(exc), title=spec.title, severity="warning")
+    def _ended(self, host: str, title: str, ended: Ended, *, asked: bool) -> None:
+        """An action that ended before anything was sent: said, and logged if it got as
+        far as the dialog."""
+        if ended.kind in (Ending.NOT_PICKED,):
             return
-        self._run(self._confirm_and_run(plan, host), "confirm")
-
-    async def _pick_target(self, host_name: str, source_unit: str, control: HostControl,
-                           simulated: bool) -> str | None:
-        found = (list(await control.model_units(self.state.settings.models))
-                 if Capability.MODEL_UNITS in control.capabilities else [])
-        choices = []
-        for m in found:
-            if m.name == source_unit:
-                continue
-            fp = footprints.lookup(host_name, m.name,
-                                   footprints.store_path(simulated=simulated))
-            choices.append(Choice(m.name, m.active_state or "?", m.unit_file_state or "?",
-                                  m.port, m.description or "",
-                                  max(fp.mib_per_gpu.values()) if fp else None,
-                                  m.restart, fp.ready_s if fp else None))
-        if not choices:
-            self.app.notify("No other model-server units on this host.", title="Swap",
-                            severity="warning")
-            return None
-        return await self.app.push_screen_wait(ModelPicker(
-            f"Reclaim {source_unit}, then start:", choices))
-
-    async def _confirm_and_run(self, plan: ActionPlan, host: int) -> None:
-        """Ask; then plan again from a fresh sample, so a dialog left open never runs on a
-        stale baseline, and ask again if what would be sent changed meanwhile."""
-        state, notify = self.state, self.app.notify
-        news: list[str] = []
-        for _ in range(MAX_REPLANS):
-            lines = plan.describe(state.exec_options.term_timeout)
-            keys = (state.key_of("confirm.yes"), state.key_of("confirm.no"),
-                    state.key_of("confirm.escape"))
-            confirmed = await self.app.push_screen_wait(
-                ConfirmModal(plan.title, news + lines, keys))
-            if not confirmed:
-                state.log_action(plan.host, plan.title, "cancelled: nothing was done", None)
-                notify("Cancelled: nothing was done.")
-                return
-            try:
-                fresh = await state.views[host].source.control.sample()
-                plan, changes = replan(plan, fresh)
-            except (PlanError, SourceError) as exc:
-                why = f"not started: the host could not be checked again: {exc}" if isinstance(
-                    exc, SourceError) else f"not started: the host changed: {exc}"
-                state.log_action(plan.host, plan.title, why, None)
-                notify(why, title=plan.title, severity="warning")
-                return
-            if state.running:  # another action started while the dialog was open
-                notify("Another action is running; not started.", severity="warning")
-                return
-            if not changes:
-                self.start(plan, host, act=True)
-                return
-            news = ["  ! The host changed while this dialog was open:",
-                    *[f"  !   {c}" for c in changes], "  ! Confirm the plan as it is now:", ""]
-        notify("The plan keeps changing on the host; not started.", severity="warning")
+        if ended.kind is Ending.DECLINED:
+            self.state.log_action(host, title, "cancelled: nothing was done", None)
+            self.app.notify("Cancelled: nothing was done.")
+            return
+        if not asked:  # not planned at all: said, not logged
+            self.app.notify(ended.why, title=title, severity="warning")
+            return
+        self.state.log_action(host, title, f"not started: {ended.why}", None)
+        self.app.notify(f"not started: {ended.why}", title=title, severity="warning")
 
     # --- running -----------------------------------------------------------------------
 
@@ -212,13 +121,13 @@ class Acting:
 
     async def _execute(self, action_id: int, running: Running) -> None:
         """The action worker: the controller audits and runs; this only reports back."""
-        report, error = await self.state.controller.run(
+        outcome = await self.state.controller.run(
             running, self.state.views[running.host].source.control,
             on_progress=lambda p: self._post(ActionProgressed(action_id, p)),
-            on_audit_error=lambda why: self.app.notify(
-                f"Could not write the audit file: {why}", title="Audit", severity="warning"),
+            on_audit_error=lambda why: self.app.notify(why, title="Audit", severity="warning"),
         )
-        self._post(ActionFinished(action_id, running.host, running.plan, report, error))
+        self._post(ActionFinished(action_id, running.host, running.plan, outcome.report,
+                                  outcome.error))
 
     def _post(self, message: Message) -> None:
         self.app.post_message(message)
@@ -302,3 +211,27 @@ class Acting:
             self._run(self._quit_now(), "quit")
         else:
             self.app.exit(0)
+
+
+class Dialogs:
+    """The dashboard's ports of the action session: the confirm dialog, the model picker."""
+
+    asks = True
+
+    def __init__(self, app: App[int], state: Dashboard) -> None:
+        self.app = app
+        self.state = state
+        self.asked = False  # the dialog was shown: what ends the action now is logged
+
+    async def confirm(self, plan: ActionPlan, lines: list[str]) -> bool | None:
+        self.asked = True
+        keys = (self.state.key_of("confirm.yes"), self.state.key_of("confirm.no"),
+                self.state.key_of("confirm.escape"))
+        confirmed: bool = await self.app.push_screen_wait(ConfirmModal(plan.title, lines, keys))
+        return confirmed
+
+    async def pick(self, source: str, candidates: Sequence[lifecycle.Candidate],
+                   enable: bool) -> lifecycle.Picked | None:
+        picked: lifecycle.Picked | None = await self.app.push_screen_wait(
+            ModelPicker(f"Reclaim {source}, then start:", candidates, enable))
+        return picked

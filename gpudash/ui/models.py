@@ -6,7 +6,6 @@ Both show host text (unit names, descriptions, log lines) literally.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
 
 from rich.text import Text
 from textual import work
@@ -14,41 +13,31 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Input, OptionList, RichLog, Static
+from textual.widgets import Checkbox, Input, OptionList, RichLog, Static
 from textual.widgets.option_list import Option
 
 from gpudash.domain.units import gib
 from gpudash.protocol.source import LogLine, SourceError
+from gpudash.session.lifecycle import Candidate, Picked
 from gpudash.ui.text import clean, literal
 
 
-@dataclass(frozen=True, slots=True)
-class Choice:
-    """One model unit as the picker shows it."""
-
-    name: str
-    state: str
-    enabled: str
-    port: int | None
-    description: str
-    footprint_mib: int | None  # learned, per GPU (the largest)
-    restart: str | None = None  # the unit's Restart= (always: a failing start loops)
-    ready_s: float | None = None  # learned: seconds from start to serving
-
-    def text(self) -> Text:
-        out = literal(f"{self.name:<34}", style="bold")
-        out.append_text(literal(f" {self.state:<10} {self.enabled:<9}"))
-        out.append_text(literal(f" Restart={self.restart or '?':<11}"))
-        out.append(f" port {self.port or '?':<6}")
-        out.append(f" {gib(self.footprint_mib) if self.footprint_mib else 'footprint ?':>11}")
-        if self.ready_s is not None:
-            out.append(f" ready in {self.ready_s:.0f} s")
-        out.append_text(literal(f"  {self.description}", style="dim"))
-        return out
+def choice_text(c: Candidate) -> Text:
+    """One model unit as the picker shows it (host text, literally)."""
+    out = literal(f"{c.name:<34}", style="bold")
+    out.append_text(literal(f" {c.state:<10} {c.enabled:<9}"))
+    out.append_text(literal(f" Restart={c.restart or '?':<11}"))
+    out.append(f" port {c.port or '?':<6}")
+    out.append(f" {gib(c.footprint_mib) if c.footprint_mib else 'footprint ?':>11}")
+    if c.ready_s is not None:
+        out.append(f" ready in {c.ready_s:.0f} s")
+    out.append_text(literal(f"  {c.description}", style="dim"))
+    return out
 
 
-class ModelPicker(ModalScreen[str | None]):
-    """Type to filter; Enter picks; Esc cancels."""
+class ModelPicker(ModalScreen[Picked | None]):
+    """Type to filter; Enter picks; Ctrl+T (or the checkbox) says whether the started unit
+    is enabled at boot (by default as the unit it replaces is); Esc cancels."""
 
     DEFAULT_CSS = """
     ModelPicker { align: center middle; }
@@ -57,13 +46,17 @@ class ModelPicker(ModalScreen[str | None]):
         border: thick $primary; background: $surface; padding: 0 1;
     }
     ModelPicker OptionList { height: auto; max-height: 20; }
+    ModelPicker Checkbox { border: none; padding: 0; height: 1; }
     """
-    BINDINGS = [Binding("escape", "cancel", "Cancel", id="gpudash.picker.cancel")]
+    BINDINGS = [Binding("escape", "cancel", "Cancel", id="gpudash.picker.cancel"),
+                Binding("ctrl+t", "toggle_enable", "Enable at boot",
+                        id="gpudash.picker.enable")]
 
-    def __init__(self, title: str, choices: Sequence[Choice]) -> None:
+    def __init__(self, title: str, choices: Sequence[Candidate], enable: bool = False) -> None:
         super().__init__()
         self.heading = title
         self.choices = list(choices)
+        self.enable = enable
 
     def compose(self) -> ComposeResult:
         with Vertical() as box:
@@ -71,10 +64,14 @@ class ModelPicker(ModalScreen[str | None]):
             yield Static(literal(self.heading, style="bold"))
             yield Input(placeholder="type to filter…", id="filter")
             yield OptionList(*self._options(""), id="models")
+            yield Checkbox("enable it at boot (Ctrl+T): "
+                           + ("as the unit it replaces is" if self.enable else
+                              "the unit it replaces is not enabled"),
+                           value=self.enable, id="enable")
 
     def _options(self, needle: str) -> list[Option]:
         wanted = needle.strip().lower()
-        return [Option(c.text(), id=c.name) for c in self.choices
+        return [Option(choice_text(c), id=c.name) for c in self.choices
                 if not wanted or wanted in f"{c.name} {c.description}".lower()]
 
     def on_input_changed(self, event: Input.Changed) -> None:
@@ -87,10 +84,17 @@ class ModelPicker(ModalScreen[str | None]):
     def on_input_submitted(self, event: Input.Submitted) -> None:
         options = self.query_one(OptionList)
         if options.highlighted is not None and options.option_count:
-            self.dismiss(options.get_option_at_index(options.highlighted).id)
+            self._pick(options.get_option_at_index(options.highlighted).id)
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
-        self.dismiss(event.option.id)
+        self._pick(event.option.id)
+
+    def _pick(self, name: str | None) -> None:
+        if name is not None:
+            self.dismiss(Picked(name, self.query_one("#enable", Checkbox).value))
+
+    def action_toggle_enable(self) -> None:
+        self.query_one("#enable", Checkbox).toggle()
 
     def action_cancel(self) -> None:
         self.dismiss(None)

@@ -1,0 +1,239 @@
+"""One action from the operator's choice to its audited outcome, written once for every
+front end (no Textual, no terminal here).
+
+    prepare   what the plan needs from the host first (a swap's target and whether to
+              enable it, what proves a started unit serves, the text of a unit to fix),
+              then the plan
+    confirm   ask; plan again from a fresh sample, so an answer given minutes later acts
+              on the host as it is then; ask again when what would be sent changed
+    carry out audit the intent (or nothing is sent), execute, re-verify an outcome a lost
+              link left unknown (never re-sent), audit the outcome, learn the footprint
+              (``gpudash.session.controller``)
+
+A front end drives it through ``Ports``: ``confirm`` (show the lines, answer yes, no, or
+None: nobody is there to ask), ``pick`` (a swap's target among ``Candidate`` units, and
+whether to enable it). What ends an action before anything is sent is an ``Ended``, with
+the text both front ends say; the CLI turns its kind into an exit code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from gpudash.domain.model import HostSnapshot, SourceKind
+from gpudash.engine import (
+    SPECS,
+    STARTING,
+    ActionKind,
+    ActionPlan,
+    PlanError,
+    Selection,
+    replan,
+    selected_owner,
+)
+from gpudash.protocol.source import Capability, HostControl, SourceError
+from gpudash.session.controller import serving_request
+from gpudash.state import footprints
+
+MAX_REPLANS = 3  # the host keeps changing while the operator reads the plan: stop asking
+
+
+class Ending(enum.Enum):
+    """Why an action ended before anything was sent."""
+
+    PLAN = "plan"  # the plan makes no sense on this host (or the host changed so)
+    UNREACHABLE = "unreachable"  # the host could not be read
+    NOBODY = "nobody"  # nobody to ask (no terminal) and not told to act without asking
+    DECLINED = "declined"
+    NOT_PICKED = "not picked"  # a swap's target picker was closed
+    KEEPS_CHANGING = "keeps changing"
+    BUSY = "busy"  # another action started meanwhile (the dashboard runs one at a time)
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    kind: Ending
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A model unit a swap can start, as the host and the footprint store know it."""
+
+    name: str
+    state: str
+    enabled: str
+    port: int | None
+    description: str
+    footprint_mib: int | None  # learned, per GPU (the largest)
+    restart: str | None = None  # the unit's Restart= (always: a failing start loops)
+    ready_s: float | None = None  # learned: seconds from start to serving
+
+
+@dataclass(frozen=True, slots=True)
+class Picked:
+    unit: str
+    enable: bool
+
+
+class Ports(Protocol):
+    """What a front end answers for the session."""
+
+    asks: bool  # False: act on the plan as made (``--yes``): it is only shown
+
+    async def confirm(self, plan: ActionPlan, lines: list[str]) -> bool | None:
+        """Show ``lines`` (news, then the plan) and ask. None: nobody to ask."""
+        ...
+
+    async def pick(self, source: str, candidates: Sequence[Candidate],
+                   enable: bool) -> Picked | None:
+        """A swap's target among ``candidates`` (``enable``: the default, as the unit
+        reclaimed is). None: nothing picked."""
+        ...
+
+
+# --- prepare -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """What the operator asked for, before the host was asked what the plan needs."""
+
+    kind: ActionKind
+    selection: Selection
+    enable: bool | None = None  # start/swap: None: a swap keeps the old unit's; start: no
+    ready_url: str | None = None  # start/swap: --ready-url
+    snapshot: HostSnapshot | None = None  # plan from this one (the screen's), else fresh
+
+
+async def prepare(request: Request, control: HostControl, host: str, ports: Ports,
+                  models: Sequence[str] = ()) -> ActionPlan | Ended:
+    """The plan of ``request``, from what the host says now; or why there is none."""
+    try:
+        if request.kind in STARTING:
+            return await _prepare_start(request, control, host, ports, models)
+        if request.kind is ActionKind.FIX:
+            return await _prepare_fix(request, control, host)
+        snapshot = request.snapshot or await control.sample()
+        return SPECS[request.kind].plan(snapshot, request.selection)
+    except PlanError as exc:
+        return Ended(Ending.PLAN, str(exc))
+    except SourceError as exc:
+        return Ended(Ending.UNREACHABLE, f"{host}: {exc}")
+
+
+async def _prepare_start(request: Request, control: HostControl, host: str, ports: Ports,
+                         models: Sequence[str]) -> ActionPlan | Ended:
+    """start / restart / swap: the target (a swap's, picked when not named), its enablement,
+    its ready URL and learned footprint; the host told to report it; a fresh plan."""
+    sel = request.selection
+    first = request.snapshot or await control.sample()
+    simulated = first.source is SourceKind.DEMO
+    target = sel.target if request.kind is ActionKind.SWAP else sel.unit
+    enable = request.enable
+    if request.kind is ActionKind.SWAP:
+        if enable is None:  # a swap leaves the host as it found it: enabled if the old was
+            enable = _enabled(first, sel.unit)
+        if target is None:
+            picked = await _pick(control, host, first, sel, ports, enable, models, simulated)
+            if isinstance(picked, Ended):
+                return picked
+            target, enable = picked.unit, picked.enable
+    if target is None:
+        raise PlanError("no unit to start")
+    control.watch_unit(target)  # a unit to start must be in the snapshot it is planned from
+    url, learned = await serving_request(control, host, target, ready_url=request.ready_url,
+                                         simulated=simulated)
+    snapshot = await control.sample()
+    chosen = dataclasses.replace(
+        sel, ready_url=url, footprint=learned, enable=bool(enable),
+        target=target if request.kind is ActionKind.SWAP else None,
+        container=sel.container if request.kind is ActionKind.SWAP else None)
+    return SPECS[request.kind].plan(snapshot, chosen)
+
+
+def _enabled(snapshot: HostSnapshot, unit: str | None) -> bool:
+    found = next((u for u in snapshot.units if u.name == unit), None)
+    return found is not None and (found.unit_file_state or "").startswith("enabled")
+
+
+async def _pick(control: HostControl, host: str, snapshot: HostSnapshot, sel: Selection,
+                ports: Ports, enable: bool, models: Sequence[str],
+                simulated: bool) -> Picked | Ended:
+    source = sel.unit or ""
+    if sel.unit is None and sel.container is not None:
+        owner = selected_owner(snapshot, sel)
+        source = owner.describe() if owner is not None else sel.container
+    found = await candidates(control, host, models, simulated=simulated, leave_out=source)
+    if not found:
+        return Ended(Ending.PLAN, "no other model-server units on this host")
+    picked = await ports.pick(source, found, enable)
+    return picked if picked is not None else Ended(Ending.NOT_PICKED, "nothing picked: "
+                                                   "nothing done")
+
+
+async def candidates(control: HostControl, host: str, models: Sequence[str], *,
+                     simulated: bool, leave_out: str = "") -> list[Candidate]:
+    """The model units ``host`` has (but ``leave_out``), with what was learned of each."""
+    if Capability.MODEL_UNITS not in control.capabilities:
+        return []
+    path = footprints.store_path(simulated=simulated)
+    out = []
+    for m in await control.model_units(models):
+        if m.name == leave_out:
+            continue
+        fp = footprints.lookup(host, m.name, path)
+        out.append(Candidate(m.name, m.active_state or "?", m.unit_file_state or "?", m.port,
+                             m.description or "",
+                             max(fp.mib_per_gpu.values()) if fp else None, m.restart,
+                             fp.ready_s if fp else None))
+    return out
+
+
+async def _prepare_fix(request: Request, control: HostControl, host: str) -> ActionPlan:
+    """fix: ``systemctl cat`` of the unit read first (the confirm shows the diff)."""
+    unit = request.selection.unit
+    if Capability.DROP_IN not in control.capabilities or unit is None:
+        raise PlanError(f"{host}: this host cannot be given a drop-in")
+    control.watch_unit(unit)
+    snapshot = await control.sample()
+    text = await control.unit_text(unit)
+    return SPECS[ActionKind.FIX].plan(snapshot, dataclasses.replace(request.selection,
+                                                                    unit_text=text))
+
+
+# --- confirm -------------------------------------------------------------------------
+
+
+async def confirm(plan: ActionPlan, control: HostControl, ports: Ports,
+                  term_timeout: float) -> ActionPlan | Ended:
+    """Ask; then plan again from a fresh sample, so an answer given later never acts on a
+    stale baseline; ask again (at most ``MAX_REPLANS`` times) if what would be sent
+    changed meanwhile. The plan to carry out, or why nothing is done."""
+    if not ports.asks:
+        await ports.confirm(plan, plan.describe(term_timeout))
+        return plan
+    news: list[str] = []
+    for _ in range(MAX_REPLANS):
+        answer = await ports.confirm(plan, news + plan.describe(term_timeout))
+        if answer is None:
+            return Ended(Ending.NOBODY, "not a terminal and no --yes: nothing done")
+        if not answer:
+            return Ended(Ending.DECLINED, "declined: nothing done")
+        try:
+            plan, changes = replan(plan, await control.sample())
+        except PlanError as exc:
+            return Ended(Ending.PLAN, f"the host changed while you read the plan: {exc}; "
+                         "nothing done")
+        except SourceError as exc:
+            return Ended(Ending.UNREACHABLE, f"the host could not be checked again: {exc}; "
+                         "nothing done")
+        if not changes:
+            return plan
+        news = ["The host changed while you read the plan:", *[f"  * {c}" for c in changes],
+                "Confirm the plan as it is now:", ""]
+    return Ended(Ending.KEEPS_CHANGING, "the plan keeps changing; nothing done")
