@@ -160,9 +160,10 @@ async def _app_swap(h, to: str, monkeypatch, tmp_path: Path):  # type: ignore[no
                                what="journal")
                 screen = app.screen
                 await wait_for(pilot, lambda: any(  # type: ignore[attr-defined]
-                    "Application startup complete" in ln for ln in screen.lines),
+                    "Application startup complete" in ln.message for ln in screen.lines),
                     what="journal lines")
-                journal_lines = list(screen.lines)  # type: ignore[attr-defined]
+                journal_lines = [  # as the pane shows them: who logged each, then what
+                    f"{ln.origin}: {ln.message}" for ln in screen.lines]  # type: ignore[attr-defined]
                 await pilot.press("escape")
     finally:
         await source.close()
@@ -181,6 +182,8 @@ async def test_swap_from_the_dashboard_serves(lab_host, monkeypatch, tmp_path: P
     assert "serving after" in panel, panel
     assert any("Loading safetensors checkpoint shards: 100% Completed | 64/64" in ln
                for ln in journal), journal
+    # systemd's own line of the start, from the real journal, beside the server's
+    assert any(ln.startswith("systemd[1]: Started ") for ln in journal), journal
     assert h.unit_show(KIMI, ["ActiveState"])["ActiveState"] == "active"
     assert health(h, 8001) == "200"
 

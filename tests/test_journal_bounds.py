@@ -71,3 +71,16 @@ def test_a_short_message_is_kept_as_it_is() -> None:
     cut = journal_line(wide, "u.service")
     assert cut is not None and len(cut.message.encode()) <= JOURNAL_MESSAGE_MAX
     assert cut.message.startswith("é" * 100) and cut.message.endswith(TRUNCATED)
+
+
+def test_each_line_says_who_logged_it_as_journalctl_does() -> None:
+    def line(**fields: object):  # type: ignore[no-untyped-def]
+        return journal_line(json.dumps({"MESSAGE": "x", **fields}).encode(), "u.service")
+
+    assert line(SYSLOG_IDENTIFIER="systemd", _PID="1").origin == "systemd[1]"
+    assert line(_COMM="python3", _PID="4711").origin == "python3[4711]"
+    assert line().origin is None
+    assert line(SYSLOG_IDENTIFIER="x", _PID="1; rm").origin == "x"  # not a pid: left out
+    long = line(SYSLOG_IDENTIFIER="a" * 5000).origin
+    assert long is not None and len(long.encode()) <= 64  # host text, bounded
+    assert line(SYSLOG_IDENTIFIER=["not", "text"]).origin is None

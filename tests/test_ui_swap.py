@@ -67,7 +67,7 @@ async def test_journal_of_the_selected_unit_is_live_and_literal() -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, JournalScreen))
         journal = app.screen
         await wait_for(pilot, lambda: len(journal.lines) > 0)
-        assert any("vLLM API server version" in line for line in journal.lines)
+        assert any("vLLM API server version" in line.message for line in journal.lines)
         log = journal.query_one(RichLog)
         assert log.lines  # shown, wrapped, never interpreted
         await pilot.press("escape")

@@ -222,8 +222,8 @@ class DemoHost(HostControl):
             fresh = logged[shown:]
             if first:
                 fresh, first = fresh[-lines:], False
-            for t, line in fresh:
-                yield LogLine(line, t, unit_name(unit))
+            for t, line, origin in fresh:
+                yield LogLine(line, t, unit_name(unit), origin=origin)
             shown = len(logged)
             if not follow:
                 return

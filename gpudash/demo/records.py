@@ -73,6 +73,9 @@ class SimUnit:
     drop_in: str | None = None  # gpudash's drop-in as on disk (read at daemon-reload)
     base_settings: dict[str, Any] | None = None  # the unit's own file's, once reloaded
     loads: list[SimLoad] = field(default_factory=list)  # every start, oldest first
+    # what systemd itself logs of the unit (started, main process exited, restart counter,
+    # processes left running after stop), as journalctl -u shows it beside the server's
+    events: list[tuple[float, str]] = field(default_factory=list)
 
     @property
     def load(self) -> SimLoad | None:

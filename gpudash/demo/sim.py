@@ -197,8 +197,16 @@ class HostSimulation:
                           rss_mib=3 * 1024)
         c.main_pid, c.state = main.pid, "running"
 
+    def _systemd(self, unit: SimUnit, text: str) -> None:
+        """A line systemd logs of ``unit`` (in its words, as journalctl -u shows them)."""
+        unit.events.append((self.now(), text))
+
     def _launch(self, unit: SimUnit) -> None:
         """systemd starts the unit's main process (by hand or automatically)."""
+        for p in [p for p in self.processes.values() if p.unit == unit.name]:
+            self._systemd(unit, f"{unit.name}: Found left-over process {p.pid} ({p.name}) in "
+                          "control group while starting unit. Ignoring.")
+        self._systemd(unit, f"Started {unit.name} - {unit.description}.")
         used = self._used()
         free = min(GPU_TOTAL_MIB - used[g] for g in unit.server.gpus) if unit.server else 0
         if unit.server is None or (unit.name == MINIMAX and free < unit.server.need_mib(
@@ -226,10 +234,7 @@ class HostSimulation:
             self._die(self.processes[unit.main_pid])
         unit.restart_at = self.now()
         self.advance()  # systemd's respawn
-        if unit.main_pid is not None:
-            unit.active = False
-            self._die(self.processes[unit.main_pid])
-        unit.active, unit.restart_at = False, None
+        self._stop(unit)
         unit.unit_file_state = "disabled"
 
     def advance(self) -> None:
@@ -243,6 +248,8 @@ class HostSimulation:
             if unit.restart_at is not None and now >= unit.restart_at:
                 unit.restart_at = None
                 unit.n_restarts += 1
+                self._systemd(unit, f"{unit.name}: Scheduled restart job, restart counter is "
+                              f"at {unit.n_restarts}.")
                 self._launch(unit)
             self._load(unit, now)
         self._releases = [r for r in self._releases if r[0] > now]
@@ -296,7 +303,15 @@ class HostSimulation:
 
     def _main_died(self, unit: SimUnit, now: float) -> None:
         unit.main_pid = None
-        if not (unit.active and unit.restart in ("always", "on-failure")):
+        if not unit.active:
+            return  # stopped: _stop says what systemd logs
+        load = unit.load
+        crashed = load is not None and load.crash_at is not None and now >= load.crash_at
+        code, result = (("exited, status=1/FAILURE", "exit-code") if crashed else
+                        ("killed, status=9/KILL", "signal"))
+        self._systemd(unit, f"{unit.name}: Main process exited, code={code}")
+        self._systemd(unit, f"{unit.name}: Failed with result '{result}'.")
+        if unit.restart not in ("always", "on-failure"):
             unit.active = False
             return
         unit.restart_at = now + unit.restart_sec
@@ -401,16 +416,25 @@ class HostSimulation:
 
     def _stop(self, u: SimUnit) -> None:
         # Inactive first: a main process that dies because of stop is not restarted.
+        was_active = u.active
         u.active = False
         u.restart_at = None
         main = self.processes.get(u.main_pid) if u.main_pid else None
         victims = [main] if main else []
         if u.kill_mode in ("control-group", "mixed"):
             victims = [p for p in self.processes.values() if p.unit == u.name]
+        if was_active:
+            self._systemd(u, f"Stopping {u.name} - {u.description}...")
         for p in victims:
             if p is not None:
                 self._die(p)
         u.main_pid = None
+        if not was_active:
+            return
+        for p in [p for p in self.processes.values() if p.unit == u.name]:
+            self._systemd(u, f"{u.name}: Unit process {p.pid} ({p.name}) remains running after "
+                          "unit stopped.")
+        self._systemd(u, f"Stopped {u.name} - {u.description}.")
 
     def container(
         self, runtime: str, verb: str, container: str, stop_timeout: int = 10
@@ -488,13 +512,17 @@ class HostSimulation:
                 return True
         return False
 
-    def logged(self, unit: str) -> list[tuple[float, str]] | None:
-        """Every line ``unit`` has logged so far (epoch seconds, line); None: no unit."""
+    def logged(self, unit: str) -> list[tuple[float, str, str | None]] | None:
+        """Every line ``unit`` and systemd have logged of it so far (epoch seconds, line,
+        who logged it: ``systemd[1]``, or None for the server's own); None: no unit."""
         u = self.units.get(unit_name(unit))
         if u is None:
             return None
         self.advance()
         now = self.now()
-        return [(self.boot_epoch + t, line) for load in u.loads
-                for t, line in load.lines_until(now)]
+        lines: list[tuple[float, str, str | None]] = [
+            (t, line, None) for load in u.loads for t, line in load.lines_until(now)]
+        lines += [(t, line, "systemd[1]") for t, line in u.events if t <= now]
+        return [(self.boot_epoch + t, line, origin)
+                for t, line, origin in sorted(lines, key=lambda e: e[0])]
 

@@ -93,6 +93,7 @@ class LogLine:
     time: float | None = None
     unit: str | None = None
     cursor: str | None = None  # where to resume after it (journalctl --after-cursor)
+    origin: str | None = None  # who logged it, as journalctl says: "systemd[1]", "python3[4711]"
 
 
 @runtime_checkable

@@ -436,4 +436,16 @@ def journal_line(raw: bytes, unit: str) -> LogLine | None:
     when = int(stamp) / 1e6 if isinstance(stamp, str) and stamp.isdigit() else None
     cursor = rec.get("__CURSOR")
     return LogLine(msg, when, unit,
-                   cursor if isinstance(cursor, str) and _CURSOR.fullmatch(cursor) else None)
+                   cursor if isinstance(cursor, str) and _CURSOR.fullmatch(cursor) else None,
+                   _origin(rec))
+
+
+def _origin(rec: dict[str, object]) -> str | None:
+    """Who logged a record, as journalctl's short format names it (``systemd[1]``: systemd's
+    own lines of the unit, which ``journalctl -u`` shows beside the server's)."""
+    ident = rec.get("SYSLOG_IDENTIFIER") or rec.get("_COMM")
+    if not isinstance(ident, str) or not ident:
+        return None
+    pid = rec.get("_PID") or rec.get("SYSLOG_PID")
+    ident = cut_message(ident, 64)
+    return f"{ident}[{pid}]" if isinstance(pid, str) and pid.isdigit() and len(pid) < 12 else ident

@@ -5,6 +5,7 @@ Both show host text (unit names, descriptions, log lines) literally.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from rich.text import Text
@@ -104,7 +105,9 @@ JournalOpener = Callable[[], AsyncIterator[LogLine]]
 
 
 class JournalScreen(ModalScreen[None]):
-    """A unit's journal, followed live; ``/`` filters what is shown."""
+    """A unit's journal, followed live, as ``journalctl -u`` shows it: the time and who
+    logged each line (systemd's own lines of the unit among the server's); ``/`` filters
+    what is shown, Esc clears the filter first and closes next."""
 
     DEFAULT_CSS = """
     JournalScreen { align: center middle; }
@@ -116,23 +119,31 @@ class JournalScreen(ModalScreen[None]):
     JournalScreen Input.-shown { display: block; }
     """
     BINDINGS = [
-        Binding("escape,q", "close", "Close", id="gpudash.journal.close"),
+        Binding("escape", "back", "Clear filter / close", id="gpudash.journal.close"),
+        Binding("q", "close", "Close", show=False, id="gpudash.journal.quit"),
         Binding("slash", "search", "Filter", id="gpudash.journal.filter"),
     ]
     MAX_LINES = 5000
+    TRIM = 500  # lines dropped at once when the journal outgrows MAX_LINES (then redrawn)
 
     def __init__(self, unit: str, opener: JournalOpener) -> None:
         super().__init__()
         self.unit = unit
         self.opener = opener
-        self.lines: list[str] = []
+        self.lines: list[LogLine] = []
         self.needle = ""
 
     def compose(self) -> ComposeResult:
         with Vertical() as box:
-            box.border_title = f"journal: {self.unit} (live; / filters, Esc closes)"
-            yield RichLog(id="log", wrap=True, max_lines=self.MAX_LINES, markup=False)
+            box.border_title = self._title()
+            # No max_lines: the log's own trimming cut wrapped messages (a pane that began
+            # with `1}`); whole messages are dropped here instead.
+            yield RichLog(id="log", wrap=True, markup=False)
             yield Input(placeholder="show lines containing…", id="needle")
+
+    def _title(self) -> str:
+        shown = f"; filter {self.needle!r}" if self.needle else ""
+        return f"journal: {clean(self.unit)} (live{shown}; / filters, Esc closes)"
 
     def on_mount(self) -> None:
         self.follow()
@@ -142,28 +153,69 @@ class JournalScreen(ModalScreen[None]):
         log = self.query_one(RichLog)
         try:
             async for line in self.opener():
-                message = line.message
-                self.lines.append(message)
-                del self.lines[: -self.MAX_LINES]
-                if self.needle.lower() in message.lower():
-                    log.write(Text(clean(message)))  # wrapped, never interpreted
+                self.lines.append(line)
+                if len(self.lines) > self.MAX_LINES + self.TRIM:
+                    del self.lines[: -self.MAX_LINES]
+                    self._redraw()
+                elif self._wanted(line):
+                    log.write(journal_text(line))  # wrapped, never interpreted
         except (SourceError, NotImplementedError) as exc:
             log.write(literal(f"journal not available: {exc}", style="bold"))
+
+    def _wanted(self, line: LogLine) -> bool:
+        wanted = self.needle.lower()
+        return not wanted or wanted in f"{line.origin or ''} {line.message}".lower()
+
+    def _redraw(self) -> None:
+        log = self.query_one(RichLog)
+        log.clear()
+        for line in self.lines[-self.MAX_LINES:]:
+            if self._wanted(line):
+                log.write(journal_text(line))
 
     def action_search(self) -> None:
         box = self.query_one("#needle", Input)
         box.add_class("-shown")
+        box.value = self.needle
         box.focus()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        self.needle = event.value.strip()
-        log = self.query_one(RichLog)
-        log.clear()
-        for message in self.lines:
-            if self.needle.lower() in message.lower():
-                log.write(Text(clean(message)))
+        self._filter(event.value.strip())
         event.input.remove_class("-shown")
-        log.focus()
+        self.query_one(RichLog).focus()
+
+    def _filter(self, needle: str) -> None:
+        self.needle = needle
+        self.query_one(Vertical).border_title = self._title()
+        self._redraw()
+
+    def action_back(self) -> None:
+        """Esc: the filter box open or a filter in force is cleared first; then close."""
+        box = self.query_one("#needle", Input)
+        if box.has_class("-shown") or self.needle:
+            box.remove_class("-shown")
+            box.value = ""
+            self.query_one(RichLog).focus()
+            if self.needle:
+                self._filter("")
+            return
+        self.dismiss(None)
 
     def action_close(self) -> None:
         self.dismiss(None)
+
+
+SYSTEMD_ORIGIN = "systemd["
+
+
+def journal_text(line: LogLine) -> Text:
+    """One journal line as journalctl's short format has it: time, who, message (host
+    text, shown literally); systemd's own lines stand out: they say what became of the unit."""
+    out = Text()
+    if line.time is not None:
+        out.append(time.strftime("%b %d %H:%M:%S ", time.localtime(line.time)), style="dim")
+    systemd = (line.origin or "").startswith(SYSTEMD_ORIGIN)
+    if line.origin:
+        out.append_text(literal(f"{line.origin}: ", style="bold" if systemd else "dim"))
+    out.append_text(literal(line.message, style="bold" if systemd else ""))
+    return out
