@@ -61,7 +61,7 @@ KEYS: tuple[Key, ...] = (
         help="Filter the holders (pid, user, unit, command)"),
     Key("main", "sort", "greater_than_sign,f6", "sort_next", "Sort", show=False,
         help_keys="> or F6",
-        help="Sort the holders by the next column: GPU memory, CPU, RSS, age, pid, user",
+        help="Sort the holders: memory, CPU, RSS, age, pid, user",
         palette="Holders: sort by the next column"),
     Key("main", "sort_reverse", "less_than_sign", "sort_reverse", "Reverse", show=False,
         help_keys="<", help="Reverse the holders' order", palette="Holders: reverse the order"),
