@@ -225,3 +225,21 @@ async def test_after_the_incident_flags_abbreviate_and_cpu_rss_st_age_stay() -> 
         orphan = app.view.triage.orphans()[0]  # type: ignore[union-attr]
         assert cell(app, f"p:{orphan.pid}", "flags") == "ORPH"
         assert table.fixed_columns == 1  # Right scrolls to the command, the PID stays
+
+
+def test_columns_give_way_by_their_declared_priority() -> None:
+    from gpudash.ui.widgets.holder_columns import fit_columns
+
+    widest = {"who": 26, "flags": 33}  # "16×ORPHAN RESPAWNED UNIT INACTIVE"
+
+    def shown(room: int, keep: str | None = None) -> tuple[list[str], bool]:
+        fit = fit_columns(room, widest, 6, keep=keep)
+        return [k for k, _l, _w in fit.columns], fit.short_flags
+
+    everything = ["who", "mem", "flags", "cpu", "rss", "st", "age", "user", "cmd"]
+    assert shown(10**6) == (everything, False)
+    assert shown(118) == (everything, False)
+    assert shown(117) == ([k for k in everything if k != "user"], False)  # User first
+    assert shown(82) == ([k for k in everything if k != "user"], True)  # then ORPH+2
+    assert shown(70) == (["who", "mem", "flags", "cpu", "rss", "cmd"], True)  # St, Age
+    assert shown(70, keep="user")[0][-2:] == ["user", "cmd"]  # the sorted column stays
