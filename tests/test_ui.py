@@ -422,7 +422,7 @@ async def test_filter_narrows_the_holders_and_clears() -> None:
         await wait_for(pilot, lambda: table.row_count < full)
         keys = [str(k.value) for k in table.rows]
         assert keys == ["u:session-4.scope", "p:90100", "p:90211"]
-        assert "filter: alice" in str(app.query_one("#holders").border_title)
+        assert "only “alice”" in str(app.query_one("#holders").border_title)
         await pilot.press("slash")
         await wait_for(pilot, lambda: isinstance(app.screen, FilterScreen))
         for _ in "alice":

@@ -30,7 +30,7 @@ PAL = Palette(ok="green", warn="yellow", critical="red", empty="grey50", orphan=
 def cells(rows, key: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
     from gpudash.ui.widgets.holders import COLUMNS
     row = next(r for r in rows if r.key == key)
-    return {k: c.plain for (k, _l, _w), c in zip(COLUMNS, row.cells, strict=True)}
+    return {col.key: c.plain for col, c in zip(COLUMNS, row.cells, strict=True)}
 
 
 def test_an_orphans_row_says_what_it_lost_before_its_command() -> None:

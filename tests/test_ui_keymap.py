@@ -156,10 +156,15 @@ def test_every_key_is_written_once_and_each_has_its_action_on_its_screen() -> No
     ids = [k.binding_id for k in KEYS if k.action]
     assert len(ids) == len(set(ids))
     assert {f"gpudash.{name}" for name in SPECS_BY_NAME} <= set(ids)
+    from gpudash.ui.widgets.holders import HoldersTable
+
     owners = {"main": MainScreen, "fleet": FleetScreen, "app": GpudashApp}
     for k in KEYS:
         if k.action:
-            method = f"action_{k.action.split('(')[0]}"
-            assert callable(getattr(owners[k.where], method, None)), (k.where, method)
-            assert [getattr(b, "id", None) for b in owners[k.where].BINDINGS
+            # the holders table's keys call their screen's action ("screen.fold(...)")
+            method = f"action_{k.action.split('(')[0].removeprefix('screen.')}"
+            actor = MainScreen if k.where == "holders" else owners[k.where]
+            holder = HoldersTable if k.where == "holders" else owners[k.where]
+            assert callable(getattr(actor, method, None)), (k.where, method)
+            assert [getattr(b, "id", None) for b in holder.BINDINGS
                     if getattr(b, "id", None) == k.binding_id] == [k.binding_id]

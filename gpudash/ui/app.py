@@ -45,6 +45,7 @@ from gpudash.ui.state import LastAction
 from gpudash.ui.stopping import OutsideStop
 from gpudash.ui.text import clean
 from gpudash.ui.themes import VARIABLE_DEFAULTS
+from gpudash.ui.widgets.holder_view import HolderView
 
 __all__ = ["DashboardOutcome", "GpudashApp", "run_dashboard"]
 
@@ -94,6 +95,7 @@ class GpudashApp(App[int]):
         self.welcome = welcome  # the demo's walkthrough line
         self.last_actions: dict[str, LastAction] = {}  # host name -> its latest action
         self.holder_filter = ""
+        self.holder_view = HolderView()
         self._last_draw_error: str | None = None
         files = load_user_files(theme_dirs)
         self.settings, self.keymap, self._warnings = files.settings, files.keymap, files.warnings

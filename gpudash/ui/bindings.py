@@ -18,7 +18,9 @@ from textual.binding import Binding
 from gpudash.engine import SPECS_BY_NAME
 from gpudash.ui.screens import ConfirmModal, FilterScreen, HelpScreen
 
-Where = Literal["main", "fleet", "app"]
+# "holders": the holders table's own keys (Left/Right/Space fold, over the table's own
+# scrolling), shown in the host screen's help.
+Where = Literal["main", "holders", "fleet", "app"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +59,23 @@ KEYS: tuple[Key, ...] = (
         palette="Plot: toggle all GPUs / selected GPU"),
     Key("main", "filter", "slash", "filter", "Filter", show=False, help_keys="/",
         help="Filter the holders (pid, user, unit, command)"),
+    Key("main", "sort", "greater_than_sign,f6", "sort_next", "Sort", show=False,
+        help_keys="> or F6",
+        help="Sort the holders: memory, CPU, RSS, age, pid, user",
+        palette="Holders: sort by the next column"),
+    Key("main", "sort_reverse", "less_than_sign", "sort_reverse", "Reverse", show=False,
+        help_keys="<", help="Reverse the holders' order", palette="Holders: reverse the order"),
+    Key("main", "filter_user", "U", "filter_user", "Only user", show=False,
+        help="Only the selected process's user (again: everyone)",
+        palette="Holders: only the selected process's user"),
+    Key("main", "clear_filters", "escape", "clear_filters", "Clear filters", show=False,
+        help_keys="esc", help="Clear the holders' filters (text, user, GPU)"),
+    Key("holders", "collapse", "left", "screen.fold('collapse')", "Collapse", show=False,
+        help="Collapse the owner or process tree under the cursor"),
+    Key("holders", "expand", "right", "screen.fold('expand')", "Expand", show=False,
+        help="Expand it again"),
+    Key("holders", "toggle_fold", "space", "screen.fold('toggle')", "Fold", show=False,
+        help="Collapse / expand"),
     Key("main", "journal", "j", "journal", "Journal", show=False,
         help="The selected unit's journal, live (/ filters)"),
     Key("main", "next_host", "h", "next_host", "Next host", hosts=True, help="Switch host"),
@@ -65,7 +84,8 @@ KEYS: tuple[Key, ...] = (
         palette="Fleet: every host in one table"),
     *(Key("main", f"host{n}", str(n), f"host({n - 1})", f"Host {n}", show=False, hosts=True)
       for n in range(1, 10)),
-    _help("main", "enter", "The selected owner, or log entry, in full"),
+    _help("main", "enter", "The selected owner, or log entry, in full; on a GPU: only "
+          "its holders (again: all)"),
     _help("main", "home, end", "First / last row"),
     _help("main", "tab", "Move focus: holders, log, GPUs"),
     Key("main", "hide_result", "x", "hide_result", "Hide result",
@@ -123,4 +143,7 @@ def help_rows(where: Where, keymap: Mapping[str, str], hosts: int,
 
 
 def _of(where: Where) -> Iterable[Key]:
-    return [k for k in KEYS if k.where == where] + [k for k in KEYS if k.where == "app"]
+    mine = [k for k in KEYS if k.where == where]
+    if where == "main":  # the holders table is on the host screen
+        mine += [k for k in KEYS if k.where == "holders"]
+    return mine + [k for k in KEYS if k.where == "app"]

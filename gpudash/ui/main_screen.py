@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar, cast
 
 from rich.markup import escape
@@ -171,12 +172,33 @@ class MainScreen(Screen[None]):
             self.gpu_grid.show(view.snapshot, pal)
             if app.welcome:
                 self.guide.show(view.triage, app.key_of, app.running)
-            rows = holder_rows(view.triage, pal) if view.triage else []
-            self.holders.show(filter_rows(rows, app.holder_filter))
-            app.selected_key = self.holders.selected_key()
+            self.refresh_holders()
             self.refresh_unit()
             self.refresh_plot()
             self.refresh_progress()
+
+    @drawing
+    def refresh_holders(self) -> None:
+        """The holders as the operator arranged them; the title says the filters in force
+        and how many rows they hide."""
+        app = self.dashboard
+        hv = app.holder_view
+        triage = app.view.triage
+        pal = palette(self.app)
+        rows = filter_rows(holder_rows(triage, pal, hv), app.holder_filter) if triage else []
+        column, header = hv.indicator()
+        self.holders.show(rows, {column: header})
+        filters = [f"“{escape(clean(app.holder_filter))}”"] if app.holder_filter else []
+        filters += [f"user {escape(clean(hv.user))}"] if hv.user is not None else []
+        filters += [f"GPU {hv.gpu}"] if hv.gpu is not None else []
+        title = "Holders (by owner)"
+        if filters and triage is not None:
+            unfiltered = holder_rows(triage, pal, replace(hv, user=None, gpu=None))
+            hidden = len(unfiltered) - len(rows)
+            # border titles are markup: the typed text is escaped, never interpreted
+            title += f" — only {', '.join(filters)}: {hidden} hidden (esc clears)"
+        self.holders.border_title = title
+        app.selected_key = self.holders.selected_key()
 
     @drawing
     def refresh_unit(self) -> None:
@@ -276,6 +298,12 @@ class MainScreen(Screen[None]):
         app = self.dashboard
         if isinstance(event.data_table, HostList) and event.row_key.value is not None:
             self.action_host(int(event.row_key.value))
+        elif isinstance(event.data_table, GpuTable) and event.row_key.value is not None:
+            gpu = int(event.row_key.value)  # only its holders; Enter again: all of them
+            hv = app.holder_view
+            app.holder_view = replace(hv, gpu=None if hv.gpu == gpu else gpu)
+            self.refresh_holders()
+            self.refresh_unit()
         elif isinstance(event.data_table, HoldersTable):
             view = app.view
             owner, _unit, pid = selection_of(view.triage, app.selected_key)
@@ -468,16 +496,86 @@ class MainScreen(Screen[None]):
     @work(exclusive=True, group="filter", exit_on_error=False)
     async def action_filter(self) -> None:
         app = self.dashboard
-        text = await self.app.push_screen_wait(FilterScreen(app.holder_filter))
-        if text is None:
+
+        def live(text: str) -> None:
+            app.holder_filter = text.strip()
+            self.refresh_holders()
+
+        text = await self.app.push_screen_wait(FilterScreen(app.holder_filter, live))
+        if text is not None:
+            live(text)
+        self.refresh_unit()
+
+    def action_sort_next(self) -> None:
+        self.dashboard.holder_view = self.dashboard.holder_view.next_sort()
+        self.refresh_holders()
+
+    def action_sort_reverse(self) -> None:
+        self.dashboard.holder_view = self.dashboard.holder_view.reversed()
+        self.refresh_holders()
+
+    def action_filter_user(self) -> None:
+        """Only the selected process's user; again (or on an owner row): everyone."""
+        app = self.dashboard
+        hv = app.holder_view
+        _owner, _unit, pid = selection_of(app.view.triage, app.selected_key)
+        process = app.view.snapshot.process(pid) if app.view.snapshot and pid else None
+        user = process.user if process is not None else None
+        if hv.user is None and user is None:
+            self.app.notify("Select a process whose user to show.", title="Only user",
+                            severity="warning")
             return
-        app.holder_filter = text.strip()
-        title = "Holders (by owner)"
-        if app.holder_filter:
-            # border titles are markup: the typed text is escaped, never interpreted
-            title += f" — filter: {escape(clean(app.holder_filter))}  (/ to change, empty clears)"
-        self.holders.border_title = title
-        self.refresh_view()
+        app.holder_view = replace(hv, user=None if hv.user is not None else user)
+        self.refresh_holders()
+        self.refresh_unit()
+
+    def action_clear_filters(self) -> None:
+        app = self.dashboard
+        if app.holder_filter or app.holder_view.user is not None or \
+                app.holder_view.gpu is not None:
+            app.holder_filter = ""
+            app.holder_view = replace(app.holder_view, user=None, gpu=None)
+            self.refresh_holders()
+            self.refresh_unit()
+
+    def action_fold(self, how: str) -> None:
+        """Collapse, expand or toggle the owner or process tree under the cursor. Left on
+        a row with nothing under it collapses its owner and goes to the owner's row, as a
+        tree view's Left goes to the parent."""
+        app = self.dashboard
+        key = app.selected_key
+        triage = app.view.triage
+        if key is None or triage is None or key.startswith("x:"):
+            return
+        hv = app.holder_view
+        folded = key in hv.collapsed
+        if how == "collapse" and not folded and not self._has_children(key):
+            owner = selection_of(triage, key)[0]
+            if owner is None:
+                return
+            key = "u:" + owner
+            folded = key in hv.collapsed
+        if how == "expand" or (how == "toggle" and folded):
+            collapsed = hv.collapsed - {key}
+        elif self._has_children(key):
+            collapsed = hv.collapsed | {key}
+        else:
+            return
+        app.holder_view = replace(hv, collapsed=collapsed)
+        self.refresh_holders()
+        self.holders.select_key(key)
+
+    def _has_children(self, key: str) -> bool:
+        triage = self.dashboard.view.triage
+        if triage is None:
+            return False
+        if key.startswith("u:"):
+            group = triage.group(key[2:])
+            return group is not None and bool(group.roots)
+        pid = int(key[2:])
+        group = triage.group_of(pid)
+        return group is not None and any(n.process.pid == pid and n.children
+                                         for n in group.nodes())
 
 
 def keys_to_actions(keymap: Mapping[str, str]) -> dict[str, str]:

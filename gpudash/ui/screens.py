@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -277,7 +277,10 @@ class HelpScreen(ModalScreen[None]):
 
 
 class FilterScreen(ModalScreen[str | None]):
-    """Ask for the text the holders view is filtered by (empty: show everything)."""
+    """Ask for the text the holders view is filtered by (empty: show everything).
+
+    With ``live``, every change is applied as it is typed (as htop's and k9s's filters
+    are). Esc clears the text first (and, live, the filter); a second Esc closes."""
 
     DEFAULT_CSS = """
     FilterScreen { align: center bottom; }
@@ -285,16 +288,27 @@ class FilterScreen(ModalScreen[str | None]):
     """
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="gpudash.filter.cancel")]
 
-    def __init__(self, current: str) -> None:
+    def __init__(self, current: str, live: Callable[[str], None] | None = None) -> None:
         super().__init__()
         self.current = current
+        self.live = live
+        self.cleared = False  # Esc emptied it: closing leaves the filter empty
 
     def compose(self) -> ComposeResult:
         yield Input(self.current, placeholder="filter holders: pid, user, unit, command…",
                     id="filter")
 
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if self.live is not None:
+            self.live(event.value)
+
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.dismiss(event.value)
 
     def action_cancel(self) -> None:
-        self.dismiss(None)
+        field = self.query_one(Input)
+        if field.value:
+            field.value = ""
+            self.cleared = True
+            return
+        self.dismiss("" if self.cleared or self.live is not None else None)

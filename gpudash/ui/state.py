@@ -11,6 +11,7 @@ from gpudash.engine import ExecOptions
 from gpudash.session.controller import ActionController
 from gpudash.state.config import Settings
 from gpudash.ui.hosts import HostView
+from gpudash.ui.widgets.holder_view import HolderView
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,7 @@ class Dashboard(Protocol):
     plot_all: bool
     result_shown: bool
     holder_filter: str
+    holder_view: HolderView  # sort, user and GPU filters, what is collapsed
     last_actions: dict[str, LastAction]
     read_only: bool
     welcome: bool

@@ -22,32 +22,29 @@ from gpudash.domain.triage import (
     unattributed_mib,
 )
 from gpudash.domain.units import NA, gib, percent
+from gpudash.ui.bindings import bindings
 from gpudash.ui.palette import Palette
 from gpudash.ui.text import duration, literal, same_text
 from gpudash.ui.widgets.celltable import CellTable
+from gpudash.ui.widgets.holder_columns import COLUMNS, FLAGS_MAX, INDEX, Fit, fit_columns
+from gpudash.ui.widgets.holder_view import HolderView, sort_groups, sort_nodes
 
-COLUMNS = (
-    ("who", "Owner / PID", 28),
-    ("mem", "GPU memory", 13),
-    ("flags", "Flags", 0),  # as wide as the widest flags shown (column_widths)
-    ("cpu", "CPU", 5),  # % of one CPU: a spinning orphan from an idle one
-    ("rss", "RSS", 8),
-    ("st", "St", 2),  # after CPU and RSS: ZOMBIE and D-STATE are flags already
-    ("age", "Age", 5),
-    ("user", "User", 8),
-    ("cmd", "Command", 200),
-)
-FLAGS_MAX = 34  # "16×ORPHAN RESPAWNED UNIT INACTIVE" and a little more
-
+__all__ = ["COLUMNS", "FLAGS_MAX", "HolderRow", "HolderView", "HoldersTable", "filter_rows",
+           "holder_rows", "selection_of"]
+FLAGS = INDEX["flags"]
 
 def column_widths(rows: list[HolderRow]) -> tuple[int, ...]:
-    """The columns' widths for these rows: Flags takes what its widest cell needs (an
-    empty column gave 15 cells that CPU and RSS lack on a small terminal)."""
-    flags = max((row.cells[2].cell_len for row in rows), default=0)
-    return tuple(
-        min(FLAGS_MAX, max(len(label), flags)) if key == "flags" else width
-        for key, label, width in COLUMNS
-    )
+    """The columns' widths for these rows, all of them shown."""
+    return tuple(w for _k, _l, w in fit_columns(10**6, *cell_widths(rows)).columns)
+
+
+def cell_widths(rows: list[HolderRow]) -> tuple[dict[str, int], int]:
+    """The widest cell of each column that fits its cells, and of the short Flags."""
+    widest = {c.key: max((row.cells[i].cell_len for row in rows), default=0)
+              for i, c in enumerate(COLUMNS) if c.fits}
+    short = max((row.short_flags.cell_len for row in rows if row.short_flags is not None),
+                default=0)
+    return widest, short
 
 
 FLAG_ORDER = (
@@ -61,8 +58,12 @@ UNATTRIBUTED_MIN_MIB = 256
 
 @dataclass(frozen=True, slots=True)
 class HolderRow:
+    """One row: its key and a cell per column of ``COLUMNS``; ``short_flags`` is the Flags
+    cell as a narrow table shows it (``ORPH+2``)."""
+
     key: str
     cells: tuple[Text, ...]
+    short_flags: Text | None = None
 
 
 def _flag_style(flag: Flag, pal: Palette) -> str:
@@ -84,6 +85,25 @@ def flags_text(flags: frozenset[Flag], pal: Palette, orphans: int = 0) -> Text:
     return out
 
 
+SHORT_FLAG = {
+    Flag.ORPHAN: "ORPH", Flag.RESPAWNED: "RESP", Flag.UNIT_INACTIVE: "INACT",
+    Flag.ZOMBIE: "ZOMB", Flag.D_STATE: "D-ST", Flag.DEVICE_HOLDER: "DEV",
+    Flag.UNREADABLE: "UNRD",
+}
+
+
+def short_flags_text(flags: frozenset[Flag], pal: Palette) -> Text:
+    """The first flag, abbreviated, and how many more: ``ORPH+2`` (the full list is in
+    the unit panel and on Enter)."""
+    shown = [f for f in FLAG_ORDER if f in flags]
+    if not shown:
+        return Text()
+    out = Text(SHORT_FLAG[shown[0]], style=_flag_style(shown[0], pal))
+    if len(shown) > 1:
+        out.append(f"+{len(shown) - 1}", style="bold")
+    return out
+
+
 def gpu_memory_text(memory: dict[int, int | None] | dict[int, int]) -> Text:
     parts = []
     for gpu, mib in sorted(memory.items()):
@@ -93,9 +113,9 @@ def gpu_memory_text(memory: dict[int, int | None] | dict[int, int]) -> Text:
     return Text(" ".join(parts), no_wrap=True, overflow="ellipsis")
 
 
-def _group_row(group: OwnerGroup, pal: Palette) -> HolderRow:
+def _group_row(group: OwnerGroup, pal: Palette, collapsed: bool) -> HolderRow:
     orphans = sum(1 for n in group.nodes() if Flag.ORPHAN in n.flags)
-    who = Text("▾ ", style="bold")
+    who = Text("▸ " if collapsed else "▾ ", style="bold")
     who.append_text(literal(group.key, style="bold"))
     total = group.total_gpu_memory_mib
     gpus = sum(1 for v in group.gpu_memory_mib.values() if v)
@@ -110,9 +130,10 @@ def _group_row(group: OwnerGroup, pal: Palette) -> HolderRow:
                 style="italic")
     )
     flags = flags_text(group.flags, pal, orphans)
-    return HolderRow(
-        "u:" + group.key, (who, mem, flags, *(Text(""),) * 5, desc)
-    )
+    cells = [Text("")] * len(COLUMNS)
+    cells[INDEX["who"]], cells[INDEX["mem"]], cells[FLAGS] = who, mem, flags
+    cells[INDEX["cmd"]] = desc
+    return HolderRow("u:" + group.key, tuple(cells), short_flags_text(group.flags, pal))
 
 
 def command_text(p: Process, why: str | None, pal: Palette) -> Text:
@@ -131,48 +152,85 @@ def command_text(p: Process, why: str | None, pal: Palette) -> Text:
     return out
 
 
-def _process_rows(
-    node: ProcessNode, prefix: str, last: bool, now: float, pal: Palette, out: list[HolderRow],
-    result: HostTriage,
-) -> None:
+@dataclass(frozen=True, slots=True)
+class _Walk:
+    """What every process row of one table needs."""
+
+    now: float
+    pal: Palette
+    result: HostTriage
+    view: HolderView
+
+
+def _kept(node: ProcessNode, view: HolderView) -> bool:
+    """The user and GPU filters keep this process, or one under it (its row stays so
+    that the tree above a kept process is still read as a tree)."""
+    return any(view.keeps(n.process) for n in node.walk())
+
+
+def process_cells(p: Process, node: ProcessNode, who: Text, w: _Walk) -> tuple[Text, ...]:
+    """A process row's cells, one per column of ``COLUMNS``."""
+    age = None if p.started_at is None else w.now - p.started_at
+    cells = {
+        "who": who,
+        "mem": gpu_memory_text(dict(p.gpu_memory_mib)),
+        "flags": flags_text(node.flags - {Flag.UNIT_INACTIVE}, w.pal),
+        "cpu": Text(percent(p.cpu_pct), justify="right"),
+        "rss": Text(gib(p.rss_mib), justify="right"),
+        "st": Text(p.state or "?"),
+        "age": Text(duration(age), justify="right"),
+        "user": literal(p.user or NA),
+        "cmd": command_text(p, w.result.orphan_cause(p.pid), w.pal),
+    }
+    return tuple(cells[c.key] for c in COLUMNS)
+
+
+def _process_rows(node: ProcessNode, prefix: str, last: bool, w: _Walk,
+                  out: list[HolderRow]) -> None:
     p = node.process
+    key = f"p:{p.pid}"
+    children = [c for c in sort_nodes(node.children, w.view, w.now) if _kept(c, w.view)]
+    collapsed = key in w.view.collapsed
     branch = "└─ " if last else "├─ "
     who = Text(prefix + branch, style="dim")
-    who.append(f"{p.pid} ", style=f"bold {pal.orphan}" if Flag.ORPHAN in node.flags else "bold")
+    if children:  # a subtree: Left/Right/Space fold it
+        who.append("▸ " if collapsed else "▾ ", style="bold")
+    who.append(f"{p.pid} ", style=f"bold {w.pal.orphan}" if Flag.ORPHAN in node.flags
+               else "bold")
     who.append_text(literal(node.label or p.name))
-    age = None if p.started_at is None else now - p.started_at
-    out.append(
-        HolderRow(
-            f"p:{p.pid}",
-            (
-                who,
-                gpu_memory_text(dict(p.gpu_memory_mib)),
-                flags_text(node.flags - {Flag.UNIT_INACTIVE}, pal),
-                Text(percent(p.cpu_pct), justify="right"),
-                Text(gib(p.rss_mib), justify="right"),
-                Text(p.state or "?"),
-                Text(duration(age), justify="right"),
-                literal(p.user or NA),
-                command_text(p, result.orphan_cause(p.pid), pal),
-            ),
-        )
-    )
+    out.append(HolderRow(key, process_cells(p, node, who, w),
+                         short_flags_text(node.flags - {Flag.UNIT_INACTIVE}, w.pal)))
+    if collapsed:
+        return
     child_prefix = prefix + ("   " if last else "│  ")
-    for i, child in enumerate(node.children):
-        _process_rows(child, child_prefix, i == len(node.children) - 1, now, pal, out, result)
+    for i, child in enumerate(children):
+        _process_rows(child, child_prefix, i == len(children) - 1, w, out)
 
 
-def holder_rows(result: HostTriage, pal: Palette) -> list[HolderRow]:
-    """The rows of the holders table for one triaged snapshot."""
+def holder_rows(result: HostTriage, pal: Palette,
+                view: HolderView | None = None) -> list[HolderRow]:
+    """The rows of the holders table for one triaged snapshot, as ``view`` arranges them
+    (sorted, filtered by user and GPU, collapsed)."""
+    view = view or HolderView()
     now = result.snapshot.taken_at  # ages on the host's own clock
+    walk = _Walk(now, pal, result, view)
     rows: list[HolderRow] = []
-    for group in result.groups:
-        rows.append(_group_row(group, pal))
-        for i, root in enumerate(group.roots):
-            _process_rows(root, "", i == len(group.roots) - 1, now, pal, rows, result)
+    for group in sort_groups(result.groups, view, now):
+        roots = [r for r in sort_nodes(group.roots, view, now) if _kept(r, view)]
+        if not roots and (view.user is not None or view.gpu is not None):
+            continue
+        key = "u:" + group.key
+        rows.append(_group_row(group, pal, key in view.collapsed))
+        if key in view.collapsed:
+            continue
+        for i, root in enumerate(roots):
+            _process_rows(root, "", i == len(roots) - 1, walk, rows)
     extra = _unattributed_row(result, pal)
-    if extra is not None:
-        rows.append(extra)
+    if extra is not None and view.user is None and (
+            view.gpu is None
+            or unattributed_mib(result.snapshot).get(view.gpu, 0) >= UNATTRIBUTED_MIN_MIB):
+        rows.append(extra)  # memory no user's process holds: not theirs to see filtered
+
     return rows
 
 
@@ -185,8 +243,10 @@ def _unattributed_row(result: HostTriage, pal: Palette) -> HolderRow | None:
     why = Text("used on the GPU by no process the driver lists (a process in another "
                "container or namespace, or memory the driver has not let go)",
                style="italic")
-    return HolderRow(UNATTRIBUTED_KEY, (who, gpu_memory_text(memory), Text(""),
-                                        *(Text(""),) * 5, why))
+    cells = [Text("")] * len(COLUMNS)
+    cells[INDEX["who"]], cells[INDEX["mem"]], cells[INDEX["cmd"]] = \
+        who, gpu_memory_text(memory), why
+    return HolderRow(UNATTRIBUTED_KEY, tuple(cells))
 
 
 def filter_rows(rows: list[HolderRow], text: str) -> list[HolderRow]:
@@ -250,33 +310,60 @@ def selection_of(
 
 
 class HoldersTable(CellTable):
-    """Who holds GPU memory, grouped by owner; Enter opens the owner's facts in full."""
+    """Who holds GPU memory, grouped by owner; Enter opens the owner's facts in full.
+
+    The columns shown are those that fit the table's width (``fit_columns``); the Owner /
+    PID column is fixed, so scrolling right to read a long command keeps the PID."""
 
     # A row cursor: Home/End go to the first/last row (DataTable scrolls sideways).
     BINDINGS = [
         Binding("home", "scroll_top", "First row", show=False),
         Binding("end", "scroll_bottom", "Last row", show=False),
+        *bindings("holders"),  # Left/Right/Space fold (the screen's fold action)
     ]
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
-        self._widths: tuple[int, ...] = ()
-        self._add_columns(column_widths([]))
+        self.fixed_columns = 1
+        self._fit: Fit = fit_columns(10**6, {}, 0)
+        self._labels: dict[str, str] = {}
+        self._rows: list[HolderRow] = []
+        self._add_columns(self._fit)
         self._cells: dict[str, tuple[Text, ...]] = {}
 
-    def _add_columns(self, widths: tuple[int, ...]) -> None:
-        self._widths = widths
-        for (key, label, _default), width in zip(COLUMNS, widths, strict=True):
+    def _add_columns(self, fit: Fit) -> None:
+        self._fit = fit
+        for key, label, width in fit.columns:
             self.add_column(label, key=key, width=width)
+
+    @property
+    def shown_columns(self) -> tuple[str, ...]:
+        """The keys of the columns on screen, in order."""
+        return tuple(key for key, _l, _w in self._fit.columns)
 
     def on_resize(self) -> None:
         # Holders get shorter when the Action panel grows (its verdict lines): the
-        # selected row stays in view, as the cursor keys would keep it.
+        # selected row stays in view, as the cursor keys would keep it; narrower or wider,
+        # the columns are fitted again.
         self.call_after_refresh(self._cursor_in_view)
+        self.call_after_refresh(self._refit)
+
+    def _refit(self) -> None:
+        if self._fit != self._fit_for(self._rows):
+            self.show(self._rows, self._labels)
 
     def _cursor_in_view(self) -> None:
         if self.row_count:  # the row the cursor is on by then, not when resized
             self.move_cursor(row=self.cursor_row, animate=False)
+
+    def _fit_for(self, rows: list[HolderRow]) -> Fit:
+        room = self.scrollable_content_region.width
+        if not room:  # not laid out yet: every column for now, fitted once it is
+            self.call_after_refresh(self._refit)
+            room = 10**6
+        # the sorted column stays on screen: its header says the order
+        return fit_columns(room, *cell_widths(rows), labels=self._labels,
+                           keep=next(iter(self._labels), None))
 
     def selected_key(self) -> str | None:
         if not self.row_count:
@@ -284,32 +371,47 @@ class HoldersTable(CellTable):
         value = self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
         return None if value is None else str(value)
 
-    def show(self, rows: list[HolderRow]) -> None:
-        """Update in place when the rows are the same; else rebuild and keep the cursor."""
+    def _shown_cells(self, row: HolderRow, fit: Fit) -> tuple[Text, ...]:
+        out = []
+        for key, _label, _width in fit.columns:
+            cell = row.cells[INDEX[key]]
+            if key == "flags" and fit.short_flags and row.short_flags is not None:
+                cell = row.short_flags
+            out.append(cell)
+        return tuple(out)
+
+    def show(self, rows: list[HolderRow], labels: dict[str, str] | None = None) -> None:
+        """Update in place when the rows are the same; else rebuild and keep the cursor.
+        ``labels``: headers other than the declared ones (the sort indicator)."""
+        if labels is not None:
+            self._labels = labels
+        self._rows = rows
+        fit = self._fit_for(rows)
         keys = [r.key for r in rows]
         current = [str(k.value) for k in self.rows]
-        widths = column_widths(rows)
-        if keys == current and widths == self._widths:
+        shown = [(row.key, self._shown_cells(row, fit)) for row in rows]
+        columns = [key for key, _l, _w in fit.columns]
+        if keys == current and fit == self._fit:
             # Only the cells that changed: every update_cell redraws the whole table.
-            for row in rows:
-                before = self._cells.get(row.key)
+            for key, cells in shown:
+                before = self._cells.get(key)
                 if before is None:
-                    before = (Text("\0"),) * len(COLUMNS)
-                self.set_cells(row.key, {col: cell for (col, _, _), old, cell
-                                         in zip(COLUMNS, before, row.cells, strict=True)
-                                         if not same_text(old, cell)})
-                self._cells[row.key] = row.cells
+                    before = (Text("\0"),) * len(cells)
+                self.set_cells(key, {col: cell for col, old, cell
+                                     in zip(columns, before, cells, strict=True)
+                                     if not same_text(old, cell)})
+                self._cells[key] = cells
             return
         selected = self.selected_key()
         index = self.cursor_row
         scroll_y = self.scroll_y
-        self.clear(columns=widths != self._widths)
+        self.clear(columns=fit != self._fit)
         if not self.columns:
-            self._add_columns(widths)
+            self._add_columns(fit)
         self._cells = {}
-        for row in rows:
-            self.add_row(*row.cells, key=row.key)
-            self._cells[row.key] = row.cells
+        for key, cells in shown:
+            self.add_row(*cells, key=key)
+            self._cells[key] = cells
         if selected in keys:
             self.move_cursor(row=keys.index(selected), animate=False, scroll=False)
         elif rows:
