@@ -13,8 +13,9 @@ import pytest
 
 from gpudash.demo.fleet import ScenarioHost, demo_fleet
 from gpudash.demo.host import DEEPSEEK, MINIMAX, DemoHost
-from gpudash.domain.fleet import CRASH_LOOP_RESTARTS, crash_looping, summarize
+from gpudash.domain.fleet import crash_looping, summarize
 from gpudash.domain.model import Unit
+from gpudash.domain.owners.service import CRASH_LOOP_RESTARTS
 from gpudash.domain.triage import triage
 from gpudash.transport.limiter import ConnectLimiter
 from gpudash.transport.selection import (

@@ -2,7 +2,7 @@
 
 One respawn is the incident (``kill -9`` on a ``Restart=always`` server); a crash loop is
 a unit that dies again and again (a model that does not fit, a bad flag). One snapshot
-tells them apart in most cases (``fleet.unit_crash_looping``, the fleet view's rule);
+tells them apart in most cases (``owners.service.unit_crash_looping``, the fleet view's rule);
 ``RestartWatch`` adds what a follower of the host sees: restarts close together, and a
 unit that drops out of the snapshot between crashes (it held no GPU memory just then).
 Pure: the caller passes the time.
@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
-from gpudash.domain.fleet import unit_crash_looping
 from gpudash.domain.model import Unit
+from gpudash.domain.owners.service import unit_crash_looping
 
 WINDOW_RESTARTS = 2  # automatic restarts seen ...
 CRASH_LOOP_WINDOW_S = 300.0  # ... within this many seconds make a crash loop too
@@ -26,7 +26,7 @@ MAX_UNITS = 512
 
 class RestartWatch:
     """Automatic restarts of one host's units, as seen sample after sample: crash-looping
-    is what the fleet view says of one snapshot (``fleet.unit_crash_looping``), or
+    is what the fleet view says of one snapshot (``owners.service.unit_crash_looping``), or
     ``restarts`` seen within ``window_s``.
 
     ``NRestarts`` counts automatic restarts since the unit was last started by hand (a

@@ -18,11 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpudash.domain.model import Unit
+from gpudash.domain.owners.service import unit_crash_looping
 from gpudash.domain.triage import Flag, HostTriage, OwnerKind, holds
-
-# NRestarts from which a service counts as crash-looping even between two restarts.
-CRASH_LOOP_RESTARTS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,14 +37,6 @@ class HostSummary:
     unknown_holders: int  # reclaimable holders whose memory the driver does not report
     degraded: bool
     errors: tuple[str, ...]
-
-
-def unit_crash_looping(unit: Unit) -> bool:
-    """What one snapshot says of a unit: systemd keeps restarting it."""
-    restarts = unit.n_restarts or 0
-    return (unit.sub_state == "auto-restart" and restarts >= 1) or (
-        restarts >= CRASH_LOOP_RESTARTS
-    )
 
 
 def crash_looping(result: HostTriage) -> tuple[str, ...]:

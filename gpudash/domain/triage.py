@@ -27,7 +27,7 @@ from gpudash.domain.owners import (
     unit_kind,
     unit_respawned,
 )
-from gpudash.domain.owners.service import what
+from gpudash.domain.owners.service import unit_crash_looping, what
 from gpudash.domain.tree import ProcessTree, holds
 from gpudash.domain.units import gib
 from gpudash.serving import processes as serving
@@ -38,6 +38,7 @@ __all__ = ["NO_UNIT", "Owner", "OwnerKind", "holds", "unit_respawned"]  # re-exp
 class Flag(StrEnum):
     ORPHAN = "ORPHAN"
     RESPAWNED = "RESPAWNED"
+    CRASH_LOOP = "CRASH LOOP"  # systemd keeps restarting the unit (it dies again and again)
     ZOMBIE = "ZOMBIE"
     D_STATE = "D-STATE"
     UNIT_INACTIVE = "UNIT INACTIVE"
@@ -344,6 +345,8 @@ def _group(key: str, procs: list[Process], tp: _Pass, prev_units: Mapping[str, U
     respawned = rules.respawned(owner, prev_units.get(owner.unit.name) if owner.unit else None)
     if respawned:
         gflags.add(Flag.RESPAWNED)
+    if owner.unit is not None and unit_crash_looping(owner.unit):
+        gflags.add(Flag.CRASH_LOOP)
     orphan_count = sum(1 for p in procs if p.pid in tp.orphans_of)
     if orphan_count:
         gflags.add(Flag.ORPHAN)

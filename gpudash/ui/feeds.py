@@ -89,7 +89,24 @@ class HostFeeds:
                 self.app.refresh_bindings()
         else:
             self.rows_redraw.ask(message.host)
+        self._read_crash_reasons(message.host)
         self._on_sample(message.host)
+
+    def _read_crash_reasons(self, host: int) -> None:
+        """A unit systemd keeps restarting: its journal says why (read in a worker, now
+        and then, never per sample); the unit panel shows it."""
+        view = self.state.views[host]
+        if view.snapshot is None:
+            return
+        control = view.source.control
+        now = self.state.clock()
+        for unit, restarts in view.crashes.due(view.snapshot, control, now):
+            async def read(unit: str = unit, restarts: int | None = restarts) -> None:
+                await view.crashes.read(control, unit, restarts, now)
+                if host == self.state.current_host and not self._closing:
+                    self.main.refresh_unit()
+
+            self.app.run_worker(read(), group=f"crash {host} {unit}", exit_on_error=False)
 
     def _draw_view(self) -> None:
         if not self._closing:

@@ -17,6 +17,7 @@ from gpudash.domain.model import HostSnapshot
 from gpudash.domain.triage import HostTriage, retriage
 from gpudash.feed.reconnect import BACKOFF_MAX_S, LinkState, reconnecting_stream
 from gpudash.protocol.source import HostKeyError, HostSource, round_trip_s
+from gpudash.ui.crashes import CrashReasons
 
 HISTORY = 300  # samples of memory history kept per host
 
@@ -40,6 +41,7 @@ class HostView:
     history: deque[tuple[float, dict[int, int | None]]] = field(
         default_factory=lambda: deque(maxlen=HISTORY)
     )
+    crashes: CrashReasons = field(default_factory=CrashReasons)  # why its units crash-loop
 
     def record(
         self, snapshot: HostSnapshot, result: HostTriage, rtt: float | None, now: float

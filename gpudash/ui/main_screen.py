@@ -209,7 +209,8 @@ class MainScreen(Screen[None]):
         process = view.snapshot.process(pid) if view.snapshot and pid is not None else None
         pal = palette(self.app)
         why = view.triage.orphan_why(pid) if view.triage and pid is not None else None
-        self.unit_panel.show(unit_text(group, process, pal, why))
+        crash = view.crashes.reason(group.unit.name) if group and group.unit else None
+        self.unit_panel.show(unit_text(group, process, pal, why, crash))
         # Too thin for the unit panel: its gist goes on Holders' border, Enter shows it all.
         self.holders.border_subtitle = unit_gist(group, pal) if self.has_class("-thin") else None
 

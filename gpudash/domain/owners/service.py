@@ -20,6 +20,16 @@ from gpudash.domain.tree import ProcessTree
 from gpudash.serving.processes import server_process
 
 RESTARTING = ("always", "on-failure", "on-abnormal", "on-abort", "on-watchdog")
+# NRestarts from which a service counts as crash-looping even between two restarts.
+CRASH_LOOP_RESTARTS = 3
+
+
+def unit_crash_looping(unit: Unit) -> bool:
+    """What one snapshot says of a unit: systemd keeps restarting it."""
+    restarts = unit.n_restarts or 0
+    return (unit.sub_state == "auto-restart" and restarts >= 1) or (
+        restarts >= CRASH_LOOP_RESTARTS
+    )
 
 
 def unit_respawned(unit: Unit, previous: Unit | None) -> bool:

@@ -7,6 +7,7 @@ from rich.text import Text
 from gpudash.domain.model import UNREADABLE, Container, Process, Unit
 from gpudash.domain.triage import Flag, OwnerGroup, OwnerKind
 from gpudash.domain.units import NA, gib
+from gpudash.ui.crashes import CrashReason
 from gpudash.ui.palette import Palette
 from gpudash.ui.text import literal
 from gpudash.ui.widgets.holders import flags_text
@@ -49,6 +50,24 @@ def _service_rows(out: Text, group: OwnerGroup, unit: Unit, pal: Palette) -> Non
             out.append("\n")
 
 
+def _crash_rows(out: Text, unit: Unit, crash: CrashReason | None, pal: Palette) -> None:
+    """A crash loop, named, with the journal's line that says why (host text, literal)."""
+    every = f" every {unit.restart_s:g} s" if unit.restart_s is not None else ""
+    out.append("✘ CRASH LOOP: ", style=f"bold {pal.warning}")
+    out.append_text(literal(f"systemd restarted it {unit.n_restarts or 0} time(s){every} "
+                            f"(Restart={unit.restart or '?'})", style=f"bold {pal.warning}"))
+    out.append("\n")
+    if crash is None or crash.failure is None:
+        out.append("  why: its journal " + ("is being read" if crash is None else
+                   "names no cause gpudash knows") + " (j shows it)\n", style="dim")
+        return
+    out.append("  why: ", style="bold")
+    out.append_text(literal(crash.failure.line))
+    out.append("\n  ")
+    out.append_text(literal(crash.failure.advice, style="italic"))
+    out.append("\n")
+
+
 def _container_rows(out: Text, c: Container, pal: Palette) -> None:
     _row(out, "Container", f"{c.runtime} {c.short_id}")
     _row(out, "Image", c.image)
@@ -78,9 +97,10 @@ def _process_rows(out: Text, process: Process, pal: Palette, why: str | None) ->
 
 
 def unit_text(group: OwnerGroup | None, process: Process | None, pal: Palette,
-              why: str | None = None) -> Text:
+              why: str | None = None, crash: CrashReason | None = None) -> Text:
     """The panel's content for the selected owner group (and process, if one is selected;
-    ``why``: what makes it an orphan, in the triage's words)."""
+    ``why``: what makes it an orphan, in the triage's words; ``crash``: why its unit
+    crash-loops, as its journal says)."""
     if group is None:
         return Text("Select a unit or process in Holders.", style="dim")
     out = Text()
@@ -93,6 +113,8 @@ def unit_text(group: OwnerGroup | None, process: Process | None, pal: Palette,
         out.append_text(literal(warning, style=f"bold {pal.warning}"))
         out.append("\n")
     unit = group.unit
+    if unit is not None and Flag.CRASH_LOOP in group.flags:
+        _crash_rows(out, unit, crash, pal)
     if unit is not None and unit.description:
         out.append_text(literal(unit.description, style="italic"))
         out.append("\n")
@@ -129,6 +151,8 @@ def unit_gist(group: OwnerGroup | None, pal: Palette) -> Text | None:
             out.append_text(literal(f" · Restart={unit.restart}"))
         if unit.kill_mode in ("process", "none"):
             out.append_text(literal(f" · KillMode={unit.kill_mode}"))
+    if Flag.CRASH_LOOP in group.flags:
+        out.append(" · CRASH LOOP", style=f"bold {pal.warning}")
     if group.warnings:
         out.append(f" · ⚠ {len(group.warnings)}", style=f"bold {pal.warning}")
     out.append(" · Enter: details", style="dim")
