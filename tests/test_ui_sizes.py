@@ -304,10 +304,10 @@ async def test_the_selected_row_stays_in_view_when_holders_get_shorter() -> None
     # theirs: the selected unit, on the last row shown, went out of view.
     from rich.text import Text
 
-    from gpudash.ui.widgets.holders import HolderRow
+    from gpudash.ui.widgets.holders import COLUMNS, HolderRow
 
     def rows(keys: list[str]) -> list[HolderRow]:
-        return [HolderRow(k, (Text(k), *(Text(""),) * 8)) for k in keys]
+        return [HolderRow(k, (Text(k), *(Text(""),) * (len(COLUMNS) - 1))) for k in keys]
 
     app = GpudashApp([DemoHost(speed=50)], interval=3600.0, read_only=True, theme=None,
                      exec_options=None)
@@ -334,7 +334,7 @@ async def test_holders_flags_take_the_room_they_need_and_no_more() -> None:
         await select(pilot, app, f"u:{MINIMAX}")
         await pilot.pause(0.2)
         worker = next(line for line in screen_text(app).splitlines() if "vLLM TP1 worker" in line)
-        assert re.search(r"99 %\s+\d+\.\d GiB", worker), worker
+        assert re.search(r"99 %\s+\d+\s+\d+\.\d GiB", worker), worker  # CPU, SM%, RSS
         await pilot.press("D")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("y")

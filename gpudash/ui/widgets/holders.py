@@ -31,6 +31,9 @@ COLUMNS = (
     ("mem", "GPU memory", 13),
     ("flags", "Flags", 0),  # as wide as the widest flags shown (column_widths)
     ("cpu", "CPU", 5),  # % of one CPU: a spinning orphan from an idle one
+    # its share of the SM time (NVML's per-process samples); after CPU, not beside GPU
+    # memory: at 80 columns the Flags of an orphaned unit would push CPU off the screen
+    ("sm", "SM%", 3),
     ("rss", "RSS", 8),
     ("st", "St", 2),  # after CPU and RSS: ZOMBIE and D-STATE are flags already
     ("age", "Age", 5),
@@ -111,7 +114,7 @@ def _group_row(group: OwnerGroup, pal: Palette) -> HolderRow:
     )
     flags = flags_text(group.flags, pal, orphans)
     return HolderRow(
-        "u:" + group.key, (who, mem, flags, *(Text(""),) * 5, desc)
+        "u:" + group.key, (who, mem, flags, *(Text(""),) * 6, desc)
     )
 
 
@@ -149,6 +152,7 @@ def _process_rows(
                 gpu_memory_text(dict(p.gpu_memory_mib)),
                 flags_text(node.flags - {Flag.UNIT_INACTIVE}, pal),
                 Text(percent(p.cpu_pct), justify="right"),
+                Text(NA if p.sm_util_pct is None else str(p.sm_util_pct), justify="right"),
                 Text(gib(p.rss_mib), justify="right"),
                 Text(p.state or "?"),
                 Text(duration(age), justify="right"),
@@ -186,7 +190,7 @@ def _unattributed_row(result: HostTriage, pal: Palette) -> HolderRow | None:
                "container or namespace, or memory the driver has not let go)",
                style="italic")
     return HolderRow(UNATTRIBUTED_KEY, (who, gpu_memory_text(memory), Text(""),
-                                        *(Text(""),) * 5, why))
+                                        *(Text(""),) * 6, why))
 
 
 def filter_rows(rows: list[HolderRow], text: str) -> list[HolderRow]:
