@@ -603,3 +603,67 @@ def test_slow_fault_and_no_devices(fakegpu_state):
         [os.path.join(st.out, "nvidia-smi")], env=env, capture_output=True, text=True
     )
     assert r.returncode == 9 and "couldn't communicate with the NVIDIA driver" in r.stdout
+
+
+PROCESS_UTIL = """
+    import json, time, pynvml as N
+    N.nvmlInit(); h = N.nvmlDeviceGetHandleByIndex(0)
+    def read(ts):
+        try:
+            return "ok", {s.pid: [s.smUtil, s.memUtil, s.timeStamp] for s in
+                          N.nvmlDeviceGetProcessUtilization(h, ts)}
+        except N.NVMLError as e:
+            return type(e).__name__, {}
+    out = {}
+    kind, first = read(0)
+    out["first"] = [kind, {str(k): v[:2] for k, v in first.items()}]
+    last = max(v[2] for v in first.values())
+    out["ts_us"] = last
+    out["again"] = read(last)[0]  # nothing newer than what was just read
+    time.sleep(0.25)
+    kind, later = read(last)
+    out["later"] = [kind, sorted(later), min(v[2] for v in later.values()) > last]
+    print(json.dumps(out))
+"""
+
+
+def test_process_utilization_per_holder_and_last_seen_timestamp(fakegpu_state):
+    """nvmlDeviceGetProcessUtilization through pynvml: one sample per busy holder with its
+    own figures, only samples newer than lastSeenTimeStamp, NOT_FOUND when none are."""
+    st = fakegpu_state.init(gpus=2)
+    busy = st.hold(0, 1000, name="VLLM::Worker_TP0", sm_util=87)
+    other = st.hold(0, 500)
+    idle = st.hold(0, 500)  # no utilisation set: idle, so no sample
+    st.cli("set", "--pid", str(other.pid), "sm_util=12", "mem_util=30")
+    before = time.time() * 1e6
+    d = pyrun(st, PROCESS_UTIL)
+    assert d["first"] == ["ok", {str(busy.pid): [87, 0], str(other.pid): [12, 30]}]
+    assert str(idle.pid) not in d["first"][1]
+    assert before - 200_000 < d["ts_us"] <= time.time() * 1e6  # CPU time in microseconds
+    assert d["again"] == "NVMLError_NotFound"
+    assert d["later"] == ["ok", sorted([busy.pid, other.pid]), True]
+
+
+def test_process_utilization_not_found_unsupported_and_bad_values(fakegpu_state):
+    st = fakegpu_state.init(gpus=2)
+    p = st.hold(1, 100, sm_util=50)
+    code = """
+        import json, pynvml as N
+        N.nvmlInit()
+        out = []
+        for i in (0, 1):
+            try:
+                out.append([s.smUtil for s in N.nvmlDeviceGetProcessUtilization(
+                    N.nvmlDeviceGetHandleByIndex(i), 0)])
+            except N.NVMLError as e:
+                out.append(type(e).__name__)
+        print(json.dumps(out))
+    """
+    assert pyrun(st, code) == ["NVMLError_NotFound", [50]]  # GPU 0 has no process at all
+    st.cli("fault", "unsupported", "process_util", "--gpu", "1")
+    assert pyrun(st, code) == ["NVMLError_NotFound", "NVMLError_NotSupported"]
+    st.cli("fault", "clear")
+    st.cli("set", "--pid", str(p.pid), "sm_util=0")  # idle again: no sample
+    assert pyrun(st, code) == ["NVMLError_NotFound", "NVMLError_NotFound"]
+    assert st.cli("set", "--pid", str(p.pid), "sm_util=150", check=False).returncode == 2
+    assert st.cli("set", "--pid", "999999999", "sm_util=5", check=False).returncode == 2

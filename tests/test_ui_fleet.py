@@ -322,3 +322,136 @@ async def test_columns_follow_the_terminal_width_even_when_resized_elsewhere() -
         await pilot.pause(0.2)
         assert "mem" in [str(c.value) for c in app.fleet.table.columns]
         assert "comes back" in str(app.fleet.keys.render())  # the wide key line
+
+
+# --- the first hour's rough edges (issue 20, "Fleet:") ----------------------------------
+
+
+async def test_q_quits_the_fleet_and_never_types_into_its_filter() -> None:
+    """q quits here as on the host screen (choice: the same key means the same thing on
+    both screens); the filter matches anywhere in a name, so a name's q is never needed."""
+    app = fleet_app(demo_fleet(6, speed=20))
+    async with app.run_test(size=SIZE) as pilot:
+        await all_read(pilot, app)
+        await pilot.press("g", "p", "u")
+        assert app.fleet.filter_text == "gpu"
+        await pilot.press("q")
+        assert app.fleet.filter_text == "gpu"
+        await wait_for(pilot, lambda: not app.is_running)
+
+
+async def test_help_on_the_fleet_is_the_fleets_with_its_columns() -> None:
+    from textual.widgets import Static
+
+    from gpudash.ui.screens import HelpScreen
+
+    app = fleet_app(demo_fleet(6, speed=20))
+    async with app.run_test(size=SIZE) as pilot:
+        await all_read(pilot, app)
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+        assert app.fleet.filter_text == ""
+        text = str(app.screen.query_one(Static).render())
+        for words in ("Sort by the next column", "First / last row", "Columns",
+                      "Reclaim GiB", "what reclaim would give back", "Crash loop",
+                      "crashloop", "orphans", "down", "Quit"):
+            assert words in text, words
+        for host_key in ("Stop", "Reclaim:", "Journal", "Swap"):
+            assert host_key not in text, host_key
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, FleetScreen))
+
+
+async def test_end_goes_to_the_last_row_and_home_to_the_first() -> None:
+    app = fleet_app(demo_fleet(12, speed=20))
+    async with app.run_test(size=(120, 35)) as pilot:
+        await all_read(pilot, app)
+        await pilot.press("end")
+        assert app.fleet.table.cursor_row == 11
+        await pilot.press("home")
+        assert app.fleet.table.cursor_row == 0
+
+
+async def test_back_with_f_clears_the_filter_and_the_cursor_is_on_that_host() -> None:
+    app = fleet_app(demo_fleet(6, speed=20))
+    async with app.run_test(size=SIZE) as pilot:
+        await all_read(pilot, app)
+        await pilot.press("g", "p", "u", "0", "4")
+        assert shown_names(app) == ["demo-gpu04"]
+        await pilot.press("enter")
+        assert isinstance(app.screen, MainScreen) and app.current_host == 3
+        await pilot.press("h")  # on to the next host, then back to the fleet
+        await wait_for(pilot, lambda: app.current_host == 4)
+        await pilot.press("F")
+        assert isinstance(app.screen, FleetScreen)
+        assert app.fleet.filter_text == "" and len(shown_names(app)) == 6
+        assert app.fleet._cursor_index() == 4  # demo-gpu05, the host just on screen
+        # a modal over the fleet keeps the filter (only coming back from a host clears it)
+        await pilot.press("g", "p", "u", "0")
+        await pilot.press("question_mark")
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, FleetScreen))
+        assert app.fleet.filter_text == "gpu0"
+
+
+@pytest.mark.parametrize(("word", "expected"), [
+    ("orphans", {"demo-gpu01", "demo-gpu04", "demo-gpu07", "demo-gpu10"}),
+    ("crashloop", {"demo-gpu05", "demo-gpu11"}),
+    ("down", {"demo-gpu03", "demo-gpu09"}),
+])
+async def test_state_words_filter_the_hosts(word: str, expected: set[str]) -> None:
+    app = fleet_app(demo_fleet(12, speed=20))
+    async with app.run_test(size=SIZE) as pilot:
+        await all_read(pilot, app)
+
+        def summary_says(name: str) -> bool:
+            index = [v.name for v in app.views].index(name)
+            return word in app.fleet.row(index).states
+
+        await wait_for(pilot, lambda: all(summary_says(n) for n in expected), within=15)
+        await pilot.press(*word)
+        await wait_for(pilot, lambda: set(shown_names(app)) == expected, within=15)
+        assert f"filter: {word}" in str(app.fleet.header.render())
+
+
+async def test_a_long_error_wraps_in_the_link_column_and_shows_in_full_under_it() -> None:
+    """At 80 columns the Link column is 13 cells: the error wraps in its row (up to 3
+    lines), and the cursor host's whole error is the line under the table."""
+    app = fleet_app([ScenarioHost("gpu-a", "healthy", speed=20), UnreachableHost("gpu-b")])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: "no answer within 10 s" in cells(app, 1)["link"])
+        app.fleet.rebuild()
+        await pilot.pause(0.2)
+        table = app.fleet.table
+        error = cells(app, 1)["link"]
+        assert app.fleet._link_width() < len(error)  # one line would cut it
+        lines = ["".join(seg.text for seg in table.render_line(y)).strip() for y in range(6)]
+        at = next(i for i, line in enumerate(lines) if "gpu-b" in line)
+        assert "error: no" in lines[at] and lines[at + 1].startswith("answer within")
+        table.move_cursor(row=list(app.fleet._shown).index(1))
+        await pilot.pause(0.2)
+        detail = app.fleet.detail
+        assert detail.display and detail.region.height >= 2
+        shown = " ".join(str(detail.render()).split())
+        assert "gpu-b: error: no answer within 10 s (simulated: this demo host is unreachable)" \
+            in shown
+        table.move_cursor(row=list(app.fleet._shown).index(0))  # connected: no detail line
+        await pilot.pause(0.2)
+        assert not detail.display
+
+
+async def test_a_host_never_read_shows_na_orphans_on_the_host_strip() -> None:
+    from gpudash.ui.widgets.header import HostList
+
+    app = fleet_app([ScenarioHost("gpu-a", "incident", speed=20), UnreachableHost("gpu-b")])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.views[0].triage is not None
+                       and app.views[1].error is not None)
+        await pilot.press("enter")  # a host screen: the strip lists both hosts
+        await wait_for(pilot, lambda: isinstance(app.screen, MainScreen))
+        strip = app.main.query_one(HostList)
+        await wait_for(pilot, lambda: strip.row_count == 2)
+        await pilot.pause(0.5)
+        orphans = {str(k.value): strip.get_row(k)[4].plain for k in strip.rows}
+        assert orphans["1"] == "N/A"
+        assert orphans["0"] == str(app.views[0].orphan_count())

@@ -70,6 +70,8 @@ async def test_a_key_cycles_the_sort_column_and_another_reverses_it() -> None:
         by_rank = workers(app)
         assert keys(app).index(f"u:{MINIMAX}") < keys(app).index(SESSION)
 
+        await pilot.press("greater_than_sign")  # SM%, the busiest on the GPU first
+        await wait_for(pilot, lambda: header(app, "sm") == "SM% ▼")
         await pilot.press("greater_than_sign")  # CPU, the busiest first
         await wait_for(pilot, lambda: header(app, "cpu") == "CPU ▼")
         assert header(app, "mem") == "GPU memory"
@@ -236,10 +238,11 @@ def test_columns_give_way_by_their_declared_priority() -> None:
         fit = fit_columns(room, widest, 6, keep=keep)
         return [k for k, _l, _w in fit.columns], fit.short_flags
 
-    everything = ["who", "mem", "flags", "cpu", "rss", "st", "age", "user", "cmd"]
+    everything = ["who", "mem", "flags", "cpu", "sm", "rss", "st", "age", "user", "cmd"]
     assert shown(10**6) == (everything, False)
-    assert shown(118) == (everything, False)
-    assert shown(117) == ([k for k in everything if k != "user"], False)  # User first
-    assert shown(82) == ([k for k in everything if k != "user"], True)  # then ORPH+2
-    assert shown(70) == (["who", "mem", "flags", "cpu", "rss", "cmd"], True)  # St, Age
+    assert shown(124) == (everything, False)
+    assert shown(123) == ([k for k in everything if k != "user"], False)  # User first
+    assert shown(113) == ([k for k in everything if k != "user"], True)  # then ORPH+2
+    assert shown(86) == ([k for k in everything if k not in ("user", "sm")], True)  # SM%
+    assert shown(76) == (["who", "mem", "flags", "cpu", "rss", "cmd"], True)  # St, Age
     assert shown(70, keep="user")[0][-2:] == ["user", "cmd"]  # the sorted column stays

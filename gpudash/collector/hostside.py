@@ -45,13 +45,14 @@ from typing import TYPE_CHECKING, Any
 # decoder (gpudash/protocol/wire.py) imports these names, and a test holds the key lists
 # equal to the fields of gpudash's model (Gpu, Process, Unit, HostSnapshot).
 
-PROTOCOL = 5  # 2: boot_id, CPU and memory of the host and of each process, source "none"
+PROTOCOL = 6  # 2: boot_id, CPU and memory of the host and of each process, source "none"
 # 3: "containers" (docker/podman inspect of the containers their cgroups name) and "pods"
 # 4: a process's process group and what its cgroup says (container, pod, a user's own
 #    systemd), why a listed process could not be read; the parents and group leaders
 #    of GPU holders are listed
 # 5: a unit's stop timeout, restart delay, start limits, and its first ExecStart's argv
 #    (what the unit lint and the fit estimate read)
+# 6: a GPU process's SM utilisation (nvmlDeviceGetProcessUtilization), where NVML has it
 
 # gpudash -> collector, one JSON object a line: {"op": OP_..., ...}
 OP_WATCH = "watch"  # {"unit": NAME}: report this unit from now on; re-read everything
@@ -87,6 +88,9 @@ GPU_KEYS = (
 PROC_KEYS = (  # gpu_memory_mib: {"INDEX": MiB, or -1 where the driver cannot tell}
     "pid", "ppid", "start_ticks", "started_at", "state", "user", "name", "cmdline", "cgroup",
     "unit", "gpu_memory_mib", "cpu_pct", "rss_mib",
+    # % of the SM time it used since the last sample, the most on any of its GPUs; absent
+    # where the driver cannot tell (nvidia-smi, an older driver or GPU)
+    "sm_util_pct",
     "device_gpus",  # [INDEX]: holds these GPUs' /dev/nvidia* although the driver lists it not
     "pgid",  # its process group
     # from its cgroup: the container (runtime, id), the pod, and under user@UID.service
@@ -512,6 +516,9 @@ class NvmlReader:
         self.raw: dict[tuple[str, int], tuple[bytes, list[tuple[int, int]]]] = {}
         self.last_lists: list[list[tuple[int, int]]] = []
         self.last_holders: dict[int, dict[int, int]] = {}
+        # per GPU: the newest utilisation sample read (the driver's CPU time, us)
+        self.util_seen: dict[int, int] = {}
+        self.sm_util: dict[int, int] = {}  # {pid: SM %} of the last read
         count = nvml.nvmlDeviceGetCount()
         self.unlisted = max(0, count - MAX_GPUS)
         for index in range(count - self.unlisted):
@@ -616,12 +623,53 @@ class NvmlReader:
         procs = self._call(index, fn, fn, handle, index, impl=self._process_list)
         return [] if procs is None else procs  # an empty list too is the same object
 
+    def _process_util(self, index: int, handle: Any) -> dict[int, int] | None:
+        """{pid: SM %} on GPU ``index``: the most of each pid's samples since the last
+        read; a listed process without one was idle (the driver samples only busy ones).
+        None where the driver cannot tell (never asked again: an older driver or GPU)."""
+        fn = "nvmlDeviceGetProcessUtilization"
+        if (index, fn) in self.unsupported:
+            return None
+        nvml = self.nvml
+        seen = self.util_seen.get(index, 0)
+        try:
+            samples = getattr(nvml, fn)(handle, seen)
+        except nvml.NVMLError as exc:
+            code = getattr(exc, "value", None)
+            if code == nvml.NVML_ERROR_GPU_IS_LOST:
+                raise
+            if code == nvml.NVML_ERROR_NOT_FOUND:
+                return {}  # no sample since the last read: nothing was busy
+            if code in (
+                nvml.NVML_ERROR_NOT_SUPPORTED,
+                nvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+            ):
+                self.unsupported.add((index, fn))
+            return None
+        except AttributeError:
+            self.unsupported.add((index, fn))
+            return None
+        out: dict[int, int] = {}
+        newest = seen
+        for sample in samples:
+            stamp = int(sample.timeStamp)
+            if stamp <= seen:  # a driver that repeats an old sample: read already
+                continue
+            newest = max(newest, stamp)
+            pid, sm = int(sample.pid), int(sample.smUtil)
+            if out.get(pid, -1) < sm:
+                out[pid] = sm
+        self.util_seen[index] = newest
+        return out
+
     def read(self) -> tuple[list[Json], dict[int, dict[int, int]], list[str]]:
         """GPUs, {pid: {gpu: MiB or -1}} (the same dict as last time while the driver's
-        process lists are byte for byte the same: never mutate it), errors."""
+        process lists are byte for byte the same: never mutate it), errors; the SM
+        utilisation of the listed processes in ``self.sm_util``."""
         nvml = self.nvml
         gpus: list[Json] = []
         lists: list[tuple[int, list[tuple[int, int]]]] = []
+        utils: list[tuple[list[tuple[int, int]], dict[int, int]]] = []
         errors: list[str] = []
         if self.unlisted:
             errors.append(f"{self.unlisted} GPUs beyond the first {MAX_GPUS} not listed")
@@ -649,6 +697,9 @@ class NvmlReader:
                     "nvmlDeviceGetGraphicsRunningProcesses",
                 ):
                     lists.append((index, self._processes(index, fn, handle)))
+                util_of = self._process_util(index, handle)
+                if util_of is not None:
+                    utils.append((lists[-2][1] + lists[-1][1], util_of))
             except nvml.NVMLError:
                 gpu = dict(self.static[index])
                 gpu["error"] = "GPU is lost"
@@ -669,6 +720,13 @@ class NvmlReader:
                         slot[index] = mib
             self.last_lists = [procs for _index, procs in lists]
             self.last_holders = holders
+        sm_util: dict[int, int] = {}
+        for procs, util_of in utils:
+            for pid, _used in procs:
+                sm = util_of.get(pid, 0)
+                if sm_util.get(pid, -1) < sm:
+                    sm_util[pid] = sm
+        self.sm_util = sm_util
         return gpus, self.last_holders, errors
 
 
@@ -677,6 +735,7 @@ class SmiReader:
 
     def __init__(self, smi: str) -> None:
         self.smi = smi
+        self.sm_util: dict[int, int] = {}  # nvidia-smi does not say it per process
 
     def _run(self, query: str) -> tuple[str, str | None]:
         try:
@@ -718,6 +777,7 @@ class NoGpuReader:
 
     def __init__(self, why: str) -> None:
         self.why = why
+        self.sm_util: dict[int, int] = {}
 
     def read(self) -> tuple[list[Json], dict[int, dict[int, int]], list[str]]:
         return [], {}, [self.why]
@@ -1919,7 +1979,7 @@ class Collector:
         # processes signalled on gpudash's request: listed in every snapshot until they
         # are gone, so that "not listed" means "gone" for them whatever they hold
         self.signalled: dict[int, int] = {}  # pid -> its start ticks
-        self.holding: dict[int, tuple[Json, dict[int, int], Json, str]] = {}
+        self.holding: dict[int, tuple[Json, dict[int, int], Json, str, int | None]] = {}
         self.devices = DeviceHolders(self.proc.proc, gpus=gpus)
         host = os.uname().nodename if hasattr(os, "uname") else "localhost"
         self.host = cap_text(host, TEXT_MAX)
@@ -1983,8 +2043,9 @@ class Collector:
         self.proc.begin_sample()  # after the driver's lists: any exit before now is seen
         procs: dict[str, Json] = {}
         before = self.holding
-        holding: dict[int, tuple[Json, dict[int, int], Json, str]] = {}
+        holding: dict[int, tuple[Json, dict[int, int], Json, str, int | None]] = {}
         self.holding = holding
+        sm_util: dict[int, int] = getattr(self.gpus, "sm_util", {})
         read = self.proc.read
         listed: Any = holders.items()
         if len(holders) > MAX_PROCS:  # absurd, but a snapshot must stay bounded
@@ -1995,7 +2056,9 @@ class Collector:
             # here, or none: never read them as if they were the holders.
             info = None if self.proc.nested else read(pid)
             last = before.get(pid)
-            if last is not None and last[0] is info and (last[1] is mem or last[1] == mem):
+            sm = sm_util.get(pid)
+            if (last is not None and last[0] is info and (last[1] is mem or last[1] == mem)
+                    and last[4] == sm):
                 holding[pid] = last  # unchanged: the same dict (merge_patch skips it)
                 procs[last[3]] = last[2]
                 continue
@@ -2003,8 +2066,10 @@ class Collector:
                 info = {"pid": pid, "unreadable": self.proc.unreadable(pid)}
             out = dict(info)
             out["gpu_memory_mib"] = {str(k): v for k, v in mem.items()}
+            if sm is not None:
+                out["sm_util_pct"] = sm
             name = str(pid)
-            holding[pid] = (info, mem, out, name)
+            holding[pid] = (info, mem, out, name, sm)
             procs[name] = out
         found, problem = self.devices.sample(gpus, holders, read, force_units)
         procs.update(found)  # holders through /dev/nvidia* that NVML does not list

@@ -31,6 +31,8 @@ class SimProcess:
     device_mib: dict[int, int] = field(default_factory=dict)
     cpu_pct: float = 0.0  # a TP worker spins (NCCL, shm broadcast); a notebook idles
     rss_mib: int = 300
+    # its share of the SM time, as NVML samples it (None: the driver does not list it)
+    sm_util_pct: int | None = None
 
 
 @dataclass(slots=True)
@@ -100,6 +102,7 @@ def process_view(p: SimProcess, boot_epoch: float) -> Process:
         device_gpus=tuple(sorted(p.device_mib)),
         cpu_pct=p.cpu_pct,
         rss_mib=p.rss_mib,
+        sm_util_pct=p.sm_util_pct,
     )
 
 

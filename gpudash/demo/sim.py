@@ -270,6 +270,22 @@ class HostSimulation:
                 gpu = next(iter(p.gpu_memory_mib))
                 p.gpu_memory_mib[gpu] = mib
 
+    def _sm_util(self, p: SimProcess, now: float) -> int | None:
+        """What NVML's per-process samples would say: a serving worker computes, an orphan
+        (its server gone, nobody sends it requests) spins on the CPU with idle SMs. Drawn
+        from the pid and the time, not the seeded random stream the rest of the demo uses."""
+        if not p.gpu_memory_mib:
+            return None  # not listed by the driver: no samples
+        unit = self.units.get(p.unit or "")
+        load = unit.load if unit is not None else None
+        serving = (unit is not None and unit.active and unit.main_pid == p.ppid
+                   and (load is None or load.need_mib == 0 or load.loaded_fraction(now) >= 1.0))
+        if serving:
+            return 55 + (p.pid * 7 + int(now // 5) * 13) % 36
+        if p.unit is not None and p.unit.startswith("docker-"):
+            return 12 + (p.pid + int(now // 5) * 3) % 9  # the embedding container, light
+        return 0  # an orphan, a loading or crashing worker, an idle notebook kernel
+
     def _used(self) -> dict[int, int]:
         used = dict.fromkeys(range(8), 0)
         for p in self.processes.values():
@@ -339,6 +355,11 @@ class HostSimulation:
         self.advance()
         now = self.now()
         used = self._used()
+        sm = dict.fromkeys(range(8), 0)  # the GPU is as busy as its processes together
+        for p in self.processes.values():
+            p.sm_util_pct = self._sm_util(p, now)
+            for gpu in p.gpu_memory_mib:
+                sm[gpu] = min(100, sm[gpu] + (p.sm_util_pct or 0))
         gpus = []
         for i in range(8):
             busy = used[i] > 10000
@@ -350,7 +371,7 @@ class HostSimulation:
                     memory_total_mib=GPU_TOTAL_MIB,
                     memory_used_mib=used[i],
                     memory_reserved_mib=0,
-                    utilization_pct=self._rng.randint(0, 3) if busy else 0,
+                    utilization_pct=max(sm[i], self._rng.randint(0, 3) if busy else 0),
                     temperature_c=(44 if busy else 33) + self._rng.randint(0, 3),
                     power_w=round((118.0 if busy else 36.0) + self._rng.uniform(0, 6), 1),
                     power_limit_w=600.0,

@@ -57,6 +57,9 @@ class Process:
     gpu_memory_mib: Mapping[int, int | None] = field(default_factory=dict)
     cpu_pct: float | None = None  # % of one CPU since the collector last read it (or lifetime)
     rss_mib: int | None = None  # resident memory
+    # % of the SM time it used since the last sample (nvmlDeviceGetProcessUtilization), the
+    # most on any of its GPUs; None: the driver cannot tell (nvidia-smi, older drivers)
+    sm_util_pct: int | None = None
     # GPUs whose device files (/dev/nvidia<N>) it holds open or mapped while NVML does not
     # list it: a forked child keeping a dead CUDA process's memory. Its memory there is
     # unknown (None in gpu_memory_mib), not attributed by the driver.

@@ -93,6 +93,7 @@ BOUNDS: dict[type, dict[str, Bound]] = {
         "unit": Text(TEXT_MAX),
         "cpu_pct": Number(0, 2**20),  # % of one CPU: 100 per busy thread
         "rss_mib": Number(0, MIB_MAX),
+        "sm_util_pct": Number(0, 100),
         "pgid": Number(0, PID_MAX, identity=True),
         # who owns a process is decided on these: a value that is none is refused
         "container_runtime": Text(8, identity=True, pattern=re.compile("docker|podman|cri")),

@@ -186,6 +186,7 @@ class GpudashApp(App[int]):
     def open_host(self, index: int) -> None:
         """Leave the fleet table for host ``index``'s screen."""
         if self.fleet_shown:
+            self.fleet.leave_for_host()
             self.pop_screen()
         if index != self.current_host:
             self.main.action_host(index)
@@ -227,7 +228,8 @@ class GpudashApp(App[int]):
     def action_help(self) -> None:
         shown = self.shown_screen
         rows = shown.help_rows() if isinstance(shown, MainScreen | FleetScreen) else []
-        self.push_screen(HelpScreen(rows, self.read_only))
+        sections = shown.help_sections() if isinstance(shown, FleetScreen) else []
+        self.push_screen(HelpScreen(rows, self.read_only, sections))
 
     async def action_quit(self) -> None:
         self.acting.quit()

@@ -90,15 +90,15 @@ KEYS: tuple[Key, ...] = (
     _help("main", "tab", "Move focus: holders, log, GPUs"),
     Key("main", "hide_result", "x", "hide_result", "Hide result",
         help="Hide the action result panel"),
-    _help("fleet", "type", "Filter the hosts by name or link state"),
+    _help("fleet", "type", "Filter the hosts by name, link state, or a state word (below)"),
     Key("fleet", "fleet.clear", "escape", "clear_filter", "Clear the filter", show=False,
         help="Clear the filter", help_keys="esc"),
     Key("fleet", "fleet.sort", "greater_than_sign", "sort_next", "Sort by next column",
         help="Sort by the next column", help_keys=">"),
     Key("fleet", "fleet.reverse", "less_than_sign", "sort_reverse", "Reverse the order",
         help="Reverse the order", help_keys="<"),
-    _help("fleet", "enter", "Open the host (F there comes back)"),
-    _help("fleet", "ctrl+q", "Quit"),  # q is typed into the filter there
+    _help("fleet", "enter", "Open the host (F there comes back, the filter cleared)"),
+    _help("fleet", "home, end", "First / last row"),
     Key("app", "theme", "T", "change_theme", "Theme", help="Pick a theme"),
     Key("app", "help", "question_mark", "help", "Help"),
     _help("app", "ctrl+p", "Command palette"),
@@ -134,8 +134,9 @@ def help_rows(where: Where, keymap: Mapping[str, str], hosts: int,
         if not k.help or (k.hosts and hosts < 2):
             continue
         keys = keymap.get(k.binding_id, k.help_keys or k.keys) if k.action else k.keys
-        if where == "fleet" and k.where == "app" and len(keys) == 1 and keys.isalnum():
-            continue  # the fleet types it into its filter
+        if (where == "fleet" and k.where == "app" and len(keys) == 1 and keys.isalnum()
+                and k.name != "quit"):
+            continue  # the fleet types it into its filter (q quits there too)
         if k.action == "next_host":
             keys += f", 1-{min(9, hosts)}"
         rows.append((keys, k.help, available.get(k.action, True)))

@@ -14,12 +14,13 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rich.markup import escape
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.events import Key, Resize
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
+from textual.widgets.data_table import ColumnKey
 
 from gpudash.domain.fleet import HostSummary, summarize
 from gpudash.domain.triage import HostTriage
@@ -37,6 +38,27 @@ log = logging.getLogger("gpudash.ui.fleet")
 # glob characters); every other key keeps its meaning.
 FILTER_CHARS = frozenset("-_.@:*[]")
 LINK_ORDER = {"error": 0, "reconnecting": 1, "stale": 2, "connecting": 3, "connected": 4}
+# Filter words that pick hosts by state (a host whose name contains the word still shows).
+STATE_FILTERS = {
+    "orphans": "hosts with orphaned GPU processes",
+    "crashloop": "hosts with a unit systemd keeps restarting",
+    "down": "hosts gpudash cannot read now (failing or reconnecting)",
+    "reclaim": "hosts with GPU memory reclaim would give back",
+}
+# What each column says (the help screen's second part).
+COLUMN_HELP = (
+    ("Host", "the host's name, as given on the command line or hosts file"),
+    ("Link", "connected, stale N s (no sample for a while), connecting, reconnecting, or "
+             "the error in full (wrapped) and when the next try is"),
+    ("GPUs", "GPUs on which some process holds memory / GPUs on the host"),
+    ("GPU memory", "used / total over all its GPUs (from 140 columns)"),
+    ("Reclaim GiB", "what reclaim would give back: held by orphans, or by units down or "
+                    "respawning; +? where the driver cannot tell a holder's memory"),
+    ("Orphans", "processes holding GPU memory whose owner is gone"),
+    ("Crash loop", "units systemd keeps restarting: how many, and the first"),
+    ("Last action", "the last action on this host in this session, and its outcome"),
+)
+LINK_LINES_MAX = 3  # a long error wraps in its row, up to this many lines
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +114,13 @@ class FleetRow:
     cells: dict[str, Text]
     sort: dict[str, tuple[object, ...]]
     link_text: str
+    states: frozenset[str] = frozenset()  # which of STATE_FILTERS it is in
+
+
+def link_lines(row: FleetRow, width: int) -> int:
+    """How many lines the row's Link cell needs at ``width`` (at most LINK_LINES_MAX)."""
+    length = row.cells["link"].cell_len
+    return max(1, min(LINK_LINES_MAX, -(-length // max(1, width))))
 
 
 def _state_style(kind: str, pal: Palette) -> str:
@@ -113,6 +142,12 @@ def fleet_row(
     cells["link"] = link
     sort: dict[str, tuple[object, ...]] = {
         "host": (view.name,), "link": (LINK_ORDER.get(state, 5), view.name)}
+    states = {"down"} if view.state in ("error", "reconnecting") else set()
+    if summary is not None:
+        states |= {name for name, on in (("orphans", summary.orphans > 0),
+                                         ("crashloop", bool(summary.crash_looping)),
+                                         ("reclaim", summary.reclaimable_mib > 0
+                                          or summary.unknown_holders > 0)) if on}
     if summary is None:
         for key in ("gpus", "mem", "reclaim", "orphans", "crash"):
             cells[key] = Text(NA, style="dim")
@@ -143,7 +178,7 @@ def fleet_row(
         style = {True: pal.success, False: pal.error, None: ""}[last.ok]
         cells["action"] = literal(f"{mark}{last.title}: {last.outcome}", style=style)
         sort["action"] = (last.at,)
-    return FleetRow(cells, sort, raw)
+    return FleetRow(cells, sort, raw, frozenset(states))
 
 
 def _same(a: Text, b: Text) -> bool:
@@ -165,6 +200,11 @@ class FleetTable(DataTable[Text]):
     DEFAULT_CSS = """
     FleetTable { height: 1fr; border: round $primary; }
     """
+    # A row cursor: Home/End go to the first/last row (DataTable scrolls sideways).
+    BINDINGS = [
+        Binding("home", "scroll_top", "First row", show=False),
+        Binding("end", "scroll_bottom", "Last row", show=False),
+    ]
 
 
 class FleetScreen(Screen[None]):
@@ -177,6 +217,8 @@ class FleetScreen(Screen[None]):
     FleetScreen { layout: vertical; }
     FleetScreen #fleet-header { height: 1; background: $panel; }
     FleetScreen #fleet-keys { height: 1; background: $panel; color: $text-muted; }
+    FleetScreen #fleet-detail { height: auto; max-height: 4; padding: 0 1; display: none; }
+    FleetScreen #fleet-detail.shown { display: block; }
     """
 
     def __init__(self, dashboard: Dashboard) -> None:
@@ -192,24 +234,43 @@ class FleetScreen(Screen[None]):
         self._order_dirty = False
         self._mode = ""
         self._row_errors: dict[int, str] = {}
+        self._heights: dict[int, int] = {}  # lines of each shown row (a long error wraps)
+        self._left_for_host = False
         self._rows_redraw = RedrawThrottle(self, self._redraw_rows, FLUSH_HZ, leading=False)
 
     def compose(self) -> ComposeResult:
         yield Static(id="fleet-header")
         yield FleetTable(id="fleet-table", cursor_type="row", zebra_stripes=True)
+        yield Static(id="fleet-detail")  # the cursor host's link state in full
         yield Static(id="fleet-keys")
 
     def on_mount(self) -> None:
         self.table = self.query_one(FleetTable)
         self.header = self.query_one("#fleet-header", Static)
         self.keys = self.query_one("#fleet-keys", Static)
+        self.detail = self.query_one("#fleet-detail", Static)
         self.table.border_title = "Fleet"
         self.ready = True
         self.refresh_all()
 
     def on_screen_resume(self) -> None:
-        if self.ready:
-            self.refresh_all()  # rows went stale while a host was on screen
+        if not self.ready:
+            return
+        if self._left_for_host:
+            # back from a host's screen (F): the filter is cleared, so the host just looked
+            # at or acted on is never hidden, and the cursor is on it
+            self._left_for_host = False
+            self.filter_text = ""
+            self.refresh_all()
+            index = self.dashboard.current_host
+            if index in self._shown:
+                self.table.move_cursor(row=self._shown.index(index), animate=False)
+            return
+        self.refresh_all()  # rows went stale while a host was on screen
+
+    def leave_for_host(self) -> None:
+        """A host's screen replaces the fleet (Enter, the palette): see on_screen_resume."""
+        self._left_for_host = True
 
     def on_resize(self, event: Resize) -> None:
         if self.ready:  # Link and Last action take what the terminal has
@@ -256,7 +317,9 @@ class FleetScreen(Screen[None]):
         name = self.dashboard.views[index].name.lower()
         if any(c in text for c in "*[]"):
             return fnmatch.fnmatchcase(name, text)
-        return text in name or self.row(index).link_text.lower().startswith(text)
+        row = self.row(index)
+        return (text in name or row.link_text.lower().startswith(text)
+                or (text in STATE_FILTERS and text in row.states))
 
     def _order(self) -> list[int]:
         shown = [i for i in range(len(self.dashboard.views)) if self._matches(i)]
@@ -276,6 +339,10 @@ class FleetScreen(Screen[None]):
             arrow = ("▼" if self.descending else "▲") if col.key == self.sort_key else ""
             self.table.add_column(f"{title}{arrow}", key=col.key, width=width)
 
+    def _link_width(self) -> int:
+        column = self.table.columns.get(ColumnKey("link"))
+        return column.width if column is not None else 44
+
     def rebuild(self, *, columns: bool = False) -> None:
         """Filter and sort every row again; the cursor stays on its host."""
         if not self.ready:
@@ -289,9 +356,12 @@ class FleetScreen(Screen[None]):
                     self.table.clear()
                 keys = [str(k.value) for k in self.table.columns]
                 self._shown = self._order()
+                self._heights = {}
                 for i in self._shown:
-                    cells = self.row(i).cells
-                    self.table.add_row(*(cells[k] for k in keys), key=str(i))
+                    row = self.row(i)
+                    height = self._heights[i] = link_lines(row, self._link_width())
+                    self.table.add_row(*(row.cells[k] for k in keys), key=str(i),
+                                       height=height)
                 if cursor is not None and cursor in self._shown:
                     self.table.move_cursor(row=self._shown.index(cursor), animate=False)
             self._order_dirty = False
@@ -328,6 +398,8 @@ class FleetScreen(Screen[None]):
                 self._order_dirty = True
             if old is not None and old.sort.get(self.sort_key) != new.sort.get(self.sort_key):
                 self._order_dirty = True
+            if visible and link_lines(new, self._link_width()) != self._heights.get(index):
+                self._order_dirty = True  # its error got longer or shorter: rows are re-laid
             if visible and index == self._cursor_index():
                 self._subtitle(index)
             if visible:
@@ -393,11 +465,11 @@ class FleetScreen(Screen[None]):
         if self._mode == "narrow":
             text = (f" type: filter  enter open ({key('fleet')} back)  "
                     f"{key('fleet.sort')} sort  {key('fleet.reverse')} reverse  "
-                    f"{key('help')} help  ^q quit")
+                    f"{key('help')} help  {key('quit')} quit")
         else:
             text = (f" type to filter  esc clear  enter open host ({key('fleet')} comes back)"
                     f"  {key('fleet.sort')} sort by next column  {key('fleet.reverse')} "
-                    f"reverse  {key('help')} help  ctrl+q quit")
+                    f"reverse  {key('help')} help  {key('quit')} quit")
         return Text(text)
 
     # --- keys ----------------------------------------------------------------------------
@@ -409,8 +481,13 @@ class FleetScreen(Screen[None]):
         return self._shown[row] if 0 <= row < len(self._shown) else None
 
     def on_key(self, event: Key) -> None:
-        """Host-name characters go to the filter, backspace takes one back."""
+        """Host-name characters go to the filter, backspace takes one back; the quit key
+        (``q``) quits here as on the host screen (the filter matches anywhere in a name:
+        type the rest of it)."""
         char = event.character
+        quit_keys = self.dashboard.keymap.get("gpudash.quit", "q").split(",")
+        if event.key in (k.strip() for k in quit_keys):
+            return
         if event.key == "backspace" and self.filter_text:
             self.filter_text = self.filter_text[:-1]
         elif char is not None and len(char) == 1 and event.is_printable and (
@@ -451,19 +528,25 @@ class FleetScreen(Screen[None]):
             self.sort_by(key)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        """A cut-off link state (an error) in full under the table, for the row under
-        the cursor."""
+        """The link state (an error) in full under the table, wrapped, for the row under
+        the cursor: its row wraps it too, but in at most LINK_LINES_MAX lines."""
         if event.row_key.value is not None:
             self._subtitle(int(event.row_key.value))
 
     def _subtitle(self, index: int) -> None:
         row = self._rows.get(index)
         if row is None or row.link_text == "connected":
-            self.table.border_subtitle = None
+            self.detail.update("")
+            self.detail.set_class(False, "shown")
         else:
             name = self.dashboard.views[index].name
             status = row.link_text.replace(f"error: {name}: ", "error: ", 1)
-            self.table.border_subtitle = escape(clean(f"{name}: {status}"))
+            text = literal(name, style="bold")
+            text.append(": ")
+            text.append(clean(status))
+            text.no_wrap, text.overflow = False, "fold"
+            self.detail.update(text)
+            self.detail.set_class(True, "shown")
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if event.row_key.value is not None:
@@ -482,3 +565,8 @@ class FleetScreen(Screen[None]):
     def help_rows(self) -> list[tuple[str, str, bool | None]]:
         """The help screen's rows: the fleet's keys, then the app's."""
         return help_rows("fleet", self.dashboard.keymap, len(self.dashboard.views), {})
+
+    def help_sections(self) -> list[tuple[str, list[tuple[str, str]]]]:
+        """What the help screen explains after the keys: the filter's state words and
+        what each column says."""
+        return [("Filter words", list(STATE_FILTERS.items())), ("Columns", list(COLUMN_HELP))]

@@ -87,8 +87,9 @@ class HostView:
             None if any(t is None for t in total) else sum(t for t in total if t is not None),
         )
 
-    def orphan_count(self) -> int:
-        return 0 if self.triage is None else len(self.triage.orphans())
+    def orphan_count(self) -> int | None:
+        """Orphans in the last sample; None before any (a host never read is not 0)."""
+        return None if self.triage is None else len(self.triage.orphans())
 
 
 async def follow_host(

@@ -242,10 +242,12 @@ class HelpScreen(ModalScreen[None]):
         Binding("escape,q,question_mark", "dismiss_help", "Close", id="gpudash.help.close"),
     ]
 
-    def __init__(self, rows: list[tuple[str, str, bool | None]], read_only: bool) -> None:
+    def __init__(self, rows: list[tuple[str, str, bool | None]], read_only: bool,
+                 sections: list[tuple[str, list[tuple[str, str]]]] | None = None) -> None:
         super().__init__()
         self.rows = rows
         self.read_only = read_only
+        self.sections = sections or []  # (title, [(term, meaning)]) after the keys
 
     def compose(self) -> ComposeResult:
         text = Text()
@@ -261,6 +263,12 @@ class HelpScreen(ModalScreen[None]):
         if any(a is not True for _k, _d, a in self.rows):
             why = "read-only mode" if self.read_only else "not for this selection"
             text.append(f"Greyed: {why}; the key says why.\n", style="dim italic")
+        for title, entries in self.sections:
+            text.append(f"\n{title}\n", style="bold")
+            term = max((len(t) for t, _m in entries), default=0) + 2
+            for name, meaning in entries:
+                text.append(f"  {name:<{term}}", style="bold")
+                text.append(f"{meaning}\n")
         text.append(
             "\nDestructive actions show their exact plan first; Cancel is focused.\n"
             "Progress is followed per GPU until the memory is back, or the report says\n"

@@ -3,12 +3,14 @@
  *
  *   fakegpu init --gpus N [--name NAME] [--total-mib M] [--teardown-ms T]
  *                [--baseline-mib B] [--reserved-mib R] [--driver-version V]
- *   fakegpu hold --gpu K[,K2...] --mib M [--fork-child NAME]
+ *   fakegpu hold --gpu K[,K2...] --mib M [--fork-child NAME] [--sm-util P] [--mem-util P]
  *                                            hold until this process dies; with
  *                                            --fork-child also start a child NAME that
  *                                            inherits the device files (never calls NVML)
  *   fakegpu status [--json]
  *   fakegpu set [--gpu K|all] key=value...   e.g. util_gpu=85 temp=71 teardown_ms=0
+ *   fakegpu set --pid PID sm_util=P [mem_util=P enc_util=P dec_util=P]
+ *                                            a holder's own utilisation (its NVML samples)
  *   fakegpu fault lost --gpu K | noperm [--gpu K] | procmem-na [--gpu K]
  *                 | unsupported FIELD[,FIELD] [--gpu K] | slow --ms N | clear
  *
@@ -43,9 +45,11 @@ static void usage(void)
 {
     fputs("usage: fakegpu init --gpus N [--name NAME] [--total-mib M] [--teardown-ms T]\n"
           "                    [--baseline-mib B] [--reserved-mib R] [--driver-version V]\n"
-          "       fakegpu hold --gpu K[,K...] --mib M [--fork-child NAME]\n"
+          "       fakegpu hold --gpu K[,K...] --mib M [--fork-child NAME] [--sm-util P]\n"
+          "                    [--mem-util P]\n"
           "       fakegpu status [--json]\n"
           "       fakegpu set [--gpu K|all] key=value...\n"
+          "       fakegpu set --pid PID sm_util=P [mem_util=P] [enc_util=P] [dec_util=P]\n"
           "       fakegpu fault lost --gpu K | noperm [--gpu K] | procmem-na [--gpu K]\n"
           "                     | unsupported FIELD[,FIELD...] [--gpu K] | slow --ms N | clear\n"
           "state directory: $FAKEGPU_STATE\n",
@@ -203,6 +207,12 @@ static int cmd_hold(int argc, char **argv)
     }
     if (fakegpu_hold_multi(gpus, mib, n))
         die("hold failed: %s", strerror(errno));
+    const char *sm = opt(argc, argv, "--sm-util"), *mu = opt(argc, argv, "--mem-util");
+    if (sm || mu) { /* before "ready": the first sample a test takes already sees it */
+        unsigned util[4] = {sm ? (unsigned)num(sm) : 0, mu ? (unsigned)num(mu) : 0, 0, 0};
+        if (fakegpu_proc_util_set(0, util))
+            die("cannot set utilisation: %s", strerror(errno));
+    }
     const char *child_name = opt(argc, argv, "--fork-child");
     pid_t child = child_name ? fork_child(child_name) : 0;
     /* "ready" tells a supervising test that the hold is registered */
@@ -275,8 +285,46 @@ static int cmd_status(int argc, char **argv)
     return 0;
 }
 
+/* fakegpu set --pid PID sm_util=P ...: keys not given keep their value */
+static int cmd_set_pid(int argc, char **argv, const char *pidv)
+{
+    static const char *const keys[4] = {"sm_util", "mem_util", "enc_util", "dec_util"};
+    unsigned util[4] = {0, 0, 0, 0};
+    unsigned pid = (unsigned)num(pidv);
+    if (!pid)
+        die("no such process: %s", pidv);
+    fakegpu_proc_util_get(pid, util); /* none yet: all 0 */
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--pid")) {
+            i++;
+            continue;
+        }
+        char kv[256];
+        snprintf(kv, sizeof kv, "%s", argv[i]);
+        char *eq = strchr(kv, '=');
+        int k = 0;
+        if (!eq)
+            die("expected key=value, got %s", argv[i]);
+        *eq = 0;
+        while (k < 4 && strcmp(kv, keys[k]))
+            k++;
+        if (k == 4)
+            die("unknown key for --pid (sm_util, mem_util, enc_util, dec_util): %s", kv);
+        unsigned long long v = num(eq + 1);
+        if (v > 100)
+            die("utilisation is 0..100: %s", argv[i]);
+        util[k] = (unsigned)v;
+    }
+    if (fakegpu_proc_util_set(pid, util))
+        die("cannot set utilisation of %s (not running?)", pidv);
+    return 0;
+}
+
 static int cmd_set(int argc, char **argv)
 {
+    const char *pidv = opt(argc, argv, "--pid");
+    if (pidv)
+        return cmd_set_pid(argc, argv, pidv);
     int fd = fakegpu_state_lock(dir);
     fg_state s;
     load(&s);

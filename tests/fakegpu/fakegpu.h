@@ -45,7 +45,11 @@ enum {
     FG_F_MEMORY = 1u << 7,
     FG_F_PROCESSES = 1u << 8,
     FG_F_SERIAL = 1u << 9,
+    FG_F_PROCESS_UTIL = 1u << 10, /* nvmlDeviceGetProcessUtilization */
 };
+
+/* Driver period of per-process utilisation samples (nvmlDeviceGetProcessUtilization). */
+#define FG_UTIL_PERIOD_US 100000ULL
 
 typedef struct {
     char name[FG_NAME_LEN];
@@ -78,6 +82,7 @@ typedef struct {
 typedef struct {
     unsigned pid;
     unsigned long long mib;
+    unsigned long long start; /* /proc starttime: the identity its utilisation is kept under */
 } fg_proc;
 
 /* --- exported by libnvidia-ml.so.1 (stand-in) --- */
@@ -103,6 +108,11 @@ int fakegpu_gpu_usage(unsigned gpu, unsigned long long *used_mib, unsigned *npro
                       unsigned *ntearing, unsigned *ndetached);
 void fakegpu_bus_id_legacy(const fg_gpu *g, char *buf, unsigned len);
 int fakegpu_watch_main(int fd, const char *dir, const char *entry);
+/* Per-process utilisation (percent: sm, mem, enc, dec) of the live process pid, kept in
+ * $FAKEGPU_STATE/util/<pid>.<starttime> (atomic replace) until that process is gone.
+ * pid 0: the calling process, as the driver sees it (see FAKEGPU_HOST_PROC). */
+int fakegpu_proc_util_set(unsigned pid, const unsigned util[4]); /* 0, or -1 + errno */
+int fakegpu_proc_util_get(unsigned pid, unsigned util[4]);       /* 0, or -1 + errno */
 /* Process name as real NVML reports it (argv[0] from /proc/PID/cmdline). */
 int fakegpu_process_name(unsigned pid, char *buf, unsigned len); /* 0, or errno */
 

@@ -41,9 +41,16 @@ class FakeGpuState:
         return self
 
     def hold(
-        self, gpu, mib: int, name: str | None = None, fork_child: str | None = None
+        self,
+        gpu,
+        mib: int,
+        name: str | None = None,
+        fork_child: str | None = None,
+        sm_util: int | None = None,
     ) -> subprocess.Popen:
-        p = harness.spawn_holder(gpu, mib, name=name, env=self.env, fork_child=fork_child)
+        p = harness.spawn_holder(
+            gpu, mib, name=name, env=self.env, fork_child=fork_child, sm_util=sm_util
+        )
         self.holders.append(p)
         return p
 

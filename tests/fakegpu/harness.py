@@ -113,6 +113,7 @@ def spawn_holder(
     env: dict | None = None,
     timeout: float = 10.0,
     fork_child: str | None = None,
+    sm_util: int | None = None,
 ) -> subprocess.Popen:
     """Start `fakegpu hold` (argv[0] = name, like `exec -a`) and wait until it is registered.
 
@@ -123,6 +124,9 @@ def spawn_holder(
     fork_child: the holder also forks a child of that name that inherits its device
     files and never calls NVML (``p.child_pid``; ``p.child_pidfd`` names exactly it):
     the memory then stays until both are gone; the driver lists only the holder.
+
+    sm_util: the holder's own SM utilisation (its nvmlDeviceGetProcessUtilization
+    samples), set before it is reported registered.
     """
     if env is None or "FAKEGPU_BIN" not in env:
         raise ValueError("pass env=harness.env(out_dir, state_dir)")
@@ -130,6 +134,8 @@ def spawn_holder(
         gpu = ",".join(map(str, gpu))
     binary = env["FAKEGPU_BIN"]
     extra = ["--fork-child", fork_child] if fork_child else []
+    if sm_util is not None:
+        extra += ["--sm-util", str(sm_util)]
     p = subprocess.Popen(
         [name or binary, "hold", "--gpu", str(gpu), "--mib", str(mib), *extra],
         executable=binary,

@@ -144,7 +144,7 @@ static const fdesc sys_fields[] = {
 
 static const char *const field_names[] = {"power", "power_limit", "temperature", "utilization",
                                           "fan", "clocks", "pstate", "memory", "processes",
-                                          "serial"};
+                                          "serial", "process_util"};
 
 EXPORT int fakegpu_field_bit(const char *name)
 {
@@ -156,7 +156,8 @@ EXPORT int fakegpu_field_bit(const char *name)
 
 EXPORT const char *fakegpu_field_names(void)
 {
-    return "power,power_limit,temperature,utilization,fan,clocks,pstate,memory,processes,serial";
+    return "power,power_limit,temperature,utilization,fan,clocks,pstate,memory,processes,serial,"
+           "process_util";
 }
 
 static int set_field(void *base, const fdesc *f, const char *v)
@@ -933,7 +934,7 @@ static void rebuild_derived(void)
             if (!C.procs[g])
                 continue;
             C.alive_mib[g] += e->mib[k];
-            C.procs[g][C.nprocs[g]++] = (fg_proc){e->pid, e->mib[k]};
+            C.procs[g][C.nprocs[g]++] = (fg_proc){e->pid, e->mib[k], e->start};
         }
     }
     /* entries are sorted by pid already; merge several holds of one process */
@@ -1720,17 +1721,92 @@ EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t d, u
 EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t d, unsigned int *c, nvmlProcessInfo_v2_t *i) { return running_procs(d, c, i, PI_V2, 1); }
 EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(nvmlDevice_t d, unsigned int *c, nvmlProcessInfo_v1_t *i) { return running_procs(d, c, i, PI_V1, 1); }
 
-/* Per-process utilisation samples (nvitop asks for these). Every holder gets
- * one sample carrying the device's current utilisation; NOT_FOUND when there
- * are no processes, as the real driver does when it has no samples. */
+/* ------------------------------------------- per-process utilisation samples */
+
+static void util_path(const char *dir, unsigned pid, unsigned long long start, char *buf,
+                      size_t len)
+{
+    snprintf(buf, len, "%s/util/%u.%llu", dir, pid, start);
+}
+
+/* util[4] of (pid, start) from its file; 0 if set, -1 if none (an idle process). */
+static int read_util(const char *dir, unsigned pid, unsigned long long start, unsigned util[4])
+{
+    char path[PATH_MAX], buf[128];
+    util_path(dir, pid, start, path, sizeof path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = 0;
+    if (sscanf(buf, "%u %u %u %u", &util[0], &util[1], &util[2], &util[3]) != 4)
+        return -1;
+    return 0;
+}
+
+EXPORT int fakegpu_proc_util_set(unsigned pid, const unsigned util[4])
+{
+    const char *dir = fakegpu_state_dir();
+    char path[PATH_MAX], tmp[PATH_MAX + 32], st;
+    unsigned long long start;
+    if (!dir) {
+        errno = ENOENT;
+        return -1;
+    }
+    for (int i = 0; i < 4; i++)
+        if (util[i] > 100) {
+            errno = EINVAL;
+            return -1;
+        }
+    if (pid ? proc_stat(pid, &st, &start) : self_identity(&pid, &st, &start))
+        return -1;
+    snprintf(path, sizeof path, "%s/util", dir);
+    mkdir(path, 0777);
+    util_path(dir, pid, start, path, sizeof path);
+    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
+    FILE *f = fopen(tmp, "we");
+    if (!f)
+        return -1;
+    fprintf(f, "%u %u %u %u\n", util[0], util[1], util[2], util[3]);
+    if (fclose(f) || rename(tmp, path)) {
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+EXPORT int fakegpu_proc_util_get(unsigned pid, unsigned util[4])
+{
+    const char *dir = fakegpu_state_dir();
+    char st;
+    unsigned long long start;
+    if (!dir || proc_stat(pid, &st, &start)) {
+        errno = ENOENT;
+        return -1;
+    }
+    if (read_util(dir, pid, start, util)) {
+        errno = ENOENT;
+        return -1;
+    }
+    return 0;
+}
+
+/* nvmlDeviceGetProcessUtilization: the driver records, every FG_UTIL_PERIOD_US, one sample
+ * per listed process that was busy (some utilisation above 0, as set with `fakegpu hold
+ * --sm-util` or `fakegpu set --pid`); an idle process has no sample. Returned: each busy
+ * process's latest sample if it is newer than lastSeenTimeStamp (CPU time in us; 0 = all
+ * the driver keeps). None -> NOT_FOUND, as the real driver says. Size protocol as for the
+ * process lists: NULL or a short buffer -> INSUFFICIENT_SIZE with the count needed. */
 EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d,
                                                     nvmlProcessUtilizationSample_t *samples,
                                                     unsigned int *count,
                                                     unsigned long long lastSeenTimeStamp)
 {
     fg_gpu *g;
-    (void)lastSeenTimeStamp;
-    nvmlReturn_t r = enter_dev(d, &g, FG_F_UTILIZATION);
+    nvmlReturn_t r = enter_dev(d, &g, FG_F_PROCESS_UTIL);
     if (r)
         return r;
     if (!count)
@@ -1738,21 +1814,29 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d,
     if (g->noperm)
         return leave(NVML_ERROR_NO_PERMISSION);
     refresh_holders();
-    unsigned n = C.nprocs[d->index];
+    unsigned long long ts =
+        (unsigned long long)(now_ns() / 1000) / FG_UTIL_PERIOD_US * FG_UTIL_PERIOD_US;
+    unsigned n = 0, np = C.nprocs[d->index];
+    const fg_proc *p = C.procs[d->index];
+    unsigned cap = samples ? *count : 0;
+    if (ts > lastSeenTimeStamp) {
+        for (unsigned i = 0; i < np; i++) {
+            unsigned u[4];
+            if (read_util(C.dir, p[i].pid, p[i].start, u) || !(u[0] | u[1] | u[2] | u[3]))
+                continue;
+            nvmlProcessUtilizationSample_t s = {.pid = p[i].pid, .timeStamp = ts,
+                                                .smUtil = u[0], .memUtil = u[1],
+                                                .encUtil = u[2], .decUtil = u[3]};
+            if (n < cap) /* a short buffer is only counted: INSUFFICIENT_SIZE below */
+                samples[n] = s;
+            n++;
+        }
+    }
     if (n == 0)
         return leave(NVML_ERROR_NOT_FOUND);
     if (!samples || *count < n) {
         *count = n;
         return leave(NVML_ERROR_INSUFFICIENT_SIZE);
-    }
-    unsigned long long ts = (unsigned long long)(now_ns() / 1000);
-    for (unsigned i = 0; i < n; i++) {
-        samples[i].pid = C.procs[d->index][i].pid;
-        samples[i].timeStamp = ts;
-        samples[i].smUtil = g->util_gpu;
-        samples[i].memUtil = g->util_mem;
-        samples[i].encUtil = 0;
-        samples[i].decUtil = 0;
     }
     *count = n;
     return leave(NVML_SUCCESS);

@@ -112,7 +112,8 @@ class HostList(CellTable):
                 literal(view.name),
                 literal(status, style=_state_style(kind, pal)),
                 Text(mem),
-                Text(str(orphans), style=f"bold {pal.orphan}" if orphans else ""),
+                Text(NA, style="dim") if orphans is None
+                else Text(str(orphans), style=f"bold {pal.orphan}" if orphans else ""),
             )
             key = str(i)
             before = shown.get(key)

@@ -40,6 +40,9 @@ COLUMNS: tuple[Column, ...] = (
     # and RSS lack on a small terminal
     Column("flags", "Flags", FLAGS_MAX, 90, fits=True),
     Column("cpu", "CPU", 5, 60),  # % of one CPU: a spinning orphan from an idle one
+    # its share of the GPU's SM time (NVML's per-process samples): busy or idle on the GPU.
+    # It goes before St and Age: at 120x35 after the incident CPU, RSS, St and Age stay.
+    Column("sm", "SM%", 4, 35),
     Column("rss", "RSS", 8, 50),
     # after CPU and RSS: ZOMBIE and D-STATE are flags already
     Column("st", "St", 2, 40),

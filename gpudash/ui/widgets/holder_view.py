@@ -21,8 +21,8 @@ from gpudash.domain.model import Process
 from gpudash.domain.triage import OwnerGroup, OwnerKind, ProcessNode
 
 # (column key, header) in the order the sort key cycles through them
-SORTS = (("mem", "GPU memory"), ("cpu", "CPU"), ("rss", "RSS"), ("age", "Age"),
-         ("pid", "PID"), ("user", "User"))
+SORTS = (("mem", "GPU memory"), ("sm", "SM%"), ("cpu", "CPU"), ("rss", "RSS"),
+         ("age", "Age"), ("pid", "PID"), ("user", "User"))
 ASCENDING_FIRST = frozenset({"pid", "user"})  # the others: the biggest, the oldest first
 SORT_COLUMN = {"pid": "who"}  # the column whose header shows the indicator, if not its key
 
@@ -70,6 +70,8 @@ def _value(key: str, now: float) -> Callable[[Process], float | str]:
         return lambda p: p.total_gpu_memory_mib
     if key == "cpu":
         return lambda p: -1.0 if p.cpu_pct is None else p.cpu_pct
+    if key == "sm":
+        return lambda p: -1 if p.sm_util_pct is None else p.sm_util_pct
     if key == "rss":
         return lambda p: -1 if p.rss_mib is None else p.rss_mib
     if key == "age":
@@ -103,7 +105,7 @@ def sort_groups(groups: tuple[OwnerGroup, ...], view: HolderView,
         values = [value(n.process) for n in g.nodes()]
         if not values:
             return "" if view.sort == "user" else -1
-        if view.sort in ("cpu", "rss"):
+        if view.sort in ("cpu", "rss", "sm"):
             return sum(v for v in values if isinstance(v, (int, float)) and v > 0)
         if view.sort == "age":
             return max(values)

@@ -177,6 +177,7 @@ def process_cells(p: Process, node: ProcessNode, who: Text, w: _Walk) -> tuple[T
         "mem": gpu_memory_text(dict(p.gpu_memory_mib)),
         "flags": flags_text(node.flags - {Flag.UNIT_INACTIVE}, w.pal),
         "cpu": Text(percent(p.cpu_pct), justify="right"),
+        "sm": Text(NA if p.sm_util_pct is None else str(p.sm_util_pct), justify="right"),
         "rss": Text(gib(p.rss_mib), justify="right"),
         "st": Text(p.state or "?"),
         "age": Text(duration(age), justify="right"),
