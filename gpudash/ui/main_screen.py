@@ -144,7 +144,8 @@ class MainScreen(Screen[None]):
         pal = palette(self.app)
         now = app.clock()
         self.header_bar.update(
-            header_text(app.views, app.current_host, now, app.stale_after, app.read_only, pal)
+            header_text(app.views, app.current_host, now, app.stale_after, app.read_only, pal,
+                        width=self.size.width or 1000)
         )
         self.notice.show(app.view, now, pal)
         if len(app.views) > 1:

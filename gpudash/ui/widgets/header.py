@@ -18,39 +18,66 @@ def _state_style(kind: str, pal: Palette) -> str:
 
 def header_text(
     views: list[HostView], current: int, now: float, stale_after: float, read_only: bool,
-    pal: Palette,
+    pal: Palette, width: int = 1000,
 ) -> Text:
-    """``gpudash │ host ● connected │ rtt 3 ms │ last sample 0.4 s ago │ READ-ONLY``."""
+    """``gpudash │ host ● connected │ rtt 3 ms │ last sample 0.4 s ago │ READ-ONLY``, within
+    ``width``: what matters least gives way first (the source, the round trip, the host's
+    cpu and ram, then "last sample" says only its age); the host, its state, READ-ONLY,
+    DEGRADED and the host's errors stay."""
     view = views[current]
-    out = Text()
-    out.append(" gpudash ", style="bold reverse")
-    out.append(" ")
+    head = Text()
+    head.append(" gpudash ", style="bold reverse")
+    head.append(" ")
     if read_only:
-        out.append(" READ-ONLY ", style=f"bold reverse {pal.warning}")
-        out.append(" ")
+        head.append(" READ-ONLY ", style=f"bold reverse {pal.warning}")
+        head.append(" ")
     if len(views) > 1:
-        out.append(f"[{current + 1}/{len(views)}] ", style="dim")
-    out.append_text(literal(view.name, style="bold"))
-    out.append("  ")
+        head.append(f"[{current + 1}/{len(views)}] ", style="dim")
+    head.append_text(literal(view.name, style="bold"))
+    head.append("  ")
     status, kind = view.status(now, stale_after)
-    out.append("● ", style=_state_style(kind, pal))
-    out.append_text(literal(status, style=_state_style(kind, pal)))
+    head.append("● ", style=_state_style(kind, pal))
+    head.append_text(literal(status, style=_state_style(kind, pal)))
     rtt = NA if view.rtt is None else f"{view.rtt * 1000:.0f} ms"
     age = view.age(now)
-    out.append(f"  │ rtt {rtt}", style="dim")
-    out.append(f"  │ last sample {NA if age is None else f'{age:.1f} s ago'}", style="dim")
+    ago = NA if age is None else f"{age:.1f} s ago"
     snap = view.snapshot
+    # (priority, text): the lowest goes first when the line is too long; 9 never goes
+    parts: list[tuple[int, Text]] = [(3, Text(f"  │ rtt {rtt}", style="dim")),
+                                     (5, Text(f"  │ last sample {ago}", style="dim"))]
     if snap is not None:
-        out.append(f"  │ source {snap.source.value}", style="dim")
+        parts.append((1, Text(f"  │ source {snap.source.value}", style="dim")))
         if snap.cpu_pct is not None or snap.mem_used_mib is not None:
-            out.append(f"  │ cpu {percent(snap.cpu_pct)}  ram "
-                       f"{gib_of(snap.mem_used_mib, snap.mem_total_mib)}", style="dim")
+            parts.append((2, Text(f"  │ cpu {percent(snap.cpu_pct)}  ram "
+                                  f"{gib_of(snap.mem_used_mib, snap.mem_total_mib)}",
+                                  style="dim")))
         if snap.degraded:
-            out.append("  DEGRADED", style=f"bold {pal.warning}")
+            parts.append((9, Text("  DEGRADED", style=f"bold {pal.warning}")))
         if snap.errors:
-            out.append("  ")
-            out.append_text(literal("; ".join(snap.errors), style=pal.warning))
-    return out
+            errors = Text("  ")
+            errors.append_text(literal("; ".join(snap.errors), style=pal.warning))
+            parts.append((9, errors))
+    return _fit(head, parts, {5: Text(f"  │ {ago}", style="dim")}, width)
+
+
+def _fit(head: Text, parts: list[tuple[int, Text]], short: dict[int, Text], width: int
+         ) -> Text:
+    """``head`` and the ``parts`` that fit ``width``, the lowest priority going first; a
+    part with a ``short`` form takes it once before it goes."""
+    shown = dict(enumerate(parts))
+    for priority in (1, 3, 2, 5, 6):
+        if head.cell_len + sum(t.cell_len for _p, t in shown.values()) <= width:
+            break
+        for i, (p, _t) in list(shown.items()):
+            if p != priority:
+                continue
+            if p in short:
+                shown[i] = (6, short[p])  # shortened once, then it may go
+            else:
+                del shown[i]
+    for _i, (_p, text) in sorted(shown.items()):
+        head.append_text(text)
+    return head
 
 
 class HeaderBar(QuietStatic):

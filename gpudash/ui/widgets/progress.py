@@ -169,6 +169,7 @@ def progress_text(
         return 0 if now is None or now > targets[g] else 1
 
     order = sorted(targets, key=lambda g: (rank(g), g))
+    _append_legend(out, report, compact=columns > 1)
     cells = [
         _gpu_cell(g, plan.used_before_mib.get(g), targets[g], used.get(g), done.get(g, False),
                   stable.get(g, 0), settle, pal, compact=columns > 1)
@@ -180,14 +181,32 @@ def progress_text(
     return out
 
 
+def _append_legend(out: Text, report: ActionReport | None, *, compact: bool) -> None:
+    legend = _legend(report, compact=compact)
+    if legend:
+        out.append("\n")
+        out.append(legend, style="dim")
+
+
+def _legend(report: ActionReport | None, *, compact: bool) -> str | None:
+    """What the per-GPU figures are, where it is not plain: a swap's are its reclaim's
+    (what the new model took since is the footprint line above, and the GPU table). A
+    small screen's cells say "before→now" without a line for it."""
+    sv = report.serving if report is not None else None
+    if sv is not None and sv.serving and sv.mib_per_gpu:
+        figures = "GiB before→after" if compact else "before → target, after"
+        return f"freed by the reclaim, per GPU ({figures}); then {sv.unit} took its share:"
+    return None
+
+
 def _gpu_cell(
     gpu: int, before: int | None, target: int, now: int | None, ok: bool, stable: int,
     settle: int, pal: Palette, *, compact: bool,
 ) -> Text:
     cell = Text(f"GPU{gpu} ")
     cell.append_text(_bar(before, target, now, pal, ok, BAR_COMPACT if compact else BAR))
-    if compact:
-        cell.append(f" {gib_number(now):>5}→{gib_number(target):<5}")
+    if compact:  # before → now: the proof keeps where it started (the bar: to target)
+        cell.append(f" {gib_number(before):>5}→{gib_number(now):<5}")
     else:
         cell.append(f" {gib_number(before):>5} → {gib(target):>9}  now {gib(now):>9} ")
     mark = Text("  ✓", style=f"bold {pal.success}") if ok else Text(

@@ -1,0 +1,58 @@
+"""What a small terminal keeps (issue 20): a header that gives way by priority instead of
+being cut mid-word, and an action's proof that keeps each GPU's "before"."""
+
+from __future__ import annotations
+
+from test_ui_sizes import make_app, screen_text, select, wait_for
+
+from gpudash.demo.host import KIMI, MINIMAX, DemoHost
+from gpudash.ui.models import ModelPicker
+from gpudash.ui.screens import ConfirmModal
+
+
+async def test_the_header_at_80_columns_keeps_what_matters_and_cuts_no_word() -> None:
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.pause(0.3)
+        header = screen_text(app).splitlines()[0].rstrip()
+        assert "demo-gpu01" in header and "● connected" in header, header
+        assert "s ago" in header and "source" not in header, header  # gave way whole
+        assert len(header) <= 80
+    app = make_app()
+    async with app.run_test(size=(200, 50)) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.pause(0.3)
+        header = screen_text(app).splitlines()[0]
+        assert "rtt N/A" in header and "last sample" in header and "source demo" in header
+
+
+async def test_the_proof_at_80x24_keeps_each_gpus_before() -> None:
+    # it showed now→target ("GPU1 0.0→0.0 ✓"): the figure it started from was gone
+    app = make_app(DemoHost(speed=50, release_delay=1))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.press("r")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.last_report is not None, within=40)
+        await pilot.pause(0.3)
+        panel = str(app.query_one("#progress").render())
+        assert "GPU1" in panel and "94.5→0.0" in panel, panel
+
+
+async def test_after_a_swap_the_proof_says_its_figures_are_the_reclaims() -> None:
+    # "GPU1 0.0→0.0 ✓" under a GPU table that said 86.0 GiB: which is true?
+    app = make_app(DemoHost(speed=50, release_delay=1))
+    async with app.run_test(size=(120, 35)) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.press("w")
+        await wait_for(pilot, lambda: isinstance(app.screen, ModelPicker))
+        await pilot.press(*"kimi", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.last_report is not None, within=60)
+        await pilot.pause(0.3)
+        panel = str(app.query_one("#progress").render()).replace("\n", " ")
+        assert f"freed by the reclaim, per GPU (GiB before→after); then {KIMI}" in panel, panel
+        assert "94.5→0.0" in panel and "footprint learned" in panel, panel
