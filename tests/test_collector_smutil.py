@@ -147,18 +147,22 @@ class FakeNvml:
         return [SimpleNamespace(pid=p, timeStamp=t, smUtil=s) for p, t, s in self.samples]
 
 
-def test_reader_takes_the_most_of_the_samples_since_the_last_read() -> None:
-    nvml = FakeNvml([(10, 100), (11, 100), (12, 100)], [(10, 5, 30), (10, 7, 80), (11, 6, 20)])
+def test_reader_takes_the_most_of_each_pids_samples_of_the_last_second() -> None:
+    now = int(time.time() * 1e6)
+    nvml = FakeNvml([(10, 100), (11, 100), (12, 100)],
+                    [(10, now - 200_000, 30), (10, now - 100_000, 80), (11, now - 150_000, 20),
+                     (12, now - 5_000_000, 90)])  # a driver that repeats an old sample
     reader = NvmlReader(nvml)
     reader.read()
     assert reader.sm_util == {10: 80, 11: 20, 12: 0}
-    # the next read asks for what is newer than the newest seen; old stamps are not reread
-    nvml.samples = [(10, 7, 99), (11, 9, 55)]
+    assert abs(nvml.asked[0] - (now - hostside.UTIL_WINDOW_US)) < 500_000  # the window
+    # A read between two of the driver's samples (it samples a few times a second) still
+    # sees the busy worker busy: it read 0 there when it asked only for what was newer.
     reader.read()
-    assert nvml.asked == [0, 7] and reader.sm_util == {10: 0, 11: 55, 12: 0}
-    nvml.samples = FakeNvml.NVML_ERROR_NOT_FOUND  # nothing busy since
+    assert reader.sm_util == {10: 80, 11: 20, 12: 0}
+    nvml.samples = FakeNvml.NVML_ERROR_NOT_FOUND  # nothing busy in the last second
     reader.read()
-    assert reader.sm_util == {10: 0, 11: 0, 12: 0} and nvml.asked[-1] == 9
+    assert reader.sm_util == {10: 0, 11: 0, 12: 0}
 
 
 @pytest.mark.parametrize("code", [FakeNvml.NVML_ERROR_NOT_SUPPORTED,

@@ -54,6 +54,8 @@ PROTOCOL = 6  # 2: boot_id, CPU and memory of the host and of each process, sour
 #    (what the unit lint and the fit estimate read)
 # 6: a GPU process's SM utilisation (nvmlDeviceGetProcessUtilization), where NVML has it
 
+UTIL_WINDOW_US = 1000000  # a process's SM %: the most of its samples of the last second
+
 # gpudash -> collector, one JSON object a line: {"op": OP_..., ...}
 OP_WATCH = "watch"  # {"unit": NAME}: report this unit from now on; re-read everything
 # ({"container": ID} the same for a container: a stopped one has no process to name it)
@@ -517,7 +519,6 @@ class NvmlReader:
         self.last_lists: list[list[tuple[int, int]]] = []
         self.last_holders: dict[int, dict[int, int]] = {}
         # per GPU: the newest utilisation sample read (the driver's CPU time, us)
-        self.util_seen: dict[int, int] = {}
         self.sm_util: dict[int, int] = {}  # {pid: SM %} of the last read
         count = nvml.nvmlDeviceGetCount()
         self.unlisted = max(0, count - MAX_GPUS)
@@ -624,16 +625,20 @@ class NvmlReader:
         return [] if procs is None else procs  # an empty list too is the same object
 
     def _process_util(self, index: int, handle: Any) -> dict[int, int] | None:
-        """{pid: SM %} on GPU ``index``: the most of each pid's samples since the last
-        read; a listed process without one was idle (the driver samples only busy ones).
-        None where the driver cannot tell (never asked again: an older driver or GPU)."""
+        """{pid: SM %} on GPU ``index``: the most of each pid's samples of the last
+        ``UTIL_WINDOW_US``; a listed process without one was idle (the driver samples only
+        busy ones). None where the driver cannot tell (never asked again: an older driver
+        or GPU).
+
+        A window, not "since the last read": the driver samples a few times a second, and
+        a read that came between two of its samples said a busy worker was idle."""
         fn = "nvmlDeviceGetProcessUtilization"
         if (index, fn) in self.unsupported:
             return None
         nvml = self.nvml
-        seen = self.util_seen.get(index, 0)
+        since = max(0, int(time.time() * 1e6) - UTIL_WINDOW_US)  # the driver's clock: CPU us
         try:
-            samples = getattr(nvml, fn)(handle, seen)
+            samples = getattr(nvml, fn)(handle, since)
         except nvml.NVMLError as exc:
             code = getattr(exc, "value", None)
             if code == nvml.NVML_ERROR_GPU_IS_LOST:
@@ -650,16 +655,12 @@ class NvmlReader:
             self.unsupported.add((index, fn))
             return None
         out: dict[int, int] = {}
-        newest = seen
         for sample in samples:
-            stamp = int(sample.timeStamp)
-            if stamp <= seen:  # a driver that repeats an old sample: read already
+            if int(sample.timeStamp) <= since:  # older than the window: not asked for
                 continue
-            newest = max(newest, stamp)
             pid, sm = int(sample.pid), int(sample.smUtil)
             if out.get(pid, -1) < sm:
                 out[pid] = sm
-        self.util_seen[index] = newest
         return out
 
     def read(self) -> tuple[list[Json], dict[int, dict[int, int]], list[str]]:
