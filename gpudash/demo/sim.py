@@ -186,6 +186,7 @@ class HostSimulation:
             cpu_pct=0.3, rss_mib=2400,
         )
         self._start_server(unit, age=7200, worker_mib=MODEL_MIB)
+        unit.events.append((self.now() - 7200, f"Started {unit.name} - {unit.description}."))
         serving = SimLoad(MINIMAX_SERVER, self.now() - 7200, 0, 0)
         serving.script(GPU_TOTAL_MIB)
         unit.loads.append(serving)  # it has served for two hours
