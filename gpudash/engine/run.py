@@ -116,6 +116,7 @@ class Run:
             self.first_now = snap.taken_at
         self.host_now = snap.taken_at
         self.used.update(snap.used_by_gpu())
+        self.report.memory.add(snap.taken_at, snap.used_by_gpu())
         self.alive = tuple(t.pid for t in self.plan.targets if alive(snap, t))
 
     # --- the run ---------------------------------------------------------------------
