@@ -7,6 +7,7 @@
     gpudash reclaim [HOST] --container C   the same for a Docker/Podman container
     gpudash reap [HOST ...]            signal every orphan holding GPU memory, wait, report
     gpudash history [HOST ...]         what was done (the audit), verdicts, GiB back
+    gpudash report [HOST ...] --svg F  the actions beside each GPU's memory, as a picture
     gpudash start [HOST] --unit U      start U, follow it loading, prove it serves
     gpudash swap [HOST] --from A --to B   reclaim A with proof, start B, prove it serves
     gpudash fix [HOST] --unit U        gpudash's drop-in that removes U's lint findings
@@ -180,6 +181,10 @@ def _run(command: str | None, args: argparse.Namespace, term: Terminal) -> int:
         from gpudash.cli.history import cmd_history
 
         return cmd_history(args, term)
+    if command == "report":
+        from gpudash.cli.report import cmd_report
+
+        return cmd_report(args, term)
     if command == "fix":
         from gpudash.cli.fix import run_fix
 
