@@ -118,6 +118,7 @@ class ActionReport:
     phases: list[PhaseOutcome] = field(default_factory=list)  # multi-phase plans, in order
     serving: ServingOutcome | None = None  # a start, restart or swap: how the unit came up
     memory: MemorySeries = field(default_factory=MemorySeries)  # each GPU's, every sample
+    stop_s: float | None = None  # a unit's stop: systemctl stop until its memory was back
     summary: str = ""
     sent_order: list[str] = field(default_factory=list, repr=False)  # "command"/"signal"
 
