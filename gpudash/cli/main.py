@@ -106,7 +106,12 @@ def cmd_snapshot(args: argparse.Namespace, term: Terminal) -> int:
         term.error("interrupted: nothing printed")
         return Exit.CANCELLED
     if args.json:
-        term.result_json(json_dumps(jsondoc.document(snaps, errors), indent=2))
+        from gpudash.state.footprints import StopTimes
+
+        stop_times = StopTimes()  # the unit lint holds TimeoutStopSec against them
+        term.result_json(json_dumps(jsondoc.document(
+            snaps, errors, lambda s: stop_times(s.host, simulated=s.source is SourceKind.DEMO)),
+            indent=2))
     else:
         for snap in snaps:
             term.result(snapshot_text(snap))

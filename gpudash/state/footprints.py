@@ -182,3 +182,25 @@ def _write(target: Path, store: Store) -> None:
         for h, units in store.items()
     }
     files.replace(target, json.dumps(data, indent=1, sort_keys=True).encode("utf-8"))
+
+
+class StopTimes:
+    """``stop_times`` for a screen that asks at every sample: the file is read again only
+    when it changed (its size or modification time), else the last answer is kept."""
+
+    def __init__(self) -> None:
+        self._seen: dict[Path, tuple[tuple[int, int] | None, Store]] = {}
+
+    def __call__(self, host: str, *, simulated: bool = False) -> dict[str, float]:
+        path = store_path(simulated=simulated)
+        try:
+            st = path.stat()
+            stamp: tuple[int, int] | None = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            stamp = None
+        seen = self._seen.get(path)
+        if seen is None or seen[0] != stamp:
+            store, problems = load(path) if stamp is not None else ({}, [])
+            _report(problems)
+            seen = self._seen[path] = (stamp, store)
+        return {u: f.stop_s for u, f in seen[1].get(host, {}).items() if f.stop_s is not None}
