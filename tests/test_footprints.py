@@ -73,3 +73,28 @@ def test_a_host_that_is_no_object_in_the_store_does_not_end_a_start() -> None:
                         capture_output=True, text=True, timeout=180)
     assert cp.returncode == 0, cp.stderr
     assert "internal error" not in cp.stderr
+
+
+def test_a_learned_stop_time_is_kept_beside_the_footprint_and_old_files_still_read(
+        tmp_path: Path) -> None:
+    from gpudash.state.footprints import learn_stop, stop_times
+
+    path = tmp_path / "fp.json"
+    # a file an older gpudash wrote: no stop_s anywhere
+    path.write_text('{"gpu01": {"a.service": {"mib_per_gpu": {"0": 5}, "ready_s": 3, '
+                    '"seen_at": 1}}}')
+    assert stop_times("gpu01", path) == {}
+    learn_stop("gpu01", "a.service", 47.26, path)
+    learn_stop("gpu01", "b.service", 12.0, path)  # stopped, never seen serving
+    assert stop_times("gpu01", path) == {"a.service": 47.3, "b.service": 12.0}
+    a = lookup("gpu01", "a.service", path)
+    assert a is not None and a.mib_per_gpu == {0: 5} and a.ready_s == 3  # footprint kept
+    assert lookup("gpu01", "b.service", path) is None  # no footprint to check a fit with
+    learn("gpu01", "a.service", {0: 6}, 4.0, path)  # serving again: the stop time stays
+    assert stop_times("gpu01", path)["a.service"] == 47.3
+    for bad in ("-1", '"long"', "1e999", "true"):
+        path.write_text('{"h": {"u": {"mib_per_gpu": {}, "seen_at": 1, "stop_s": ' + bad + "}}}")
+        store, problems = load(path)
+        assert store == {} and "stop_s" in problems[0]
+    path.write_text('{"h": {"u": {"mib_per_gpu": {}, "seen_at": 1}}}')  # neither: no entry
+    assert load(path)[0] == {}

@@ -133,3 +133,72 @@ def test_the_unit_panel_and_the_json_say_the_findings() -> None:
     [owner] = [o for o in host_to_json(s)["owners"] if o["key"] == "vllm-tiny.service"]
     assert [f["setting"] for f in owner["lint"]] == ["KillMode=process", "Restart=always"]
     assert owner["lint"][0]["fix"] == ["[Service] KillMode=mixed"]
+
+
+def test_a_timeout_stop_shorter_than_the_learned_stop_is_found_with_its_fix() -> None:
+    from gpudash.domain.lint import needed_timeout_stop
+
+    well = {"kill_mode": "mixed", "restart_s": 10.0, "start_limit_interval_s": 600.0}
+    assert lint_unit(unit(**well), learned_stop_s=40.0) == ()  # 90 s covers 40 s + margin
+    [f] = lint_unit(unit(**well), learned_stop_s=70.0)  # 70 s: 110 s with the margin
+    assert f.setting == "TimeoutStopSec=90s" and "took 70s" in f.why and "110s" in f.why
+    assert f.fix == (("Service", "TimeoutStopSec", "120s"),)  # at least gpudash's own
+    [f] = lint_unit(unit(**well), learned_stop_s=200.0)
+    assert f.fix == (("Service", "TimeoutStopSec", "300s"),)
+    assert needed_timeout_stop(2.0) == 20 and needed_timeout_stop(100.0) == 150
+    [short] = lint_unit(unit(**well, timeout_stop_s=25.0), learned_stop_s=2.0)
+    assert "under 30s" in short.why  # the general rule still holds for a quick stop
+    assert lint_unit(unit(**well, timeout_stop_s=None), learned_stop_s=500.0) == ()
+
+
+def test_the_learned_stop_reaches_the_lint_through_triage_and_retriage() -> None:
+    from dataclasses import replace
+
+    from test_orphans import server, snap
+
+    from gpudash.domain.triage import retriage, triage
+    from gpudash.render.jsondoc import host_to_json
+
+    s = snap(server(3700, 1000), units=(unit(main_pid=3700, kill_mode="mixed",
+                                             restart="no"),))
+    assert triage(s).group("vllm-tiny.service").lint == ()  # type: ignore[union-attr]
+    learned = {"vllm-tiny.service": 100.0}
+    t = triage(s, learned_stop_s=learned)
+    [f] = t.group("vllm-tiny.service").lint  # type: ignore[union-attr]
+    assert f.setting == "TimeoutStopSec=90s"
+    again = replace(s, taken_at=s.taken_at + 1)
+    # nothing changed but what was learned: the lint is done again, not reused
+    assert retriage(again, s, triage(s)).group("vllm-tiny.service").lint == ()  # type: ignore[union-attr]
+    assert retriage(again, s, triage(s), learned_stop_s=learned).group(  # type: ignore[union-attr]
+        "vllm-tiny.service").lint == (f,)
+    [owner] = [o for o in host_to_json(s, learned)["owners"] if o["key"] == "vllm-tiny.service"]
+    assert owner["lint"][0]["fix"] == ["[Service] TimeoutStopSec=150s"]
+
+
+def test_a_reclaim_on_the_demo_learns_the_stop_and_the_snapshot_lints_against_it() -> None:
+    from test_cli import audit_records, gpudash, state
+
+    r = gpudash("reclaim", "--demo", "--unit", "vllm-minimax-m25", "--yes", "--json")
+    assert r.returncode == 0, r.stderr
+    stop_s = json.loads(r.stdout)["stop_s"]
+    assert 0 < stop_s < 90  # systemctl stop until the last GPU's memory was back
+    assert audit_records()[-1]["stop_s"] == stop_s
+    store = json.loads((state() / "footprints-demo.json").read_text())
+    [entry] = [u for h in store.values() for name, u in h.items()
+               if name == "vllm-minimax-m25.service"]
+    assert entry["stop_s"] == stop_s
+
+    def lint_of(unit_name: str) -> list[dict[str, object]]:
+        doc = json.loads(gpudash("snapshot", "--demo", "--json").stdout)
+        return [f for o in doc["hosts"][0]["owners"] if o["key"] == unit_name
+                for f in o["lint"]]
+
+    assert not any(str(f["setting"]).startswith("TimeoutStopSec")
+                   for f in lint_of("vllm-minimax-m25.service"))  # 90 s covers it
+    for h in store.values():  # as if its stop had taken 200 s on that host
+        h["vllm-minimax-m25.service"]["stop_s"] = 200.0
+    (state() / "footprints-demo.json").write_text(json.dumps(store))
+    [f] = [f for f in lint_of("vllm-minimax-m25.service")
+           if str(f["setting"]).startswith("TimeoutStopSec")]
+    assert f["setting"] == "TimeoutStopSec=90s" and "took 200s" in str(f["why"])
+    assert f["fix"] == ["[Service] TimeoutStopSec=300s"]

@@ -16,7 +16,7 @@ from gpudash.state import config
 from gpudash.state.logfile import LEVELS
 
 SUBCOMMANDS = ("snapshot", "reclaim", "reap", "start", "swap", "fix", "exporter", "history",
-               "completion")
+               "report", "completion")
 ACTING = ("reclaim", "reap", "start", "swap", "fix")  # subcommands that act (and ask first)
 
 
@@ -154,6 +154,31 @@ def _history_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _report_parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    p = argparse.ArgumentParser(
+        prog="gpudash report", formatter_class=fmt,
+        description="The incident's story: each action of the audit and its verdict "
+        "beside each GPU's memory over the same seconds; as text, or a picture to paste "
+        "into a hand-off or a postmortem.")
+    p.add_argument("hosts", nargs="*", metavar="HOST",
+                   help="only these hosts (names or globs, as the audit names them)")
+    p.add_argument("--since", type=_span, default=None, metavar="SPAN",
+                   help="only actions started within SPAN (30m, 2h, 1d, 1w)")
+    p.add_argument("--demo", action="store_true",
+                   help="the demo's actions (audit-demo.jsonl)")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--svg", type=Path, default=None, metavar="FILE",
+                     help="write the report as an SVG picture to FILE")
+    out.add_argument("--html", type=Path, default=None, metavar="FILE",
+                     help="write the report as an HTML page to FILE")
+    out.add_argument("--json", action="store_true",
+                     help="JSON (history's, with each action's memory series)")
+    p.add_argument("--log-level", choices=LEVELS, default="warning",
+                   help=argparse.SUPPRESS)
+    return p
+
+
 def _exporter_parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
     from gpudash.cli.exporter import EXIT_HELP, listen_address
@@ -278,7 +303,8 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
     if command in ACTING:
         return _acting_parser(command)
     return {"snapshot": _snapshot_parser, "completion": _completion_parser,
-            "history": _history_parser, "exporter": _exporter_parser}.get(
+            "history": _history_parser, "report": _report_parser,
+            "exporter": _exporter_parser}.get(
         command or "", _dashboard_parser)()
 
 
@@ -331,7 +357,7 @@ def parse(argv: list[str]) -> tuple[str | None, argparse.Namespace]:
     _with_settings(parser, settings)
     args = parser.parse_args(argv[1:] if command else argv)
     args.config_errors, args.settings = errors, settings
-    if command in ("history", "completion"):
+    if command in ("history", "report", "completion"):
         return command, args
     _check_hosts(command, args, settings, parser)
     _check_targets(command, args, parser)

@@ -7,6 +7,7 @@
     gpudash reclaim [HOST] --container C   the same for a Docker/Podman container
     gpudash reap [HOST ...]            signal every orphan holding GPU memory, wait, report
     gpudash history [HOST ...]         what was done (the audit), verdicts, GiB back
+    gpudash report [HOST ...] --svg F  the actions beside each GPU's memory, as a picture
     gpudash start [HOST] --unit U      start U, follow it loading, prove it serves
     gpudash swap [HOST] --from A --to B   reclaim A with proof, start B, prove it serves
     gpudash fix [HOST] --unit U        gpudash's drop-in that removes U's lint findings
@@ -105,7 +106,12 @@ def cmd_snapshot(args: argparse.Namespace, term: Terminal) -> int:
         term.error("interrupted: nothing printed")
         return Exit.CANCELLED
     if args.json:
-        term.result_json(json_dumps(jsondoc.document(snaps, errors), indent=2))
+        from gpudash.state.footprints import StopTimes
+
+        stop_times = StopTimes()  # the unit lint holds TimeoutStopSec against them
+        term.result_json(json_dumps(jsondoc.document(
+            snaps, errors, lambda s: stop_times(s.host, simulated=s.source is SourceKind.DEMO)),
+            indent=2))
     else:
         for snap in snaps:
             term.result(snapshot_text(snap))
@@ -180,6 +186,10 @@ def _run(command: str | None, args: argparse.Namespace, term: Terminal) -> int:
         from gpudash.cli.history import cmd_history
 
         return cmd_history(args, term)
+    if command == "report":
+        from gpudash.cli.report import cmd_report
+
+        return cmd_report(args, term)
     if command == "fix":
         from gpudash.cli.fix import run_fix
 

@@ -43,6 +43,10 @@ class Terminal:
     def result_json(self, document: str) -> None:
         self._write(self.stdout, document + "\n")
 
+    def result_rendered(self, text: str) -> None:
+        """A result rendered from text already escaped (its own colours kept)."""
+        self._write(self.stdout, text)
+
     def confirm(self, question: str = "Proceed? [y/N] ") -> bool | None:
         """Ask on the terminal. None: no terminal to ask on. Ctrl+C propagates at once."""
         if not self.stdin.isatty():

@@ -10,6 +10,7 @@ defaults are systemd's to resolve) and says, per finding, why it matters and wha
 
 from __future__ import annotations
 
+import math
 import shlex
 from dataclasses import dataclass
 
@@ -29,6 +30,17 @@ MIN_RESTART_S = 1.0
 # and systemd SIGKILLs a server that was shutting down cleanly.
 MIN_TIMEOUT_STOP_S = 30.0
 FIX_TIMEOUT_STOP_S = 120
+# Against a stop gpudash timed on this host (systemctl stop until the memory was back):
+# half as long again, and at least 15 s more, in whole tens of seconds. A stop is not
+# always as quick as the one that was seen.
+STOP_MARGIN = 1.5
+STOP_MARGIN_MIN_S = 15.0
+
+
+def needed_timeout_stop(learned_stop_s: float) -> int:
+    """The ``TimeoutStopSec`` (seconds) a unit whose stop took ``learned_stop_s`` needs."""
+    need = max(learned_stop_s * STOP_MARGIN, learned_stop_s + STOP_MARGIN_MIN_S)
+    return int(math.ceil(need / 10.0) * 10)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,9 +78,14 @@ def _shell_command(words: list[str]) -> str | None:
     return None
 
 
-def lint_unit(unit: Unit, *, holds_gpu_memory: bool = False) -> tuple[Finding, ...]:
+def lint_unit(unit: Unit, *, holds_gpu_memory: bool = False,
+              learned_stop_s: float | None = None) -> tuple[Finding, ...]:
     """What in ``unit``'s configuration sets the trap; () for a unit that is neither a
-    model server nor holds GPU memory (gpudash has no business with its settings)."""
+    model server nor holds GPU memory (gpudash has no business with its settings).
+
+    ``learned_stop_s``: how long its last stop on this host took until its memory was
+    back, as gpudash timed it (``gpudash.state.footprints``; the caller reads it: the
+    lint reads no file)."""
     if not (holds_gpu_memory or is_model_server(unit)):
         return ()
     out: list[Finding] = []
@@ -80,12 +97,7 @@ def lint_unit(unit: Unit, *, holds_gpu_memory: bool = False) -> tuple[Finding, .
             "outlive it and keep their GPU memory",
             (("Service", "KillMode", FIX_KILL_MODE),)))
     out += _restart_findings(unit)
-    if unit.timeout_stop_s is not None and unit.timeout_stop_s < MIN_TIMEOUT_STOP_S:
-        out.append(Finding(
-            f"TimeoutStopSec={_secs(unit.timeout_stop_s)}",
-            f"a model server takes longer to shut down (under {_secs(MIN_TIMEOUT_STOP_S)}): "
-            "systemd SIGKILLs it mid-shutdown",
-            (("Service", "TimeoutStopSec", f"{FIX_TIMEOUT_STOP_S}s"),)))
+    out += _timeout_stop_findings(unit, learned_stop_s)
     shell = _shell_without_exec(unit.exec_start)
     if shell:
         out.append(Finding(
@@ -94,6 +106,26 @@ def lint_unit(unit: Unit, *, holds_gpu_memory: bool = False) -> tuple[Finding, .
             "the shell; start the server with `exec` (the unit's own file: gpudash does "
             "not rewrite ExecStart)"))
     return tuple(out)
+
+
+def _timeout_stop_findings(unit: Unit, learned_stop_s: float | None) -> list[Finding]:
+    timeout = unit.timeout_stop_s
+    if timeout is None:
+        return []
+    need = None if learned_stop_s is None else needed_timeout_stop(learned_stop_s)
+    fix = (("Service", "TimeoutStopSec", f"{max(FIX_TIMEOUT_STOP_S, need or 0)}s"),)
+    if need is not None and learned_stop_s is not None and timeout < need:
+        return [Finding(
+            f"TimeoutStopSec={_secs(timeout)}",
+            f"its last stop here took {_secs(learned_stop_s)} until its GPU memory was back "
+            f"(gpudash timed it; with a margin {_secs(need)}): systemd SIGKILLs it "
+            "mid-shutdown", fix)]
+    if timeout < MIN_TIMEOUT_STOP_S:
+        return [Finding(
+            f"TimeoutStopSec={_secs(timeout)}",
+            f"a model server takes longer to shut down (under {_secs(MIN_TIMEOUT_STOP_S)}): "
+            "systemd SIGKILLs it mid-shutdown", fix)]
+    return []
 
 
 def _restart_findings(unit: Unit) -> list[Finding]:

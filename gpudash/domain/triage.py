@@ -96,6 +96,8 @@ class HostTriage:
     holders_by_gpu: Mapping[int, tuple[tuple[Process, int | None], ...]]
     # pid -> why it is an orphan (the top of its orphaned subtree, and what happened to it)
     orphans_of: Mapping[int, Orphan] = field(default_factory=dict)
+    # unit -> its learned stop time on this host, as the caller passed it to the lint
+    learned_stop_s: Mapping[str, float] = field(default_factory=dict)
     _by_key: Mapping[str, OwnerGroup] = field(default_factory=dict, compare=False, repr=False)
     _by_pid: Mapping[int, OwnerGroup] = field(default_factory=dict, compare=False, repr=False)
 
@@ -335,8 +337,8 @@ def orphan_summaries(procs: Sequence[Process], orphans_of: Mapping[int, Orphan],
     return lines
 
 
-def _group(key: str, procs: list[Process], tp: _Pass, prev_units: Mapping[str, Unit]
-           ) -> OwnerGroup:
+def _group(key: str, procs: list[Process], tp: _Pass, prev_units: Mapping[str, Unit],
+           learned_stop_s: Mapping[str, float]) -> OwnerGroup:
     owner = tp.owner_of_key[key]
     rules = owner.rules
     gflags: set[Flag] = set()
@@ -355,15 +357,21 @@ def _group(key: str, procs: list[Process], tp: _Pass, prev_units: Mapping[str, U
         warnings += tuple(orphan_summaries(procs, tp.orphans_of, tp.tree))
     unit = owner.unit if owner.kind is not OwnerKind.NONE else None
     memory = _memory(procs)
-    lint = (lint_unit(unit, holds_gpu_memory=any(memory.values()))
+    lint = (lint_unit(unit, holds_gpu_memory=any(memory.values()),
+                      learned_stop_s=learned_stop_s.get(unit.name))
             if unit is not None and owner.kind is OwnerKind.SERVICE else ())
     return OwnerGroup(key, owner.kind, unit, frozenset(gflags),
                       _tree(procs, tp.flags, rules.main_pid(owner)), memory, warnings,
                       owner, lint)
 
 
-def triage(snapshot: HostSnapshot, previous: HostSnapshot | None = None) -> HostTriage:
-    """Group the snapshot's processes by owner, flag them, and explain each owner."""
+def triage(snapshot: HostSnapshot, previous: HostSnapshot | None = None, *,
+           learned_stop_s: Mapping[str, float] | None = None) -> HostTriage:
+    """Group the snapshot's processes by owner, flag them, and explain each owner.
+
+    ``learned_stop_s``: unit -> how long its last stop on this host took (the unit lint
+    holds TimeoutStopSec against it); the caller reads it, the triage reads no file."""
+    learned = dict(learned_stop_s or {})
     tp = _Pass.of(snapshot)
     prev_units = {u.name: u for u in previous.units} if previous else {}
     groups: list[OwnerGroup] = []
@@ -373,7 +381,7 @@ def triage(snapshot: HostSnapshot, previous: HostSnapshot | None = None) -> Host
         # owners appear only while they hold memory.
         if not any(holds(p) for p in procs) and not owner.rules.shown_empty(owner):
             continue
-        groups.append(_group(key, procs, tp, prev_units))
+        groups.append(_group(key, procs, tp, prev_units, learned))
     # Units the host reports without any process left (a reclaimed service) stay visible:
     # "inactive, disabled, 0 GiB" is the proof the operator is looking for.
     rules = RULES[OwnerKind.SERVICE]
@@ -381,7 +389,7 @@ def triage(snapshot: HostSnapshot, previous: HostSnapshot | None = None) -> Host
         if unit.name not in tp.members and unit_kind(unit.name) is OwnerKind.SERVICE:
             owner = Owner(OwnerKind.SERVICE, unit.name, rules, unit)
             tp.owner_of_key[unit.name] = owner
-            groups.append(_group(unit.name, [], tp, prev_units))
+            groups.append(_group(unit.name, [], tp, prev_units, learned))
     # A stopped container stays visible too ("exited, restart policy no, 0 GiB").
     seen_ids = {o.container_id for o in tp.owner_of_key.values()}
     for c in snapshot.containers:
@@ -390,10 +398,10 @@ def triage(snapshot: HostSnapshot, previous: HostSnapshot | None = None) -> Host
         key = container_key(c.runtime, c.label)
         tp.owner_of_key[key] = Owner(OwnerKind.CONTAINER, key, RULES[OwnerKind.CONTAINER],
                                      container=c, container_id=c.id, runtime=c.runtime)
-        groups.append(_group(key, [], tp, prev_units))
+        groups.append(_group(key, [], tp, prev_units, learned))
     groups.sort(key=lambda g: (g.kind is OwnerKind.NONE, -g.total_gpu_memory_mib, g.key))
     return _indexed(HostTriage(snapshot, tuple(groups), tp.flags, holders_by_gpu(snapshot),
-                               tp.orphans_of), tp.members)
+                               tp.orphans_of, learned), tp.members)
 
 
 def _same_objects(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
@@ -415,26 +423,29 @@ def _unchanged(snapshot: HostSnapshot, previous: HostSnapshot) -> bool:
 
 
 def retriage(
-    snapshot: HostSnapshot, previous: HostSnapshot | None, last: HostTriage | None
+    snapshot: HostSnapshot, previous: HostSnapshot | None, last: HostTriage | None, *,
+    learned_stop_s: Mapping[str, float] | None = None,
 ) -> HostTriage:
     """``triage(snapshot, previous)``, reusing ``last`` (the triage of ``previous``) when
     nothing it rests on changed (RESPAWNED is NRestarts > 0 of the very same unit object:
     it holds as long as the unit does). Only the snapshot (its time, the host's CPU) is
     the new one. Where only the processes' measurements changed (CPU, RSS), the groups
     are kept and the changed processes put in their nodes."""
+    learned = dict(learned_stop_s or {})
     if (
         last is None
         or previous is None
         or last.snapshot is not previous
         or [g.index for g in snapshot.gpus] != [g.index for g in previous.gpus]
+        or last.learned_stop_s != learned  # an action just timed a stop: lint again
     ):
-        return triage(snapshot, previous)
+        return triage(snapshot, previous, learned_stop_s=learned)
     if _unchanged(snapshot, previous):
         return replace(last, snapshot=snapshot)
     changes = snapshot.changes
     if changes is not EVERYTHING and not changes.structure and changes.processes:
         return _rebind(last, snapshot, changes.processes)
-    return triage(snapshot, previous)
+    return triage(snapshot, previous, learned_stop_s=learned)
 
 
 def _rebind(last: HostTriage, snapshot: HostSnapshot, pids: frozenset[int]) -> HostTriage:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from gpudash.domain.model import Container, Unit
 from gpudash.domain.units import gib
 from gpudash.engine.plan import ActionPlan
+from gpudash.engine.series import MemorySeries
 from gpudash.protocol.source import CommandResult, SignalOutcome
 
 # A signal in these states reached the host or may have: only GONE/MISMATCH/DENIED did not.
@@ -116,6 +117,8 @@ class ActionReport:
     interrupted: bool = False  # stopped by the operator (Ctrl+C, quit) before it ended
     phases: list[PhaseOutcome] = field(default_factory=list)  # multi-phase plans, in order
     serving: ServingOutcome | None = None  # a start, restart or swap: how the unit came up
+    memory: MemorySeries = field(default_factory=MemorySeries)  # each GPU's, every sample
+    stop_s: float | None = None  # a unit's stop: systemctl stop until its memory was back
     summary: str = ""
     sent_order: list[str] = field(default_factory=list, repr=False)  # "command"/"signal"
 

@@ -40,7 +40,7 @@ from gpudash.engine.report import (
     Progress,
     ServingOutcome,
 )
-from gpudash.engine.steps import ContainerCommand, DaemonReload, DropIn
+from gpudash.engine.steps import ContainerCommand, DaemonReload, DropIn, Systemctl
 from gpudash.engine.target import Target, mem_sum
 from gpudash.engine.verdict import NOT_SENT, conclude, failed_start, nothing_serves, phases_summary
 from gpudash.protocol.source import (
@@ -86,6 +86,10 @@ class Run:
         self.log_tail: deque[str] = deque(maxlen=LOG_TAIL)
         self.host_now: float | None = None  # the last sample's time on the host's clock
         self.first_now = 0.0  # the first sample's
+        # a unit's stop, on control.clock(): when systemctl stop went out, and the first
+        # sample since which its memory has stayed back (None: not back, or no stop)
+        self.stop_began: float | None = None
+        self.stop_back: float | None = None
 
     def _goals(self) -> list[Goal]:
         """What proves the current (freeing) phase."""
@@ -116,6 +120,12 @@ class Run:
             self.first_now = snap.taken_at
         self.host_now = snap.taken_at
         self.used.update(snap.used_by_gpu())
+        self.report.memory.add(snap.taken_at, snap.used_by_gpu())
+        if self.stop_began is not None:
+            back = all((m := snap.used_by_gpu().get(g)) is not None
+                       and m <= t + self.memory.slack_mib
+                       for g, t in self.memory.targets_mib.items())
+            self.stop_back = (self.stop_back or self.control.clock()) if back else None
         self.alive = tuple(t.pid for t in self.plan.targets if alive(snap, t))
 
     # --- the run ---------------------------------------------------------------------
@@ -166,6 +176,21 @@ class Run:
 
     async def _freeing_phase(self, act: bool) -> bool:
         """Commands, pinned signals, then memory back and processes gone (or explained)."""
+        report = self.report
+        unit = self.plan.unit_before
+        stops_unit = unit is not None and any(
+            isinstance(c, Systemctl) and c.verb == "stop" and c.unit == unit.name
+            for c in self.phase.commands)
+        if act and stops_unit:
+            self.stop_began = self.control.clock()
+        try:
+            return await self._free(act)
+        finally:
+            if report.confirmed and self.stop_began is not None and self.stop_back is not None:
+                report.stop_s = round(max(0.0, self.stop_back - self.stop_began), 1)
+            self.stop_began = None  # what follows (a start) is no part of the stop
+
+    async def _free(self, act: bool) -> bool:
         report = self.report
         if act and not await self._commands():
             return False

@@ -11,7 +11,7 @@ owners (a unit, a container, a pod, a session, nobody: ``owners`` and each proce
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from gpudash.domain.model import HostSnapshot
@@ -24,8 +24,11 @@ def _fields(obj: Any) -> dict[str, Any]:
     return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
 
 
-def host_to_json(snapshot: HostSnapshot) -> dict[str, Any]:
-    result = triage(snapshot)
+def host_to_json(snapshot: HostSnapshot,
+                 learned_stop_s: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """One host's document; ``learned_stop_s``: its units' learned stop times (unit ->
+    seconds) for the unit lint, read by the caller."""
+    result = triage(snapshot, learned_stop_s=learned_stop_s)
     flags = result.flags
     unattributed = unattributed_mib(snapshot)
     gpus = []
@@ -84,10 +87,13 @@ def host_to_json(snapshot: HostSnapshot) -> dict[str, Any]:
 
 
 def document(
-    hosts: Iterable[HostSnapshot], errors: dict[str, str] | None = None
+    hosts: Iterable[HostSnapshot], errors: dict[str, str] | None = None,
+    learned_stop_s: Callable[[HostSnapshot], Mapping[str, float]] | None = None,
 ) -> dict[str, Any]:
-    """The whole ``--json`` document; hosts that failed appear with their error."""
-    out: list[dict[str, Any]] = [host_to_json(h) for h in hosts]
+    """The whole ``--json`` document; hosts that failed appear with their error.
+    ``learned_stop_s(host)``: the stop times learned on that host, for the unit lint."""
+    out: list[dict[str, Any]] = [
+        host_to_json(h, None if learned_stop_s is None else learned_stop_s(h)) for h in hosts]
     for name, message in (errors or {}).items():
         out.append({"name": name, "error": message, "gpus": [], "processes": [], "units": [],
                     "containers": [], "pods": [], "owners": []})

@@ -303,7 +303,16 @@ async def serving_request(
 
 
 def learn_from(report: ActionReport) -> footprints.Footprint | None:
-    """Keep what a unit took when it came up serving: the next swap checks the fit."""
+    """Keep what a unit took when it came up serving: the next swap checks the fit; and
+    how long a unit's stop took until its memory was back: the unit lint checks
+    ``TimeoutStopSec`` against it."""
+    stopped = report.plan.unit_before
+    if report.stop_s is not None and stopped is not None:
+        try:
+            footprints.learn_stop(report.plan.host, stopped.name, report.stop_s,
+                                  footprints.store_path(simulated=report.plan.simulated))
+        except (OSError, ValueError):
+            log.exception("stop time of %s not saved", stopped.name)
     sv = report.serving
     if sv is None or not sv.serving or not sv.mib_per_gpu:
         return None

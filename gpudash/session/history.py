@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpudash.engine.series import from_json
+
 _SPAN = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)?$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -49,6 +51,9 @@ class Action:
     gpus: list[dict[str, Any]] = field(default_factory=list)
     phases: list[dict[str, Any]] = field(default_factory=list)
     sent: list[str] = field(default_factory=list)
+    # each GPU's used MiB over the action: (seconds from its first sample, MiB per GPU);
+    # empty for records older than the series or a series that does not parse
+    memory: list[tuple[float, dict[int, int | None]]] = field(default_factory=list)
 
     @property
     def seconds(self) -> float | None:
@@ -156,6 +161,8 @@ def join(records: Iterable[dict[str, Any]]) -> list[Action]:
         a.gpus = [g for g in rec.get("gpus") or [] if isinstance(g, dict)]
         a.phases = [ph for ph in rec.get("phases") or [] if isinstance(ph, dict)]
         a.sent = [s for s in rec.get("sent") or [] if isinstance(s, str)] or a.sent
+        # the action's own run, not a later re-verification's look, is the curve to draw
+        a.memory = a.memory or from_json(rec.get("memory"))
     return sorted(by_id.values(), key=lambda a: (a.started or 0.0, a.id))
 
 

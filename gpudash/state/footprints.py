@@ -3,7 +3,11 @@
 Learned, not configured: when a start or a swap ends with the unit serving (ready answered,
 memory steady), its processes' GPU memory per GPU and the seconds it took are kept in
 ``$XDG_STATE_HOME/gpudash/footprints.json``. The next swap to it checks the fit against
-this before stopping anything.
+this before stopping anything. When an action stops the unit (a reclaim, a swap's first
+phase), the seconds from ``systemctl stop`` until its memory was back are kept beside it
+(``stop_s``): the unit lint holds ``TimeoutStopSec`` against them. An entry may have a stop
+time and no footprint yet (stopped, never seen serving); one without ``stop_s`` is a file
+an older gpudash wrote, read as it was.
 
 The file is the operator's, yet read as if it were not: every entry is checked for type
 and bounds (a GPU index the collector could report, MiB a GPU could hold, finite
@@ -31,13 +35,15 @@ log = logging.getLogger("gpudash.state.footprints")
 FILE_MAX = 16 << 20  # bytes read from the file at most
 READY_MAX_S = 7 * 86400.0  # a model that takes longer than a week to load is no number
 SEEN_MAX = 1e10  # epoch seconds: the year 2286
+STOP_MAX_S = 86400.0  # a stop that takes longer than a day is no number
 
 
 @dataclass(frozen=True, slots=True)
 class Footprint:
-    mib_per_gpu: Mapping[int, int]
+    mib_per_gpu: Mapping[int, int]  # empty: never seen serving (only stopped)
     ready_s: float | None
     seen_at: float  # epoch seconds
+    stop_s: float | None = None  # the last stop: systemctl stop until its memory was back
 
     @property
     def total_mib(self) -> int:
@@ -87,8 +93,9 @@ def entry_of(entry: object) -> Footprint:
     """One stored footprint, checked; ``ValueError`` says what is wrong with it."""
     if not isinstance(entry, dict):
         raise ValueError("not an object")
+    stop = _seconds(entry.get("stop_s"), "stop_s", STOP_MAX_S, optional=True)
     per = entry.get("mib_per_gpu")
-    if not isinstance(per, dict) or not per:
+    if not isinstance(per, dict) or not (per or stop is not None):
         raise ValueError("mib_per_gpu: not an object of GPU -> MiB")
     mib_per_gpu: dict[int, int] = {}
     for gpu, mib in per.items():
@@ -100,7 +107,7 @@ def entry_of(entry: object) -> Footprint:
     ready = _seconds(entry.get("ready_s"), "ready_s", READY_MAX_S, optional=True)
     seen = _seconds(entry.get("seen_at"), "seen_at", SEEN_MAX, optional=False)
     assert seen is not None
-    return Footprint(mib_per_gpu, ready, seen)
+    return Footprint(mib_per_gpu, ready, seen, stop)
 
 
 def _seconds(value: Any, key: str, high: float, *, optional: bool) -> float | None:
@@ -124,7 +131,15 @@ def lookup(host: str, unit: str, path: Path | None = None) -> Footprint | None:
     or its entry is not valid: skipped and logged)."""
     store, problems = load(path)
     _report(problems)
-    return store.get(host, {}).get(unit)
+    found = store.get(host, {}).get(unit)
+    return found if found is not None and found.mib_per_gpu else None
+
+
+def stop_times(host: str, path: Path | None = None) -> dict[str, float]:
+    """Unit -> the seconds its last stop took on ``host`` (for the unit lint)."""
+    store, problems = load(path)
+    _report(problems)
+    return {u: f.stop_s for u, f in store.get(host, {}).items() if f.stop_s is not None}
 
 
 def learn(host: str, unit: str, mib_per_gpu: Mapping[int, int], ready_s: float | None,
@@ -134,13 +149,58 @@ def learn(host: str, unit: str, mib_per_gpu: Mapping[int, int], ready_s: float |
     target = path or store_path()
     store, problems = load(target)
     _report(problems)
+    had = store.get(host, {}).get(unit)
     fp = entry_of({"mib_per_gpu": {str(k): v for k, v in mib_per_gpu.items()},
-                   "ready_s": ready_s, "seen_at": time.time()})
+                   "ready_s": ready_s, "seen_at": time.time(),
+                   "stop_s": had.stop_s if had is not None else None})
     store.setdefault(host, {})[unit] = fp
+    _write(target, store)
+    return fp
+
+
+def learn_stop(host: str, unit: str, stop_s: float, path: Path | None = None) -> Footprint:
+    """Remember how long ``unit``'s stop took on ``host`` (its footprint, if any, kept)."""
+    target = path or store_path()
+    store, problems = load(target)
+    _report(problems)
+    had = store.get(host, {}).get(unit)
+    fp = entry_of({"mib_per_gpu": {str(k): v for k, v in (
+                       had.mib_per_gpu.items() if had is not None else ())},
+                   "ready_s": had.ready_s if had is not None else None,
+                   "seen_at": time.time(), "stop_s": round(stop_s, 1)})
+    store.setdefault(host, {})[unit] = fp
+    _write(target, store)
+    return fp
+
+
+def _write(target: Path, store: Store) -> None:
     data = {
         h: {u: {"mib_per_gpu": {str(k): v for k, v in sorted(f.mib_per_gpu.items())},
-                "ready_s": f.ready_s, "seen_at": f.seen_at} for u, f in units.items()}
+                "ready_s": f.ready_s, "seen_at": f.seen_at,
+                **({} if f.stop_s is None else {"stop_s": f.stop_s})}
+            for u, f in units.items()}
         for h, units in store.items()
     }
     files.replace(target, json.dumps(data, indent=1, sort_keys=True).encode("utf-8"))
-    return fp
+
+
+class StopTimes:
+    """``stop_times`` for a screen that asks at every sample: the file is read again only
+    when it changed (its size or modification time), else the last answer is kept."""
+
+    def __init__(self) -> None:
+        self._seen: dict[Path, tuple[tuple[int, int] | None, Store]] = {}
+
+    def __call__(self, host: str, *, simulated: bool = False) -> dict[str, float]:
+        path = store_path(simulated=simulated)
+        try:
+            st = path.stat()
+            stamp: tuple[int, int] | None = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            stamp = None
+        seen = self._seen.get(path)
+        if seen is None or seen[0] != stamp:
+            store, problems = load(path) if stamp is not None else ({}, [])
+            _report(problems)
+            seen = self._seen[path] = (stamp, store)
+        return {u: f.stop_s for u, f in seen[1].get(host, {}).items() if f.stop_s is not None}

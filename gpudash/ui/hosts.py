@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from gpudash.domain.model import HostSnapshot
@@ -100,8 +100,12 @@ async def follow_host(
     on_error: Callable[[str, float | None], None],
     on_connecting: Callable[[int], None],
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    learned_stop: Callable[[HostSnapshot], Mapping[str, float]] | None = None,
 ) -> None:
     """Follow ``source`` until cancelled; the reconnect policy is the transport's.
+
+    ``learned_stop(snapshot)``: the stop times gpudash learned on that host (unit ->
+    seconds), for the unit lint.
 
     ``on_snapshot(snapshot, triage, rtt)``: ``rtt`` is the host's request round trip as
     the transport measures it (None where it is not known, e.g. the demo).
@@ -121,7 +125,8 @@ async def follow_host(
         try:
             async for snapshot in reconnecting_stream(source, interval, on_state, sleep=sleep):
                 # An unchanged sample (the same processes and units) is not triaged again.
-                last = retriage(snapshot, previous, last)
+                learned = None if learned_stop is None else learned_stop(snapshot)
+                last = retriage(snapshot, previous, last, learned_stop_s=learned)
                 on_snapshot(snapshot, last, round_trip_s(source))
                 previous = snapshot
             message = "the host closed the stream"

@@ -49,6 +49,36 @@ def render_history(
     if not points:
         return Text("waiting for samples…")
     last = points[-1][0]
+    shown = [(t - last, used) for t, used in points if -WINDOW_S <= t - last <= 0]
+    return _draw(shown, gpus, width, height, ymax_gib)
+
+
+def render_series(
+    series: Sequence[tuple[float, Mapping[int, int | None]]],
+    gpus: Sequence[int],
+    *,
+    width: int,
+    height: int,
+    ymax_gib: float | None,
+) -> Text:
+    """A line chart of used GiB per GPU over one action (x: seconds from its first sample,
+    as the outcome record keeps them)."""
+    if width < 20 or height < 5:
+        return Text("(too small for a plot)")
+    shown = [(t, used) for t, used in series if 0 <= t <= WINDOW_S]
+    if not shown:
+        return Text("no memory recorded for this action")
+    return _draw(shown, gpus, width, height, ymax_gib)
+
+
+def _draw(
+    points: Sequence[tuple[float, Mapping[int, int | None]]],
+    gpus: Sequence[int],
+    width: int,
+    height: int,
+    ymax_gib: float | None,
+) -> Text:
+    """``points`` (x already within a WINDOW_S span) drawn with one colour per GPU."""
     fig = plt.figure
     fig.clear()
     fig.plot_size(width, height)
@@ -58,9 +88,9 @@ def render_history(
     top = ymax_gib if ymax_gib else None
     for gpu in gpus:
         shown = [
-            (t - last, min(mib / MIB_PER_GIB, top) if top is not None else mib / MIB_PER_GIB)
-            for t, used in points
-            if (mib := used.get(gpu)) is not None and -WINDOW_S <= t - last <= 0
+            (x, min(mib / MIB_PER_GIB, top) if top is not None else mib / MIB_PER_GIB)
+            for x, used in points
+            if (mib := used.get(gpu)) is not None
         ]
         xs, ys = [x for x, _ in shown], [max(0.0, y) for _, y in shown]
         if not xs:
