@@ -91,6 +91,7 @@ class GpudashApp(App[int]):
         self.exec_options = exec_options or ExecOptions()
         self.clock = clock
         self.stale_after = 3 * interval + 2
+        self.fresh_within = 1.5 * interval  # a sample younger than this: "just now"
         self.controller = ActionController(self.exec_options)
         self.welcome = welcome  # the demo's walkthrough line
         self.last_actions: dict[str, LastAction] = {}  # host name -> its latest action

@@ -133,6 +133,7 @@ class MainScreen(Screen[None]):
         # Under 30 rows the log's column header would leave it one row.
         self.action_log.show_header = not self.has_class("-tiny")
         self.action_log.fit(hosts=len(self.dashboard.views) > 1, narrow=self.has_class("-thin"))
+        self.refresh_gpus()
         self.refresh_unit()
         self.refresh_progress()
 
@@ -145,7 +146,7 @@ class MainScreen(Screen[None]):
         now = app.clock()
         self.header_bar.update(
             header_text(app.views, app.current_host, now, app.stale_after, app.read_only, pal,
-                        width=self.size.width or 1000)
+                        width=self.size.width or 1000, fresh_within=app.fresh_within)
         )
         self.notice.show(app.view, now, pal)
         if len(app.views) > 1:
@@ -160,17 +161,25 @@ class MainScreen(Screen[None]):
                                 only=hosts)
 
     @drawing
+    def refresh_gpus(self) -> None:
+        """The GPU table, or on a small screen the grid (app.tcss): only the one shown is
+        drawn; ``fit`` draws the other when the size makes it the one."""
+        view, pal = self.dashboard.view, palette(self.app)
+        if self.has_class("-thin") or self.has_class("-tiny"):
+            self.gpu_grid.show(view.snapshot, pal)
+        else:
+            self.gpu_table.show(view.snapshot, pal)
+
+    @drawing
     def refresh_view(self) -> None:
         """Redraw everything from the current host's latest snapshot, in place."""
         if not self.ready:
             return
         app = self.dashboard
-        pal = palette(self.app)
         view = app.view
         with self.app.batch_update():
             self.refresh_header()
-            self.gpu_table.show(view.snapshot, pal)
-            self.gpu_grid.show(view.snapshot, pal)
+            self.refresh_gpus()
             if app.welcome:
                 self.guide.show(view.triage, app.key_of, app.running)
             self.refresh_holders()

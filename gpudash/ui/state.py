@@ -40,6 +40,7 @@ class Dashboard(Protocol):
     read_only: bool
     welcome: bool
     stale_after: float
+    fresh_within: float  # seconds: a younger sample is "just now" (the header stays still)
     exec_options: ExecOptions
     controller: ActionController
     settings: Settings

@@ -18,12 +18,14 @@ def _state_style(kind: str, pal: Palette) -> str:
 
 def header_text(
     views: list[HostView], current: int, now: float, stale_after: float, read_only: bool,
-    pal: Palette, width: int = 1000,
+    pal: Palette, width: int = 1000, fresh_within: float = 0.0,
 ) -> Text:
     """``gpudash │ host ● connected │ rtt 3 ms │ last sample 0.4 s ago │ READ-ONLY``, within
     ``width``: what matters least gives way first (the source, the round trip, the host's
     cpu and ram, then "last sample" says only its age); the host, its state, READ-ONLY,
-    DEGRADED and the host's errors stay."""
+    DEGRADED and the host's errors stay. A sample younger than ``fresh_within`` is "just
+    now": while samples flow the line does not change, and is not drawn again, every
+    second (it was two frames a second of the dashboard's CPU)."""
     view = views[current]
     head = Text()
     head.append(" gpudash ", style="bold reverse")
@@ -40,7 +42,7 @@ def header_text(
     head.append_text(literal(status, style=_state_style(kind, pal)))
     rtt = NA if view.rtt is None else f"{view.rtt * 1000:.0f} ms"
     age = view.age(now)
-    ago = NA if age is None else f"{age:.1f} s ago"
+    ago = NA if age is None else "just now" if age < fresh_within else f"{age:.1f} s ago"
     snap = view.snapshot
     # (priority, text): the lowest goes first when the line is too long; 9 never goes
     parts: list[tuple[int, Text]] = [(3, Text(f"  │ rtt {rtt}", style="dim")),

@@ -259,5 +259,7 @@ class ActionProgressPanel(Static):
     def _say_if_cut(self) -> None:
         box = self.content_size
         needed = self.get_content_height(box, self.app.size, box.width) if box.width else 0
-        self.border_subtitle = MORE if needed > box.height else None
+        said = MORE if needed > box.height else None
+        if self.border_subtitle != said:  # set again, the same, it drew a frame
+            self.border_subtitle = said
 
