@@ -222,7 +222,7 @@ def test_a_container_is_its_own_owner_and_says_docker_brings_it_back() -> None:
     assert g is not None and g.kind is OwnerKind.CONTAINER and g.owner is not None
     assert g.owner.respawner == "docker (restart policy always)"
     assert g.owner.capabilities == {Capability.STOP, Capability.DISABLE, Capability.REMOVE,
-                                    Capability.RECLAIM}
+                                    Capability.RECLAIM, Capability.START}
     assert any("killing its main process makes docker restart it" in w for w in g.warnings)
     assert not any("Restart=" in w for w in g.warnings)  # no systemd advice for it
     assert t.group(f"docker-{CID}.scope") is None

@@ -48,6 +48,8 @@ class SimContainer:
     main_pid: int | None = None
     restart_at: float | None = None
     manually_stopped: bool = False
+    # each run of its main process: [started, ended or None] in simulated seconds
+    runs: list[list[float | None]] = field(default_factory=list)
 
     @property
     def scope(self) -> str:
@@ -156,8 +158,10 @@ def unit_view(u: SimUnit) -> Unit:
     )
 
 
-def docker_argv(runtime: str, verb: str, container: str, stop_timeout: int) -> tuple[str, ...]:
+def docker_argv(runtime: str, verb: str, container: str, stop_timeout: int,
+                policy: str | None = None) -> tuple[str, ...]:
     """What ``docker`` is run with for one of the container verbs."""
     words = {"stop": ["stop", "-t", str(stop_timeout)], "no-restart": ["update",
-             "--restart=no"], "rm": ["rm"]}.get(verb, [verb])
+             "--restart=no"], "rm": ["rm"], "restart": ["restart", "-t", str(stop_timeout)],
+             "restart-policy": ["update", f"--restart={policy}"]}.get(verb, [verb])
     return (runtime, *words, "--", container)

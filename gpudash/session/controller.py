@@ -24,6 +24,7 @@ from gpudash.engine import (
     execute,
     reverify,
 )
+from gpudash.engine.plan import STOPPING
 from gpudash.protocol.source import Capability, HostControl, HostSource, SourceError
 from gpudash.session.audit import AuditTrail, failed, refusal
 from gpudash.state import config, footprints
@@ -303,7 +304,18 @@ async def serving_request(
 
 
 def learn_from(report: ActionReport) -> footprints.Footprint | None:
-    """Keep what a unit took when it came up serving: the next swap checks the fit."""
+    """Keep what a unit took when it came up serving: the next swap checks the fit. A
+    container stopped with proof leaves what it held: its next start checks the fit."""
+    c = report.plan.container_before
+    if c is not None and report.confirmed and report.plan.kind in STOPPING and (
+            report.plan.expected_free_mib):
+        try:
+            return footprints.learn(report.plan.host, f"{c.runtime}:{c.label}",
+                                    report.plan.expected_free_mib, None,
+                                    footprints.store_path(simulated=report.plan.simulated))
+        except (OSError, ValueError):
+            log.exception("footprint of %s not saved", c.label)
+            return None
     sv = report.serving
     if sv is None or not sv.serving or not sv.mib_per_gpu:
         return None
