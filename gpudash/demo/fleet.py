@@ -142,6 +142,9 @@ class UnreachableHost(HostControl):
                 after: str | None = None) -> AsyncIterator[LogLine]:
         raise self._error()
 
+    async def find_container(self, ref: str) -> tuple[str, str] | None:
+        raise self._error()
+
     def container_logs(self, runtime: str, container: str, *, lines: int = 200,
                        follow: bool = True) -> AsyncIterator[LogLine]:
         raise self._error()

@@ -75,6 +75,7 @@ class Capability(StrEnum):
     # (``LOOPBACK_HOSTS``: the host program's own list, the one it asks by)
     DROP_IN = "drop-in"  # ``unit_text``, ``drop_in``, ``daemon_reload``: gpudash fix
     CONTAINER_LOGS = "container-logs"  # ``container_logs``: ``docker logs``, then live
+    CONTAINER_LOOKUP = "container-lookup"  # ``find_container``: a stopped one, by name
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +164,12 @@ class HostControl(Protocol):
                 after: str | None = None) -> AsyncIterator[LogLine]:
         """``Capability.JOURNAL``: the unit's last ``lines`` (or, with ``after``, every
         line after that cursor), then (``follow``) each new one as it comes."""
+        ...
+
+    async def find_container(self, ref: str) -> tuple[str, str] | None:
+        """``Capability.CONTAINER_LOOKUP``: (runtime, full id) of the container ``ref``
+        (name or id) names on the host, reported in every sample from now on (a stopped
+        one has no process to name it); None: no runtime there knows it."""
         ...
 
     def container_logs(self, runtime: str, container: str, *, lines: int = 200,

@@ -138,7 +138,7 @@ async def _prepare_start(request: Request, control: HostControl, host: str, port
     first = request.snapshot or await control.sample()
     simulated = first.source is SourceKind.DEMO
     if request.kind is not ActionKind.SWAP and sel.unit is None and sel.container is not None:
-        return _prepare_container_start(request, first, host)
+        return await _prepare_container_start(request, control, first, host)
     target = sel.target if request.kind is ActionKind.SWAP else sel.unit
     enable = request.enable
     if request.kind is ActionKind.SWAP:
@@ -162,12 +162,20 @@ async def _prepare_start(request: Request, control: HostControl, host: str, port
     return SPECS[request.kind].plan(snapshot, chosen)
 
 
-def _prepare_container_start(request: Request, snapshot: HostSnapshot, host: str
-                             ) -> ActionPlan:
+async def _prepare_container_start(request: Request, control: HostControl,
+                                   snapshot: HostSnapshot, host: str) -> ActionPlan:
     """start / restart of a container: what it held when it last ran here (the fit), and
-    the restart policy it had before gpudash turned it off (the audit says)."""
+    the restart policy it had before gpudash turned it off (the audit says). A stopped
+    container no process names is looked up on the host first, and watched from then on."""
     sel = request.selection
     c = snapshot.container(sel.container or "")
+    if c is None and Capability.CONTAINER_LOOKUP in control.capabilities:
+        found = await control.find_container(sel.container or "")
+        if found is None:
+            raise PlanError(f"no container {sel.container} on {host} (neither docker nor "
+                            "podman knows it)")
+        snapshot = await control.sample()
+        c = snapshot.container(found[1])
     simulated = snapshot.source is SourceKind.DEMO
     learned = None
     policy = None

@@ -17,7 +17,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from urllib.parse import urlsplit
 
-from gpudash.collector.hostside import OP_REFRESH, OP_WATCH, TRUNCATED
+from gpudash.collector.hostside import CONTAINER_ID, OP_REFRESH, OP_WATCH, TRUNCATED
 from gpudash.domain.model import HostSnapshot
 from gpudash.protocol.source import (
     LOOPBACK_HOSTS,
@@ -48,6 +48,7 @@ from gpudash.transport.commands import (
     daemon_reload_argv,
     drop_in_argvs,
     systemctl_argv,
+    validate_container,
     validate_pid,
     validate_signal,
     validate_unit,
@@ -55,6 +56,7 @@ from gpudash.transport.commands import (
 from gpudash.transport.link import Connection
 
 SYSTEMCTL_TIMEOUT_S = 150.0  # `systemctl stop` waits for TimeoutStopSec (90 s by default)
+CONTAINER_RUNTIMES_ASKED = ("docker", "podman")  # in this order: the first that knows it
 CONTAINER_SLACK_S = 60.0  # beyond a stop's own timeout: the daemon's work, a slow rm
 READ_ONLY_REASON = "opened read-only (--read-only)"
 QUERY_TIMEOUT_S = 20.0  # reading unit properties
@@ -399,6 +401,24 @@ class SourceControl:
         finally:
             pipe.close()
 
+
+    async def find_container(self, ref: str) -> tuple[str, str] | None:
+        """``docker|podman inspect --format {{.Id}} -- REF`` (the name validated first), the
+        id checked to be one, and the collector told to report it from now on."""
+        ref = validate_container(ref)
+        collector = await self.source.collector()
+        for runtime in CONTAINER_RUNTIMES_ASKED:
+            argv = [runtime, "inspect", "--type", "container", "--format", "{{.Id}}", "--",
+                    ref]
+            done = await self.source.connection.run(self._as_root(argv, collector),
+                                                    QUERY_TIMEOUT_S)
+            if done.returncode is None:
+                raise LinkLost(f"{self.source.name}: {runtime} inspect: {done.output}")
+            found = done.output.strip().splitlines()
+            if done.returncode == 0 and len(found) == 1 and CONTAINER_ID.fullmatch(found[0]):
+                self.source.poke_container(found[0], runtime)
+                return runtime, found[0]
+        return None
 
     async def container_logs(self, runtime: str, container: str, *, lines: int = 200,
                              follow: bool = True) -> AsyncIterator[LogLine]:
