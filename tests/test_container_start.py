@@ -76,6 +76,7 @@ async def test_restart_of_a_running_container_is_proven_running_with_its_memory_
     assert after.main_pid not in (None, before.main_pid)
     assert after.restart_policy == "always"  # a restart leaves the policy as it is
     assert "memory back: GPU7 1.0 GiB" in report.summary
+    assert "  docker:vllm-embed: RUNNING, memory back after" in "\n".join(report.describe())
 
 
 async def test_start_after_a_reclaim_puts_the_policy_back_checks_the_fit_and_proves_it(

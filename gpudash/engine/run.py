@@ -226,7 +226,7 @@ class Run:
         assert c is not None
         self.memory = MemoryAtMost({}, opts.settle, opts.slack_mib)  # nothing is freed now
         key = f"{c.runtime}:{c.label}"
-        outcome = report.serving = ServingOutcome(key)
+        outcome = report.serving = ServingOutcome(key, container=True)
         if act and not await self._commands():
             return False
         began = self.host_now
