@@ -89,7 +89,8 @@ async def test_remove_refuses_a_running_container_and_unit_verbs_refuse_none(
     assert "stop or reclaim it first" in (SPECS[ActionKind.REMOVE].precheck(t, sel) or "")
     with pytest.raises(PlanError, match="stop or reclaim it first"):
         SPECS[ActionKind.REMOVE].plan(s, sel)
-    assert "docker start" in (SPECS[ActionKind.START].precheck(t, sel) or "")
+    assert "already running: restart it instead" in (SPECS[ActionKind.START].precheck(t, sel) or "")
+    assert "no boot setting" in (SPECS[ActionKind.ENABLE].precheck(t, sel) or "")
     # a service row: remove does not fit it, and is hidden rather than greyed
     svc = selection_for(t, "vllm-minimax-m25.service", None)
     assert SPECS[ActionKind.REMOVE].precheck(t, svc) == "select a stopped container"
@@ -179,7 +180,7 @@ def test_snapshot_json_has_owner_objects_with_capabilities() -> None:
     embed = owners[EMBED]
     assert embed["kind"] == "container" and embed["runtime"] == "docker"
     assert embed["container_id"] == EMBED_ID
-    assert embed["capabilities"] == ["disable", "reclaim", "remove", "stop"]
+    assert embed["capabilities"] == ["disable", "reclaim", "remove", "start", "stop"]
     assert embed["respawner"] == "docker (restart policy always)"
     assert embed["gpu_memory_mib"] == {"7": EMBED_MIB}
     (c,) = host["containers"]

@@ -113,7 +113,8 @@ def test_collector_inspects_only_the_containers_it_saw_in_one_batch(tmp_path: Pa
     snap = c.sample()
     assert snap["containers"][CID] == {
         "id": CID, "runtime": "docker", "name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
-        "state": "running", "restart_policy": "always", "restart_count": 2, "main_pid": 100}
+        "state": "running", "restart_policy": "always", "restart_count": 2, "main_pid": 100,
+        "health": "none", "init": "no"}  # docker run's defaults: no health check, no --init
     assert snap["containers"][CID2] == {"id": CID2, "runtime": "docker", "state": "removed"}
     assert snap["errors"] == []
     lines = calls.read_text().splitlines()
@@ -123,7 +124,7 @@ def test_collector_inspects_only_the_containers_it_saw_in_one_batch(tmp_path: Pa
     decoded = SnapshotDecoder("h").feed(json.dumps({"k": "full", "s": snap}).encode())
     assert decoded.container("vllm") == Container(CID, "docker", "vllm",
                                                   "vllm/vllm-openai:v0.11.0", "running",
-                                                  "always", 2, 100)
+                                                  "always", 2, 100, "none", "no")
     assert decoded.container(CID2[:12]) is not None
 
 
@@ -222,7 +223,7 @@ def test_a_container_is_its_own_owner_and_says_docker_brings_it_back() -> None:
     assert g is not None and g.kind is OwnerKind.CONTAINER and g.owner is not None
     assert g.owner.respawner == "docker (restart policy always)"
     assert g.owner.capabilities == {Capability.STOP, Capability.DISABLE, Capability.REMOVE,
-                                    Capability.RECLAIM}
+                                    Capability.RECLAIM, Capability.START}
     assert any("killing its main process makes docker restart it" in w for w in g.warnings)
     assert not any("Restart=" in w for w in g.warnings)  # no systemd advice for it
     assert t.group(f"docker-{CID}.scope") is None

@@ -259,7 +259,7 @@ def test_podman_container_is_an_owner_restarted_after_kill_9_and_reclaimed(dock)
     owner = next(o for o in snap["owners"] if o["key"] == "podman:pm")
     assert owner["runtime"] == "podman" and owner["container_id"] == cid
     assert owner["respawner"] == "podman (restart policy always)"
-    assert owner["capabilities"] == ["reclaim", "remove", "stop"]  # no policy off in podman
+    assert owner["capabilities"] == ["reclaim", "remove", "start", "stop"]  # no policy off
     pid0 = int(h.podman("inspect", "-f", "{{.State.Pid}}", "pm").stdout)
     h.sh(f"kill -9 {pid0}")
     wait_host(lambda: h.podman("inspect", "-f", "{{.State.Status}} {{.RestartCount}}", "pm"
@@ -277,3 +277,33 @@ def test_podman_container_is_an_owner_restarted_after_kill_9_and_reclaimed(dock)
     assert "cannot turn a restart policy off" in plan
     assert h.podman("inspect", "-f", "{{.State.Status}}", "pm").stdout.strip() == "exited"
     assert h.gpu_used_mib()[2] == 0
+
+
+def test_start_container_after_reclaim_puts_its_policy_back_and_proves_it_runs(dock) -> None:  # type: ignore[no-untyped-def]
+    h = dock
+    run_holder(h, "again", 0)
+    item = inspect(h, "again")
+    owner = next(o for o in snapshot(h)["owners"] if o["key"] == "docker:again")
+    settings = [f["setting"] for f in owner["lint"]]
+    assert "--restart always without a health check" in settings  # docker run's defaults
+    assert ("no --init" in settings) is not bool(item["HostConfig"].get("Init"))
+    assert "--pid host" not in settings
+    cp = gpudash(h, "reclaim", h.alias, "--container", "again", "--yes", "--json",
+                 "--timeout", "60", "--term-timeout", "3")
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert inspect(h, "again")["HostConfig"]["RestartPolicy"]["Name"] == "no"
+    cp = gpudash(h, "start", h.alias, "--container", "again", "--yes", "--json",
+                 "--timeout", "60", timeout=120)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    rec = json.loads(cp.stdout)
+    assert rec["confirmed"] is True, rec["summary"]
+    plan = "\n".join(rec["plan"])
+    assert plan.index("docker update --restart=always again") < plan.index("docker start again")
+    assert "learned when it last ran here" in plan  # what it held when reclaimed
+    after = inspect(h, "again")  # the host agrees
+    assert after["State"]["Status"] == "running"
+    assert after["HostConfig"]["RestartPolicy"]["Name"] == "always"
+    assert after["State"]["Pid"] != item["State"]["Pid"]
+    assert h.gpu_used_mib()[0] >= MIB and rec["serving"]["mib_per_gpu"] == {"0": MIB}
+    h.docker("rm", "-f", "again")
+    wait_host(lambda: h.gpu_used_mib()[0] == 0, what="GPU0 free after the test")

@@ -59,9 +59,12 @@ def run_reclaim(args: argparse.Namespace, source: HostSource, term: Terminal) ->
 
 
 def run_start(args: argparse.Namespace, source: HostSource, term: Terminal) -> int:
-    """``gpudash start``: start a unit (and enable it) and prove it serves."""
+    """``gpudash start``: start a unit (and enable it) and prove it serves; or start a
+    stopped container and prove it runs."""
+    unit = unit_name(args.unit) if args.unit is not None else None
     return run_action(args, source, term, Request(
-        ActionKind.START, Selection(unit=unit_name(args.unit), force=args.force),
+        ActionKind.START, Selection(unit=unit, container=getattr(args, "container", None),
+                                    force=args.force),
         enable=args.enable, ready_url=args.ready_url))
 
 

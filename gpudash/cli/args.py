@@ -223,6 +223,14 @@ def _which(p: argparse.ArgumentParser, command: str) -> None:
         which.add_argument("--container", metavar="NAME",
                            help="a Docker or Podman container (name or id): stop it, "
                            "turn its restart policy off, reap what is left")
+    elif command == "start":
+        which = p.add_mutually_exclusive_group(required=True)
+        which.add_argument("--unit", help="the systemd unit (.service optional)")
+        which.add_argument("--container", metavar="NAME",
+                           help="or a stopped Docker or Podman container (name or id): "
+                           "its restart policy put back as it was before gpudash turned "
+                           "it off, then docker start, proven running with its memory "
+                           "back")
     elif command == "fix":
         p.add_argument("--unit", required=True,
                        help="the systemd service (.service optional)")
@@ -404,6 +412,13 @@ def _check_targets(command: str | None, args: argparse.Namespace,
             parser.error(f"--unit: {exc}")
         if not unit_name(args.unit).endswith(".service"):
             parser.error(f"--unit: gpudash fixes services only, not {args.unit!r}")
+    if command == "start" and getattr(args, "container", None) is not None:
+        from gpudash.transport.commands import validate_container
+
+        try:
+            validate_container(args.container)
+        except ValueError as exc:
+            parser.error(f"--container: {exc}")
     if getattr(args, "from_container", None) is not None:
         from gpudash.transport.commands import validate_container
 

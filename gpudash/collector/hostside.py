@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 # decoder (gpudash/protocol/wire.py) imports these names, and a test holds the key lists
 # equal to the fields of gpudash's model (Gpu, Process, Unit, HostSnapshot).
 
-PROTOCOL = 6  # 2: boot_id, CPU and memory of the host and of each process, source "none"
+PROTOCOL = 7  # 2: boot_id, CPU and memory of the host and of each process, source "none"
 # 3: "containers" (docker/podman inspect of the containers their cgroups name) and "pods"
 # 4: a process's process group and what its cgroup says (container, pod, a user's own
 #    systemd), why a listed process could not be read; the parents and group leaders
@@ -53,6 +53,7 @@ PROTOCOL = 6  # 2: boot_id, CPU and memory of the host and of each process, sour
 # 5: a unit's stop timeout, restart delay, start limits, and its first ExecStart's argv
 #    (what the unit lint and the fit estimate read)
 # 6: a GPU process's SM utilisation (nvmlDeviceGetProcessUtilization), where NVML has it
+# 7: a container's health check, --init and PID mode (what the container lint reads)
 
 UTIL_WINDOW_US = 1000000  # a process's SM %: the most of its samples of the last second
 
@@ -112,6 +113,10 @@ UNIT_KEYS = (
 # "containers" is keyed by the container id its processes' cgroups name, "pods" by pod UID.
 CONTAINER_KEYS = (  # state "removed": the runtime answered that no such container exists
     "id", "runtime", "name", "image", "state", "restart_policy", "restart_count", "main_pid",
+    # the container lint's: "none" (no health check) or its status ("healthy", ...; a
+    # configured one not yet run: "configured"); "yes"/"no" (--init: a PID 1 that reaps);
+    # the PID namespace ("host": --pid host; "private"; "container:ID")
+    "health", "init", "pid_mode",
 )
 POD_KEYS = ("uid", "namespace", "name")
 CONTAINER_RUNTIMES = ("docker", "podman", "cri")  # cri: a Kubernetes pod's (crictl)
@@ -1682,7 +1687,31 @@ def parse_inspect(text: str, runtime: str) -> list[Json]:
             low = 0 if field == "restart_count" else 1  # Pid 0: not running
             if type(value) is int and low <= value < 2**31:
                 c[field] = value
+        c.update(_lint_facts(item))
         out.append(c)
+    return out
+
+
+def _lint_facts(item: Any) -> Json:
+    """What the container lint reads of one inspect record: its health check, --init and
+    PID mode (each only where the runtime said it)."""
+    out: Json = {}
+    status = _get(item, "State", "Health", "Status")
+    test = _get(item, "Config", "Healthcheck", "Test")
+    if isinstance(status, str) and status:
+        out["health"] = cap_text(status, WORD_MAX)
+    elif isinstance(test, list) and test and test[0] != "NONE":
+        out["health"] = "configured"
+    elif isinstance(_get(item, "Config"), dict):  # inspected, and no health check in it
+        out["health"] = "none"
+    init = _get(item, "HostConfig", "Init")
+    if isinstance(init, bool):
+        out["init"] = "yes" if init else "no"
+    elif init is None and isinstance(_get(item, "HostConfig"), dict):
+        out["init"] = "no"  # docker says null when --init was not given
+    mode = _get(item, "HostConfig", "PidMode")
+    if isinstance(mode, str):
+        out["pid_mode"] = cap_text(mode or "private", WORD_MAX)
     return out
 
 

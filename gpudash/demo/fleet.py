@@ -114,7 +114,8 @@ class UnreachableHost(HostControl):
         raise self._error()
 
     async def container(
-        self, runtime: str, verb: str, container: str, stop_timeout: int = 10
+        self, runtime: str, verb: str, container: str, stop_timeout: int = 10,
+        policy: str | None = None,
     ) -> CommandResult:
         raise self._error()
 
@@ -139,6 +140,13 @@ class UnreachableHost(HostControl):
 
     def journal(self, unit: str, *, lines: int = 200, follow: bool = True,
                 after: str | None = None) -> AsyncIterator[LogLine]:
+        raise self._error()
+
+    async def find_container(self, ref: str) -> tuple[str, str] | None:
+        raise self._error()
+
+    def container_logs(self, runtime: str, container: str, *, lines: int = 200,
+                       follow: bool = True) -> AsyncIterator[LogLine]:
         raise self._error()
 
     async def model_units(self, patterns: Sequence[str] = ()) -> tuple[ModelUnit, ...]:

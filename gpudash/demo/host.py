@@ -143,12 +143,13 @@ class DemoHost(HostControl):
         return self.snapshot()
 
     async def container(
-        self, runtime: str, verb: str, container: str, stop_timeout: int = 10
+        self, runtime: str, verb: str, container: str, stop_timeout: int = 10,
+        policy: str | None = None,
     ) -> CommandResult:
         if self.read_only:
-            argv = docker_argv(runtime, verb, container, stop_timeout)
+            argv = docker_argv(runtime, verb, container, stop_timeout, policy)
             return CommandResult(argv, 1, READ_ONLY_REASON)
-        return self.sim.container(runtime, verb, container, stop_timeout)
+        return self.sim.container(runtime, verb, container, stop_timeout, policy)
 
     async def systemctl(self, verb: str, unit: str) -> CommandResult:
         if self.read_only:
@@ -205,6 +206,33 @@ class DemoHost(HostControl):
         if self.sim.answers(parts.port):
             return HttpAnswer(url, 200, None)
         return HttpAnswer(url, None, "connection refused")
+
+    async def find_container(self, ref: str) -> tuple[str, str] | None:
+        c = self.sim.containers.get(ref) or next(
+            (c for c in self.sim.containers.values() if c.name == ref), None)
+        return None if c is None or c.state == "removed" else ("docker", c.id)
+
+    async def container_logs(self, runtime: str, container: str, *, lines: int = 200,
+                             follow: bool = True) -> AsyncIterator[LogLine]:
+        """``docker logs --follow --tail N --timestamps`` of a demo container."""
+        shown, first = 0, True
+        origin = f"{runtime}:{container[:12]}"
+        while True:
+            logged = self.sim.container_logged(container)
+            if logged is None:
+                if first:
+                    yield LogLine(f"Error response from daemon: No such container: "
+                                  f"{container}", None, origin, origin=origin)
+                return
+            fresh = logged[shown:]
+            if first:
+                fresh, first = fresh[-lines:] if lines else [], False
+            for t, line in fresh:
+                yield LogLine(line, t, origin, origin=origin)
+            shown = len(logged)
+            if not follow:
+                return
+            await self.sleep(JOURNAL_POLL_S)
 
     async def journal(
         self, unit: str, *, lines: int = 200, follow: bool = True, after: str | None = None

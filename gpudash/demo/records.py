@@ -48,6 +48,12 @@ class SimContainer:
     main_pid: int | None = None
     restart_at: float | None = None
     manually_stopped: bool = False
+    # as `docker run --gpus all --restart always IMAGE` leaves them: what the lint reads
+    health: str = "none"
+    init: str = "no"
+    pid_mode: str = "private"
+    # each run of its main process: [started, ended or None] in simulated seconds
+    runs: list[list[float | None]] = field(default_factory=list)
 
     @property
     def scope(self) -> str:
@@ -125,7 +131,7 @@ def container_of(p: SimProcess) -> dict[str, Any]:
 def container_view(c: SimContainer) -> Container:
     state = "restarting" if c.restart_at is not None else c.state
     return Container(c.id, "docker", c.name, c.image, state, c.restart_policy,
-                     c.restart_count, c.main_pid)
+                     c.restart_count, c.main_pid, c.health, c.init, c.pid_mode)
 
 
 def unit_view(u: SimUnit) -> Unit:
@@ -156,8 +162,10 @@ def unit_view(u: SimUnit) -> Unit:
     )
 
 
-def docker_argv(runtime: str, verb: str, container: str, stop_timeout: int) -> tuple[str, ...]:
+def docker_argv(runtime: str, verb: str, container: str, stop_timeout: int,
+                policy: str | None = None) -> tuple[str, ...]:
     """What ``docker`` is run with for one of the container verbs."""
     words = {"stop": ["stop", "-t", str(stop_timeout)], "no-restart": ["update",
-             "--restart=no"], "rm": ["rm"]}.get(verb, [verb])
+             "--restart=no"], "rm": ["rm"], "restart": ["restart", "-t", str(stop_timeout)],
+             "restart-policy": ["update", f"--restart={policy}"]}.get(verb, [verb])
     return (runtime, *words, "--", container)

@@ -197,6 +197,7 @@ class HostSimulation:
                           unit=c.scope, gpu_memory_mib={7: EMBED_MIB}, age=age, cpu_pct=1.5,
                           rss_mib=3 * 1024)
         c.main_pid, c.state = main.pid, "running"
+        c.runs.append([self.now() - age, None])
 
     def _systemd(self, unit: SimUnit, text: str) -> None:
         """A line systemd logs of ``unit`` (in its words, as journalctl -u shows them)."""
@@ -340,6 +341,8 @@ class HostSimulation:
     def _init_died(self, c: SimContainer, now: float) -> None:
         """The PID namespace ends with its init; dockerd restarts it as its policy says."""
         c.main_pid = None
+        if c.runs and c.runs[-1][1] is None:
+            c.runs[-1][1] = now
         # (what escaped it to PID 1 is not in its PID namespace: it lives on)
         for q in [q for q in self.processes.values() if q.unit == c.scope and q.ppid != 1]:
             self.processes.pop(q.pid, None)
@@ -459,10 +462,11 @@ class HostSimulation:
         self._systemd(u, f"Stopped {u.name} - {u.description}.")
 
     def container(
-        self, runtime: str, verb: str, container: str, stop_timeout: int = 10
+        self, runtime: str, verb: str, container: str, stop_timeout: int = 10,
+        policy: str | None = None,
     ) -> CommandResult:
         """``docker VERB CONTAINER`` as dockerd does it (no podman here)."""
-        argv = docker_argv(runtime, verb, container, stop_timeout)
+        argv = docker_argv(runtime, verb, container, stop_timeout, policy)
         self.advance()
         c = self.containers.get(container)
         if c is None or c.state == "removed" or runtime != "docker":
@@ -483,6 +487,19 @@ class HostSimulation:
                 return CommandResult(argv, 1, "Error response from daemon: cannot remove a "
                                      "running container: stop the container before removing")
             c.state = "removed"
+            return CommandResult(argv, 0, container + "\n")
+        if verb == "restart-policy" and policy:
+            c.restart_policy = policy
+            return CommandResult(argv, 0, container + "\n")
+        if verb in ("start", "restart"):
+            if verb == "restart" and c.state == "running":
+                main = self.processes.get(c.main_pid) if c.main_pid else None
+                if main is not None:
+                    c.manually_stopped = True  # docker restart's stop is not a crash
+                    self._die(main)
+            c.manually_stopped, c.restart_at = False, None
+            if c.state != "running":
+                self._run_container(c)
             return CommandResult(argv, 0, container + "\n")
         return CommandResult(argv, 1, f"unsupported verb {verb}")
 
@@ -533,6 +550,41 @@ class HostSimulation:
             if now >= load.ready_at and load.fits:
                 return True
         return False
+
+    def container_logged(self, ref: str) -> list[tuple[float, str]] | None:
+        """What ``docker logs --timestamps`` of the container shows so far (epoch seconds,
+        line): each run's vLLM start-up, its requests, its shutdown; None: no container."""
+        c = self.containers.get(ref) or next(
+            (c for c in self.containers.values() if c.name == ref), None)
+        if c is None or c.state == "removed":
+            return None
+        self.advance()
+        now = self.now()
+        lines: list[tuple[float, str]] = []
+        for began, ended in c.runs:
+            assert began is not None
+            end = now if ended is None else min(ended, now)
+            startup = [
+                (0.0, "INFO: vLLM API server version 0.11.0"),
+                (0.4, "INFO: non-default args: {'model': 'BAAI/bge-m3', 'task': 'embed', "
+                 "'gpu_memory_utilization': 0.01, 'port': 8001}"),
+                (3.0, "INFO: Loading weights took 2.41 seconds"),
+                (5.0, "INFO: Model loading took 1.0 GiB and 4.87 seconds"),
+                (6.0, "INFO: Started server process [1]"),
+                (6.1, "INFO: Uvicorn running on http://0.0.0.0:8001 (Press CTRL+C to quit)"),
+            ]
+            lines += [(began + dt, text) for dt, text in startup if began + dt <= end]
+            t = began + 15.0
+            n = 0
+            while t <= end:
+                n += 1
+                lines.append((t, f'INFO: 172.17.0.1:{40000 + n % 9000} - "POST /v1/embeddings '
+                              'HTTP/1.1" 200 OK'))
+                t += 9.0
+            if ended is not None and ended <= now:
+                lines.append((ended, "INFO: Shutting down"))
+        lines.sort(key=lambda e: e[0])
+        return [(self.boot_epoch + t, text) for t, text in lines]
 
     def logged(self, unit: str) -> list[tuple[float, str, str | None]] | None:
         """Every line ``unit`` and systemd have logged of it so far (epoch seconds, line,

@@ -14,7 +14,7 @@ import math
 import shlex
 from dataclasses import dataclass
 
-from gpudash.domain.model import Unit
+from gpudash.domain.model import Container, Unit
 from gpudash.domain.owners.service import RESTARTING
 from gpudash.serving.processes import server_process
 
@@ -126,6 +126,42 @@ def _timeout_stop_findings(unit: Unit, learned_stop_s: float | None) -> list[Fin
             f"a model server takes longer to shut down (under {_secs(MIN_TIMEOUT_STOP_S)}): "
             "systemd SIGKILLs it mid-shutdown", fix)]
     return []
+
+
+# the restart policies under which the daemon brings a container back by itself, whatever
+# state its server is in (on-failure gives up after its count, and only on a failure)
+ALWAYS_POLICIES = ("always", "unless-stopped")
+
+
+def lint_container(c: Container) -> tuple[Finding, ...]:
+    """What in a container's configuration, as its runtime's inspect said it, sets the
+    trap one layer up; each finding's remedy is in words (a container is re-created with
+    other flags: gpudash writes nothing for it)."""
+    if c.state == "removed":
+        return ()
+    out: list[Finding] = []
+    policy = (c.restart_policy or "").lower()
+    if policy in ALWAYS_POLICIES and c.health == "none":
+        out.append(Finding(
+            f"--restart {c.restart_policy} without a health check",
+            f"{c.runtime} sees only whether PID 1 lives: a hung server (a stuck NCCL "
+            "barrier, a dead engine) is never restarted, and one that crashes at start "
+            "is restarted for ever, each time taking its GPU memory again; re-create it "
+            "with --health-cmd (e.g. curl -f http://127.0.0.1:PORT/health), or "
+            "--restart on-failure:5"))
+    if c.init == "no":
+        out.append(Finding(
+            "no --init",
+            "the server is PID 1 and does not reap: its dead workers stay zombies, and a "
+            "SIGTERM it does not handle is ignored (stop waits, then SIGKILLs, leaving "
+            "what it had not shut down); re-create it with --init"))
+    if (c.pid_mode or "").lower() == "host":
+        out.append(Finding(
+            "--pid host",
+            "it shares the host's PID namespace: a worker that escapes it looks like the "
+            f"host's own process, and {c.runtime} stop does not end what was re-parented "
+            "to the host's PID 1; re-create it without --pid host"))
+    return tuple(out)
 
 
 def _restart_findings(unit: Unit) -> list[Finding]:

@@ -152,6 +152,11 @@ class Container:
     restart_policy: str | None = None  # no, always, unless-stopped, on-failure
     restart_count: int | None = None  # restarts the runtime made by itself
     main_pid: int | None = None  # None when it is not running
+    # what the container lint reads (None: not said): "none" or the health check's status;
+    # "yes"/"no" for --init; the PID namespace ("host", "private", "container:ID")
+    health: str | None = None
+    init: str | None = None
+    pid_mode: str | None = None
 
     @property
     def short_id(self) -> str:

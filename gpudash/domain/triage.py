@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from gpudash.domain.lint import Finding, lint_unit
+from gpudash.domain.lint import Finding, lint_container, lint_unit
 from gpudash.domain.model import EVERYTHING, HostSnapshot, Process, Unit
 from gpudash.domain.owners import (
     NO_UNIT,
@@ -75,7 +75,8 @@ class OwnerGroup:
     gpu_memory_mib: Mapping[int, int]
     warnings: tuple[str, ...]
     owner: Owner | None = None  # what it is and what it can do
-    lint: tuple[Finding, ...] = ()  # what in a service's configuration sets the trap
+    lint: tuple[Finding, ...] = ()  # what in a service's (container's) configuration sets
+    # the trap
 
     @property
     def total_gpu_memory_mib(self) -> int:
@@ -357,9 +358,12 @@ def _group(key: str, procs: list[Process], tp: _Pass, prev_units: Mapping[str, U
         warnings += tuple(orphan_summaries(procs, tp.orphans_of, tp.tree))
     unit = owner.unit if owner.kind is not OwnerKind.NONE else None
     memory = _memory(procs)
-    lint = (lint_unit(unit, holds_gpu_memory=any(memory.values()),
-                      learned_stop_s=learned_stop_s.get(unit.name))
-            if unit is not None and owner.kind is OwnerKind.SERVICE else ())
+    lint: tuple[Finding, ...] = ()
+    if unit is not None and owner.kind is OwnerKind.SERVICE:
+        lint = lint_unit(unit, holds_gpu_memory=any(memory.values()),
+                         learned_stop_s=learned_stop_s.get(unit.name))
+    elif owner.kind is OwnerKind.CONTAINER and owner.container is not None:
+        lint = lint_container(owner.container)
     return OwnerGroup(key, owner.kind, unit, frozenset(gflags),
                       _tree(procs, tp.flags, rules.main_pid(owner)), memory, warnings,
                       owner, lint)

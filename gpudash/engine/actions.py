@@ -20,7 +20,12 @@ from gpudash.domain.triage import (
 )
 from gpudash.engine.config_plans import TITLE as FIX_TITLE
 from gpudash.engine.config_plans import fix_fits, plan_fix
-from gpudash.engine.container_plans import container_only, plan_container, require_container
+from gpudash.engine.container_plans import (
+    container_only,
+    plan_container,
+    plan_container_start,
+    require_container,
+)
 from gpudash.engine.plan import (
     ActionKind,
     ActionPlan,
@@ -143,9 +148,11 @@ SPECS: dict[ActionKind, ActionSpec] = {
                    "r", "Reclaim", Needs.UNIT, plan_unit,
                    capability=Capability.RECLAIM, container_planner=plan_container),
         ActionSpec(ActionKind.START, "start_unit", "Start unit and follow it to serving", "u",
-                   "Start", Needs.UNIT, plan_start, startable, capability=Capability.START),
+                   "Start", Needs.UNIT, plan_start, startable, capability=Capability.START,
+                   container_planner=plan_container_start),
         ActionSpec(ActionKind.RESTART, "restart_unit", "Restart unit and follow it to serving",
-                   "R", "Restart", Needs.UNIT, plan_start, capability=Capability.START),
+                   "R", "Restart", Needs.UNIT, plan_start, capability=Capability.START,
+                   container_planner=plan_container_start),
         ActionSpec(ActionKind.ENABLE, "enable_unit", "Enable unit (start at boot)", "e",
                    "Enable", Needs.UNIT, plan_enable, capability=Capability.START),
         ActionSpec(ActionKind.SWAP, "swap", "Swap model (reclaim, start the next, prove it "

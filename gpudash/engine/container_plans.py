@@ -1,4 +1,6 @@
-"""The planner of the container actions: stop, restart policy off, remove, reclaim.
+"""The planners of the container actions: stop, restart policy off, remove, reclaim,
+and start / restart (fit-checked, the restart policy put back as it was, proven running
+with its memory back on its GPUs).
 """
 
 from __future__ import annotations
@@ -15,15 +17,18 @@ from gpudash.domain.owners import (
 from gpudash.domain.triage import (
     holds,
 )
+from gpudash.engine import fit
+from gpudash.engine.goals import container_memory
 from gpudash.engine.plan import (
     DISABLING,
     STOPPING,
     ActionKind,
     ActionPlan,
+    Phase,
     PlanError,
     Selection,
 )
-from gpudash.engine.planners import left_alone, new_plan, pin
+from gpudash.engine.planners import left_alone, new_plan, pin, startable
 from gpudash.engine.spec import ActionSpec
 from gpudash.engine.steps import ContainerCommand, Signal, Step
 from gpudash.engine.target import Target, expected_free
@@ -128,3 +133,65 @@ CONTAINER_TITLES = {  # what each owner-wide action does to a container
     ActionKind.RECLAIM: "Reclaim container (stop + restart policy off + reap + wait)",
     ActionKind.REMOVE: "Remove container",
 }
+
+
+def plan_container_start(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection
+                         ) -> ActionPlan:
+    """start / restart of one container: the restart policy gpudash turned off put back
+    (``sel.restart_policy``, from the audit), the fit checked before a start, then
+    ``docker start`` (``restart``) and proof that it runs with its memory back."""
+    owner = require_container(snapshot, sel.container)
+    c = owner.container
+    assert c is not None
+    if not owner.can(Capability.START):
+        raise PlanError(owner.unable(Capability.START))
+    restart = spec.kind is ActionKind.RESTART
+    if not restart and (why := startable(snapshot, sel)):
+        raise PlanError(why)
+
+    def command(verb: str, policy: str | None = None) -> ContainerCommand:
+        return ContainerCommand(c.runtime, verb, c.id, c.label, CONTAINER_STOP_TIMEOUT_S,
+                                policy)
+
+    steps: list[Step] = []
+    notes: list[str] = []
+    policy = sel.restart_policy
+    if policy and policy != (c.restart_policy or "no"):
+        if owner.can(Capability.DISABLE):  # the runtime can change a policy (docker)
+            steps.append(command("restart-policy", policy))
+            notes.append(f"Restart policy {c.restart_policy or 'no'} -> {policy}: put back "
+                         "as it was before gpudash turned it off.")
+        else:
+            notes.append(f"{c.runtime} cannot change a restart policy here: it stays "
+                         f"{c.restart_policy or 'unknown'} (it was {policy}).")
+    steps.append(command("restart" if restart else "start"))
+    now = container_memory(snapshot, c)
+    footprint = dict(sel.footprint or {}) or (now if restart else {})
+    freed = now if restart else {}
+    freed_pids = {p.pid for p in container_members(snapshot, c)} if restart else set()
+    need = fit.Need(footprint, "learned when it last ran here" if sel.footprint else
+                    "what it holds now") if footprint else None
+    lines, problems = fit.check(snapshot, need, freed, freed_pids)
+    if need is None:
+        lines = ["not checked: what it holds is not known yet (learned when gpudash stops "
+                 "or starts it with proof)"]
+    if problems and not sel.force:
+        raise PlanError(f"{owner.describe()} does not fit: " + "; ".join(problems)
+                        + " (nothing done; --force starts it anyway)")
+    if problems:
+        lines = ["FORCED: started although it does not fit: " + "; ".join(problems)]
+    plan_steps = tuple(steps)
+    kind = ActionKind.RESTART if restart else ActionKind.START
+    plan = new_plan(
+        spec, snapshot,
+        Selection(container=c.id, footprint=footprint or None, force=sel.force,
+                  restart_policy=sel.restart_policy),
+        owner.describe(),
+        steps=plan_steps,
+        phases=(Phase("start", kind, plan_steps),),
+        notes=tuple(notes),
+        container_before=c,
+        fit=tuple(lines),
+    )
+    title = "Restart container" if restart else "Start container"
+    return replace(plan, title=f"{title} and prove it runs: {plan.subject}")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from gpudash.domain.model import Container, HostSnapshot, Process, Unit
+from gpudash.domain.owners import container_members
 from gpudash.domain.units import gib
 from gpudash.engine.target import Target
 from gpudash.protocol.source import Capability, HostControl
@@ -254,6 +255,83 @@ class ContainerRemoved(Goal):
         if c is None or c.state == "removed":
             return GoalStatus(self.title, GoalState.MET)
         return GoalStatus(self.title, GoalState.PENDING, f"{c.label} is still {c.state}")
+
+
+def container_memory(snapshot: HostSnapshot, c: Container) -> dict[int, int]:
+    """GPU memory per GPU held by the container's processes (N/A counts as nothing)."""
+    out: dict[int, int] = {}
+    for p in container_members(snapshot, c):
+        for gpu, mib in p.gpu_memory_mib.items():
+            out[gpu] = out.get(gpu, 0) + (mib or 0)
+    return {g: m for g, m in out.items() if m}
+
+
+class ContainerRunning(Goal):
+    """After ``docker start`` / ``restart``: running with a main process for ``settle``
+    samples in a row, and its runtime did not have to restart it meanwhile (a crash)."""
+
+    title = "container running"
+
+    def __init__(self, before: Container, settle: int) -> None:
+        self.before = before
+        self.settle = settle
+        self.stable = 0
+        self.first_pid: int | None = None
+
+    def check(self, snap: HostSnapshot, elapsed: float) -> GoalStatus:
+        c = snap.container(self.before.id)
+        if c is None or c.state == "removed":
+            return GoalStatus(self.title, GoalState.FAILED, f"{self.before.label} is gone")
+        if (c.restart_count or 0) > (self.before.restart_count or 0) and (
+                self.first_pid is not None and c.main_pid != self.first_pid):
+            return GoalStatus(self.title, GoalState.FAILED,
+                              f"{c.label} crashed and {c.runtime} restarted it (RestartCount "
+                              f"{self.before.restart_count or 0} -> {c.restart_count})")
+        if c.state in ("exited", "dead") and self.first_pid is not None:
+            return GoalStatus(self.title, GoalState.FAILED, f"{c.label} exited again")
+        up = c.state == "running" and c.main_pid is not None
+        if up and self.first_pid is None:
+            self.first_pid = c.main_pid
+        self.stable = self.stable + 1 if up and c.main_pid == self.first_pid else 0
+        if self.stable >= self.settle:
+            return GoalStatus(self.title, GoalState.MET,
+                              f"{c.label} running, main pid {c.main_pid}")
+        return GoalStatus(self.title, GoalState.PENDING, f"{c.label} is {c.state}")
+
+
+class ContainerLoaded(Goal):
+    """The container's GPU memory is back on its GPUs (90 % of ``footprint`` where known,
+    else a loaded context on some GPU) and steady for ``settle`` samples."""
+
+    title = "memory loaded"
+
+    def __init__(self, container: Container, footprint: Mapping[int, int],
+                 settle: int) -> None:
+        self.container = container
+        self.footprint = dict(footprint)
+        self.settle = settle
+        self.stable = 0
+        self.last: dict[int, int] = {}
+        self.now: dict[int, int] = {}
+
+    def check(self, snap: HostSnapshot, elapsed: float) -> GoalStatus:
+        c = snap.container(self.container.id) or self.container
+        now = container_memory(snap, c) if c.main_pid is not None else {}
+        moved = any(abs(now.get(g, 0) - self.last.get(g, 0)) > max(256, now.get(g, 0) // 100)
+                    for g in set(now) | set(self.last))
+        if self.footprint:
+            reached = all(now.get(g, 0) >= 0.9 * mib for g, mib in self.footprint.items())
+        else:
+            reached = bool(now) and max(now.values()) >= LOADED_MIN_MIB // 2
+        self.stable = 0 if moved or not reached else self.stable + 1
+        self.last, self.now = now, now
+        shown = ", ".join(f"GPU{g} {gib(m)}" for g, m in sorted(now.items())) or "nothing"
+        if self.footprint:
+            shown += " of " + ", ".join(f"GPU{g} {gib(m)}"
+                                        for g, m in sorted(self.footprint.items()))
+        if self.stable >= self.settle:
+            return GoalStatus(self.title, GoalState.MET, f"memory back: {shown}")
+        return GoalStatus(self.title, GoalState.PENDING, f"loading: {shown}")
 
 
 def respawned(before: Unit, now: Unit) -> bool:

@@ -239,6 +239,12 @@ def start_steps(unit: Unit, verb: str, enable: bool) -> tuple[Step, ...]:
 
 
 def startable(snapshot: HostSnapshot, sel: Selection) -> str | None:
+    """Why the selected unit (or container) cannot be started now, or None."""
+    if sel.unit is None and sel.container is not None:
+        c = snapshot.container(sel.container)
+        if c is not None and not c.is_down:
+            return f"{c.label} is already {c.state}: restart it instead, or swap it"
+        return None
     u = snapshot.unit(sel.unit) if sel.unit else None
     if u is None:
         return None  # the planner says what is wrong with it

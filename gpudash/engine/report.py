@@ -95,6 +95,7 @@ class ServingOutcome:
     failure_advice: str | None = None
     stopped: bool = False  # it crash-looped and gpudash stopped it
     log_tail: tuple[str, ...] = ()
+    container: bool = False  # a container started: proven running, no ready URL asked
 
 
 @dataclass(slots=True)
@@ -222,7 +223,10 @@ class ActionReport:
 
 def serving_lines(sv: ServingOutcome) -> list[str]:
     """How a started unit came up, as the report says it."""
-    state = "SERVING" if sv.serving else "NOT serving"
+    if sv.container:
+        state = "RUNNING, memory back" if sv.serving else "NOT running"
+    else:
+        state = "SERVING" if sv.serving else "NOT serving"
     ready = "" if sv.ready_s is None else f" after {sv.ready_s:.0f} s"
     lines = [f"  {sv.unit}: {state}{ready}"
              + (f"; {sv.ready_url} -> {sv.ready_status}" if sv.ready_url else "")]

@@ -19,6 +19,8 @@ from collections.abc import Awaitable
 from gpudash.domain.model import HostSnapshot
 from gpudash.engine.config_proof import UnitConfigured
 from gpudash.engine.goals import (
+    ContainerLoaded,
+    ContainerRunning,
     Goal,
     GoalState,
     GoalStatus,
@@ -56,6 +58,9 @@ __all__ = ["Run"]
 log = logging.getLogger("gpudash.engine")
 
 FOLLOWER_STOP_S = 2.0  # how long the verdict waits for a cancelled follower to finish
+
+
+CONTAINER_STARTS = frozenset({ActionKind.START, ActionKind.RESTART})
 
 
 class Run:
@@ -138,6 +143,9 @@ class Run:
                 began = self.host_now
                 if phase.kind is ActionKind.FIX:
                     ok = await self._config_phase(act)
+                elif phase.kind in CONTAINER_STARTS and phase.serving is None and (
+                        self.plan.container_before is not None):
+                    ok = await self._container_start_phase(act)
                 elif phase.serving is None:
                     ok = await self._freeing_phase(act)
                 else:
@@ -234,6 +242,35 @@ class Run:
         else:
             report.summary = f"NOT confirmed: {status.detail or status.title}"
         return report.confirmed
+
+    async def _container_start_phase(self, act: bool) -> bool:
+        """``docker start`` / ``restart`` (the restart policy put back first), then proven
+        on fresh samples: running, not restarted by its runtime, its memory back."""
+        report, plan, opts = self.report, self.plan, self.opts
+        c = plan.container_before
+        assert c is not None
+        self.memory = MemoryAtMost({}, opts.settle, opts.slack_mib)  # nothing is freed now
+        key = f"{c.runtime}:{c.label}"
+        outcome = report.serving = ServingOutcome(key, container=True)
+        if act and not await self._commands():
+            return False
+        began = self.host_now
+        loaded = ContainerLoaded(c, plan.selection.footprint or {}, opts.settle)
+        snap = await self._verify([ContainerRunning(c, opts.settle), loaded],
+                                  opts.serve_timeout)
+        report.container_after = snap.container(c.id)
+        outcome.mib_per_gpu = dict(loaded.now)
+        if all(st.state is GoalState.MET for st in self.statuses):
+            outcome.serving = True
+            outcome.ready_s = self._since(began)
+            report.confirmed = True
+            report.summary = (f"confirmed: {c.label} running after {outcome.ready_s:.0f} s: "
+                              + "; ".join(st.detail for st in self.statuses if st.detail))
+            return True
+        report.confirmed = False
+        report.summary = f"{c.label} NOT confirmed running: " + "; ".join(
+            st.detail or st.title for st in self.statuses if st.state is not GoalState.MET)
+        return False
 
     async def _started_since(self) -> bool:
         """Whether a later phase's unit is up already (only asked when re-verifying)."""
@@ -345,7 +382,8 @@ class Run:
     async def _container(self, step: ContainerCommand) -> CommandResult:
         return await self._send(
             (step.runtime, step.verb, step.container),
-            self.control.container(step.runtime, step.verb, step.container, step.stop_timeout))
+            self.control.container(step.runtime, step.verb, step.container, step.stop_timeout,
+                                   step.policy))
 
     async def _send(self, argv: tuple[str, ...], call: Awaitable[CommandResult]
                     ) -> CommandResult:

@@ -49,10 +49,11 @@ class ContainerCommand:
     """``docker VERB CONTAINER`` (or podman) on the host; the id travels, the name is shown."""
 
     runtime: str  # docker | podman
-    verb: str  # stop | no-restart | rm
+    verb: str  # stop | no-restart | rm | start | restart | restart-policy
     container: str  # the full id: names can be reused, ids cannot
     name: str  # for the operator
     stop_timeout: int = 10  # stop: seconds docker waits after SIGTERM before SIGKILL
+    policy: str | None = None  # restart-policy: the one put back
 
     @property
     def unit(self) -> str:
@@ -61,7 +62,8 @@ class ContainerCommand:
 
     def describe(self, term_timeout: float) -> str:
         verb = {"stop": f"stop -t {self.stop_timeout}", "no-restart": "update --restart=no",
-                "rm": "rm"}.get(self.verb, self.verb)
+                "rm": "rm", "restart": f"restart -t {self.stop_timeout}",
+                "restart-policy": f"update --restart={self.policy}"}.get(self.verb, self.verb)
         return f"{self.runtime} {verb} {self.name}  ({self.container[:12]})"
 
 

@@ -131,6 +131,9 @@ BOUNDS: dict[type, dict[str, Bound]] = {
         "restart_policy": Text(WORD_MAX),
         "restart_count": Number(0, 2**31),
         "main_pid": Number(1, PID_MAX, identity=True),
+        "health": Text(WORD_MAX),
+        "init": Text(WORD_MAX),
+        "pid_mode": Text(WORD_MAX),
     },
     Pod: {
         "uid": Text(64, identity=True, pattern=POD_UID),

@@ -74,6 +74,8 @@ class Capability(StrEnum):
     HTTP_PROBE = "http-probe"  # ``probe_http``: a GET on the host's own loopback
     # (``LOOPBACK_HOSTS``: the host program's own list, the one it asks by)
     DROP_IN = "drop-in"  # ``unit_text``, ``drop_in``, ``daemon_reload``: gpudash fix
+    CONTAINER_LOGS = "container-logs"  # ``container_logs``: ``docker logs``, then live
+    CONTAINER_LOOKUP = "container-lookup"  # ``find_container``: a stopped one, by name
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,9 +112,11 @@ class HostControl(Protocol):
         ...
 
     async def container(
-        self, runtime: str, verb: str, container: str, stop_timeout: int = 10
+        self, runtime: str, verb: str, container: str, stop_timeout: int = 10,
+        policy: str | None = None,
     ) -> CommandResult:
-        """Run ``docker|podman VERB CONTAINER`` (verb: stop, no-restart, rm)."""
+        """Run ``docker|podman VERB CONTAINER`` (verb: stop, no-restart, rm, start,
+        restart, restart-policy: ``update --restart=POLICY``)."""
         ...
 
     async def unit_text(self, unit: str) -> str:
@@ -160,6 +164,18 @@ class HostControl(Protocol):
                 after: str | None = None) -> AsyncIterator[LogLine]:
         """``Capability.JOURNAL``: the unit's last ``lines`` (or, with ``after``, every
         line after that cursor), then (``follow``) each new one as it comes."""
+        ...
+
+    async def find_container(self, ref: str) -> tuple[str, str] | None:
+        """``Capability.CONTAINER_LOOKUP``: (runtime, full id) of the container ``ref``
+        (name or id) names on the host, reported in every sample from now on (a stopped
+        one has no process to name it); None: no runtime there knows it."""
+        ...
+
+    def container_logs(self, runtime: str, container: str, *, lines: int = 200,
+                       follow: bool = True) -> AsyncIterator[LogLine]:
+        """``Capability.CONTAINER_LOGS``: the container's last ``lines`` (``docker logs
+        --tail N --timestamps``), then (``follow``) each new one, as journal lines."""
         ...
 
     async def model_units(self, patterns: Sequence[str] = ()) -> tuple[ModelUnit, ...]:

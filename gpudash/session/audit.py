@@ -23,6 +23,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from gpudash.domain.model import Container
 from gpudash.engine import ActionPlan, ActionReport
 from gpudash.engine.report import ServingOutcome
 from gpudash.state import files
@@ -78,6 +79,7 @@ def outcome_record(report: ActionReport, action_id: str | None = None, *,
             for lo in report.leftovers
         ],
         "warnings": list(report.warnings),
+        "container_before": _container(report.plan.container_before),
         "container_after": None if report.container_after is None else {
             "id": report.container_after.id,
             "runtime": report.container_after.runtime,
@@ -99,6 +101,13 @@ def outcome_record(report: ActionReport, action_id: str | None = None, *,
         "summary": report.summary,
         "audited": audited,
     }
+
+
+def _container(c: Container | None) -> dict[str, Any] | None:
+    """What a container was before the action (its restart policy: what a start puts
+    back after gpudash turned it off)."""
+    return None if c is None else {"id": c.id, "runtime": c.runtime, "name": c.name,
+                                   "state": c.state, "restart_policy": c.restart_policy}
 
 
 def _serving(sv: ServingOutcome | None) -> dict[str, Any] | None:

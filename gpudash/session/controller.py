@@ -24,6 +24,7 @@ from gpudash.engine import (
     execute,
     reverify,
 )
+from gpudash.engine.plan import STOPPING
 from gpudash.protocol.source import Capability, HostControl, HostSource, SourceError
 from gpudash.session.audit import AuditTrail, failed, refusal
 from gpudash.state import config, footprints
@@ -303,9 +304,10 @@ async def serving_request(
 
 
 def learn_from(report: ActionReport) -> footprints.Footprint | None:
-    """Keep what a unit took when it came up serving: the next swap checks the fit; and
-    how long a unit's stop took until its memory was back: the unit lint checks
-    ``TimeoutStopSec`` against it."""
+    """Keep what a unit took when it came up serving: the next swap checks the fit; how
+    long a unit's stop took until its memory was back: the unit lint checks
+    ``TimeoutStopSec`` against it. A container stopped with proof leaves what it held:
+    its next start checks the fit."""
     stopped = report.plan.unit_before
     if report.stop_s is not None and stopped is not None:
         try:
@@ -313,6 +315,16 @@ def learn_from(report: ActionReport) -> footprints.Footprint | None:
                                   footprints.store_path(simulated=report.plan.simulated))
         except (OSError, ValueError):
             log.exception("stop time of %s not saved", stopped.name)
+    c = report.plan.container_before
+    if c is not None and report.confirmed and report.plan.kind in STOPPING and (
+            report.plan.expected_free_mib):
+        try:
+            return footprints.learn(report.plan.host, f"{c.runtime}:{c.label}",
+                                    report.plan.expected_free_mib, None,
+                                    footprints.store_path(simulated=report.plan.simulated))
+        except (OSError, ValueError):
+            log.exception("footprint of %s not saved", c.label)
+            return None
     sv = report.serving
     if sv is None or not sv.serving or not sv.mib_per_gpu:
         return None

@@ -22,6 +22,7 @@ import dataclasses
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from gpudash.domain.model import HostSnapshot, SourceKind
@@ -36,9 +37,12 @@ from gpudash.engine import (
     selected_owner,
 )
 from gpudash.protocol.source import Capability, HostControl, SourceError
+from gpudash.session.audit import audit_path
 from gpudash.session.controller import serving_request
+from gpudash.session.history import read_records
 from gpudash.state import footprints
 
+POLICY_TAIL_BYTES = 4 << 20  # the audit's recent part, where a policy turned off is found
 MAX_REPLANS = 3  # the host keeps changing while the operator reads the plan: stop asking
 
 
@@ -133,6 +137,8 @@ async def _prepare_start(request: Request, control: HostControl, host: str, port
     sel = request.selection
     first = request.snapshot or await control.sample()
     simulated = first.source is SourceKind.DEMO
+    if request.kind is not ActionKind.SWAP and sel.unit is None and sel.container is not None:
+        return await _prepare_container_start(request, control, first, host)
     target = sel.target if request.kind is ActionKind.SWAP else sel.unit
     enable = request.enable
     if request.kind is ActionKind.SWAP:
@@ -154,6 +160,51 @@ async def _prepare_start(request: Request, control: HostControl, host: str, port
         target=target if request.kind is ActionKind.SWAP else None,
         container=sel.container if request.kind is ActionKind.SWAP else None)
     return SPECS[request.kind].plan(snapshot, chosen)
+
+
+async def _prepare_container_start(request: Request, control: HostControl,
+                                   snapshot: HostSnapshot, host: str) -> ActionPlan:
+    """start / restart of a container: what it held when it last ran here (the fit), and
+    the restart policy it had before gpudash turned it off (the audit says). A stopped
+    container no process names is looked up on the host first, and watched from then on."""
+    sel = request.selection
+    c = snapshot.container(sel.container or "")
+    if c is None and Capability.CONTAINER_LOOKUP in control.capabilities:
+        found = await control.find_container(sel.container or "")
+        if found is None:
+            raise PlanError(f"no container {sel.container} on {host} (neither docker nor "
+                            "podman knows it)")
+        snapshot = await control.sample()
+        c = snapshot.container(found[1])
+    simulated = snapshot.source is SourceKind.DEMO
+    learned = None
+    policy = None
+    if c is not None:
+        fp = footprints.lookup(host, f"{c.runtime}:{c.label}",
+                               footprints.store_path(simulated=simulated))
+        learned = dict(fp.mib_per_gpu) if fp else None
+        policy = policy_before(audit_path(simulated=simulated), host, c.id)
+    return SPECS[request.kind].plan(snapshot, dataclasses.replace(
+        sel, footprint=sel.footprint or learned, restart_policy=policy))
+
+
+def policy_before(path: Path, host: str, container_id: str) -> str | None:
+    """The restart policy ``container_id`` had before gpudash last turned it off on
+    ``host`` (None: gpudash never did, or something else changed it since)."""
+    records, _ = read_records(path, tail_bytes=POLICY_TAIL_BYTES)
+    for rec in reversed(records):
+        if rec.get("record") != "outcome" or rec.get("host") != host:
+            continue
+        before, after = rec.get("container_before"), rec.get("container_after")
+        if not isinstance(before, dict) or before.get("id") != container_id:
+            continue
+        if rec.get("action") in ("start", "restart"):
+            return None  # started since: nothing of gpudash's left to undo
+        old = before.get("restart_policy")
+        now = after.get("restart_policy") if isinstance(after, dict) else None
+        if isinstance(old, str) and old != "no" and now == "no":
+            return old
+    return None
 
 
 def _enabled(snapshot: HostSnapshot, unit: str | None) -> bool:

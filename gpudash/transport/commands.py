@@ -49,7 +49,19 @@ CONTAINER_VERBS = {  # verb -> the runtime's arguments before the container
     "stop": ("stop", "-t", "{timeout}"),
     "no-restart": ("update", "--restart=no"),
     "rm": ("rm",),
+    "start": ("start",),
+    "restart": ("restart", "-t", "{timeout}"),
+    "restart-policy": ("update", "--restart={policy}"),  # put back as it was before
 }
+# Docker's restart policies (``on-failure`` with its optional retry count)
+_RESTART_POLICY = re.compile(r"(no|always|unless-stopped|on-failure(:[0-9]{1,4})?)")
+
+
+def validate_policy(policy: str) -> str:
+    """A Docker restart policy, or ``ValueError``: the only text put after ``--restart=``."""
+    if not isinstance(policy, str) or _RESTART_POLICY.fullmatch(policy) is None:
+        raise ValueError(f"not a restart policy: {policy!r}")
+    return policy
 CONTAINER_RUNTIMES = frozenset({"docker", "podman"})
 # Docker's and Podman's own rule for names ([a-zA-Z0-9][a-zA-Z0-9_.-]*), or a hex id
 _CONTAINER_REF = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]{0,253}")
@@ -63,7 +75,7 @@ def validate_container(ref: str) -> str:
 
 
 def container_argv(runtime: str, verb: str, ref: str, *, sudo: bool,
-                   stop_timeout: int = 10) -> list[str]:
+                   stop_timeout: int = 10, policy: str | None = None) -> list[str]:
     """``[sudo -n] docker|podman VERB... -- CONTAINER`` after validating every part."""
     if runtime not in CONTAINER_RUNTIMES:
         raise ValueError(f"container runtime not allowed: {runtime!r}")
@@ -73,11 +85,26 @@ def container_argv(runtime: str, verb: str, ref: str, *, sudo: bool,
         0 <= stop_timeout <= 3600
     ):
         raise ValueError(f"stop timeout out of range: {stop_timeout!r}")
-    if runtime == "podman" and verb == "no-restart":
-        raise ValueError("podman: turning a restart policy off is not supported")
-    words = [w.format(timeout=stop_timeout) for w in CONTAINER_VERBS[verb]]
+    if runtime == "podman" and verb in ("no-restart", "restart-policy"):
+        raise ValueError("podman: changing a restart policy is not supported")
+    if verb == "restart-policy":
+        policy = validate_policy(policy or "")
+    words = [w.format(timeout=stop_timeout, policy=policy) for w in CONTAINER_VERBS[verb]]
     argv = [runtime, *words, "--", validate_container(ref)]
     return ["sudo", "-n", *argv] if sudo else argv
+
+
+def container_logs_argv(runtime: str, ref: str, *, lines: int, follow: bool) -> list[str]:
+    """``docker|podman logs [--follow] --tail N --timestamps -- CONTAINER`` (no sudo: it
+    is run as the collector runs, as root where the host's collector is)."""
+    if runtime not in CONTAINER_RUNTIMES:
+        raise ValueError(f"container runtime not allowed: {runtime!r}")
+    if isinstance(lines, bool) or not isinstance(lines, int):
+        raise ValueError(f"not a line count: {lines!r}")
+    argv = [runtime, "logs", *(["--follow"] if follow else []),
+            "--tail", str(min(max(lines, 0), 10000)), "--timestamps", "--",
+            validate_container(ref)]
+    return argv
 
 
 def systemctl_argv(verb: str, unit: str, *, sudo: bool) -> list[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime
 import json
 import re
 import shlex
@@ -16,7 +17,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from urllib.parse import urlsplit
 
-from gpudash.collector.hostside import OP_REFRESH, OP_WATCH, TRUNCATED
+from gpudash.collector.hostside import CONTAINER_ID, OP_REFRESH, OP_WATCH, TRUNCATED
 from gpudash.domain.model import HostSnapshot
 from gpudash.protocol.source import (
     LOOPBACK_HOSTS,
@@ -43,9 +44,11 @@ from gpudash.transport.collectors import (
 from gpudash.transport.commands import (
     cat_argv,
     container_argv,
+    container_logs_argv,
     daemon_reload_argv,
     drop_in_argvs,
     systemctl_argv,
+    validate_container,
     validate_pid,
     validate_signal,
     validate_unit,
@@ -53,6 +56,7 @@ from gpudash.transport.commands import (
 from gpudash.transport.link import Connection
 
 SYSTEMCTL_TIMEOUT_S = 150.0  # `systemctl stop` waits for TimeoutStopSec (90 s by default)
+CONTAINER_RUNTIMES_ASKED = ("docker", "podman")  # in this order: the first that knows it
 CONTAINER_SLACK_S = 60.0  # beyond a stop's own timeout: the daemon's work, a slow rm
 READ_ONLY_REASON = "opened read-only (--read-only)"
 QUERY_TIMEOUT_S = 20.0  # reading unit properties
@@ -263,12 +267,13 @@ class SourceControl:
         return result
 
     async def container(
-        self, runtime: str, verb: str, container: str, stop_timeout: int = 10
+        self, runtime: str, verb: str, container: str, stop_timeout: int = 10,
+        policy: str | None = None,
     ) -> CommandResult:
         """``[sudo -n] docker|podman VERB -- CONTAINER`` on the host."""
         result = await self._administer(
             lambda sudo: container_argv(runtime, verb, container, sudo=sudo,
-                                        stop_timeout=stop_timeout),
+                                        stop_timeout=stop_timeout, policy=policy),
             stop_timeout + CONTAINER_SLACK_S,
             before=lambda: self.source.poke_container(container, runtime))
         self.source.poke_container(container, runtime)
@@ -397,6 +402,54 @@ class SourceControl:
             pipe.close()
 
 
+    async def find_container(self, ref: str) -> tuple[str, str] | None:
+        """``docker|podman inspect --format {{.Id}} -- REF`` (the name validated first), the
+        id checked to be one, and the collector told to report it from now on."""
+        ref = validate_container(ref)
+        collector = await self.source.collector()
+        for runtime in CONTAINER_RUNTIMES_ASKED:
+            argv = [runtime, "inspect", "--type", "container", "--format", "{{.Id}}", "--",
+                    ref]
+            done = await self.source.connection.run(self._as_root(argv, collector),
+                                                    QUERY_TIMEOUT_S)
+            if done.returncode is None:
+                raise LinkLost(f"{self.source.name}: {runtime} inspect: {done.output}")
+            found = done.output.strip().splitlines()
+            if done.returncode == 0 and len(found) == 1 and CONTAINER_ID.fullmatch(found[0]):
+                self.source.poke_container(found[0], runtime)
+                return runtime, found[0]
+        return None
+
+    async def container_logs(self, runtime: str, container: str, *, lines: int = 200,
+                             follow: bool = True) -> AsyncIterator[LogLine]:
+        """``docker|podman logs [--follow] --tail N --timestamps -- ID`` (stderr too), each
+        line with the runtime's time stamp; bounded as the journal is."""
+        argv = container_logs_argv(runtime, container, lines=int(lines), follow=follow)
+        collector = await self.source.collector()
+        origin = f"{runtime}:{container[:12]}"
+        pipe = await self.source.connection.open(
+            shlex.join(self._as_root(argv, collector)) + " 2>&1")
+        budget, dropped = self.source.journal_budget, 0
+        try:
+            while True:
+                try:
+                    raw = await pipe.readline(JOURNAL_QUIET_S if follow else QUERY_TIMEOUT_S)
+                except LinkLost:
+                    if not follow and not self.source.connection.link_down():
+                        return  # the runtime printed its lines and exited
+                    raise
+                except ProtocolError:
+                    continue
+                if not budget.take():
+                    dropped += 1
+                    continue
+                if dropped:
+                    yield self._dropped(dropped, origin)
+                    dropped = 0
+                yield container_log_line(raw, origin)
+        finally:
+            pipe.close()
+
     def _dropped(self, count: int, unit: str) -> LogLine:
         return LogLine(f"[gpudash: {count} journal line(s) dropped: more than "
                        f"{self.source.journal_budget.rate:g} a second from "
@@ -404,6 +457,30 @@ class SourceControl:
 
 
 _CURSOR = re.compile(r"[A-Za-z0-9=;_-]{1,400}")
+
+
+_DOCKER_STAMP = re.compile(
+    rb"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(\.\d{1,9})?(Z|[+-]\d\d:\d\d) ")
+
+
+def container_log_line(raw: bytes, origin: str) -> LogLine:
+    """One ``docker logs --timestamps`` line: its RFC 3339 stamp (when it has one) as the
+    time, the rest as the message (host text, cut as journal messages are)."""
+    raw = raw.rstrip(b"\r\n")
+    when = None
+    m = _DOCKER_STAMP.match(raw)
+    if m is not None:
+        try:
+            text = m.group(0)[:-1].decode("ascii")
+            frac = m.group(7) or b""
+            base = text.replace((frac or b"").decode("ascii"), "", 1) if frac else text
+            stamp = datetime.datetime.fromisoformat(base.replace("Z", "+00:00"))
+            when = stamp.timestamp() + (float(frac) if frac else 0.0)
+            raw = raw[m.end():]
+        except ValueError:
+            when = None
+    msg = cut_message(raw.decode("utf-8", "replace"))
+    return LogLine(msg, when, origin, None, origin)
 
 
 def cut_message(msg: str, limit: int = JOURNAL_MESSAGE_MAX) -> str:

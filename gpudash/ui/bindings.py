@@ -77,7 +77,7 @@ KEYS: tuple[Key, ...] = (
     Key("holders", "toggle_fold", "space", "screen.fold('toggle')", "Fold", show=False,
         help="Collapse / expand"),
     Key("main", "journal", "j", "journal", "Journal", show=False,
-        help="The selected unit's journal, live (/ filters)"),
+        help="The selected unit's journal, live (/ filters); a container's docker logs"),
     Key("main", "next_host", "h", "next_host", "Next host", hosts=True, help="Switch host"),
     Key("main", "fleet", "F", "fleet", "Fleet", hosts=True,
         help="Fleet: every host in one table (type to filter, > < sort, enter opens)",

@@ -461,9 +461,19 @@ class MainScreen(Screen[None]):
     # --- the other keys ---------------------------------------------------------------------
 
     def action_journal(self) -> None:
-        """The selected unit's journal, live."""
+        """The selected unit's journal, live (a container's ``docker logs``)."""
         app = self.dashboard
-        unit = self.selection().unit or selection_of(app.view.triage, app.selected_key)[0]
+        sel = self.selection()
+        control = app.view.source.control
+        if sel.container is not None and app.view.snapshot is not None:
+            c = app.view.snapshot.container(sel.container)
+            if c is not None and Capability.CONTAINER_LOGS in control.capabilities:
+                runtime, cid = c.runtime, c.id
+                self.app.push_screen(JournalScreen(
+                    c.label, lambda: control.container_logs(runtime, cid, lines=200),
+                    what=f"{c.runtime} logs"))
+                return
+        unit = sel.unit or selection_of(app.view.triage, app.selected_key)[0]
         control = app.view.source.control
         can = Capability.JOURNAL in control.capabilities
         if unit is None or not can:

@@ -126,9 +126,10 @@ class JournalScreen(ModalScreen[None]):
     MAX_LINES = 5000
     TRIM = 500  # lines dropped at once when the journal outgrows MAX_LINES (then redrawn)
 
-    def __init__(self, unit: str, opener: JournalOpener) -> None:
+    def __init__(self, unit: str, opener: JournalOpener, what: str = "journal") -> None:
         super().__init__()
         self.unit = unit
+        self.what = what  # "journal", or a container's "docker logs"
         self.opener = opener
         self.lines: list[LogLine] = []
         self.needle = ""
@@ -143,7 +144,7 @@ class JournalScreen(ModalScreen[None]):
 
     def _title(self) -> str:
         shown = f"; filter {self.needle!r}" if self.needle else ""
-        return f"journal: {clean(self.unit)} (live{shown}; / filters, Esc closes)"
+        return f"{self.what}: {clean(self.unit)} (live{shown}; / filters, Esc closes)"
 
     def on_mount(self) -> None:
         self.follow()
@@ -159,8 +160,8 @@ class JournalScreen(ModalScreen[None]):
                     self._redraw()
                 elif self._wanted(line):
                     log.write(journal_text(line))  # wrapped, never interpreted
-        except (SourceError, NotImplementedError) as exc:
-            log.write(literal(f"journal not available: {exc}", style="bold"))
+        except (SourceError, NotImplementedError, ValueError) as exc:
+            log.write(literal(f"{self.what} not available: {exc}", style="bold"))
 
     def _wanted(self, line: LogLine) -> bool:
         wanted = self.needle.lower()

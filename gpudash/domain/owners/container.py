@@ -31,7 +31,7 @@ class ContainerRules:
         c = owner.container
         if c is None or c.state == "removed":
             return frozenset()
-        caps = {Capability.STOP, Capability.REMOVE, Capability.RECLAIM}
+        caps = {Capability.STOP, Capability.REMOVE, Capability.RECLAIM, Capability.START}
         if c.runtime == "docker":
             caps.add(Capability.DISABLE)
         return frozenset(caps)
@@ -51,8 +51,10 @@ class ContainerRules:
         if capability is Capability.DISABLE:
             return (f"{name}: turning a Podman restart policy off is not supported here; "
                     "stop it (a stopped container stays stopped) or reclaim it")
-        if capability is Capability.START:
-            return f"{name} is a container: start it with {c.runtime} start"
+        if capability is Capability.START:  # what a container cannot: enable (boot)
+            return (f"{name} has no boot setting (enable is systemd's): its restart policy "
+                    f"({c.restart_policy or 'unknown'}) decides whether {c.runtime} starts "
+                    "it again")
         return f"{name} cannot {capability.value}: signal its processes"
 
     def describe(self, owner: Owner) -> str:

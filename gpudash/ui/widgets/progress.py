@@ -106,7 +106,8 @@ def _result_lines(report: ActionReport, pal: Palette) -> list[Text]:
     if sv is not None and sv.serving and sv.mib_per_gpu:
         per = max(sv.mib_per_gpu.values())
         lines.append(Text(f"footprint learned: {gib(per)} per GPU on {len(sv.mib_per_gpu)} "
-                          f"GPU(s), ready in {seconds(round(sv.ready_s or 0))}",
+                          f"GPU(s), {'running' if sv.container else 'ready'} in "
+                          f"{seconds(round(sv.ready_s or 0))}",
                           style=pal.success))
     elif sv is not None and not sv.serving:
         if sv.failure_line and sv.failure_line not in report.summary:  # said once

@@ -41,7 +41,12 @@ def _service_rows(out: Text, group: OwnerGroup, unit: Unit, pal: Palette) -> Non
     _row(out, "NRestarts", None if unit.n_restarts is None else str(unit.n_restarts),
          pal.notice if unit.n_restarts else "")
     _row(out, "MainPID", None if unit.main_pid is None else str(unit.main_pid))
-    if group.lint:  # what sets the trap, in the unit's own configuration
+    _lint_rows(out, group, pal)
+
+
+def _lint_rows(out: Text, group: OwnerGroup, pal: Palette) -> None:
+    """What sets the trap, in the owner's own configuration (a unit's, a container's)."""
+    if group.lint:
         out.append("Configuration\n", style=f"bold {pal.notice}")
         for finding in group.lint:
             out.append("⚙ ", style=pal.notice)
@@ -68,7 +73,7 @@ def _crash_rows(out: Text, unit: Unit, crash: CrashReason | None, pal: Palette) 
     out.append("\n")
 
 
-def _container_rows(out: Text, c: Container, pal: Palette) -> None:
+def _container_rows(out: Text, group: OwnerGroup, c: Container, pal: Palette) -> None:
     _row(out, "Container", f"{c.runtime} {c.short_id}")
     _row(out, "Image", c.image)
     _row(out, "State", c.state, pal.notice if c.is_down else pal.success)
@@ -77,6 +82,10 @@ def _container_rows(out: Text, c: Container, pal: Palette) -> None:
     _row(out, "Restarts", None if c.restart_count is None else str(c.restart_count),
          pal.notice if c.restart_count else "")
     _row(out, "Main pid", None if c.main_pid is None else str(c.main_pid))
+    _row(out, "Health", c.health, pal.warning if c.health in ("none", "unhealthy") else "")
+    _row(out, "Init", c.init)
+    _row(out, "PID mode", c.pid_mode, pal.warning if c.pid_mode == "host" else "")
+    _lint_rows(out, group, pal)
 
 
 def _process_rows(out: Text, process: Process, pal: Palette, why: str | None) -> None:
@@ -125,7 +134,7 @@ def unit_text(group: OwnerGroup | None, process: Process | None, pal: Palette,
     if unit is not None and group.kind is OwnerKind.SERVICE:
         _service_rows(out, group, unit, pal)
     elif group.owner is not None and group.owner.container is not None:
-        _container_rows(out, group.owner.container, pal)
+        _container_rows(out, group, group.owner.container, pal)
     else:
         out.append_text(Text(_KIND_NOTE.get(group.kind, group.kind.value), style="dim"))
         out.append("\n")
