@@ -148,8 +148,11 @@ class HostSimulation:
             cpu_pct=3.0, rss_mib=6 * 1024,
         )
         unit.main_pid = main.pid
+        used = self._used()
         for tp in range(8):
             mib = worker_mib - (NOTEBOOK_MIB if tp == 0 and worker_mib == MODEL_MIB else 0)
+            # a context takes what is free, no more: GPU7 showed 96.1/95.6 GiB
+            mib = max(0, min(mib, GPU_TOTAL_MIB - used[tp]))
             self.spawn(
                 ppid=main.pid,
                 user="root",
