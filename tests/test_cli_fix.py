@@ -170,3 +170,18 @@ def test_the_precheck_agrees_with_the_planner_once_the_unit_is_read() -> None:
                 assert reason == str(exc)
             else:
                 assert reason is None
+
+
+def test_the_drop_in_gives_the_stop_time_learned_here() -> None:
+    # the lint held TimeoutStopSec=90s against a learned 200 s stop, and fix wrote none:
+    # the unit was still SIGKILLed mid-shutdown after "the fix"
+    from gpudash.state import footprints
+
+    footprints.learn_stop("demo-gpu01", MINIMAX, 200.0, footprints.store_path(simulated=True))
+    demo = DemoHost(speed=50)
+    code, _out, err = _fix(demo, "--dry-run")
+    assert code == 0, err
+    assert "+TimeoutStopSec=300s" in err, err  # 200 s x 1.5, in tens of seconds
+    code, out, err = _fix(demo, "--yes")
+    assert code == 0, err + out  # proven: systemctl show reports what the lint wants
+    assert demo.units[MINIMAX].timeout_stop_s == 300.0

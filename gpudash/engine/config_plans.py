@@ -20,9 +20,11 @@ REVERT_TITLE = "Revert gpudash's unit fix"
 TITLE = "Fix unit config (gpudash's drop-in)"
 
 
-def findings_of(unit: Unit) -> tuple[Finding, ...]:
-    """The lint of a unit the operator named: linted whether or not it holds memory now."""
-    return lint_unit(unit, holds_gpu_memory=True)
+def findings_of(unit: Unit, learned_stop_s: float | None = None) -> tuple[Finding, ...]:
+    """The lint of a unit the operator named: linted whether or not it holds memory now,
+    against its learned stop time where one was learned (the drop-in then writes the
+    TimeoutStopSec that time needs, not the default)."""
+    return lint_unit(unit, holds_gpu_memory=True, learned_stop_s=learned_stop_s)
 
 
 def fixable(findings: tuple[Finding, ...]) -> tuple[Finding, ...]:
@@ -37,7 +39,7 @@ def fix_fits(snapshot: HostSnapshot, sel: Selection) -> str | None:
     if u is None:
         return None  # the planner says what is wrong with the name
     if sel.unit_text is None:
-        if not sel.revert and not fixable(findings_of(u)):
+        if not sel.revert and not fixable(findings_of(u, sel.learned_stop_s)):
             return f"nothing to fix in {u.name}: the unit lint finds nothing gpudash writes"
         return None
     try:
@@ -55,8 +57,9 @@ def plan_fix(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Action
         raise PlanError(f"the configuration of {u.name} was not read (systemctl cat)")
     path = dropin.drop_in_path(u.name)
     existing = dropin.ours_in(cat, u.name)
-    picked = Selection(unit=u.name, revert=sel.revert, unit_text=cat)
-    findings = findings_of(u)
+    picked = Selection(unit=u.name, revert=sel.revert, unit_text=cat,
+                       learned_stop_s=sel.learned_stop_s)
+    findings = findings_of(u, sel.learned_stop_s)
     notes: list[str] = []
     if sel.revert:
         if existing is None:

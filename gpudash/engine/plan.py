@@ -71,6 +71,7 @@ class Selection:
     rollback: bool = True  # swap: start the old unit again if the new one does not serve
     revert: bool = False  # fix: remove gpudash's drop-in instead of writing it
     unit_text: str | None = None  # fix: ``systemctl cat UNIT`` as read before planning
+    learned_stop_s: float | None = None  # fix: how long its last stop took here (the lint)
     # a container's start: the restart policy to put back (what it had before gpudash
     # turned it off, from the audit); None: leave it as it is
     restart_policy: str | None = None

@@ -231,7 +231,8 @@ class Run:
         if act and not await self._commands():
             return False
         unit = plan.unit_before.name if plan.unit_before is not None else plan.subject
-        goal = UnitConfigured(unit, plan.settings, not plan.selection.revert)
+        goal = UnitConfigured(unit, plan.settings, not plan.selection.revert,
+                              plan.selection.learned_stop_s)
         snap = await self._verify([goal], self.opts.verify_timeout)
         report.unit_after = snap.unit(unit)
         status = self.statuses[0]

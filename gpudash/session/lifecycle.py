@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from gpudash.domain.model import HostSnapshot, SourceKind
+from gpudash.domain.model import HostSnapshot, SourceKind, unit_name
 from gpudash.engine import (
     SPECS,
     STARTING,
@@ -253,8 +253,11 @@ async def _prepare_fix(request: Request, control: HostControl, host: str) -> Act
     control.watch_unit(unit)
     snapshot = await control.sample()
     text = await control.unit_text(unit)
-    return SPECS[ActionKind.FIX].plan(snapshot, dataclasses.replace(request.selection,
-                                                                    unit_text=text))
+    # the stop time learned here: the drop-in's TimeoutStopSec is what it needs
+    stops = footprints.stop_times(host, footprints.store_path(
+        simulated=snapshot.source is SourceKind.DEMO))
+    return SPECS[ActionKind.FIX].plan(snapshot, dataclasses.replace(
+        request.selection, unit_text=text, learned_stop_s=stops.get(unit_name(unit))))
 
 
 # --- confirm -------------------------------------------------------------------------
