@@ -33,7 +33,7 @@ from gpudash.session.lifecycle import (
     confirm,
     prepare,
 )
-from gpudash.state import config, logfile
+from gpudash.state import logfile
 
 # What ends an action before anything is sent, as an exit status (gpudash.cli.contract).
 EXIT_OF = {Ending.PLAN: Exit.USAGE, Ending.UNREACHABLE: Exit.CONNECT,
@@ -138,12 +138,12 @@ def _ctrl_c_at_once() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def prepared(source: HostSource, request: Request, runner: asyncio.Runner
-             ) -> ActionPlan | Ended:
+def prepared(args: argparse.Namespace, source: HostSource, request: Request,
+             runner: asyncio.Runner) -> ActionPlan | Ended:
     """The plan of ``request`` on ``source`` as it is now (a dry run shows it), in
     ``runner``."""
     return runner.run(prepare(request, source.control, source.name,
-                              Prompt(Terminal(), asks=False), config.load()[0].models))
+                              Prompt(Terminal(), asks=False), args.settings.models))
 
 
 def _run(
@@ -152,7 +152,7 @@ def _run(
 ) -> int:
     ports = Prompt(term, asks=not args.yes)
     control = source.control
-    plan = runner.run(prepare(request, control, source.name, ports, config.load()[0].models))
+    plan = runner.run(prepare(request, control, source.name, ports, args.settings.models))
     if not isinstance(plan, Ended):
         plan = runner.run(confirm(plan, control, ports, options.term_timeout))
     if isinstance(plan, Ended):

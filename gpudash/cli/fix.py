@@ -29,7 +29,7 @@ def run_fix(args: argparse.Namespace, source: HostSource, term: Terminal) -> int
     if not args.dry_run:
         return act.run_action(args, source, term, request)
     with asyncio.Runner() as runner:
-        plan = act.prepared(source, request, runner)
+        plan = act.prepared(args, source, request, runner)
         with contextlib.suppress(Exception):
             runner.run(source.close())
     if isinstance(plan, Ended):

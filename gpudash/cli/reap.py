@@ -72,7 +72,7 @@ def _one(args: argparse.Namespace, source: HostSource, out: Terminal
     request = Request(ActionKind.REAP, Selection(unit=args.unit, container=args.container))
     before = len(out.documents) if isinstance(out, _Collected) else 0
     with asyncio.Runner() as runner:
-        plan = act.prepared(source, request, runner)
+        plan = act.prepared(args, source, request, runner)
         if isinstance(plan, Ended) or args.dry_run:
             with contextlib.suppress(Exception):
                 runner.run(source.close())

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -25,9 +25,9 @@ from gpudash.engine import (
     reverify,
 )
 from gpudash.engine.plan import STOPPING
-from gpudash.protocol.source import Capability, HostControl, HostSource, SourceError
+from gpudash.protocol.source import Capability, HostControl, SourceError
 from gpudash.session.audit import AuditTrail, failed, refusal
-from gpudash.state import config, footprints
+from gpudash.state import footprints
 
 log = logging.getLogger("gpudash.session.controller")
 
@@ -280,19 +280,20 @@ def outcome_line(report: ActionReport) -> str:
 
 async def serving_request(
     control: HostControl, host: str, unit: str, *, ready_url: str | None = None,
-    simulated: bool = False,
+    simulated: bool = False, models: Sequence[str] = (),
 ) -> tuple[str | None, dict[int, int] | None]:
     """(ready URL, learned footprint) for starting ``unit`` on ``host``.
 
     The URL is ``--ready-url`` when given, else the unit's port as the host reports it
     (``http://127.0.0.1:PORT/health``); the footprint is what it took when it last
-    served here (None: never seen serving).
+    served here (None: never seen serving). ``models``: the settings' unit globs that are
+    model servers, as the front end read them once.
     """
     learned = footprints.lookup(host, unit, footprints.store_path(simulated=simulated))
     url = ready_url
     if url is None and Capability.MODEL_UNITS in control.capabilities:
         try:
-            found = [m for m in await control.model_units(config.load()[0].models)
+            found = [m for m in await control.model_units(models)
                      if m.name == unit]
         except (SourceError, NotImplementedError) as exc:
             log.info("model units of %s not read: %s", host, exc)
@@ -335,8 +336,3 @@ def learn_from(report: ActionReport) -> footprints.Footprint | None:
         log.exception("footprint of %s not saved", sv.unit)
         return None
 
-
-def watch(source: HostSource, unit: str) -> None:
-    """Ask a live source to report ``unit`` in every sample from now on (even when it has
-    no processes yet): a unit to start must be in the snapshot it is planned from."""
-    source.control.watch_unit(unit)

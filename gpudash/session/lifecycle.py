@@ -153,7 +153,7 @@ async def _prepare_start(request: Request, control: HostControl, host: str, port
         raise PlanError("no unit to start")
     control.watch_unit(target)  # a unit to start must be in the snapshot it is planned from
     url, learned = await serving_request(control, host, target, ready_url=request.ready_url,
-                                         simulated=simulated)
+                                         simulated=simulated, models=models)
     snapshot = await control.sample()
     chosen = dataclasses.replace(
         sel, ready_url=url, footprint=learned, enable=bool(enable),
