@@ -51,6 +51,25 @@ async def test_quit_while_acting_asks_and_keep_running_keeps_it(tmp_path: Path) 
         assert app.is_running  # nothing quit behind the operator's back
 
 
+async def test_keep_running_keeps_the_dashboard_when_the_action_ended_meanwhile(
+        tmp_path: Path) -> None:
+    """The action ends while the question is open; "Keep running" still keeps it (CI saw
+    the dashboard quit behind a "n" that arrived after the verdict)."""
+    demo = DemoHost(speed=5, release_delay=2)
+    app = make_app(demo)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.view.snapshot is not None)
+        await start_reclaim(pilot, app)
+        await pilot.press("q")
+        await wait_for(pilot, lambda: isinstance(app.screen, QuitWhileActing))
+        await wait_for(pilot, lambda: app.last_report is not None, within=30)
+        assert isinstance(app.screen, QuitWhileActing)  # the question is still open
+        await pilot.press("n")
+        await wait_for(pilot, lambda: not isinstance(app.screen, QuitWhileActing))
+        await pilot.pause(0.3)
+        assert app.is_running
+
+
 async def test_quit_now_interrupts_and_audits_what_was_sent(tmp_path: Path) -> None:
     demo = DemoHost(speed=5, release_delay=2)
     app = make_app(demo)

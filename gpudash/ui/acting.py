@@ -24,7 +24,7 @@ from gpudash.session.lifecycle import Ended, Ending
 from gpudash.ui.messages import ActionFinished, ActionProgressed
 from gpudash.ui.models import ModelPicker
 from gpudash.ui.outcome import exit_code
-from gpudash.ui.quit import AFTER, NOW, QuitWhileActing
+from gpudash.ui.quit import AFTER, KEEP, NOW, QuitWhileActing
 from gpudash.ui.screens import ConfirmModal
 from gpudash.ui.state import Dashboard
 
@@ -183,6 +183,8 @@ class Acting:
             return
         choice = await self.app.push_screen_wait(QuitWhileActing(running.plan.title,
                                                                  running.report.sent_lines()))
+        if choice == KEEP:  # the operator said stay, even if it ended meanwhile
+            return
         if not self.state.running:  # it ended while the question was open
             self.app.exit(0)
         elif choice == AFTER:
