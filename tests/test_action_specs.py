@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+from dataclasses import replace
 
 from gpudash.demo.host import MINIMAX, DemoHost
 from gpudash.domain.model import HostSnapshot
@@ -19,7 +20,7 @@ def test_every_action_has_one_spec_with_its_own_key_and_binding() -> None:
         "gpudash.stop_unit", "gpudash.disable_unit", "gpudash.stop_disable",
         "gpudash.terminate", "gpudash.kill", "gpudash.reap", "gpudash.reclaim",
         "gpudash.start_unit", "gpudash.restart_unit", "gpudash.enable_unit", "gpudash.swap",
-            "gpudash.remove_container", "gpudash.fix_unit"}
+        "gpudash.remove_container", "gpudash.fix_unit", "gpudash.send_signal"}
 
 
 def selections(snap: HostSnapshot) -> list[Selection]:
@@ -40,6 +41,8 @@ async def check_precheck_agrees_with_planning(snap: HostSnapshot) -> None:
             if spec.kind is ActionKind.FIX:
                 continue  # systemctl cat is read after the precheck: tests/test_cli_fix.py
             reason = spec.precheck(result, sel)
+            if spec.kind is ActionKind.SIGNAL:
+                sel = replace(sel, signal=signal.SIGHUP)  # picked after the precheck
             try:
                 spec.plan(snap, sel)
             except PlanError as exc:

@@ -22,7 +22,8 @@ class SimProcess:
     cmdline: str
     unit: str | None
     gpu_memory_mib: dict[int, int] = field(default_factory=dict)
-    ignores_term: bool = False
+    ignores_term: bool = False  # stuck: every signal that can be caught waits, only KILL ends it
+    handles: frozenset[int] = frozenset()  # caught and survived (a kernel's SIGINT)
     state: str = "S"
     # A child forked from a CUDA process (a compile or dataloader worker) that inherited
     # /dev/nvidia*: when its parent dies, the parent's memory stays, held through it,

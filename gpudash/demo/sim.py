@@ -30,6 +30,9 @@ GPU_NAME = "NVIDIA RTX PRO 6000 Blackwell"
 GPU_TOTAL_MIB = 97887
 MODEL_MIB = 96801  # per GPU, as nvidia-smi showed in the incident
 NOTEBOOK_MIB = 2048
+# the signals whose default action ends a process that does not catch them
+ENDING = frozenset({_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP, _signal.SIGQUIT,
+                    _signal.SIGUSR1, _signal.SIGUSR2})
 RESPAWN_MIB = 612  # a respawned worker's CUDA context, before it fails to load the model
 MINIMAX = "vllm-minimax-m25.service"
 KIMI = "vllm-kimi-k25.service"
@@ -119,6 +122,7 @@ class HostSimulation:
         gpu_memory_mib: dict[int, int] | None = None,
         age: float = 0.0,
         ignores_term: bool = False,
+        handles: frozenset[int] = frozenset(),
         pid: int | None = None,
         inherits_device: bool = False,
         cpu_pct: float = 0.0,
@@ -135,6 +139,7 @@ class HostSimulation:
             unit=unit,
             gpu_memory_mib=dict(gpu_memory_mib or {}),
             ignores_term=ignores_term,
+            handles=handles,
             inherits_device=inherits_device,
             cpu_pct=cpu_pct,
             rss_mib=rss_mib,
@@ -187,6 +192,7 @@ class HostSimulation:
             "/home/alice/.local/share/jupyter/runtime/kernel-3f2a.json",
             unit="session-4.scope", gpu_memory_mib={0: NOTEBOOK_MIB}, age=25000, pid=90211,
             cpu_pct=0.3, rss_mib=2400,
+            handles=frozenset({_signal.SIGINT}),  # ipykernel: interrupts the cell, lives on
         )
         self._start_server(unit, age=7200, worker_mib=MODEL_MIB)
         unit.events.append((self.now() - 7200, f"Started {unit.name} - {unit.description}."))
@@ -518,7 +524,8 @@ class HostSimulation:
             # Uninterruptible sleep: the signal stays pending until the driver call
             # returns, which in this simulation is never.
             return SignalOutcome.SENT
-        if sig == _signal.SIGKILL or (sig == _signal.SIGTERM and not p.ignores_term):
+        if sig == _signal.SIGKILL or (sig in ENDING and not p.ignores_term
+                                      and sig not in p.handles):
             self._die(p)
         elif sig == _signal.SIGSTOP:
             p.state = "T"

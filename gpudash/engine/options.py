@@ -15,7 +15,9 @@ class ExecOptions:
     poll: float = 0.5
     settle: int = 3  # consecutive samples at target that count as confirmed
     slack_mib: int = 64  # driver bookkeeping noise tolerated above target
-    respawn_watch: float = 5.0  # after signalling a unit's main, watch this long for a respawn
+    # after signalling a unit's main, watch this long for a respawn; after a picked signal,
+    # for what the process did with it
+    respawn_watch: float = 5.0
     serve_timeout: float = 1800.0  # a started model has this long to serve (big ones: 10+ min)
     stop_crash_loop: bool = True  # a started unit that crash-loops is stopped
 

@@ -40,6 +40,7 @@ class ActionKind(StrEnum):
     SWAP = "swap"
     REMOVE = "remove"  # a stopped container: docker rm
     FIX = "fix"  # gpudash's drop-in of a unit: written (or, reverting, removed), reloaded
+    SIGNAL = "signal"  # one signal the operator picked, to one pinned process
 
 
 STOPPING = frozenset({ActionKind.STOP, ActionKind.STOP_DISABLE, ActionKind.RECLAIM})
@@ -75,6 +76,7 @@ class Selection:
     # a container's start: the restart policy to put back (what it had before gpudash
     # turned it off, from the audit); None: leave it as it is
     restart_policy: str | None = None
+    signal: int | None = None  # signal: the one picked (``gpudash.engine.signals``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +186,10 @@ class ActionPlan:
             lines.append("  (nothing to send)")
         if self.kind is ActionKind.FIX:
             pass  # a configuration change frees nothing: no "Expected back" line
+        elif self.kind is ActionKind.SIGNAL:
+            held = sum(m for t in self.targets for m in t.gpu_memory_mib.values() if m)
+            lines.append("  Expected: delivered; what it does then is up to the process "
+                         f"({gib(held)} of GPU memory comes back only if it exits)")
         elif self.kind in STARTING and not self.expected_free_mib:
             pass  # starting frees nothing: no "Expected back" line
         elif self.expected_free_mib:

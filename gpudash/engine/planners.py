@@ -38,6 +38,7 @@ from gpudash.engine.plan import (
     Selection,
     Serving,
 )
+from gpudash.engine.signals import pickable
 from gpudash.engine.spec import ActionSpec
 from gpudash.engine.steps import Signal, Step, Systemctl
 from gpudash.engine.target import Target, expected_free
@@ -143,10 +144,12 @@ def plan_unit(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Actio
     )
 
 
-def _process_notes(snapshot: HostSnapshot, p: Process, owner: Unit | None) -> list[str]:
-    """What signalling one process will do beyond it: respawn, a person's work, a TP group."""
+def _process_notes(snapshot: HostSnapshot, p: Process, owner: Unit | None,
+                   ends: bool = True) -> list[str]:
+    """What signalling one process will do beyond it: respawn, a person's work, a TP group
+    (``ends``: the signal usually ends it; else only whose work it is)."""
     notes: list[str] = []
-    if owner is not None and owner.main_pid == p.pid and not owner.is_down:
+    if ends and owner is not None and owner.main_pid == p.pid and not owner.is_down:
         if (owner.restart or "no").lower() != "no":
             notes.append(
                 f"pid {p.pid} is the main process of {owner.name} "
@@ -161,7 +164,7 @@ def _process_notes(snapshot: HostSnapshot, p: Process, owner: Unit | None) -> li
             f"pid {p.pid} belongs to {p.user or '?'}'s login session ({p.unit}): "
             "this is a person's live work, not a service. Make sure they know."
         )
-    elif kind is OwnerKind.SERVICE and owner is not None and not owner.is_down:
+    elif ends and kind is OwnerKind.SERVICE and owner is not None and not owner.is_down:
         flags = process_flags(snapshot)
         peers = [
             q for q in members_of(snapshot, owner)
@@ -177,20 +180,31 @@ def _process_notes(snapshot: HostSnapshot, p: Process, owner: Unit | None) -> li
 
 
 def plan_process(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> ActionPlan:
-    """terminate / kill of one pinned process."""
+    """terminate / kill / a picked signal of one pinned process."""
     p = require_process(snapshot, sel.pid)
     t = pin(snapshot, p)
-    kill = spec.kind is ActionKind.KILL
+    if spec.kind is ActionKind.SIGNAL:
+        picked = pickable(sel.signal)
+        if picked is None:
+            raise PlanError("pick a signal to send" if sel.signal is None else
+                            f"signal {sel.signal} is not one gpudash sends")
+        step = Signal(t, picked.sig)
+        ends = picked.ends
+    else:
+        ends = True
+        kill = spec.kind is ActionKind.KILL
+        step = Signal(t, _signal.SIGKILL if kill else _signal.SIGTERM, escalate=not kill)
     owner = snapshot.unit(p.unit) if p.unit else None
     container = owner_of(p, snapshot).container
     if container is not None:
         owner = None  # a container's scope unit does not restart it: its runtime does
     return new_plan(
-        spec, snapshot, Selection(pid=p.pid), f"pid {p.pid}",
+        spec, snapshot, Selection(pid=p.pid, signal=sel.signal), f"pid {p.pid}",
         container_before=container,
-        steps=(Signal(t, _signal.SIGKILL if kill else _signal.SIGTERM, escalate=not kill),),
-        expected_free_mib=expected_free(snapshot, [t]),
-        notes=tuple(_process_notes(snapshot, p, owner)),
+        steps=(step,),
+        expected_free_mib=({} if spec.kind is ActionKind.SIGNAL
+                           else expected_free(snapshot, [t])),
+        notes=tuple(_process_notes(snapshot, p, owner, ends)),
         untouched=left_alone(snapshot, [t]),
         unit_before=owner,
     )

@@ -42,6 +42,7 @@ from gpudash.engine.report import (
     Progress,
     ServingOutcome,
 )
+from gpudash.engine.signal_proof import conclude_signal, watched_enough
 from gpudash.engine.steps import ContainerCommand, DaemonReload, DropIn, Systemctl
 from gpudash.engine.target import Target, mem_sum
 from gpudash.engine.verdict import NOT_SENT, conclude, failed_start, nothing_serves, phases_summary
@@ -143,6 +144,8 @@ class Run:
                 began = self.host_now
                 if phase.kind is ActionKind.FIX:
                     ok = await self._config_phase(act)
+                elif phase.kind is ActionKind.SIGNAL:
+                    ok = await self._signal_phase(act)
                 elif phase.kind in CONTAINER_STARTS and phase.serving is None and (
                         self.plan.container_before is not None):
                     ok = await self._container_start_phase(act)
@@ -242,6 +245,29 @@ class Run:
             report.warnings += [n for n in plan.notes if "next stop or restart" in n]
         else:
             report.summary = f"NOT confirmed: {status.detail or status.title}"
+        return report.confirmed
+
+    async def _signal_phase(self, act: bool) -> bool:
+        """A picked signal, pinned; then watched (``respawn_watch`` seconds at most on the
+        host's clock) for what the process did: exited, paused, or runs on."""
+        report, opts = self.report, self.opts
+        self.memory = MemoryAtMost({}, opts.settle, opts.slack_mib)  # nothing is promised
+        if act:
+            await self._signal_targets()
+            if report.unknown:
+                return False
+        clock = self.control.clock
+        start = clock()
+        while True:
+            snap = await self.control.sample()
+            self.observe(snap)
+            watched = clock() - start
+            if watched >= opts.respawn_watch or watched_enough(self.plan, report, snap,
+                                                                 opts.slack_mib):
+                break
+            self.tell("verifying", "watching what the process does with the signal")
+            await self.control.sleep(min(opts.poll, opts.respawn_watch - watched))
+        conclude_signal(self.plan, report, snap, watched, opts.slack_mib)
         return report.confirmed
 
     async def _container_start_phase(self, act: bool) -> bool:

@@ -24,6 +24,7 @@ from textual.events import Key, Resize
 from textual.screen import Screen
 from textual.widgets import DataTable
 
+from gpudash.domain.triage import label
 from gpudash.engine import SPECS_BY_NAME, Selection, selection_for
 from gpudash.protocol.source import Capability
 from gpudash.ui.acting import Acting
@@ -32,6 +33,7 @@ from gpudash.ui.layout import PLOT_MIN, progress_columns, progress_room, size_cl
 from gpudash.ui.models import JournalScreen
 from gpudash.ui.palette import palette
 from gpudash.ui.screens import DetailScreen, FilterScreen
+from gpudash.ui.signal_picker import SignalPicker
 from gpudash.ui.state import Dashboard
 from gpudash.ui.text import clean
 from gpudash.ui.widgets.action_log import ActionLog, LogEntry, recent_entries
@@ -433,6 +435,24 @@ class MainScreen(Screen[None]):
 
     def action_kill(self) -> None:
         self.plan_action("kill")
+
+    def action_send_signal(self) -> None:
+        """Pick a signal for the selected process; then planned and confirmed as any."""
+        if self.availability("send_signal")[0] is not True:
+            self.action_explain("send_signal")
+            return
+        view, host, sel = self.dashboard.view, self.dashboard.current_host, self.selection()
+        p = view.snapshot.process(sel.pid) if view.snapshot and sel.pid is not None else None
+        if p is None:
+            return
+        heading = (f"pid {p.pid} ({p.user or '?'}, {label(p) or p.name}) on {view.name}: "
+                   f"{p.cmdline[:200]}")
+
+        def picked(sig: int | None) -> None:
+            if sig is not None and self.dashboard.current_host == host:
+                self.acting.plan(ACTIONS["send_signal"], host, replace(sel, signal=sig))
+
+        self.app.push_screen(SignalPicker(heading), picked)
 
     def action_reap(self) -> None:
         self.plan_action("reap")

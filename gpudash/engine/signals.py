@@ -1,0 +1,45 @@
+"""The signals the operator may pick for one process, and what each usually does.
+
+The list is htop's and nvitop's everyday few, not every number: what a model server, a
+notebook kernel or a stuck worker is commonly sent. The pid guard is the same as for TERM
+and KILL: the signal goes only to the process that was planned (pid + start time).
+"""
+
+from __future__ import annotations
+
+import signal as _signal
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Pickable:
+    sig: int
+    what: str  # what it usually does, for the picker
+    ends: bool = True  # its default action ends the process (a handler may keep it)
+
+    @property
+    def name(self) -> str:
+        return _signal.Signals(self.sig).name
+
+    @property
+    def short(self) -> str:
+        return self.name.removeprefix("SIG")
+
+
+PICKABLE: tuple[Pickable, ...] = (
+    Pickable(_signal.SIGTERM, "terminate: ask it to exit (the default of kill)"),
+    Pickable(_signal.SIGINT, "interrupt, as Ctrl+C: Python raises KeyboardInterrupt"),
+    Pickable(_signal.SIGHUP, "hang up: a daemon that handles it reloads; else it exits"),
+    Pickable(_signal.SIGQUIT, "quit with a core dump (Python: exits)"),
+    Pickable(_signal.SIGUSR1, "user-defined 1: handled, dumps state or rotates logs; "
+             "else it exits"),
+    Pickable(_signal.SIGUSR2, "user-defined 2: as USR1, for what the process defines"),
+    Pickable(_signal.SIGSTOP, "pause it (cannot be ignored); CONT resumes", ends=False),
+    Pickable(_signal.SIGCONT, "resume a paused process", ends=False),
+    Pickable(_signal.SIGKILL, "kill at once (cannot be ignored or handled)"),
+)
+BY_NUMBER = {p.sig: p for p in PICKABLE}
+
+
+def pickable(sig: int | None) -> Pickable | None:
+    return BY_NUMBER.get(sig) if sig is not None else None

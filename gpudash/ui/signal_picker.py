@@ -1,0 +1,77 @@
+"""Which signal to send one process (htop's and nvitop's picker): the choice only; the plan
+that pins the process and the confirm dialog come next, as for every action."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import OptionList, Static
+from textual.widgets.option_list import Option
+
+from gpudash.engine.signals import PICKABLE, Pickable
+from gpudash.ui.text import literal
+
+
+def choice_text(p: Pickable) -> Text:
+    out = Text(f"{p.short:<5}", style="bold")
+    out.append(f" {p.sig:>2}  ")
+    out.append(p.what, style="dim")
+    return out
+
+
+class SignalPicker(ModalScreen[int | None]):
+    """Up/Down (or the signal's first letters typed) and Enter pick; Esc cancels."""
+
+    DEFAULT_CSS = """
+    SignalPicker { align: center middle; }
+    SignalPicker > Vertical {
+        width: 90%; max-width: 90; height: auto; max-height: 90%;
+        border: thick $warning; background: $surface; padding: 0 1;
+    }
+    SignalPicker OptionList { height: auto; max-height: 12; }
+    """
+    BINDINGS = [Binding("escape", "cancel", "Cancel", id="gpudash.signals.cancel")]
+
+    def __init__(self, heading: str) -> None:
+        super().__init__()
+        self.heading = heading  # names the process: host text, shown literally
+        self._typed = ""
+
+    def compose(self) -> ComposeResult:
+        with Vertical() as box:
+            box.border_title = "Send a signal"
+            yield Static(literal(self.heading, style="bold"))
+            yield OptionList(*(Option(choice_text(p), id=str(p.sig)) for p in PICKABLE),
+                             id="signals")
+            yield Static("Enter: the plan, pinned to this process, to confirm next "
+                         "· Esc: cancel", classes="hint")
+
+    def on_mount(self) -> None:
+        options = self.query_one(OptionList)
+        options.highlighted = 0
+        options.focus()
+
+    def on_key(self, event) -> None:  # type: ignore[no-untyped-def]
+        """Letters jump to the signal whose name starts so (``h`` HUP, ``us`` USR1)."""
+        char = event.character or ""
+        if not (len(char) == 1 and char.isalnum()):
+            return
+        typed = (self._typed + char).upper()
+        match = next((i for i, p in enumerate(PICKABLE) if p.short.startswith(typed)), None)
+        if match is None:
+            typed = char.upper()
+            match = next((i for i, p in enumerate(PICKABLE) if p.short.startswith(typed)),
+                         None)
+        if match is not None:
+            self._typed = typed
+            self.query_one(OptionList).highlighted = match
+            event.stop()
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(int(event.option.id or 0) or None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
