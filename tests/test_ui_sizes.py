@@ -421,7 +421,7 @@ async def test_80x24_a_cut_verdict_says_where_the_rest_is() -> None:
     # At 80x24 a failed swap's verdict takes more rows than the screen has: the rest was
     # below the panel's edge with no word.
     from gpudash.ui.models import ModelPicker
-    from gpudash.ui.widgets.progress import MORE, ActionProgressPanel
+    from gpudash.ui.widgets.progress import MORE_LOG_HIDDEN, ActionProgressPanel
 
     deepseek_learned_smaller()
     app = make_app(DemoHost(speed=50, release_delay=1), welcome=True)
@@ -435,8 +435,10 @@ async def test_80x24_a_cut_verdict_says_where_the_rest_is() -> None:
         await wait_for(pilot, lambda: app.last_report is not None, within=60)
         await pilot.pause(0.5)
         panel = app.query_one(ActionProgressPanel)
-        assert panel.border_subtitle == MORE
-        assert "cut: Enter on its Action log entry" in screen_text(app)
+        assert panel.border_subtitle == MORE_LOG_HIDDEN  # at 80x24 the log gave way to it
+        assert "cut: x, then Enter on its Action log entry" in screen_text(app)
+        await pilot.press("x")  # the panel hidden, the log is back
+        await wait_for(pilot, lambda: app.query_one(ActionLog).display)
         app.query_one(ActionLog).focus()
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, DetailScreen))

@@ -8,6 +8,8 @@ from test_ui_sizes import make_app, screen_text, select, wait_for
 from gpudash.demo.host import KIMI, MINIMAX, DemoHost
 from gpudash.ui.models import ModelPicker
 from gpudash.ui.screens import ConfirmModal
+from gpudash.ui.widgets.action_log import ActionLog
+from gpudash.ui.widgets.holders import HoldersTable
 
 
 async def test_the_header_at_80_columns_keeps_what_matters_and_cuts_no_word() -> None:
@@ -57,3 +59,26 @@ async def test_after_a_swap_the_proof_says_its_figures_are_the_reclaims() -> Non
         panel = str(app.query_one("#progress").render()).replace("\n", " ")
         assert f"freed by the reclaim, per GPU (GiB before→after); then {KIMI}" in panel, panel
         assert "94.5→0.0" in panel and "footprint learned" in panel, panel
+
+
+async def test_at_80x24_while_acting_holders_keep_rows_and_the_log_gives_way() -> None:
+    # Holders shrank to 2-3 rows under the Action panel, with an empty Action log below
+    # repeating nothing the panel did not say; x gives the log (and the GPUs) back.
+    app = make_app(DemoHost(speed=5, release_delay=2))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.press("r")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.running)
+        await pilot.pause(0.5)
+        holders = app.query_one(HoldersTable)
+        log = app.query_one(ActionLog)
+        assert not log.display
+        assert holders.size.height - 1 >= 5, holders.size  # rows below its header
+        assert app.query_one("#progress").region.bottom <= 24
+        await wait_for(pilot, lambda: app.last_report is not None, within=40)
+        await pilot.press("x")
+        await pilot.pause(0.3)
+        assert log.display and "Reclaim unit" in screen_text(app)
+        assert "GPU0" in screen_text(app)  # the GPU grid is back

@@ -217,6 +217,7 @@ def _gpu_cell(
 
 
 MORE = "cut: Enter on its Action log entry shows it all"
+MORE_LOG_HIDDEN = "cut: x, then Enter on its Action log entry, shows it all"
 
 
 class ActionProgressPanel(Static):
@@ -260,7 +261,8 @@ class ActionProgressPanel(Static):
     def _say_if_cut(self) -> None:
         box = self.content_size
         needed = self.get_content_height(box, self.app.size, box.width) if box.width else 0
-        said = MORE if needed > box.height else None
+        log_hidden = self.screen.has_class("-tiny")  # the log gave way to this panel
+        said = (MORE_LOG_HIDDEN if log_hidden else MORE) if needed > box.height else None
         if self.border_subtitle != said:  # set again, the same, it drew a frame
             self.border_subtitle = said
 
