@@ -82,3 +82,27 @@ async def test_at_80x24_while_acting_holders_keep_rows_and_the_log_gives_way() -
         await pilot.pause(0.3)
         assert log.display and "Reclaim unit" in screen_text(app)
         assert "GPU0" in screen_text(app)  # the GPU grid is back
+
+
+async def test_while_loading_the_gpu_table_and_the_panel_say_one_figure() -> None:
+    # A loading model: the table said 24.2 GiB (the feed's sample), the Action panel 28.0
+    # (the action's newer one). The newer sample's figure is the one both show.
+    from gpudash.engine import ActionKind, execute, plan_action
+    from gpudash.session.controller import Shown
+    from gpudash.ui.main_screen import freshest_memory
+
+    demo = DemoHost(speed=100, release_delay=1)
+    feed = await demo.sample()  # what the table has
+    seen = []
+    plan = plan_action(feed, ActionKind.RECLAIM, unit=MINIMAX)
+    await execute(plan, demo, progress=seen.append)
+    last = seen[-1]
+    assert last.taken_at is not None and last.taken_at > feed.taken_at
+    shown = freshest_memory(feed, Shown(plan, last), feed.host)
+    assert shown is not None
+    assert {g.index: g.memory_used_mib for g in shown.gpus} == dict(last.used_mib)
+    assert {g.index: g.memory_used_mib for g in feed.gpus} != dict(last.used_mib)
+    # an older action sample, or another host's action, leaves the table's own figure
+    newer = await demo.sample()
+    assert freshest_memory(newer, Shown(plan, last), feed.host) is newer
+    assert freshest_memory(feed, Shown(plan, last), "another-host") is feed

@@ -36,6 +36,7 @@ class Progress:
     step: str = ""  # the plan's phase running now ("reclaim", "start"), for multi-phase plans
     loading: tuple[str, ...] = ()  # while a started unit loads: its goals' state, log progress
     log_tail: tuple[str, ...] = ()  # the started unit's latest journal lines (host text)
+    taken_at: float | None = None  # host time of the sample ``used_mib`` is from (None: plan)
 
 
 @dataclass(frozen=True, slots=True)

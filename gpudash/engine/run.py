@@ -111,7 +111,7 @@ class Run:
                 phase, message, dict(self.used), dict(self.memory.targets_mib),
                 dict(self.memory.stable), self.alive, self.term_left,
                 tuple(self.report.escalated), self.phase.name if self.plan.phases else "",
-                self.loading, tuple(self.log_tail),
+                self.loading, tuple(self.log_tail), self.host_now,
             ))
 
     def _since(self, began: float | None) -> float:

@@ -197,6 +197,7 @@ class GpudashApp(App[int]):
     def _refresh_progress(self) -> None:
         if self.main.ready:
             self.main.refresh_progress()
+            self.main.refresh_gpus()  # the action's sample may be the newest figure
 
     def log_action(
         self, host: str, action: str, outcome: str, ok: bool | None,

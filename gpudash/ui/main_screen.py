@@ -24,9 +24,11 @@ from textual.events import Key, Resize
 from textual.screen import Screen
 from textual.widgets import DataTable
 
+from gpudash.domain.model import HostSnapshot
 from gpudash.domain.triage import label
 from gpudash.engine import SPECS_BY_NAME, Selection, selection_for
 from gpudash.protocol.source import Capability
+from gpudash.session.controller import Shown
 from gpudash.ui.acting import Acting
 from gpudash.ui.bindings import KEYS, bindings, help_rows
 from gpudash.ui.layout import PLOT_MIN, progress_columns, progress_room, size_classes
@@ -167,10 +169,11 @@ class MainScreen(Screen[None]):
         """The GPU table, or on a small screen the grid (app.tcss): only the one shown is
         drawn; ``fit`` draws the other when the size makes it the one."""
         view, pal = self.dashboard.view, palette(self.app)
+        snapshot = freshest_memory(view.snapshot, self.dashboard.controller.shown, view.name)
         if self.has_class("-thin") or self.has_class("-tiny"):
-            self.gpu_grid.show(view.snapshot, pal)
+            self.gpu_grid.show(snapshot, pal)
         else:
-            self.gpu_table.show(view.snapshot, pal)
+            self.gpu_table.show(snapshot, pal)
 
     @drawing
     def refresh_view(self) -> None:
@@ -617,6 +620,22 @@ class MainScreen(Screen[None]):
         group = triage.group_of(pid)
         return group is not None and any(n.process.pid == pid and n.children
                                          for n in group.nodes())
+
+
+def freshest_memory(snapshot: HostSnapshot | None, shown: Shown | None,
+                    host: str) -> HostSnapshot | None:
+    """``snapshot`` with each GPU's used memory from the running action's own sample
+    where that one is newer: the GPU table and the Action panel say one figure per GPU
+    (a loading model showed 24.2 GiB in the table, 28.0 in the panel)."""
+    progress = shown.progress if shown is not None else None
+    if (snapshot is None or progress is None or progress.taken_at is None
+            or shown is None or shown.plan.host != host
+            or progress.taken_at <= snapshot.taken_at):
+        return snapshot
+    used = progress.used_mib
+    gpus = tuple(replace(g, memory_used_mib=used[g.index]) if used.get(g.index) is not None
+                 else g for g in snapshot.gpus)
+    return replace(snapshot, gpus=gpus)
 
 
 def keys_to_actions(keymap: Mapping[str, str]) -> dict[str, str]:
