@@ -142,7 +142,7 @@ SPECS: dict[ActionKind, ActionSpec] = {
                    "t", "Terminate", Needs.PROCESS, plan_process),
         ActionSpec(ActionKind.KILL, "kill", "Kill process (KILL)", "k", "Kill", Needs.PROCESS,
                    plan_process),
-        ActionSpec(ActionKind.SIGNAL, "send_signal", "Send a signal (pick one)", "S",
+        ActionSpec(ActionKind.SIGNAL, "send_signal", "Send a signal", "S",
                    "Signal", Needs.PROCESS, plan_process, in_footer=False),
         ActionSpec(ActionKind.REAP, "reap", "Reap orphans", "o", "Reap orphans", Needs.ORPHANS,
                    plan_reap),

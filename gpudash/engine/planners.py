@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import signal as _signal
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from gpudash.domain.model import HostSnapshot, Process, SourceKind, Unit, unit_name
@@ -198,7 +199,7 @@ def plan_process(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Ac
     container = owner_of(p, snapshot).container
     if container is not None:
         owner = None  # a container's scope unit does not restart it: its runtime does
-    return new_plan(
+    plan = new_plan(
         spec, snapshot, Selection(pid=p.pid, signal=sel.signal), f"pid {p.pid}",
         container_before=container,
         steps=(step,),
@@ -208,6 +209,9 @@ def plan_process(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Ac
         untouched=left_alone(snapshot, [t]),
         unit_before=owner,
     )
+    if spec.kind is ActionKind.SIGNAL:  # the log and the audit name the signal
+        plan = replace(plan, title=f"Send {step.name}: pid {p.pid}")
+    return plan
 
 
 def plan_reap(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> ActionPlan:

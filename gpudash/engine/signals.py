@@ -26,17 +26,16 @@ class Pickable:
         return self.name.removeprefix("SIG")
 
 
-PICKABLE: tuple[Pickable, ...] = (
-    Pickable(_signal.SIGTERM, "terminate: ask it to exit (the default of kill)"),
-    Pickable(_signal.SIGINT, "interrupt, as Ctrl+C: Python raises KeyboardInterrupt"),
-    Pickable(_signal.SIGHUP, "hang up: a daemon that handles it reloads; else it exits"),
-    Pickable(_signal.SIGQUIT, "quit with a core dump (Python: exits)"),
-    Pickable(_signal.SIGUSR1, "user-defined 1: handled, dumps state or rotates logs; "
-             "else it exits"),
-    Pickable(_signal.SIGUSR2, "user-defined 2: as USR1, for what the process defines"),
-    Pickable(_signal.SIGSTOP, "pause it (cannot be ignored); CONT resumes", ends=False),
+PICKABLE: tuple[Pickable, ...] = (  # what each does in one line of the picker (80 columns)
+    Pickable(_signal.SIGTERM, "ask it to exit (kill's default)"),
+    Pickable(_signal.SIGINT, "interrupt, as Ctrl+C (Python: KeyboardInterrupt)"),
+    Pickable(_signal.SIGHUP, "hang up: reloads if it handles it, else exits"),
+    Pickable(_signal.SIGQUIT, "quit, with a core dump where enabled"),
+    Pickable(_signal.SIGUSR1, "user-defined: what it handles it for, else exits"),
+    Pickable(_signal.SIGUSR2, "user-defined: as USR1"),
+    Pickable(_signal.SIGSTOP, "pause (cannot be caught); CONT resumes", ends=False),
     Pickable(_signal.SIGCONT, "resume a paused process", ends=False),
-    Pickable(_signal.SIGKILL, "kill at once (cannot be ignored or handled)"),
+    Pickable(_signal.SIGKILL, "end at once (cannot be caught or ignored)"),
 )
 BY_NUMBER = {p.sig: p for p in PICKABLE}
 

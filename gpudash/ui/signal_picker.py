@@ -31,7 +31,7 @@ class SignalPicker(ModalScreen[int | None]):
         width: 90%; max-width: 90; height: auto; max-height: 90%;
         border: thick $warning; background: $surface; padding: 0 1;
     }
-    SignalPicker OptionList { height: auto; max-height: 12; }
+    SignalPicker OptionList { height: auto; max-height: 11; }
     """
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="gpudash.signals.cancel")]
 
@@ -46,8 +46,8 @@ class SignalPicker(ModalScreen[int | None]):
             yield Static(literal(self.heading, style="bold"))
             yield OptionList(*(Option(choice_text(p), id=str(p.sig)) for p in PICKABLE),
                              id="signals")
-            yield Static("Enter: the plan, pinned to this process, to confirm next "
-                         "· Esc: cancel", classes="hint")
+            yield Static("letters jump · Enter: its plan, to confirm · Esc: cancel",
+                         classes="hint")
 
     def on_mount(self) -> None:
         options = self.query_one(OptionList)
