@@ -38,6 +38,16 @@ async def test_a_container_row_offers_container_verbs_and_reclaims_with_proof() 
         assert app.main.check_action("enable_unit", ()) is None  # no boot setting
         assert "restart policy" in app.main.availability("enable_unit")[1]
         assert app.main.check_action("remove_container", ()) is False  # hidden while it runs
+        # the palette says what each does to a container, not "Start unit" (issue 20)
+        titles = {action: title for title, _help, action, _ok in app.main.palette_commands()}
+        assert titles["restart_unit"] == "Restart container and prove it runs"
+        assert titles["start_unit"] == "Start container and prove it runs"
+        assert titles["stop_unit"] == "Stop container"
+        assert titles["reclaim"].startswith("Reclaim container")
+        await select(pilot, app, "u:vllm-minimax-m25.service")
+        titles = {action: title for title, _help, action, _ok in app.main.palette_commands()}
+        assert titles["stop_unit"] == "Stop unit"
+        await select(pilot, app, EMBED)
         await run_confirmed(pilot, app, "r")
         report = app.last_report
         assert report is not None and report.plan.kind is ActionKind.RECLAIM

@@ -21,6 +21,7 @@ from gpudash.domain.triage import (
 from gpudash.engine.config_plans import TITLE as FIX_TITLE
 from gpudash.engine.config_plans import fix_fits, plan_fix
 from gpudash.engine.container_plans import (
+    CONTAINER_TITLES,
     container_only,
     plan_container,
     plan_container_start,
@@ -168,6 +169,8 @@ SPECS: dict[ActionKind, ActionSpec] = {
                    fix_fits, hidden_unless_fits=True, in_footer=False),
     )
 }
+SPECS = {kind: replace(spec, container_title=CONTAINER_TITLES.get(kind))
+         if spec.container_planner is not None else spec for kind, spec in SPECS.items()}
 SPECS_BY_NAME = {spec.name: spec for spec in SPECS.values()}
 UNIT_ACTIONS = frozenset(k for k, s in SPECS.items() if s.needs is Needs.UNIT)
 PROCESS_ACTIONS = frozenset(k for k, s in SPECS.items() if s.needs is Needs.PROCESS)

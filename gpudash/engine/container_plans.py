@@ -132,6 +132,8 @@ CONTAINER_TITLES = {  # what each owner-wide action does to a container
     ActionKind.STOP_DISABLE: "Stop container + restart policy off",
     ActionKind.RECLAIM: "Reclaim container (stop + restart policy off + reap + wait)",
     ActionKind.REMOVE: "Remove container",
+    ActionKind.START: "Start container and prove it runs",
+    ActionKind.RESTART: "Restart container and prove it runs",
 }
 
 
@@ -193,5 +195,4 @@ def plan_container_start(spec: ActionSpec, snapshot: HostSnapshot, sel: Selectio
         container_before=c,
         fit=tuple(lines),
     )
-    title = "Restart container" if restart else "Start container"
-    return replace(plan, title=f"{title} and prove it runs: {plan.subject}")
+    return replace(plan, title=f"{CONTAINER_TITLES[kind]}: {plan.subject}")

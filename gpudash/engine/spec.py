@@ -55,10 +55,17 @@ class ActionSpec:
     hidden_unless_fits: bool = False
     # a rare action: its key, help row and palette entry, no room in the footer
     in_footer: bool = True
+    container_title: str | None = None  # what it is called where a container is selected
 
     @property
     def binding_id(self) -> str:
         return f"gpudash.{self.name}"
+
+    def title_for(self, sel: Selection) -> str:
+        """Its title for what is selected: a container's own words on a container."""
+        if sel.unit is None and sel.container is not None and self.container_title:
+            return self.container_title
+        return self.title
 
     def precheck(self, result: HostTriage, sel: Selection) -> str | None:
         """Why this action does not fit the selection now, or None. Cheap: no planning."""

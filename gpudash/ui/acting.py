@@ -67,7 +67,7 @@ class Acting:
     async def _plan_and_confirm(self, request: lifecycle.Request, host: int) -> None:
         view, state = self.state.views[host], self.state
         control = view.source.control
-        title = SPECS[request.kind].title
+        title = SPECS[request.kind].title_for(request.selection)
         ports = Dialogs(self.app, state)
         plan = await lifecycle.prepare(request, control, view.name, ports, state.settings.models)
         if not isinstance(plan, Ended):

@@ -395,16 +395,18 @@ class MainScreen(Screen[None]):
         Actions that do not fit the selection are offered greyed, with the reason as
         their help, as the footer greys their keys; read-only mode leaves them out."""
         app = self.dashboard
+        sel = self.selection()
         out: list[tuple[str, str, str, bool]] = []
         for k in KEYS:
             if k.where != "main" or not k.palette or (k.hosts and len(app.views) < 2):
                 continue
             available, reason = (self.availability(k.action) if k.action in ACTIONS
                                  else (True, ""))
+            title = ACTIONS[k.action].title_for(sel) if k.action in ACTIONS else k.palette
             if available is True:
-                out.append((k.palette, f"key {app.key_of(k.name)}", k.action, True))
+                out.append((title, f"key {app.key_of(k.name)}", k.action, True))
             elif available is None:
-                out.append((k.palette, f"not now: {reason}", k.action, False))
+                out.append((title, f"not now: {reason}", k.action, False))
         if len(app.views) > 1:
             for i, v in enumerate(app.views):
                 out.append((f"Host: {clean(v.name)}", f"key {i + 1}", f"host({i})", True))
