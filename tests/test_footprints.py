@@ -98,3 +98,34 @@ def test_a_learned_stop_time_is_kept_beside_the_footprint_and_old_files_still_re
         assert store == {} and "stop_s" in problems[0]
     path.write_text('{"h": {"u": {"mib_per_gpu": {}, "seen_at": 1}}}')  # neither: no entry
     assert load(path)[0] == {}
+
+
+def test_stop_times_look_at_the_file_once_a_second_and_see_a_new_stop(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Asked at every sample of every host: one stat per host per sample was the review's
+    # finding (64 hosts at 1 Hz). Now: at most one look per second, answers kept meanwhile.
+    from gpudash.state import footprints
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    now = [100.0]
+    times = footprints.StopTimes(recheck_s=1.0, clock=lambda: now[0])
+    path = footprints.store_path()
+    footprints.learn_stop("gpu01", "vllm-a.service", 12.5, path)
+    looks = []
+    real_stat = Path.stat
+
+    def counting_stat(self: Path, *a, **k):  # type: ignore[no-untyped-def]
+        if self == path:
+            looks.append(now[0])
+        return real_stat(self, *a, **k)
+
+    monkeypatch.setattr(Path, "stat", counting_stat)
+    for host in ("gpu01", "gpu02") * 50:  # 100 samples within the same second
+        times(host)
+    assert len(looks) == 1
+    assert times("gpu01") == {"vllm-a.service": 12.5} and times("gpu02") == {}
+    footprints.learn_stop("gpu01", "vllm-a.service", 30.0, path)
+    assert times("gpu01") == {"vllm-a.service": 12.5}  # within the second: as it was
+    now[0] += 1.0
+    assert times("gpu01") == {"vllm-a.service": 30.0}  # looked again, read again
+    assert len(looks) == 2

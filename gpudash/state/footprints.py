@@ -21,7 +21,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -185,22 +185,37 @@ def _write(target: Path, store: Store) -> None:
 
 
 class StopTimes:
-    """``stop_times`` for a screen that asks at every sample: the file is read again only
-    when it changed (its size or modification time), else the last answer is kept."""
+    """``stop_times`` for a screen that asks at every sample of every host: the file is
+    looked at (stat) at most once per ``recheck_s``, read again only when it changed (its
+    size or modification time), and each host's answer is kept until then."""
 
-    def __init__(self) -> None:
+    def __init__(self, recheck_s: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.recheck_s = recheck_s
+        self._clock = clock
         self._seen: dict[Path, tuple[tuple[int, int] | None, Store]] = {}
+        self._checked: dict[Path, float] = {}
+        self._answers: dict[tuple[Path, str], dict[str, float]] = {}
 
-    def __call__(self, host: str, *, simulated: bool = False) -> dict[str, float]:
+    def __call__(self, host: str, *, simulated: bool = False) -> Mapping[str, float]:
         path = store_path(simulated=simulated)
-        try:
-            st = path.stat()
-            stamp: tuple[int, int] | None = (st.st_mtime_ns, st.st_size)
-        except OSError:
-            stamp = None
+        now = self._clock()
         seen = self._seen.get(path)
-        if seen is None or seen[0] != stamp:
-            store, problems = load(path) if stamp is not None else ({}, [])
-            _report(problems)
-            seen = self._seen[path] = (stamp, store)
-        return {u: f.stop_s for u, f in seen[1].get(host, {}).items() if f.stop_s is not None}
+        if seen is None or now - self._checked.get(path, -1e18) >= self.recheck_s:
+            self._checked[path] = now
+            try:
+                st = path.stat()
+                stamp: tuple[int, int] | None = (st.st_mtime_ns, st.st_size)
+            except OSError:
+                stamp = None
+            if seen is None or seen[0] != stamp:
+                store, problems = load(path) if stamp is not None else ({}, [])
+                _report(problems)
+                seen = self._seen[path] = (stamp, store)
+                self._answers = {k: v for k, v in self._answers.items() if k[0] != path}
+        key = (path, host)
+        answer = self._answers.get(key)
+        if answer is None:
+            answer = self._answers[key] = {
+                u: f.stop_s for u, f in seen[1].get(host, {}).items() if f.stop_s is not None}
+        return answer
