@@ -136,18 +136,23 @@ def _completion_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _history_parser() -> argparse.ArgumentParser:
-    fmt = argparse.RawDescriptionHelpFormatter
-    p = argparse.ArgumentParser(
-        prog="gpudash history", formatter_class=fmt,
-        description="What was done, from the audit file: who did what on which host, "
-        "the verdict, GiB back per GPU, how long each phase took.")
+def _audit_args(p: argparse.ArgumentParser) -> None:
+    """What history and report read from the audit: which hosts, since when, the demo's."""
     p.add_argument("hosts", nargs="*", metavar="HOST",
                    help="only these hosts (names or globs, as the audit names them)")
     p.add_argument("--since", type=_span, default=None, metavar="SPAN",
                    help="only actions started within SPAN (30m, 2h, 1d, 1w)")
     p.add_argument("--demo", action="store_true",
                    help="the demo's actions (audit-demo.jsonl)")
+
+
+def _history_parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    p = argparse.ArgumentParser(
+        prog="gpudash history", formatter_class=fmt,
+        description="What was done, from the audit file: who did what on which host, "
+        "the verdict, GiB back per GPU, how long each phase took.")
+    _audit_args(p)
     p.add_argument("--json", action="store_true", help="JSON instead of text")
     p.add_argument("--log-level", choices=LEVELS, default="warning",
                    help=argparse.SUPPRESS)
@@ -161,12 +166,7 @@ def _report_parser() -> argparse.ArgumentParser:
         description="The incident's story: each action of the audit and its verdict "
         "beside each GPU's memory over the same seconds; as text, or a picture to paste "
         "into a hand-off or a postmortem.")
-    p.add_argument("hosts", nargs="*", metavar="HOST",
-                   help="only these hosts (names or globs, as the audit names them)")
-    p.add_argument("--since", type=_span, default=None, metavar="SPAN",
-                   help="only actions started within SPAN (30m, 2h, 1d, 1w)")
-    p.add_argument("--demo", action="store_true",
-                   help="the demo's actions (audit-demo.jsonl)")
+    _audit_args(p)
     out = p.add_mutually_exclusive_group()
     out.add_argument("--svg", type=Path, default=None, metavar="FILE",
                      help="write the report as an SVG picture to FILE")

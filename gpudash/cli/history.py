@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 
 from gpudash.cli.contract import Exit
 from gpudash.cli.terminal import Terminal
 from gpudash.domain.units import gib, gib_number
 from gpudash.domain.untrusted import json_dumps
 from gpudash.session.audit import audit_path
-from gpudash.session.history import Action, history
+from gpudash.session.history import Action, History, history
 
 MARKS = {"confirmed": "✔", "warning": "⚠", "failed": "✘", "unknown": "?",
          "interrupted": "■"}
@@ -44,19 +46,39 @@ def describe(a: Action) -> list[str]:
     return lines
 
 
-def cmd_history(args: argparse.Namespace, term: Terminal) -> int:
+@dataclass(frozen=True, slots=True)
+class Read:
+    """The audit's actions as ``history`` and ``report`` select them (hosts, ``--since``)."""
+
+    found: History
+    path: Path
+    since: float | None  # epoch seconds; None: all
+
+
+def read_actions(args: argparse.Namespace, term: Terminal) -> Read:
+    """The actions ``args`` ask for; a damaged line is counted and said, never fatal."""
     since = None if args.since is None else time.time() - args.since
-    paths = [audit_path(simulated=True)] if args.demo else [audit_path()]
-    found = history(paths, hosts=args.hosts, since=since)
+    path = audit_path(simulated=True) if args.demo else audit_path()
+    found = history([path], hosts=args.hosts, since=since)
     if found.skipped:
         term.error(f"{found.skipped} line(s) of the audit file are not records: skipped")
+    return Read(found, path, since)
+
+
+def say_none(read: Read, args: argparse.Namespace, term: Terminal) -> None:
+    term.say(f"no actions recorded in {read.path}" + (
+        " for those hosts" if args.hosts else "") + (" in that span" if read.since else ""))
+
+
+def cmd_history(args: argparse.Namespace, term: Terminal) -> int:
+    read = read_actions(args, term)
+    found = read.found
     if args.json:
         term.result_json(json_dumps({"actions": [a.to_json() for a in found.actions],
                                      "skipped": found.skipped}, indent=2))
         return Exit.OK
     if not found.actions:
-        term.say(f"no actions recorded in {paths[0]}" + (
-            " for those hosts" if args.hosts else "") + (" in that span" if since else ""))
+        say_none(read, args, term)
         return Exit.OK
     term.result("\n".join(line for a in found.actions for line in describe(a)))
     return Exit.OK

@@ -15,7 +15,6 @@ import argparse
 import io
 import math
 import shutil
-import time
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -26,12 +25,11 @@ from rich.table import Table
 from rich.text import Text
 
 from gpudash.cli.contract import Exit
-from gpudash.cli.history import MARKS
+from gpudash.cli.history import MARKS, read_actions, say_none
 from gpudash.cli.terminal import Terminal
 from gpudash.domain.units import MIB_PER_GIB, gib, gib_number
 from gpudash.domain.untrusted import clean, json_dumps
-from gpudash.session.audit import audit_path
-from gpudash.session.history import Action, history
+from gpudash.session.history import Action
 from gpudash.ui.plot import gpu_colour, render_series
 
 VERDICT_STYLES = {"confirmed": "bold green", "warning": "bold yellow", "failed": "bold red",
@@ -130,11 +128,8 @@ def _title(actions: Sequence[Action], hosts: Sequence[str], since: float | None)
 
 
 def cmd_report(args: argparse.Namespace, term: Terminal) -> int:
-    since = None if args.since is None else time.time() - args.since
-    paths = [audit_path(simulated=True)] if args.demo else [audit_path()]
-    found = history(paths, hosts=args.hosts, since=since)
-    if found.skipped:
-        term.error(f"{found.skipped} line(s) of the audit file are not records: skipped")
+    read = read_actions(args, term)
+    found, since = read.found, read.since
     if args.json:
         term.result_json(json_dumps({"actions": [
             {**a.to_json(), "memory": [{"t": t, "mib": {str(g): m for g, m in used.items()}}
@@ -142,8 +137,7 @@ def cmd_report(args: argparse.Namespace, term: Terminal) -> int:
             for a in found.actions], "skipped": found.skipped}, indent=2))
         return Exit.OK
     if not found.actions:
-        term.say(f"no actions recorded in {paths[0]}" + (
-            " for those hosts" if args.hosts else "") + (" in that span" if since else ""))
+        say_none(read, args, term)
         return Exit.OK
     title = _title(found.actions, args.hosts, since)
     picture: Path | None = args.svg or args.html
