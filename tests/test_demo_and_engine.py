@@ -299,3 +299,15 @@ async def test_systemctl_without_an_answer_is_an_unknown_outcome_that_says_why(
     assert report.unknown and not report.confirmed
     assert report.summary == (f"systemctl stop {MINIMAX}: no answer within 150 s; "
                               "outcome unknown")
+
+
+async def test_respawned_workers_with_only_a_context_compute_nothing(demo: DemoHost) -> None:
+    # The demo gave the respawned incarnation's workers (612 MiB each, stuck on memory
+    # the orphans hold) a serving worker's SM%: on the real incident they have no model.
+    before, after = await kill_main(demo)
+    old = set(workers(before))
+    new = [p for p in after.processes if p.cmdline.startswith("VLLM::Worker_TP")
+           and p.pid not in old]
+    assert len(new) == 8 and all(p.total_gpu_memory_mib <= 612 for p in new)
+    assert {p.sm_util_pct for p in new} == {0}
+    assert {p.sm_util_pct for p in before.processes if p.pid in old} != {0}  # they served

@@ -289,7 +289,11 @@ class HostSimulation:
             return None  # not listed by the driver: no samples
         unit = self.units.get(p.unit or "")
         load = unit.load if unit is not None else None
+        # a worker with no more than a bare CUDA context (the incident's respawn, stuck
+        # on memory the orphans hold) has no model to compute with
+        context_only = sum(p.gpu_memory_mib.values()) <= RESPAWN_MIB
         serving = (unit is not None and unit.active and unit.main_pid == p.ppid
+                   and not context_only
                    and (load is None or load.need_mib == 0 or load.loaded_fraction(now) >= 1.0))
         if serving:
             return 55 + (p.pid * 7 + int(now // 5) * 13) % 36
