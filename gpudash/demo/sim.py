@@ -24,6 +24,7 @@ from gpudash.demo.records import (
     unit_view,
 )
 from gpudash.domain.model import Gpu, HostSnapshot, SourceKind, unit_name
+from gpudash.engine.signals import PICKABLE
 from gpudash.protocol.source import CommandResult, ModelUnit, SignalOutcome
 
 GPU_NAME = "NVIDIA RTX PRO 6000 Blackwell"
@@ -31,8 +32,7 @@ GPU_TOTAL_MIB = 97887
 MODEL_MIB = 96801  # per GPU, as nvidia-smi showed in the incident
 NOTEBOOK_MIB = 2048
 # the signals whose default action ends a process that does not catch them
-ENDING = frozenset({_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP, _signal.SIGQUIT,
-                    _signal.SIGUSR1, _signal.SIGUSR2})
+ENDING = frozenset(p.sig for p in PICKABLE if p.ends)
 RESPAWN_MIB = 612  # a respawned worker's CUDA context, before it fails to load the model
 MINIMAX = "vllm-minimax-m25.service"
 KIMI = "vllm-kimi-k25.service"

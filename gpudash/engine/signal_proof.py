@@ -108,4 +108,3 @@ def conclude_signal(plan: ActionPlan, report: ActionReport, snap: HostSnapshot,
         report.confirmed = False
         report.summary = f"whether {short} reached {who} is unknown (link lost); {then}"
     report.summary += "".join(f"; {w}" for w in report.warnings)
-

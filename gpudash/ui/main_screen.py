@@ -630,9 +630,8 @@ def freshest_memory(snapshot: HostSnapshot | None, shown: Shown | None,
     where that one is newer: the GPU table and the Action panel say one figure per GPU
     (a loading model showed 24.2 GiB in the table, 28.0 in the panel)."""
     progress = shown.progress if shown is not None else None
-    if (snapshot is None or progress is None or progress.taken_at is None
-            or shown is None or shown.plan.host != host
-            or progress.taken_at <= snapshot.taken_at):
+    if (snapshot is None or shown is None or progress is None or progress.taken_at is None
+            or shown.plan.host != host or progress.taken_at <= snapshot.taken_at):
         return snapshot
     used = progress.used_mib
     gpus = tuple(replace(g, memory_used_mib=used[g.index]) if used.get(g.index) is not None
