@@ -22,6 +22,11 @@ def choice_text(p: Pickable) -> Text:
     return out
 
 
+def _first(prefix: str) -> int | None:
+    """The index of the first signal whose name starts with ``prefix``."""
+    return next((i for i, p in enumerate(PICKABLE) if p.short.startswith(prefix)), None)
+
+
 class SignalPicker(ModalScreen[int | None]):
     """Up/Down (or the signal's first letters typed) and Enter pick; Esc cancels."""
 
@@ -60,11 +65,10 @@ class SignalPicker(ModalScreen[int | None]):
         if not (len(char) == 1 and char.isalnum()):
             return
         typed = (self._typed + char).upper()
-        match = next((i for i, p in enumerate(PICKABLE) if p.short.startswith(typed)), None)
-        if match is None:
+        match = _first(typed)
+        if match is None:  # no name goes on so: the letter starts a new one
             typed = char.upper()
-            match = next((i for i, p in enumerate(PICKABLE) if p.short.startswith(typed)),
-                         None)
+            match = _first(typed)
         if match is not None:
             self._typed = typed
             self.query_one(OptionList).highlighted = match
