@@ -185,3 +185,27 @@ def test_the_drop_in_gives_the_stop_time_learned_here() -> None:
     code, out, err = _fix(demo, "--yes")
     assert code == 0, err + out  # proven: systemctl show reports what the lint wants
     assert demo.units[MINIMAX].timeout_stop_s == 300.0
+
+
+def test_the_plan_says_what_mixed_does_to_workers_that_ignored_sigterm_here() -> None:
+    # KillMode=mixed is what the fix writes; workers that ignored gpudash's SIGTERM on
+    # this host would then hold a stop until TimeoutStopSec: the plan says so before, the
+    # lint after, and the fix is confirmed all the same (no drop-in setting mends it).
+    from gpudash.state import footprints
+
+    demo = DemoHost(speed=50)
+    code, _out, err = _fix(demo, "--dry-run")
+    assert code == 0 and "workers ignore SIGTERM" not in err, err  # nothing seen yet
+    footprints.learn_term_ignored("demo-gpu01", MINIMAX, 1,
+                                  footprints.store_path(simulated=True))
+    code, _out, err = _fix(demo, "--dry-run")
+    assert code == 0, err
+    assert "Once in force, KillMode=mixed, workers ignore SIGTERM: 1 of its processes" in err
+    code, out, err = _fix(demo, "--yes")
+    assert code == 0, err + out
+    settings = [f["setting"] for f in _lint(demo)]
+    assert "KillMode=mixed, workers ignore SIGTERM" not in settings  # _lint reads nothing
+    learned = footprints.learned("demo-gpu01", footprints.store_path(simulated=True))
+    doc = jsondoc.document([asyncio.run(demo.sample())], {}, lambda _s: learned)
+    [owner] = [o for h in doc["hosts"] for o in h["owners"] if o.get("unit") == MINIMAX]
+    assert [f["setting"] for f in owner["lint"]] == ["KillMode=mixed, workers ignore SIGTERM"]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from gpudash.domain.lint import Learned
 from gpudash.state.footprints import learn, load, lookup
 
 
@@ -77,7 +78,10 @@ def test_a_host_that_is_no_object_in_the_store_does_not_end_a_start() -> None:
 
 def test_a_learned_stop_time_is_kept_beside_the_footprint_and_old_files_still_read(
         tmp_path: Path) -> None:
-    from gpudash.state.footprints import learn_stop, stop_times
+    from gpudash.state.footprints import learn_stop, learned
+
+    def stop_times(host: str, path: Path) -> dict[str, float | None]:
+        return {u: a.stop_s for u, a in learned(host, path).items()}
 
     path = tmp_path / "fp.json"
     # a file an older gpudash wrote: no stop_s anywhere
@@ -108,7 +112,7 @@ def test_stop_times_look_at_the_file_once_a_second_and_see_a_new_stop(
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
     now = [100.0]
-    times = footprints.StopTimes(recheck_s=1.0, clock=lambda: now[0])
+    times = footprints.LearnedUnits(recheck_s=1.0, clock=lambda: now[0])
     path = footprints.store_path()
     footprints.learn_stop("gpu01", "vllm-a.service", 12.5, path)
     looks = []
@@ -123,9 +127,32 @@ def test_stop_times_look_at_the_file_once_a_second_and_see_a_new_stop(
     for host in ("gpu01", "gpu02") * 50:  # 100 samples within the same second
         times(host)
     assert len(looks) == 1
-    assert times("gpu01") == {"vllm-a.service": 12.5} and times("gpu02") == {}
+    assert times("gpu01") == {"vllm-a.service": Learned(12.5)} and times("gpu02") == {}
     footprints.learn_stop("gpu01", "vllm-a.service", 30.0, path)
-    assert times("gpu01") == {"vllm-a.service": 12.5}  # within the second: as it was
+    assert times("gpu01") == {"vllm-a.service": Learned(12.5)}  # within the second: as it was
     now[0] += 1.0
-    assert times("gpu01") == {"vllm-a.service": 30.0}  # looked again, read again
+    assert times("gpu01") == {"vllm-a.service": Learned(30.0)}  # looked again, read again
     assert len(looks) == 2
+
+
+def test_processes_that_ignored_sigterm_are_kept_checked_and_survive_other_learning(
+        tmp_path: Path) -> None:
+    from gpudash.state.footprints import learn_stop, learn_term_ignored, learned
+
+    path = tmp_path / "fp.json"
+    learn_term_ignored("gpu01", "a.service", 2, path)  # nothing else known of it yet
+    [(unit, seen)] = learned("gpu01", path).items()
+    assert unit == "a.service" and seen.term_ignored == 2 and seen.term_ignored_at
+    assert seen.stop_s is None and lookup("gpu01", "a.service", path) is None
+    learn_stop("gpu01", "a.service", 30.0, path)
+    learn("gpu01", "a.service", {0: 6}, 4.0, path)
+    kept = learned("gpu01", path)["a.service"]
+    assert (kept.stop_s, kept.term_ignored, kept.term_ignored_at) == (
+        30.0, 2, seen.term_ignored_at)
+    for bad in ('"term_ignored_at": -5', '"term_ignored_at": 1e999',
+                '"term_ignored_at": 5, "term_ignored": -1',
+                '"term_ignored_at": 5, "term_ignored": true',
+                '"term_ignored_at": 5, "term_ignored": 99999999999'):
+        path.write_text('{"h": {"u": {"mib_per_gpu": {}, "seen_at": 1, ' + bad + "}}}")
+        store, problems = load(path)
+        assert store == {} and "term_ignored" in problems[0], (bad, problems)

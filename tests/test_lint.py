@@ -14,7 +14,7 @@ import json
 import pytest
 
 from gpudash.collector import hostside
-from gpudash.domain.lint import lint_unit
+from gpudash.domain.lint import Learned, lint_unit
 from gpudash.domain.model import Unit
 from gpudash.protocol.wire import SnapshotDecoder
 
@@ -139,16 +139,16 @@ def test_a_timeout_stop_shorter_than_the_learned_stop_is_found_with_its_fix() ->
     from gpudash.domain.lint import needed_timeout_stop
 
     well = {"kill_mode": "mixed", "restart_s": 10.0, "start_limit_interval_s": 600.0}
-    assert lint_unit(unit(**well), learned_stop_s=40.0) == ()  # 90 s covers 40 s + margin
-    [f] = lint_unit(unit(**well), learned_stop_s=70.0)  # 70 s: 110 s with the margin
+    assert lint_unit(unit(**well), learned=Learned(40.0)) == ()  # 90 s covers 40 s + margin
+    [f] = lint_unit(unit(**well), learned=Learned(70.0))  # 70 s: 110 s with the margin
     assert f.setting == "TimeoutStopSec=90s" and "took 70s" in f.why and "110s" in f.why
     assert f.fix == (("Service", "TimeoutStopSec", "120s"),)  # at least gpudash's own
-    [f] = lint_unit(unit(**well), learned_stop_s=200.0)
+    [f] = lint_unit(unit(**well), learned=Learned(200.0))
     assert f.fix == (("Service", "TimeoutStopSec", "300s"),)
     assert needed_timeout_stop(2.0) == 20 and needed_timeout_stop(100.0) == 150
-    [short] = lint_unit(unit(**well, timeout_stop_s=25.0), learned_stop_s=2.0)
+    [short] = lint_unit(unit(**well, timeout_stop_s=25.0), learned=Learned(2.0))
     assert "under 30s" in short.why  # the general rule still holds for a quick stop
-    assert lint_unit(unit(**well, timeout_stop_s=None), learned_stop_s=500.0) == ()
+    assert lint_unit(unit(**well, timeout_stop_s=None), learned=Learned(500.0)) == ()
 
 
 def test_the_learned_stop_reaches_the_lint_through_triage_and_retriage() -> None:
@@ -162,14 +162,14 @@ def test_the_learned_stop_reaches_the_lint_through_triage_and_retriage() -> None
     s = snap(server(3700, 1000), units=(unit(main_pid=3700, kill_mode="mixed",
                                              restart="no"),))
     assert triage(s).group("vllm-tiny.service").lint == ()  # type: ignore[union-attr]
-    learned = {"vllm-tiny.service": 100.0}
-    t = triage(s, learned_stop_s=learned)
+    learned = {"vllm-tiny.service": Learned(100.0)}
+    t = triage(s, learned=learned)
     [f] = t.group("vllm-tiny.service").lint  # type: ignore[union-attr]
     assert f.setting == "TimeoutStopSec=90s"
     again = replace(s, taken_at=s.taken_at + 1)
     # nothing changed but what was learned: the lint is done again, not reused
     assert retriage(again, s, triage(s)).group("vllm-tiny.service").lint == ()  # type: ignore[union-attr]
-    assert retriage(again, s, triage(s), learned_stop_s=learned).group(  # type: ignore[union-attr]
+    assert retriage(again, s, triage(s), learned=learned).group(  # type: ignore[union-attr]
         "vllm-tiny.service").lint == (f,)
     [owner] = [o for o in host_to_json(s, learned)["owners"] if o["key"] == "vllm-tiny.service"]
     assert owner["lint"][0]["fix"] == ["[Service] TimeoutStopSec=150s"]
@@ -202,3 +202,73 @@ def test_a_reclaim_on_the_demo_learns_the_stop_and_the_snapshot_lints_against_it
            if str(f["setting"]).startswith("TimeoutStopSec")]
     assert f["setting"] == "TimeoutStopSec=90s" and "took 200s" in str(f["why"])
     assert f["fix"] == ["[Service] TimeoutStopSec=300s"]
+
+
+def test_the_collector_reads_send_sigkill_and_no_is_a_finding_with_its_fix() -> None:
+    [u] = hostside.parse_systemctl_show(SHOW + "SendSIGKILL=no\n")
+    assert u["send_sigkill"] == "no"
+    wire = {"v": hostside.PROTOCOL, "host": "h", "taken_at": 1.7e9, "source": "nvml",
+            "can_act": True, "gpus": {}, "procs": {}, "units": {u["name"]: u}}
+    decoded = SnapshotDecoder("h").feed(json.dumps({"k": "full", "s": wire}).encode()).units[0]
+    assert decoded.send_sigkill == "no"
+    well = {"kill_mode": "mixed", "restart_s": 10.0, "start_limit_interval_s": 600.0}
+    assert lint_unit(unit(**well, send_sigkill="yes")) == ()
+    [f] = lint_unit(unit(**well, send_sigkill="no"))
+    assert f.setting == "SendSIGKILL=no" and "never SIGKILLed" in f.why
+    assert f.fix == (("Service", "SendSIGKILL", "yes"),)
+    assert "SendSIGKILL" in hostside.UNIT_PROPERTIES.split(",")
+
+
+def test_workers_that_ignored_sigterm_are_a_finding_under_mixed_and_control_group() -> None:
+    import time
+
+    at = time.mktime((2026, 12, 2, 19, 40, 0, 0, 0, -1))
+    seen = Learned(term_ignored_at=at, term_ignored=2)
+    well = {"restart_s": 10.0, "start_limit_interval_s": 600.0}
+    assert lint_unit(unit(**well, kill_mode="mixed")) == ()  # nothing seen: nothing said
+    [f] = lint_unit(unit(**well, kill_mode="mixed"), learned=seen)
+    assert f.setting == "KillMode=mixed, workers ignore SIGTERM"
+    assert "2 of its processes ignored SIGTERM" in f.why and "2026-12-02 19:40" in f.why
+    assert "only the server is sent SIGTERM" in f.why and "TimeoutStopSec (90s)" in f.why
+    assert f.fix == ()  # the workers' own code: gpudash's drop-in cannot mend it
+    [f] = lint_unit(unit(**well, kill_mode="control-group", timeout_stop_s=None),
+                    learned=seen)
+    assert "each is sent SIGTERM and ignores it" in f.why and "never ends" in f.why
+    # KillMode=process is its own finding (the workers are not signalled at all)
+    assert settings(unit(**well), learned=seen) == ["KillMode=process"]  # type: ignore[arg-type]
+    # with SendSIGKILL=no they outlive the stop: that part has a fix
+    both = lint_unit(unit(**well, kill_mode="mixed", send_sigkill="no"), learned=seen)
+    assert [x.setting for x in both] == ["SendSIGKILL=no", "KillMode=mixed, workers ignore SIGTERM"]
+    assert "some of this unit's did, here" in both[0].why
+
+
+def test_a_reclaim_that_escalates_on_the_demo_is_learned_and_linted_after_the_fix() -> None:
+    # The seed's TP5 ignores SIGTERM: the reclaim sends it SIGKILL; gpudash keeps that, and
+    # once the unit is KillMode=mixed (gpudash's own fix) the lint says what a stop does.
+    from dataclasses import replace
+
+    from test_cli import gpudash, state
+
+    from gpudash.domain.triage import triage
+    from gpudash.state import footprints
+
+    r = gpudash("reclaim", "--demo", "--unit", "vllm-minimax-m25", "--yes", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["escalated"], r.stdout
+    store = json.loads((state() / "footprints-demo.json").read_text())
+    [entry] = [u for h in store.values() for name, u in h.items()
+               if name == "vllm-minimax-m25.service"]
+    assert entry["term_ignored"] == 1 and entry["term_ignored_at"] > 0
+    [host] = store
+    learned = footprints.learned(host, state() / "footprints-demo.json")
+    doc = json.loads(gpudash("snapshot", "--demo", "--json").stdout)
+    assert doc["hosts"][0]["name"] == host
+    from gpudash.demo.host import DemoHost
+
+    snap = DemoHost().snapshot()
+    fixed = replace(snap, units=tuple(replace(u, kill_mode="mixed") for u in snap.units))
+    group = triage(fixed, learned=learned).group("vllm-minimax-m25.service")
+    assert group is not None
+    assert "KillMode=mixed, workers ignore SIGTERM" in [f.setting for f in group.lint]
+    assert "KillMode=mixed, workers ignore SIGTERM" not in [
+        f.setting for f in triage(fixed).group("vllm-minimax-m25.service").lint]  # type: ignore[union-attr]

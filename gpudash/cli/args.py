@@ -101,7 +101,7 @@ DESCRIPTIONS = {
     "fix": "Remove the cause of the trap from a unit's configuration: write one drop-in of "
     "gpudash's own (/etc/systemd/system/UNIT.d/50-gpudash.conf) with the settings that "
     "remove every finding of the unit lint (KillMode, start limits, RestartSec, "
-    "TimeoutStopSec), shown first as a diff of `systemctl cat UNIT`; `systemctl "
+    "TimeoutStopSec, SendSIGKILL), shown first as a diff of `systemctl cat UNIT`; `systemctl "
     "daemon-reload`; then prove that `systemctl show` reports them. The unit keeps "
     "running. --revert removes exactly that file. Exit 0 only if confirmed.",
     "exporter": "Follow the hosts and expose their triage as Prometheus metrics: GPU memory "

@@ -106,11 +106,11 @@ def cmd_snapshot(args: argparse.Namespace, term: Terminal) -> int:
         term.error("interrupted: nothing printed")
         return Exit.CANCELLED
     if args.json:
-        from gpudash.state.footprints import StopTimes
+        from gpudash.state.footprints import LearnedUnits
 
-        stop_times = StopTimes()  # the unit lint holds TimeoutStopSec against them
+        learned = LearnedUnits()  # what the unit lint reads of the units' past stops
         term.result_json(json_dumps(jsondoc.document(
-            snaps, errors, lambda s: stop_times(s.host, simulated=s.source is SourceKind.DEMO)),
+            snaps, errors, lambda s: learned(s.host, simulated=s.source is SourceKind.DEMO)),
             indent=2))
     else:
         for snap in snaps:

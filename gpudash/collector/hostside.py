@@ -109,6 +109,7 @@ UNIT_KEYS = (
     "timeout_stop_s", "restart_s", "start_limit_interval_s", "start_limit_burst",
     "exec_start",  # the first ExecStart's argv, joined by spaces (EXEC_MAX)
     "cuda_visible_devices",  # its Environment's CUDA_VISIBLE_DEVICES, if GPU indices
+    "send_sigkill",  # yes/no: what outlives TimeoutStopSec is SIGKILLed
 )
 # "containers" is keyed by the container id its processes' cgroups name, "pods" by pod UID.
 CONTAINER_KEYS = (  # state "removed": the runtime answered that no such container exists
@@ -154,7 +155,7 @@ CONTAINER_CLI_TIMEOUT_S = 5.0
 UNIT_PROPERTIES = (
     "Id,ActiveState,SubState,UnitFileState,Restart,KillMode,NRestarts,MainPID,"
     "ControlGroup,Description,TimeoutStopUSec,RestartUSec,StartLimitIntervalUSec,"
-    "StartLimitBurst,ExecStart,Environment"
+    "StartLimitBurst,ExecStart,Environment,SendSIGKILL"
 )
 EXEC_MAX = 1024  # bytes of a unit's ExecStart argv as JSON text
 # systemd's time spans as systemctl show prints them: "1min 30s", "100ms", "infinity"
@@ -403,6 +404,7 @@ def parse_systemctl_show(text: str) -> list[Json]:
             ("KillMode", "kill_mode", TEXT_MAX),
             ("ControlGroup", "control_group", CGROUP_MAX),
             ("Description", "description", TEXT_MAX),
+            ("SendSIGKILL", "send_sigkill", TEXT_MAX),
         ):
             if props.get(key):
                 unit[field] = cap_text(props[key], limit)

@@ -78,6 +78,7 @@ class SimUnit:
     start_limit_interval_s: float = 0.0
     start_limit_burst: int = 5
     timeout_stop_s: float = 90.0
+    send_sigkill: str = "yes"
     server: SimServer | None = None  # the model server it runs (None: the incident's own)
     drop_in: str | None = None  # gpudash's drop-in as on disk (read at daemon-reload)
     base_settings: dict[str, Any] | None = None  # the unit's own file's, once reloaded
@@ -157,6 +158,7 @@ def unit_view(u: SimUnit) -> Unit:
         restart_s=u.restart_sec,
         start_limit_interval_s=u.start_limit_interval_s,
         start_limit_burst=u.start_limit_burst,
+        send_sigkill=u.send_sigkill,
         exec_start=f"/usr/bin/{u.server.cmdline()}" if u.server is not None else None,
         cuda_visible_devices=(",".join(map(str, u.server.gpus)) if u.server is not None
                               else None),

@@ -13,6 +13,7 @@ SETTINGS = {
     "StartLimitIntervalSec": "start_limit_interval_s",
     "StartLimitBurst": "start_limit_burst",
     "TimeoutStopSec": "timeout_stop_s",
+    "SendSIGKILL": "send_sigkill",
 }
 
 
@@ -48,8 +49,8 @@ def reload(u: SimUnit) -> None:
         field = SETTINGS.get(key, "")
         if not field:
             continue
-        if field == "kill_mode":
-            u.kill_mode = value
+        if field in ("kill_mode", "send_sigkill"):
+            setattr(u, field, value)
         elif field == "start_limit_burst":
             u.start_limit_burst = int(value)
         else:

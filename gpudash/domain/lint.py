@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import shlex
+import time
 from dataclasses import dataclass
 
 from gpudash.domain.model import Container, Unit
@@ -41,6 +42,18 @@ def needed_timeout_stop(learned_stop_s: float) -> int:
     """The ``TimeoutStopSec`` (seconds) a unit whose stop took ``learned_stop_s`` needs."""
     need = max(learned_stop_s * STOP_MARGIN, learned_stop_s + STOP_MARGIN_MIN_S)
     return int(math.ceil(need / 10.0) * 10)
+
+
+@dataclass(frozen=True, slots=True)
+class Learned:
+    """What gpudash saw of a unit on this host when it acted on it, as its state store
+    keeps it (``gpudash.state.footprints``; the caller reads it: the lint reads no file)."""
+
+    stop_s: float | None = None  # its last stop: systemctl stop until its memory was back
+    # the last time some of its processes ignored gpudash's SIGTERM (epoch seconds), and
+    # how many did: gpudash waited its TERM timeout and sent SIGKILL
+    term_ignored_at: float | None = None
+    term_ignored: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,15 +92,15 @@ def _shell_command(words: list[str]) -> str | None:
 
 
 def lint_unit(unit: Unit, *, holds_gpu_memory: bool = False,
-              learned_stop_s: float | None = None) -> tuple[Finding, ...]:
+              learned: Learned | None = None) -> tuple[Finding, ...]:
     """What in ``unit``'s configuration sets the trap; () for a unit that is neither a
     model server nor holds GPU memory (gpudash has no business with its settings).
 
-    ``learned_stop_s``: how long its last stop on this host took until its memory was
-    back, as gpudash timed it (``gpudash.state.footprints``; the caller reads it: the
-    lint reads no file)."""
+    ``learned``: what gpudash timed and saw when it last stopped the unit on this host
+    (how long until its memory was back; processes that ignored SIGTERM)."""
     if not (holds_gpu_memory or is_model_server(unit)):
         return ()
+    learned = learned or Learned()
     out: list[Finding] = []
     kill_mode = (unit.kill_mode or "").lower()
     if kill_mode in ("process", "none"):
@@ -96,8 +109,9 @@ def lint_unit(unit: Unit, *, holds_gpu_memory: bool = False,
             "systemctl stop (and a restart) signals only the main process: its workers "
             "outlive it and keep their GPU memory",
             (("Service", "KillMode", FIX_KILL_MODE),)))
+    out += _sigterm_findings(unit, learned)
     out += _restart_findings(unit)
-    out += _timeout_stop_findings(unit, learned_stop_s)
+    out += _timeout_stop_findings(unit, learned.stop_s)
     shell = _shell_without_exec(unit.exec_start)
     if shell:
         out.append(Finding(
@@ -106,6 +120,37 @@ def lint_unit(unit: Unit, *, holds_gpu_memory: bool = False,
             "the shell; start the server with `exec` (the unit's own file: gpudash does "
             "not rewrite ExecStart)"))
     return tuple(out)
+
+
+def _sigterm_findings(unit: Unit, learned: Learned) -> list[Finding]:
+    """What a stop does to processes that ignore SIGTERM: under ``KillMode=mixed`` or
+    ``control-group`` systemd SIGKILLs them when ``TimeoutStopSec`` ends (mixed: at once
+    once the server has exited), unless ``SendSIGKILL=no``: then never."""
+    out: list[Finding] = []
+    kill_mode = (unit.kill_mode or "").lower()
+    ignored = learned.term_ignored_at is not None and learned.term_ignored > 0
+    if (unit.send_sigkill or "").lower() == "no":
+        out.append(Finding(
+            "SendSIGKILL=no",
+            "a process that ignores SIGTERM is never SIGKILLed: it outlives systemctl stop "
+            "with its GPU memory" + (" (some of this unit's did, here)" if ignored else ""),
+            (("Service", "SendSIGKILL", "yes"),)))
+    if not ignored or kill_mode not in ("mixed", "control-group"):
+        return out
+    assert learned.term_ignored_at is not None
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(learned.term_ignored_at))
+    seen = (f"{learned.term_ignored} of its processes ignored SIGTERM when gpudash stopped "
+            f"them here ({when}; it sent SIGKILL)")
+    limit = ("TimeoutStopSec=infinity: the stop never ends" if unit.timeout_stop_s is None
+             else f"the stop lasts until TimeoutStopSec ({_secs(unit.timeout_stop_s)}) ends "
+                  "and systemd SIGKILLs them, their GPU memory held all that time")
+    how = ("only the server is sent SIGTERM; should it wait for those workers, "
+           if kill_mode == "mixed" else "each is sent SIGTERM and ignores it: ")
+    out.append(Finding(
+        f"KillMode={unit.kill_mode}, workers ignore SIGTERM",
+        f"{seen}: {how}{limit}; make the workers exit on SIGTERM (the server's own "
+        "shutdown), or bound TimeoutStopSec"))
+    return out
 
 
 def _timeout_stop_findings(unit: Unit, learned_stop_s: float | None) -> list[Finding]:

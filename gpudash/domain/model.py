@@ -120,6 +120,7 @@ class Unit:
     start_limit_interval_s: float | None = None  # 0: no start limit at all
     start_limit_burst: int | None = None
     exec_start: str | None = None  # its first ExecStart's argv, joined by spaces
+    send_sigkill: str | None = None  # "yes"/"no": SIGKILL what outlives TimeoutStopSec
     cuda_visible_devices: str | None = None  # "0,1": the GPUs its Environment gives it
 
     @property

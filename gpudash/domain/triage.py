@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from gpudash.domain.lint import Finding, lint_container, lint_unit
+from gpudash.domain.lint import Finding, Learned, lint_container, lint_unit
 from gpudash.domain.model import EVERYTHING, HostSnapshot, Process, Unit
 from gpudash.domain.owners import (
     NO_UNIT,
@@ -97,8 +97,8 @@ class HostTriage:
     holders_by_gpu: Mapping[int, tuple[tuple[Process, int | None], ...]]
     # pid -> why it is an orphan (the top of its orphaned subtree, and what happened to it)
     orphans_of: Mapping[int, Orphan] = field(default_factory=dict)
-    # unit -> its learned stop time on this host, as the caller passed it to the lint
-    learned_stop_s: Mapping[str, float] = field(default_factory=dict)
+    # unit -> what gpudash saw of its stops on this host, as the caller passed it to the lint
+    learned: Mapping[str, Learned] = field(default_factory=dict)
     _by_key: Mapping[str, OwnerGroup] = field(default_factory=dict, compare=False, repr=False)
     _by_pid: Mapping[int, OwnerGroup] = field(default_factory=dict, compare=False, repr=False)
 
@@ -339,7 +339,7 @@ def orphan_summaries(procs: Sequence[Process], orphans_of: Mapping[int, Orphan],
 
 
 def _group(key: str, procs: list[Process], tp: _Pass, prev_units: Mapping[str, Unit],
-           learned_stop_s: Mapping[str, float]) -> OwnerGroup:
+           learned: Mapping[str, Learned]) -> OwnerGroup:
     owner = tp.owner_of_key[key]
     rules = owner.rules
     gflags: set[Flag] = set()
@@ -361,7 +361,7 @@ def _group(key: str, procs: list[Process], tp: _Pass, prev_units: Mapping[str, U
     lint: tuple[Finding, ...] = ()
     if unit is not None and owner.kind is OwnerKind.SERVICE:
         lint = lint_unit(unit, holds_gpu_memory=any(memory.values()),
-                         learned_stop_s=learned_stop_s.get(unit.name))
+                         learned=learned.get(unit.name))
     elif owner.kind is OwnerKind.CONTAINER and owner.container is not None:
         lint = lint_container(owner.container)
     return OwnerGroup(key, owner.kind, unit, frozenset(gflags),
@@ -370,12 +370,13 @@ def _group(key: str, procs: list[Process], tp: _Pass, prev_units: Mapping[str, U
 
 
 def triage(snapshot: HostSnapshot, previous: HostSnapshot | None = None, *,
-           learned_stop_s: Mapping[str, float] | None = None) -> HostTriage:
+           learned: Mapping[str, Learned] | None = None) -> HostTriage:
     """Group the snapshot's processes by owner, flag them, and explain each owner.
 
-    ``learned_stop_s``: unit -> how long its last stop on this host took (the unit lint
-    holds TimeoutStopSec against it); the caller reads it, the triage reads no file."""
-    learned = dict(learned_stop_s or {})
+    ``learned``: unit -> what gpudash saw of its last stops on this host (how long until
+    its memory was back, processes that ignored SIGTERM: the unit lint reads them); the
+    caller reads it, the triage reads no file."""
+    learned = dict(learned or {})
     tp = _Pass.of(snapshot)
     prev_units = {u.name: u for u in previous.units} if previous else {}
     groups: list[OwnerGroup] = []
@@ -428,28 +429,28 @@ def _unchanged(snapshot: HostSnapshot, previous: HostSnapshot) -> bool:
 
 def retriage(
     snapshot: HostSnapshot, previous: HostSnapshot | None, last: HostTriage | None, *,
-    learned_stop_s: Mapping[str, float] | None = None,
+    learned: Mapping[str, Learned] | None = None,
 ) -> HostTriage:
     """``triage(snapshot, previous)``, reusing ``last`` (the triage of ``previous``) when
     nothing it rests on changed (RESPAWNED is NRestarts > 0 of the very same unit object:
     it holds as long as the unit does). Only the snapshot (its time, the host's CPU) is
     the new one. Where only the processes' measurements changed (CPU, RSS), the groups
     are kept and the changed processes put in their nodes."""
-    learned = dict(learned_stop_s or {})
+    learned = dict(learned or {})
     if (
         last is None
         or previous is None
         or last.snapshot is not previous
         or [g.index for g in snapshot.gpus] != [g.index for g in previous.gpus]
-        or last.learned_stop_s != learned  # an action just timed a stop: lint again
+        or last.learned != learned  # an action just timed a stop: lint again
     ):
-        return triage(snapshot, previous, learned_stop_s=learned)
+        return triage(snapshot, previous, learned=learned)
     if _unchanged(snapshot, previous):
         return replace(last, snapshot=snapshot)
     changes = snapshot.changes
     if changes is not EVERYTHING and not changes.structure and changes.processes:
         return _rebind(last, snapshot, changes.processes)
-    return triage(snapshot, previous, learned_stop_s=learned)
+    return triage(snapshot, previous, learned=learned)
 
 
 def _rebind(last: HostTriage, snapshot: HostSnapshot, pids: frozenset[int]) -> HostTriage:

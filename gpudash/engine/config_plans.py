@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpudash.domain import dropin
-from gpudash.domain.lint import Finding, lint_unit
+from gpudash.domain.lint import Finding, Learned, lint_unit
 from gpudash.domain.model import HostSnapshot, Unit, unit_name
 from gpudash.engine.plan import ActionKind, ActionPlan, PlanError, Selection
 from gpudash.engine.planners import new_plan, require_unit
@@ -20,11 +20,11 @@ REVERT_TITLE = "Revert gpudash's unit fix"
 TITLE = "Fix unit config (gpudash's drop-in)"
 
 
-def findings_of(unit: Unit, learned_stop_s: float | None = None) -> tuple[Finding, ...]:
+def findings_of(unit: Unit, learned: Learned | None = None) -> tuple[Finding, ...]:
     """The lint of a unit the operator named: linted whether or not it holds memory now,
-    against its learned stop time where one was learned (the drop-in then writes the
-    TimeoutStopSec that time needs, not the default)."""
-    return lint_unit(unit, holds_gpu_memory=True, learned_stop_s=learned_stop_s)
+    against what gpudash saw of its stops here (the drop-in then writes the
+    TimeoutStopSec its learned stop time needs, not the default)."""
+    return lint_unit(unit, holds_gpu_memory=True, learned=learned)
 
 
 def fixable(findings: tuple[Finding, ...]) -> tuple[Finding, ...]:
@@ -39,7 +39,7 @@ def fix_fits(snapshot: HostSnapshot, sel: Selection) -> str | None:
     if u is None:
         return None  # the planner says what is wrong with the name
     if sel.unit_text is None:
-        if not sel.revert and not fixable(findings_of(u, sel.learned_stop_s)):
+        if not sel.revert and not fixable(findings_of(u, sel.learned)):
             return f"nothing to fix in {u.name}: the unit lint finds nothing gpudash writes"
         return None
     try:
@@ -58,8 +58,8 @@ def plan_fix(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Action
     path = dropin.drop_in_path(u.name)
     existing = dropin.ours_in(cat, u.name)
     picked = Selection(unit=u.name, revert=sel.revert, unit_text=cat,
-                       learned_stop_s=sel.learned_stop_s)
-    findings = findings_of(u, sel.learned_stop_s)
+                       learned=sel.learned)
+    findings = findings_of(u, sel.learned)
     notes: list[str] = []
     if sel.revert:
         if existing is None:
@@ -79,6 +79,9 @@ def plan_fix(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Action
                             "run `systemctl daemon-reload` and look again")
         text = wanted
         notes += [f"{f.setting}: {f.why}" for f in findings if not f.fix]
+        notes += [f"Once in force, {f.setting}: {f.why}"
+                  for f in findings_of(_configured(u, settings), sel.learned)
+                  if not f.fix and f not in findings]
     notes += _when_it_applies(u, settings)
     subject = u.name
     plan = new_plan(
@@ -92,6 +95,13 @@ def plan_fix(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Action
     if sel.revert:
         plan = replace(plan, title=f"{REVERT_TITLE}: {subject}")
     return plan
+
+
+def _configured(u: Unit, settings: tuple[dropin.Directive, ...]) -> Unit:
+    """``u`` as the lint will read it with the drop-in's KillMode (what the others change
+    is a fixed finding, not a new one)."""
+    modes = [v for _s, k, v in settings if k == "KillMode"]
+    return replace(u, kill_mode=modes[-1]) if modes else u
 
 
 def _merged(old: tuple[dropin.Directive, ...], new: tuple[dropin.Directive, ...]

@@ -5,6 +5,7 @@ shows gpudash's file; reverted, the file is gone from ``systemctl cat``."""
 from __future__ import annotations
 
 from gpudash.domain import dropin
+from gpudash.domain.lint import Learned
 from gpudash.domain.model import HostSnapshot
 from gpudash.engine.config_plans import findings_of
 from gpudash.engine.goals import Goal, GoalState, GoalStatus
@@ -15,9 +16,9 @@ class UnitConfigured(Goal):
     """gpudash's drop-in of ``unit`` is in force (``settings``), or gone (revert)."""
 
     def __init__(self, unit: str, settings: tuple[dropin.Directive, ...], present: bool,
-                 learned_stop_s: float | None = None) -> None:
+                 learned: Learned | None = None) -> None:
         self.unit = unit
-        self.learned_stop_s = learned_stop_s  # the lint it is held to: the plan's
+        self.learned = learned  # the lint it is held to: the plan's
         self.keys = frozenset(k for _s, k, _v in settings)
         self.present = present
         self.title = "drop-in in force" if present else "drop-in removed"
@@ -37,7 +38,7 @@ class UnitConfigured(Goal):
         u = snap.unit(self.unit)
         if u is None:
             return [f"{self.unit} not reported"]
-        return [f.setting for f in findings_of(u, self.learned_stop_s)
+        return [f.setting for f in findings_of(u, self.learned)
                 if any(k in self.keys for _s, k, _v in f.fix)]
 
     def check(self, snap: HostSnapshot, elapsed: float) -> GoalStatus:

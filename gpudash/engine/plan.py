@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from gpudash.domain.lint import Learned
 from gpudash.domain.model import Container, Unit
 from gpudash.domain.units import gib, gib_number
 from gpudash.engine.steps import (
@@ -72,7 +73,7 @@ class Selection:
     rollback: bool = True  # swap: start the old unit again if the new one does not serve
     revert: bool = False  # fix: remove gpudash's drop-in instead of writing it
     unit_text: str | None = None  # fix: ``systemctl cat UNIT`` as read before planning
-    learned_stop_s: float | None = None  # fix: how long its last stop took here (the lint)
+    learned: Learned | None = None  # fix: what gpudash saw of its stops here (the lint)
     # a container's start: the restart policy to put back (what it had before gpudash
     # turned it off, from the audit); None: leave it as it is
     restart_policy: str | None = None

@@ -235,7 +235,7 @@ class Run:
             return False
         unit = plan.unit_before.name if plan.unit_before is not None else plan.subject
         goal = UnitConfigured(unit, plan.settings, not plan.selection.revert,
-                              plan.selection.learned_stop_s)
+                              plan.selection.learned)
         snap = await self._verify([goal], self.opts.verify_timeout)
         report.unit_after = snap.unit(unit)
         status = self.statuses[0]

@@ -21,6 +21,7 @@ class Target:
     gpu_memory_mib: Mapping[int, int | None]
     device_gpus: tuple[int, ...] = ()  # holds these GPUs' device files; the driver lists it not
     boot_id: str | None = None  # start ticks count from this boot of the host
+    unit: str | None = None  # the unit its cgroup names (what it learns of its stops)
 
     @classmethod
     def of(cls, p: Process, boot_id: str | None = None) -> Target:
@@ -33,6 +34,7 @@ class Target:
             dict(p.gpu_memory_mib),
             p.device_gpus,
             boot_id,
+            p.unit,
         )
 
     @property

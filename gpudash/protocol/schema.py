@@ -121,6 +121,7 @@ BOUNDS: dict[type, dict[str, Bound]] = {
         "start_limit_burst": Number(0, 2**32),
         "exec_start": Text(EXEC_MAX),
         "cuda_visible_devices": Text(TEXT_MAX, pattern=re.compile(r"[0-9]{1,2}(,[0-9]{1,2})*")),
+        "send_sigkill": Text(WORD_MAX),
     },
     Container: {
         "id": Text(64, identity=True, pattern=CONTAINER_ID),

@@ -14,6 +14,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from gpudash.domain.lint import Learned
 from gpudash.domain.model import HostSnapshot
 from gpudash.domain.triage import triage, unattributed_mib
 
@@ -25,10 +26,10 @@ def _fields(obj: Any) -> dict[str, Any]:
 
 
 def host_to_json(snapshot: HostSnapshot,
-                 learned_stop_s: Mapping[str, float] | None = None) -> dict[str, Any]:
-    """One host's document; ``learned_stop_s``: its units' learned stop times (unit ->
-    seconds) for the unit lint, read by the caller."""
-    result = triage(snapshot, learned_stop_s=learned_stop_s)
+                 learned: Mapping[str, Learned] | None = None) -> dict[str, Any]:
+    """One host's document; ``learned``: what gpudash saw of its units' stops (unit ->
+    stop time, processes that ignored SIGTERM) for the unit lint, read by the caller."""
+    result = triage(snapshot, learned=learned)
     flags = result.flags
     unattributed = unattributed_mib(snapshot)
     gpus = []
@@ -88,12 +89,12 @@ def host_to_json(snapshot: HostSnapshot,
 
 def document(
     hosts: Iterable[HostSnapshot], errors: dict[str, str] | None = None,
-    learned_stop_s: Callable[[HostSnapshot], Mapping[str, float]] | None = None,
+    learned: Callable[[HostSnapshot], Mapping[str, Learned]] | None = None,
 ) -> dict[str, Any]:
     """The whole ``--json`` document; hosts that failed appear with their error.
-    ``learned_stop_s(host)``: the stop times learned on that host, for the unit lint."""
+    ``learned(host)``: what gpudash saw of the units' stops on that host, for the lint."""
     out: list[dict[str, Any]] = [
-        host_to_json(h, None if learned_stop_s is None else learned_stop_s(h)) for h in hosts]
+        host_to_json(h, None if learned is None else learned(h)) for h in hosts]
     for name, message in (errors or {}).items():
         out.append({"name": name, "error": message, "gpus": [], "processes": [], "units": [],
                     "containers": [], "pods": [], "owners": []})

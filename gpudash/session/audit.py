@@ -94,6 +94,7 @@ def outcome_record(report: ActionReport, action_id: str | None = None, *,
         "rollback": _serving(report.rollback),  # a failed swap's old unit, started again
         "memory": report.memory.to_json(),  # each GPU's used MiB over the action, bounded
         "stop_s": report.stop_s,  # the unit's stop until its memory was back (learned)
+        "escalated": list(report.escalated),  # pids that ignored SIGTERM and got SIGKILL
         "verdict": report.verdict,
         "confirmed": report.confirmed,
         "unknown": report.unknown,

@@ -304,11 +304,24 @@ async def serving_request(
     return url, (dict(learned.mib_per_gpu) if learned else None)
 
 
+def term_ignored(report: ActionReport) -> dict[str, int]:
+    """Service -> how many of its processes ignored this action's SIGTERM (escalated to
+    SIGKILL): the unit lint says what a stop of that unit does to them."""
+    units = {t.pid: t.unit for ph in report.plan.run_phases for t in
+             (s.target for s in ph.signals)}
+    out: dict[str, int] = {}
+    for pid in report.escalated:
+        unit = units.get(pid)
+        if unit is not None and unit.endswith(".service"):
+            out[unit] = out.get(unit, 0) + 1
+    return out
+
+
 def learn_from(report: ActionReport) -> footprints.Footprint | None:
     """Keep what a unit took when it came up serving: the next swap checks the fit; how
     long a unit's stop took until its memory was back: the unit lint checks
-    ``TimeoutStopSec`` against it. A container stopped with proof leaves what it held:
-    its next start checks the fit."""
+    ``TimeoutStopSec`` against it; which of its processes ignored SIGTERM. A container
+    stopped with proof leaves what it held: its next start checks the fit."""
     stopped = report.plan.unit_before
     if report.stop_s is not None and stopped is not None:
         try:
@@ -316,6 +329,12 @@ def learn_from(report: ActionReport) -> footprints.Footprint | None:
                                   footprints.store_path(simulated=report.plan.simulated))
         except (OSError, ValueError):
             log.exception("stop time of %s not saved", stopped.name)
+    for unit, count in term_ignored(report).items():
+        try:
+            footprints.learn_term_ignored(report.plan.host, unit, count,
+                                          footprints.store_path(simulated=report.plan.simulated))
+        except (OSError, ValueError):
+            log.exception("SIGTERM ignored by %s not saved", unit)
     c = report.plan.container_before
     if c is not None and report.confirmed and report.plan.kind in STOPPING and (
             report.plan.expected_free_mib):

@@ -253,11 +253,11 @@ async def _prepare_fix(request: Request, control: HostControl, host: str) -> Act
     control.watch_unit(unit)
     snapshot = await control.sample()
     text = await control.unit_text(unit)
-    # the stop time learned here: the drop-in's TimeoutStopSec is what it needs
-    stops = footprints.stop_times(host, footprints.store_path(
+    # what was learned here: the drop-in's TimeoutStopSec is what its stop time needs
+    learned = footprints.learned(host, footprints.store_path(
         simulated=snapshot.source is SourceKind.DEMO))
     return SPECS[ActionKind.FIX].plan(snapshot, dataclasses.replace(
-        request.selection, unit_text=text, learned_stop_s=stops.get(unit_name(unit))))
+        request.selection, unit_text=text, learned=learned.get(unit_name(unit))))
 
 
 # --- confirm -------------------------------------------------------------------------

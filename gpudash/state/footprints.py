@@ -5,9 +5,11 @@ memory steady), its processes' GPU memory per GPU and the seconds it took are ke
 ``$XDG_STATE_HOME/gpudash/footprints.json``. The next swap to it checks the fit against
 this before stopping anything. When an action stops the unit (a reclaim, a swap's first
 phase), the seconds from ``systemctl stop`` until its memory was back are kept beside it
-(``stop_s``): the unit lint holds ``TimeoutStopSec`` against them. An entry may have a stop
-time and no footprint yet (stopped, never seen serving); one without ``stop_s`` is a file
-an older gpudash wrote, read as it was.
+(``stop_s``): the unit lint holds ``TimeoutStopSec`` against them. When some of its
+processes ignored gpudash's SIGTERM and were sent SIGKILL, when and how many is kept too
+(``term_ignored_at``, ``term_ignored``): the lint says what a stop does to them. An entry
+may have these and no footprint yet (stopped, never seen serving); one without them is a
+file an older gpudash wrote, read as it was.
 
 The file is the operator's, yet read as if it were not: every entry is checked for type
 and bounds (a GPU index the collector could report, MiB a GPU could hold, finite
@@ -26,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpudash.protocol.schema import MAX_GPUS, MIB_MAX
+from gpudash.domain.lint import Learned
+from gpudash.protocol.schema import MAX_GPUS, MIB_MAX, PID_MAX
 from gpudash.state import files
 from gpudash.state.paths import state_dir
 
@@ -44,10 +47,17 @@ class Footprint:
     ready_s: float | None
     seen_at: float  # epoch seconds
     stop_s: float | None = None  # the last stop: systemctl stop until its memory was back
+    term_ignored_at: float | None = None  # epoch s: its processes last ignored SIGTERM
+    term_ignored: int = 0  # how many did then
 
     @property
     def total_mib(self) -> int:
         return sum(self.mib_per_gpu.values())
+
+    @property
+    def learned(self) -> Learned:
+        """What the unit lint reads of it."""
+        return Learned(self.stop_s, self.term_ignored_at, self.term_ignored)
 
 
 def store_path(*, simulated: bool = False) -> Path:
@@ -94,8 +104,14 @@ def entry_of(entry: object) -> Footprint:
     if not isinstance(entry, dict):
         raise ValueError("not an object")
     stop = _seconds(entry.get("stop_s"), "stop_s", STOP_MAX_S, optional=True)
+    ignored_at = _seconds(entry.get("term_ignored_at"), "term_ignored_at", SEEN_MAX,
+                          optional=True)
+    ignored = entry.get("term_ignored", 0)
+    if not (isinstance(ignored, int) and not isinstance(ignored, bool)
+            and 0 <= ignored <= PID_MAX):
+        raise ValueError(f"term_ignored: {ignored!r} is not a count of processes")
     per = entry.get("mib_per_gpu")
-    if not isinstance(per, dict) or not (per or stop is not None):
+    if not isinstance(per, dict) or not (per or stop is not None or ignored_at is not None):
         raise ValueError("mib_per_gpu: not an object of GPU -> MiB")
     mib_per_gpu: dict[int, int] = {}
     for gpu, mib in per.items():
@@ -107,7 +123,8 @@ def entry_of(entry: object) -> Footprint:
     ready = _seconds(entry.get("ready_s"), "ready_s", READY_MAX_S, optional=True)
     seen = _seconds(entry.get("seen_at"), "seen_at", SEEN_MAX, optional=False)
     assert seen is not None
-    return Footprint(mib_per_gpu, ready, seen, stop)
+    return Footprint(mib_per_gpu, ready, seen, stop, ignored_at,
+                     ignored if ignored_at is not None else 0)
 
 
 def _seconds(value: Any, key: str, high: float, *, optional: bool) -> float | None:
@@ -135,57 +152,68 @@ def lookup(host: str, unit: str, path: Path | None = None) -> Footprint | None:
     return found if found is not None and found.mib_per_gpu else None
 
 
-def stop_times(host: str, path: Path | None = None) -> dict[str, float]:
-    """Unit -> the seconds its last stop took on ``host`` (for the unit lint)."""
+def learned(host: str, path: Path | None = None) -> dict[str, Learned]:
+    """Unit -> what gpudash saw of its stops on ``host`` (for the unit lint)."""
     store, problems = load(path)
     _report(problems)
-    return {u: f.stop_s for u, f in store.get(host, {}).items() if f.stop_s is not None}
+    return _learned_of(store, host)
+
+
+def _learned_of(store: Store, host: str) -> dict[str, Learned]:
+    return {u: f.learned for u, f in store.get(host, {}).items()
+            if f.stop_s is not None or f.term_ignored_at is not None}
 
 
 def learn(host: str, unit: str, mib_per_gpu: Mapping[int, int], ready_s: float | None,
           path: Path | None = None) -> Footprint:
     """Remember what ``unit`` took when it served on ``host``; returns what was stored.
     Entries of the file that are not valid are dropped (and logged); the rest are kept."""
-    target = path or store_path()
-    store, problems = load(target)
-    _report(problems)
-    had = store.get(host, {}).get(unit)
-    fp = entry_of({"mib_per_gpu": {str(k): v for k, v in mib_per_gpu.items()},
-                   "ready_s": ready_s, "seen_at": time.time(),
-                   "stop_s": had.stop_s if had is not None else None})
-    store.setdefault(host, {})[unit] = fp
-    _write(target, store)
-    return fp
+    return _update(host, unit, path, mib_per_gpu={str(k): v for k, v in mib_per_gpu.items()},
+                   ready_s=ready_s)
 
 
 def learn_stop(host: str, unit: str, stop_s: float, path: Path | None = None) -> Footprint:
     """Remember how long ``unit``'s stop took on ``host`` (its footprint, if any, kept)."""
+    return _update(host, unit, path, stop_s=round(stop_s, 1))
+
+
+def learn_term_ignored(host: str, unit: str, count: int, path: Path | None = None
+                       ) -> Footprint:
+    """Remember that ``count`` of ``unit``'s processes on ``host`` ignored gpudash's
+    SIGTERM just now (the rest of its entry kept)."""
+    return _update(host, unit, path, term_ignored_at=time.time(), term_ignored=count)
+
+
+def _update(host: str, unit: str, path: Path | None, **changed: Any) -> Footprint:
+    """``unit``'s entry on ``host`` with ``changed`` over what it had, checked and
+    written; entries of the file that are not valid are dropped (and logged)."""
     target = path or store_path()
     store, problems = load(target)
     _report(problems)
     had = store.get(host, {}).get(unit)
-    fp = entry_of({"mib_per_gpu": {str(k): v for k, v in (
-                       had.mib_per_gpu.items() if had is not None else ())},
-                   "ready_s": had.ready_s if had is not None else None,
-                   "seen_at": time.time(), "stop_s": round(stop_s, 1)})
+    entry = {"mib_per_gpu": {}, "ready_s": None, "stop_s": None, "term_ignored_at": None,
+             "term_ignored": 0} if had is None else _entry_json(had)
+    fp = entry_of({**entry, **changed, "seen_at": time.time()})
     store.setdefault(host, {})[unit] = fp
     _write(target, store)
     return fp
 
 
+def _entry_json(f: Footprint) -> dict[str, Any]:
+    return {"mib_per_gpu": {str(k): v for k, v in sorted(f.mib_per_gpu.items())},
+            "ready_s": f.ready_s, "seen_at": f.seen_at,
+            **({} if f.stop_s is None else {"stop_s": f.stop_s}),
+            **({} if f.term_ignored_at is None else {
+                "term_ignored_at": f.term_ignored_at, "term_ignored": f.term_ignored})}
+
+
 def _write(target: Path, store: Store) -> None:
-    data = {
-        h: {u: {"mib_per_gpu": {str(k): v for k, v in sorted(f.mib_per_gpu.items())},
-                "ready_s": f.ready_s, "seen_at": f.seen_at,
-                **({} if f.stop_s is None else {"stop_s": f.stop_s})}
-            for u, f in units.items()}
-        for h, units in store.items()
-    }
+    data = {h: {u: _entry_json(f) for u, f in units.items()} for h, units in store.items()}
     files.replace(target, json.dumps(data, indent=1, sort_keys=True).encode("utf-8"))
 
 
-class StopTimes:
-    """``stop_times`` for a screen that asks at every sample of every host: the file is
+class LearnedUnits:
+    """``learned`` for a screen that asks at every sample of every host: the file is
     looked at (stat) at most once per ``recheck_s``, read again only when it changed (its
     size or modification time), and each host's answer is kept until then."""
 
@@ -195,9 +223,9 @@ class StopTimes:
         self._clock = clock
         self._seen: dict[Path, tuple[tuple[int, int] | None, Store]] = {}
         self._checked: dict[Path, float] = {}
-        self._answers: dict[tuple[Path, str], dict[str, float]] = {}
+        self._answers: dict[tuple[Path, str], dict[str, Learned]] = {}
 
-    def __call__(self, host: str, *, simulated: bool = False) -> Mapping[str, float]:
+    def __call__(self, host: str, *, simulated: bool = False) -> Mapping[str, Learned]:
         path = store_path(simulated=simulated)
         now = self._clock()
         seen = self._seen.get(path)
@@ -216,6 +244,5 @@ class StopTimes:
         key = (path, host)
         answer = self._answers.get(key)
         if answer is None:
-            answer = self._answers[key] = {
-                u: f.stop_s for u, f in seen[1].get(host, {}).items() if f.stop_s is not None}
+            answer = self._answers[key] = _learned_of(seen[1], host)
         return answer

@@ -13,7 +13,7 @@ from textual.message import Message
 from gpudash.domain.model import HostSnapshot, SourceKind
 from gpudash.domain.triage import HostTriage
 from gpudash.engine import SPECS_BY_NAME
-from gpudash.state.footprints import StopTimes
+from gpudash.state.footprints import LearnedUnits
 from gpudash.ui.fleet_screen import FleetScreen
 from gpudash.ui.hosts import follow_host
 from gpudash.ui.main_screen import MainScreen
@@ -36,7 +36,7 @@ class HostFeeds:
         # redrawn together (with 256 hosts, a redraw per sample was most of the CPU).
         self.rows_redraw = RedrawThrottle(app, self._draw_rows)
         self._available: tuple[bool | None, ...] = ()
-        self._stop_times = StopTimes()  # the unit lint's learned stop times, per host
+        self._learned = LearnedUnits()  # what the unit lint reads of past stops, per host
 
     def start(self) -> None:
         """A worker per host, and the once-a-second tick."""
@@ -54,7 +54,7 @@ class HostFeeds:
                 on_snapshot=lambda s, t, lat: self._record(index, s, t, lat),
                 on_error=lambda err, wait: self._post(HostFailed(index, err, wait)),
                 on_connecting=lambda n: self._post(HostConnecting(index, n)),
-                learned_stop=lambda s: self._stop_times(
+                learned=lambda s: self._learned(
                     s.host, simulated=s.source is SourceKind.DEMO),
             )
 

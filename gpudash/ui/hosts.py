@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
+from gpudash.domain.lint import Learned
 from gpudash.domain.model import HostSnapshot
 from gpudash.domain.triage import HostTriage, retriage
 from gpudash.feed.reconnect import BACKOFF_MAX_S, LinkState, reconnecting_stream
@@ -100,12 +101,12 @@ async def follow_host(
     on_error: Callable[[str, float | None], None],
     on_connecting: Callable[[int], None],
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-    learned_stop: Callable[[HostSnapshot], Mapping[str, float]] | None = None,
+    learned: Callable[[HostSnapshot], Mapping[str, Learned]] | None = None,
 ) -> None:
     """Follow ``source`` until cancelled; the reconnect policy is the transport's.
 
-    ``learned_stop(snapshot)``: the stop times gpudash learned on that host (unit ->
-    seconds), for the unit lint.
+    ``learned(snapshot)``: what gpudash saw of the units' stops on that host (unit ->
+    ``Learned``), for the unit lint.
 
     ``on_snapshot(snapshot, triage, rtt)``: ``rtt`` is the host's request round trip as
     the transport measures it (None where it is not known, e.g. the demo).
@@ -125,8 +126,8 @@ async def follow_host(
         try:
             async for snapshot in reconnecting_stream(source, interval, on_state, sleep=sleep):
                 # An unchanged sample (the same processes and units) is not triaged again.
-                learned = None if learned_stop is None else learned_stop(snapshot)
-                last = retriage(snapshot, previous, last, learned_stop_s=learned)
+                seen = None if learned is None else learned(snapshot)
+                last = retriage(snapshot, previous, last, learned=seen)
                 on_snapshot(snapshot, last, round_trip_s(source))
                 previous = snapshot
             message = "the host closed the stream"
