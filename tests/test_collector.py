@@ -29,7 +29,7 @@ from gpudash.protocol import shell
 from gpudash.protocol.source import ProtocolError
 from gpudash.protocol.wire import SnapshotDecoder, apply_merge_patch
 from gpudash.transport.commands import systemctl_argv, validate_pid, validate_unit
-from gpudash.transport.ssh import Target, parse_target
+from gpudash.transport.ssh import SshTarget, parse_target
 
 
 def stat_line(pid: int, comm: str, state: str = "S", ppid: int = 1, start: int = 4242) -> str:
@@ -238,9 +238,9 @@ def test_validation_before_any_command() -> None:
 
 
 def test_targets() -> None:
-    assert parse_target("ssh://op@127.0.0.1:2222") == Target("127.0.0.1", "op", 2222)
-    assert parse_target("root@gpu01") == Target("gpu01", "root", None)
-    assert parse_target("gpu01") == Target("gpu01")
+    assert parse_target("ssh://op@127.0.0.1:2222") == SshTarget("127.0.0.1", "op", 2222)
+    assert parse_target("root@gpu01") == SshTarget("gpu01", "root", None)
+    assert parse_target("gpu01") == SshTarget("gpu01")
 
 
 def test_shell_frame_parses_like_the_collector() -> None:

@@ -19,7 +19,7 @@ from gpudash.collector.hostside import (
     container_of_cgroup,
 )
 from gpudash.domain.model import Container, Gpu, HostSnapshot, Pod, Process
-from gpudash.domain.owners import Capability, OwnerKind, owner_of
+from gpudash.domain.owners import OwnerCapability, OwnerKind, owner_of
 from gpudash.domain.triage import Flag, triage
 from gpudash.protocol.source import ProtocolError
 from gpudash.protocol.wire import SnapshotDecoder
@@ -222,8 +222,9 @@ def test_a_container_is_its_own_owner_and_says_docker_brings_it_back() -> None:
     g = t.group("docker:vllm")
     assert g is not None and g.kind is OwnerKind.CONTAINER and g.owner is not None
     assert g.owner.respawner == "docker (restart policy always)"
-    assert g.owner.capabilities == {Capability.STOP, Capability.DISABLE, Capability.REMOVE,
-                                    Capability.RECLAIM, Capability.START}
+    assert g.owner.capabilities == {OwnerCapability.STOP, OwnerCapability.DISABLE,
+                                    OwnerCapability.REMOVE, OwnerCapability.RECLAIM,
+                                    OwnerCapability.START}
     assert any("killing its main process makes docker restart it" in w for w in g.warnings)
     assert not any("Restart=" in w for w in g.warnings)  # no systemd advice for it
     assert t.group(f"docker-{CID}.scope") is None
@@ -261,7 +262,7 @@ def test_a_container_without_metadata_is_still_a_container() -> None:
     g = t.group(f"docker:{CID[:12]}")
     assert g is not None and g.kind is OwnerKind.CONTAINER and g.owner is not None
     assert not g.owner.capabilities
-    assert "no docker CLI" in g.owner.unable(Capability.STOP)
+    assert "no docker CLI" in g.owner.unable(OwnerCapability.STOP)
 
 
 def test_a_kubernetes_pod_offers_no_action_and_says_the_kubelet_restarts_it() -> None:
@@ -272,7 +273,7 @@ def test_a_kubernetes_pod_offers_no_action_and_says_the_kubelet_restarts_it() ->
     g = t.group("pod:ml/vllm-0")
     assert g is not None and g.kind is OwnerKind.POD and g.owner is not None
     assert not g.owner.capabilities and g.owner.respawner == "the kubelet"
-    why = g.owner.unable(Capability.STOP)
+    why = g.owner.unable(OwnerCapability.STOP)
     assert "the kubelet restarts its containers" in why
     assert "kubectl -n ml delete pod vllm-0" in why and "scale" in why
     no_crictl = owner_of(s.processes[0], snap(list(s.processes)))
@@ -290,8 +291,8 @@ def test_podman_cannot_turn_its_restart_policy_off_here() -> None:
              [vllm(runtime="podman")])
     g = triage(s).group("podman:vllm")
     assert g is not None and g.owner is not None
-    assert Capability.DISABLE not in g.owner.capabilities
-    assert "not supported" in g.owner.unable(Capability.DISABLE)
+    assert OwnerCapability.DISABLE not in g.owner.capabilities
+    assert "not supported" in g.owner.unable(OwnerCapability.DISABLE)
 
 
 def test_pods_get_namespace_and_name_where_crictl_answers(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from gpudash.collector import hostside
 from gpudash.domain.model import Gpu, HostSnapshot, Process, Unit
-from gpudash.domain.owners import Capability, OwnerKind
+from gpudash.domain.owners import OwnerCapability, OwnerKind
 from gpudash.domain.triage import Flag, triage, unattributed_mib
 from gpudash.engine import SPECS, ActionKind, PlanError, Selection
 from gpudash.protocol.wire import SnapshotDecoder
@@ -127,7 +127,7 @@ def test_a_user_service_is_never_an_orphan_and_not_acted_on() -> None:
     g = t.group("user@1000.service/vllm.service")
     assert g is not None and g.kind is OwnerKind.USER_SERVICE
     assert g.owner is not None and g.owner.capabilities == frozenset()
-    assert "alice's own systemd" in g.owner.unable(Capability.STOP)
+    assert "alice's own systemd" in g.owner.unable(OwnerCapability.STOP)
 
 
 ALICE_PODMAN = ("/user.slice/user-1000.slice/user@1000.service/user.slice/"

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from gpudash.domain.model import HostSnapshot, Unit
 from gpudash.domain.owners import (
-    Capability,
+    OwnerCapability,
 )
 from gpudash.domain.triage import (
     HostTriage,
@@ -73,8 +73,8 @@ def plan_swap(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Actio
     container = None
     if sel.unit is None and sel.container is not None:
         owner = require_container(snapshot, sel.container)
-        if not owner.can(Capability.RECLAIM):
-            raise PlanError(owner.unable(Capability.RECLAIM))
+        if not owner.can(OwnerCapability.RECLAIM):
+            raise PlanError(owner.unable(OwnerCapability.RECLAIM))
         container = owner.container
         assert container is not None and reclaim_spec.container_planner is not None
         reclaim = reclaim_spec.container_planner(reclaim_spec, snapshot,
@@ -131,13 +131,13 @@ SPECS: dict[ActionKind, ActionSpec] = {
     spec.kind: spec
     for spec in (
         ActionSpec(ActionKind.STOP, "stop_unit", "Stop unit", "s", "Stop",
-                   Needs.UNIT, plan_unit, capability=Capability.STOP,
+                   Needs.UNIT, plan_unit, capability=OwnerCapability.STOP,
                    container_planner=plan_container),
         ActionSpec(ActionKind.DISABLE, "disable_unit", "Disable unit", "d", "Disable",
-                   Needs.UNIT, plan_unit, capability=Capability.DISABLE,
+                   Needs.UNIT, plan_unit, capability=OwnerCapability.DISABLE,
                    container_planner=plan_container),
         ActionSpec(ActionKind.STOP_DISABLE, "stop_disable", "Stop + disable unit", "D",
-                   "Stop+disable", Needs.UNIT, plan_unit, capability=Capability.STOP,
+                   "Stop+disable", Needs.UNIT, plan_unit, capability=OwnerCapability.STOP,
                    container_planner=plan_container),
         ActionSpec(ActionKind.TERMINATE, "terminate", "Terminate process (TERM, then KILL)",
                    "t", "Terminate", Needs.PROCESS, plan_process),
@@ -149,21 +149,21 @@ SPECS: dict[ActionKind, ActionSpec] = {
                    plan_reap),
         ActionSpec(ActionKind.RECLAIM, "reclaim", "Reclaim unit (stop + disable + reap + wait)",
                    "r", "Reclaim", Needs.UNIT, plan_unit,
-                   capability=Capability.RECLAIM, container_planner=plan_container),
+                   capability=OwnerCapability.RECLAIM, container_planner=plan_container),
         ActionSpec(ActionKind.START, "start_unit", "Start unit and follow it to serving", "u",
-                   "Start", Needs.UNIT, plan_start, startable, capability=Capability.START,
+                   "Start", Needs.UNIT, plan_start, startable, capability=OwnerCapability.START,
                    container_planner=plan_container_start),
         ActionSpec(ActionKind.RESTART, "restart_unit", "Restart unit and follow it to serving",
-                   "R", "Restart", Needs.UNIT, plan_start, capability=Capability.START,
+                   "R", "Restart", Needs.UNIT, plan_start, capability=OwnerCapability.START,
                    container_planner=plan_container_start),
         ActionSpec(ActionKind.ENABLE, "enable_unit", "Enable unit (start at boot)", "e",
-                   "Enable", Needs.UNIT, plan_enable, capability=Capability.START),
+                   "Enable", Needs.UNIT, plan_enable, capability=OwnerCapability.START),
         ActionSpec(ActionKind.SWAP, "swap", "Swap model (reclaim, start the next, prove it "
                    "serves)", "w", "Swap", Needs.UNIT_AND_TARGET, plan_swap,
-                   capability=Capability.RECLAIM, container_planner=plan_swap),
+                   capability=OwnerCapability.RECLAIM, container_planner=plan_swap),
         ActionSpec(ActionKind.REMOVE, "remove_container", "Remove a stopped container "
                    "(docker rm)", "X", "Remove", Needs.UNIT, plan_container,
-                   container_only, capability=Capability.REMOVE,
+                   container_only, capability=OwnerCapability.REMOVE,
                    container_planner=plan_container, hidden_unless_fits=True),
         ActionSpec(ActionKind.FIX, "fix_unit", FIX_TITLE, "c", "Fix config", Needs.UNIT, plan_fix,
                    fix_fits, hidden_unless_fits=True, in_footer=False),

@@ -9,8 +9,8 @@ from dataclasses import replace
 
 from gpudash.domain.model import HostSnapshot
 from gpudash.domain.owners import (
-    Capability,
     Owner,
+    OwnerCapability,
     container_members,
     container_owner,
 )
@@ -110,7 +110,7 @@ def _commands(owner: Owner, kind: ActionKind, notes: list[str]) -> list[Step]:
     # Policy off first: a container whose main process dies while it is being stopped
     # must not be restarted by the daemon meanwhile.
     if kind in DISABLING:
-        if owner.can(Capability.DISABLE):
+        if owner.can(OwnerCapability.DISABLE):
             if (c.restart_policy or "no") != "no" or kind is ActionKind.DISABLE:
                 steps.append(command("no-restart"))
         else:
@@ -145,8 +145,8 @@ def plan_container_start(spec: ActionSpec, snapshot: HostSnapshot, sel: Selectio
     owner = require_container(snapshot, sel.container)
     c = owner.container
     assert c is not None
-    if not owner.can(Capability.START):
-        raise PlanError(owner.unable(Capability.START))
+    if not owner.can(OwnerCapability.START):
+        raise PlanError(owner.unable(OwnerCapability.START))
     restart = spec.kind is ActionKind.RESTART
     if not restart and (why := startable(snapshot, sel)):
         raise PlanError(why)
@@ -159,7 +159,7 @@ def plan_container_start(spec: ActionSpec, snapshot: HostSnapshot, sel: Selectio
     notes: list[str] = []
     policy = sel.restart_policy
     if policy and policy != (c.restart_policy or "no"):
-        if owner.can(Capability.DISABLE):  # the runtime can change a policy (docker)
+        if owner.can(OwnerCapability.DISABLE):  # the runtime can change a policy (docker)
             steps.append(command("restart-policy", policy))
             notes.append(f"Restart policy {c.restart_policy or 'no'} -> {policy}: put back "
                          "as it was before gpudash turned it off.")

@@ -10,8 +10,8 @@ from enum import StrEnum
 
 from gpudash.domain.model import HostSnapshot
 from gpudash.domain.owners import (
-    Capability,
     Owner,
+    OwnerCapability,
     container_members,
     container_owner,
     owner_of,
@@ -48,7 +48,7 @@ class ActionSpec:
     fits: Callable[[HostSnapshot, Selection], str | None] | None = None
     # what the selected owner must be able to do; containers are offered the specs whose
     # capability their runtime has (stop, restart policy off, remove, reclaim)
-    capability: Capability | None = None
+    capability: OwnerCapability | None = None
     # the same action for a container: its planner (None: systemd units only)
     container_planner: Callable[[ActionSpec, HostSnapshot, Selection], ActionPlan] | None = None
     # a rare action: hidden (not greyed) where it does not fit, so it costs no footer room

@@ -37,7 +37,7 @@ RUN_OUTPUT_MAX = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
-class Target:
+class SshTarget:
     """Where to connect: a config alias or host name, with optional user and port."""
 
     host: str
@@ -45,7 +45,7 @@ class Target:
     port: int | None = None
 
 
-def parse_target(target: str) -> Target:
+def parse_target(target: str) -> SshTarget:
     """``ssh://user@host:port``, ``user@host`` or ``host`` (an ``~/.ssh/config`` alias)."""
     text = target.strip()
     if text.startswith("ssh://"):
@@ -56,14 +56,14 @@ def parse_target(target: str) -> Target:
             raise ConnectError(f"bad port in {target!r}") from None
         if not parts.hostname:
             raise ConnectError(f"no host in {target!r}")
-        return Target(parts.hostname, parts.username or None, port)
+        return SshTarget(parts.hostname, parts.username or None, port)
     user, at, host = text.rpartition("@")
     if not host or any(c.isspace() for c in text) or host.startswith("-"):
         raise ConnectError(f"not a host: {target!r} (use host, user@host or ssh://user@host:port)")
-    return Target(host, user if at else None, None)
+    return SshTarget(host, user if at else None, None)
 
 
-def parse_jump(hop: str) -> Target:
+def parse_jump(hop: str) -> SshTarget:
     """One ProxyJump hop: ``[user@]host[:port]``, ``[user@][v6addr]:port`` or an ssh:// URI."""
     text = hop.strip()
     if text.startswith("ssh://"):
@@ -82,7 +82,7 @@ def parse_jump(hop: str) -> Target:
             host = rest
     if not host or any(c.isspace() for c in host) or host.startswith("-"):
         raise ConnectError(f"not a ProxyJump host: {hop!r}")
-    return Target(host, user if at else None, port)
+    return SshTarget(host, user if at else None, port)
 
 
 class SshPipe(Pipe):
@@ -164,7 +164,7 @@ class SshLink:
 
 
 async def dial(
-    target: Target,
+    target: SshTarget,
     settings: SshSettings,
     name: str,
     *,
@@ -291,7 +291,7 @@ def _overloaded(exc: BaseException) -> bool:
 
 
 async def _through(
-    target: Target,
+    target: SshTarget,
     settings: SshSettings,
     name: str,
     jump_for: str,

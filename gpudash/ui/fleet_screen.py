@@ -62,7 +62,7 @@ LINK_LINES_MAX = 3  # a long error wraps in its row, up to this many lines
 
 
 @dataclass(frozen=True, slots=True)
-class Column:
+class FleetColumn:
     key: str
     title: str
     width: int  # 0: shares what the fixed columns leave (link, last action)
@@ -71,14 +71,14 @@ class Column:
 
 
 COLUMNS = (
-    Column("host", "Host", 18, narrow=12),
-    Column("link", "Link", 0),
-    Column("gpus", "GPUs", 5),
-    Column("mem", "GPU memory", 15),
-    Column("reclaim", "Reclaim GiB", 12, "Reclaim", 8),
-    Column("orphans", "Orphans", 7, "Orph", 5),
-    Column("crash", "Crash loop", 16, "Loop", 8),
-    Column("action", "Last action", 0),
+    FleetColumn("host", "Host", 18, narrow=12),
+    FleetColumn("link", "Link", 0),
+    FleetColumn("gpus", "GPUs", 5),
+    FleetColumn("mem", "GPU memory", 15),
+    FleetColumn("reclaim", "Reclaim GiB", 12, "Reclaim", 8),
+    FleetColumn("orphans", "Orphans", 7, "Orph", 5),
+    FleetColumn("crash", "Crash loop", 16, "Loop", 8),
+    FleetColumn("action", "Last action", 0),
 )
 COLUMN_KEYS = tuple(c.key for c in COLUMNS)
 FLUSH_HZ = 1  # fleet row redraws per second at most: each one renders every visible row again
@@ -89,11 +89,11 @@ def mode_of(width: int) -> str:
     return next(mode for least, mode in MODES if width >= least)
 
 
-def column_widths(width: int) -> list[tuple[Column, str, int]]:
+def column_widths(width: int) -> list[tuple[FleetColumn, str, int]]:
     """(column, title, width) of the columns a terminal ``width`` wide shows: the memory
     column from 140, short titles under 100; Link and Last action share the rest."""
     mode = mode_of(width)
-    fixed: list[tuple[Column, str, int]] = []
+    fixed: list[tuple[FleetColumn, str, int]] = []
     for col in COLUMNS:
         if col.key == "mem" and mode != "wide":
             continue

@@ -19,7 +19,7 @@ from gpudash.domain.owners.container import (
     pod_advice,
     pod_label,
 )
-from gpudash.domain.owners.kinds import Capability, Orphan, Owner, OwnerKind, OwnerRules
+from gpudash.domain.owners.kinds import Orphan, Owner, OwnerCapability, OwnerKind, OwnerRules
 from gpudash.domain.owners.people import (
     NoOwnerRules,
     ScopeRules,
@@ -29,7 +29,7 @@ from gpudash.domain.owners.people import (
 from gpudash.domain.owners.service import ServiceRules, unit_respawned
 
 __all__ = [
-    "NO_UNIT", "RESTARTING_POLICIES", "RULES", "Capability", "Orphan", "Owner", "OwnerKind",
+    "NO_UNIT", "RESTARTING_POLICIES", "RULES", "OwnerCapability", "Orphan", "Owner", "OwnerKind",
     "OwnerRules", "container_key", "container_members", "container_owner", "owner_of",
     "owners", "pod_advice", "pod_label", "unit_kind", "unit_respawned",
 ]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from gpudash.domain.model import Process, Unit
-from gpudash.domain.owners.kinds import Capability, Orphan, Owner, OwnerKind
+from gpudash.domain.owners.kinds import Orphan, Owner, OwnerCapability, OwnerKind
 from gpudash.domain.tree import ProcessTree
 
 RESTARTING_POLICIES = frozenset({"always", "unless-stopped", "on-failure"})
@@ -27,16 +27,17 @@ def rootless_of_another(owner: Owner) -> bool:
 class ContainerRules:
     kind = OwnerKind.CONTAINER
 
-    def capabilities(self, owner: Owner) -> frozenset[Capability]:
+    def capabilities(self, owner: Owner) -> frozenset[OwnerCapability]:
         c = owner.container
         if c is None or c.state == "removed":
             return frozenset()
-        caps = {Capability.STOP, Capability.REMOVE, Capability.RECLAIM, Capability.START}
+        caps = {OwnerCapability.STOP, OwnerCapability.REMOVE, OwnerCapability.RECLAIM,
+                OwnerCapability.START}
         if c.runtime == "docker":
-            caps.add(Capability.DISABLE)
+            caps.add(OwnerCapability.DISABLE)
         return frozenset(caps)
 
-    def unable(self, owner: Owner, capability: Capability) -> str:
+    def unable(self, owner: Owner, capability: OwnerCapability) -> str:
         name = self.describe(owner)
         c = owner.container
         if rootless_of_another(owner):
@@ -48,10 +49,10 @@ class ContainerRules:
                     "host, or no permission): signal its processes instead")
         if c.state == "removed":
             return f"{name} no longer exists: reap its orphaned processes"
-        if capability is Capability.DISABLE:
+        if capability is OwnerCapability.DISABLE:
             return (f"{name}: turning a Podman restart policy off is not supported here; "
                     "stop it (a stopped container stays stopped) or reclaim it")
-        if capability is Capability.START:  # what a container cannot: enable (boot)
+        if capability is OwnerCapability.START:  # what a container cannot: enable (boot)
             return (f"{name} has no boot setting (enable is systemd's): its restart policy "
                     f"({c.restart_policy or 'unknown'}) decides whether {c.runtime} starts "
                     "it again")
@@ -163,10 +164,10 @@ def pod_advice(owner: Owner) -> str:
 class PodRules:
     kind = OwnerKind.POD
 
-    def capabilities(self, owner: Owner) -> frozenset[Capability]:
+    def capabilities(self, owner: Owner) -> frozenset[OwnerCapability]:
         return frozenset()
 
-    def unable(self, owner: Owner, capability: Capability) -> str:
+    def unable(self, owner: Owner, capability: OwnerCapability) -> str:
         return pod_advice(owner)
 
     def describe(self, owner: Owner) -> str:

@@ -28,7 +28,7 @@ class OwnerKind(StrEnum):
     NONE = "no unit"
 
 
-class Capability(StrEnum):
+class OwnerCapability(StrEnum):
     """What an owner can be asked to do (beyond signalling one of its processes)."""
 
     STOP = "stop"  # systemctl stop / docker stop
@@ -53,9 +53,9 @@ class OwnerRules(Protocol):
 
     kind: OwnerKind
 
-    def capabilities(self, owner: Owner) -> frozenset[Capability]: ...
+    def capabilities(self, owner: Owner) -> frozenset[OwnerCapability]: ...
 
-    def unable(self, owner: Owner, capability: Capability) -> str:
+    def unable(self, owner: Owner, capability: OwnerCapability) -> str:
         """Why ``owner`` cannot do ``capability``, in words the operator can act on."""
         ...
 
@@ -108,13 +108,13 @@ class Owner:
     user: str | None = None  # that user's name, as the host reported its processes' owner
 
     @property
-    def capabilities(self) -> frozenset[Capability]:
+    def capabilities(self) -> frozenset[OwnerCapability]:
         return self.rules.capabilities(self)
 
-    def can(self, capability: Capability) -> bool:
+    def can(self, capability: OwnerCapability) -> bool:
         return capability in self.capabilities
 
-    def unable(self, capability: Capability) -> str:
+    def unable(self, capability: OwnerCapability) -> str:
         return self.rules.unable(self, capability)
 
     def describe(self) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from gpudash.domain.model import Process, Unit
-from gpudash.domain.owners.kinds import Capability, Orphan, Owner, OwnerKind
+from gpudash.domain.owners.kinds import Orphan, Owner, OwnerCapability, OwnerKind
 from gpudash.domain.tree import ProcessTree
 from gpudash.serving.processes import Role, server_process
 
@@ -50,7 +50,7 @@ class _NoManager:
 
     kind: OwnerKind
 
-    def capabilities(self, owner: Owner) -> frozenset[Capability]:
+    def capabilities(self, owner: Owner) -> frozenset[OwnerCapability]:
         return frozenset()
 
     def describe(self, owner: Owner) -> str:
@@ -91,7 +91,7 @@ class _NoManager:
 class SessionRules(_NoManager):
     kind = OwnerKind.SESSION
 
-    def unable(self, owner: Owner, capability: Capability) -> str:
+    def unable(self, owner: Owner, capability: OwnerCapability) -> str:
         return (f"{owner.key} is a login session: somebody's live work; signal its "
                 "processes")
 
@@ -99,14 +99,14 @@ class SessionRules(_NoManager):
 class ScopeRules(_NoManager):
     kind = OwnerKind.SCOPE
 
-    def unable(self, owner: Owner, capability: Capability) -> str:
+    def unable(self, owner: Owner, capability: OwnerCapability) -> str:
         return f"{owner.key} (a transient scope) cannot {capability.value}: signal its processes"
 
 
 class NoOwnerRules(_NoManager):
     kind = OwnerKind.NONE
 
-    def unable(self, owner: Owner, capability: Capability) -> str:
+    def unable(self, owner: Owner, capability: OwnerCapability) -> str:
         return "no unit or container owns it: select a process to signal"
 
 
@@ -120,7 +120,7 @@ class UserServiceRules(_NoManager):
     def describe(self, owner: Owner) -> str:
         return f"{owner.user or owner.user_uid}'s own systemd: {owner.key}"
 
-    def unable(self, owner: Owner, capability: Capability) -> str:
+    def unable(self, owner: Owner, capability: OwnerCapability) -> str:
         return (f"{self.describe(owner)}: gpudash does not act on a user's own services "
                 f"(as that user: systemctl --user {capability.value} ...)")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from gpudash.domain.model import Process, Unit
-from gpudash.domain.owners.kinds import Capability, Orphan, Owner, OwnerKind
+from gpudash.domain.owners.kinds import Orphan, Owner, OwnerCapability, OwnerKind
 from gpudash.domain.tree import ProcessTree
 from gpudash.serving.processes import server_process
 
@@ -55,13 +55,13 @@ def what(p: Process) -> str:
 class ServiceRules:
     kind = OwnerKind.SERVICE
 
-    def capabilities(self, owner: Owner) -> frozenset[Capability]:
+    def capabilities(self, owner: Owner) -> frozenset[OwnerCapability]:
         if owner.unit is None:
             return frozenset()
-        return frozenset({Capability.STOP, Capability.DISABLE, Capability.START,
-                          Capability.RECLAIM})
+        return frozenset({OwnerCapability.STOP, OwnerCapability.DISABLE, OwnerCapability.START,
+                          OwnerCapability.RECLAIM})
 
-    def unable(self, owner: Owner, capability: Capability) -> str:
+    def unable(self, owner: Owner, capability: OwnerCapability) -> str:
         if owner.unit is None:
             return f"{owner.key} is not known to systemd on this host"
         return f"{owner.key} cannot {capability.value}: signal its processes"

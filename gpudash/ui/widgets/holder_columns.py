@@ -1,7 +1,7 @@
 """The holders table's columns: declared once, with the priority that decides which go
 first when the table is narrower than all of them.
 
-One more column (a per-process SM utilisation, say) is one more ``Column`` here and one
+One more column (a per-process SM utilisation, say) is one more ``HolderColumn`` here and one
 more cell where ``holders.py`` builds a process row; the fitting, the sort indicator and
 the cached cells follow from this list.
 """
@@ -23,7 +23,7 @@ FLAGS_MAX = 34  # "16×ORPHAN RESPAWNED UNIT INACTIVE" and a little more
 
 
 @dataclass(frozen=True, slots=True)
-class Column:
+class HolderColumn:
     """One column. ``fits``: as wide as its widest cell (and its header), up to ``width``."""
 
     key: str
@@ -33,22 +33,22 @@ class Column:
     fits: bool = False
 
 
-COLUMNS: tuple[Column, ...] = (
-    Column("who", "Owner / PID", 28, KEEP, fits=True),  # fixed: it never scrolls away
-    Column("mem", "GPU memory", 13, KEEP),
+COLUMNS: tuple[HolderColumn, ...] = (
+    HolderColumn("who", "Owner / PID", 28, KEEP, fits=True),  # fixed: it never scrolls away
+    HolderColumn("mem", "GPU memory", 13, KEEP),
     # abbreviated (ORPH+2) before anything goes; an empty column took 15 cells that CPU
     # and RSS lack on a small terminal
-    Column("flags", "Flags", FLAGS_MAX, 90, fits=True),
-    Column("cpu", "CPU", 5, 60),  # % of one CPU: a spinning orphan from an idle one
+    HolderColumn("flags", "Flags", FLAGS_MAX, 90, fits=True),
+    HolderColumn("cpu", "CPU", 5, 60),  # % of one CPU: a spinning orphan from an idle one
     # its share of the GPU's SM time (NVML's per-process samples): busy or idle on the GPU.
     # It goes before St and Age: at 120x35 after the incident CPU, RSS, St and Age stay.
-    Column("sm", "SM%", 4, 35),
-    Column("rss", "RSS", 8, 50),
+    HolderColumn("sm", "SM%", 4, 35),
+    HolderColumn("rss", "RSS", 8, 50),
     # after CPU and RSS: ZOMBIE and D-STATE are flags already
-    Column("st", "St", 2, 40),
-    Column("age", "Age", 5, 45),
-    Column("user", "User", 8, 20),  # the first to go: at 80 columns PIDs matter more
-    Column("cmd", "Command", COMMAND_WIDTH, KEEP),
+    HolderColumn("st", "St", 2, 40),
+    HolderColumn("age", "Age", 5, 45),
+    HolderColumn("user", "User", 8, 20),  # the first to go: at 80 columns PIDs matter more
+    HolderColumn("cmd", "Command", COMMAND_WIDTH, KEEP),
 )
 KEYS = tuple(c.key for c in COLUMNS)
 INDEX = {c.key: i for i, c in enumerate(COLUMNS)}
@@ -74,14 +74,14 @@ def fit_columns(room: int, widest: dict[str, int], flags_short: int,
     """
     labels = labels or {}
 
-    def width(c: Column, short: bool) -> int:
+    def width(c: HolderColumn, short: bool) -> int:
         label = len(labels.get(c.key, c.label))
         if c.fits:
             need = flags_short if short and c.key == "flags" else widest.get(c.key, 0)
             return min(c.width, max(label, need))
         return max(c.width, label) if c.key != "cmd" else c.width
 
-    def needed(shown: Sequence[Column], short: bool) -> int:
+    def needed(shown: Sequence[HolderColumn], short: bool) -> int:
         return sum((COMMAND_MIN if c.key == "cmd" else width(c, short)) + CELL_PAD
                    for c in shown)
 
