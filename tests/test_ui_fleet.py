@@ -455,3 +455,18 @@ async def test_a_host_never_read_shows_na_orphans_on_the_host_strip() -> None:
         orphans = {str(k.value): strip.get_row(k)[4].plain for k in strip.rows}
         assert orphans["1"] == "N/A"
         assert orphans["0"] == str(app.views[0].orphan_count())
+
+
+async def test_the_crash_loop_column_shows_the_whole_unit_name_where_there_is_room() -> None:
+    # at 200 columns it read "1 vllm-deepseek…" while Last action had room to spare
+    app = fleet_app(demo_fleet(6, speed=20))
+    async with app.run_test(size=(200, 50)) as pilot:
+        await all_read(pilot, app)
+        table = app.fleet.table
+        [crash] = [c for c in table.columns.values() if str(c.key.value) == "crash"]
+        await wait_for(pilot, lambda: cells(app, 4)["crash"].startswith("1 vllm-"),
+                       within=15)  # demo-gpu05's crash loop
+        longest = cells(app, 4)["crash"]
+        assert crash.width >= len(longest), (crash.width, longest)
+        assert sum(c.get_render_width(table) for c in table.columns.values()) <= 200 - 2
+    assert [w for c, _t, w in fleet_screen.column_widths(160) if c.key == "crash"] == [16]

@@ -83,6 +83,10 @@ COLUMNS = (
 COLUMN_KEYS = tuple(c.key for c in COLUMNS)
 FLUSH_HZ = 1  # fleet row redraws per second at most: each one renders every visible row again
 MODES = ((140, "wide"), (100, "medium"), (0, "narrow"))  # from this many columns
+# Crash loop ("1 vllm-deepseek-v3.service") widens by half of what a terminal has over
+# this many columns, up to CRASH_EXTRA_MAX more: at 200 it cut the name with room to spare
+CRASH_GROWS_FROM = 160
+CRASH_EXTRA_MAX = 24
 
 
 def mode_of(width: int) -> str:
@@ -100,6 +104,8 @@ def column_widths(width: int) -> list[tuple[FleetColumn, str, int]]:
         narrow = mode == "narrow"
         title = col.short if narrow and col.short else col.title
         w = col.narrow if narrow and col.narrow is not None else col.width
+        if col.key == "crash" and mode == "wide":  # room to spare: the unit's whole name
+            w += min(CRASH_EXTRA_MAX, max(0, width - CRASH_GROWS_FROM) // 2)
         fixed.append((col, title, max(w, len(title) + 1) if w else 0))
     taken = sum(w + 2 for _c, _t, w in fixed if w)  # a cell is padded by one on each side
     rest = max(24, width - 4 - taken - 4)  # the border, the scrollbar, two flexible cells
