@@ -2355,10 +2355,20 @@ def listener_refusal(url: str, unit: str, collector: Collector) -> str | None:
                                collector.proc.proc)
     if pid is None:
         return None  # nobody listens (the GET says so), or not readable here
-    owner = unit_of_cgroup(cgroup_path(_read(f"{collector.proc.proc}/{pid}/cgroup") or ""))
+    return unit_listener_refusal(port, unit, pid,
+                                 _read(f"{collector.proc.proc}/{pid}/comm", 64) or "?",
+                                 _read(f"{collector.proc.proc}/{pid}/cgroup") or "")
+
+
+def unit_listener_refusal(port: int, unit: str, pid: int, comm: str, cgroup_text: str
+                          ) -> str | None:
+    """Why pid ``pid`` (its ``comm`` and ``/proc/PID/cgroup`` text as read on the host),
+    listening on ``port``, proves nothing for ``unit``; None when it is the unit's own.
+    One rule for the Python collector and the shell fallback."""
+    owner = unit_of_cgroup(cgroup_path(cgroup_text))
     if owner == unit:
         return None
-    name = (_read(f"{collector.proc.proc}/{pid}/comm", 64) or "?").strip()
+    name = comm.strip()[:64] or "?"
     return (f"port {port} is not {unit}'s: pid {pid} ({name}, "
             f"{owner or 'no unit'}) listens on it")
 

@@ -19,6 +19,11 @@ from urllib.parse import urlsplit
 
 from gpudash.collector.hostside import CONTAINER_ID, OP_REFRESH, OP_WATCH, TRUNCATED
 from gpudash.domain.model import HostSnapshot
+from gpudash.protocol.shell_listener import (
+    listener_argv,
+    parse_listener,
+    shell_listener_refusal,
+)
 from gpudash.protocol.source import (
     LOOPBACK_HOSTS,
     Capability,
@@ -323,6 +328,10 @@ class SourceControl:
             except SourceError as exc:
                 return HttpAnswer(url, None, str(exc))
             return HttpAnswer(url, status, None if status is not None else error)
+        if unit is not None:  # the shell fallback checks the listener in plain sh too
+            refused = await self._shell_listener_refusal(url, unit)
+            if refused:
+                return HttpAnswer(url, None, refused)
         # the shell fallback's host: curl, if it has one (no proxy; redirects not followed)
         argv = ["curl", "-s", "-o", "/dev/null", "--noproxy", "*", "-w", "%{http_code}\\n",
                 "--max-time", f"{timeout_s:g}", "--", url]
@@ -334,6 +343,16 @@ class SourceControl:
             return HttpAnswer(url, None, result.output or "no answer")
         return HttpAnswer(url, None, f"curl exit {result.returncode}"
                           + (" (connection refused)" if result.returncode == 7 else ""))
+
+    async def _shell_listener_refusal(self, url: str, unit: str) -> str | None:
+        """The shell fallback's listener rule (``shell_listener``): why ``url`` cannot
+        prove ``unit`` serves, or None where it is the unit's or cannot be told."""
+        try:
+            port = urlsplit(url).port or 80
+        except ValueError:
+            return None
+        result = await self.source.connection.run(listener_argv(port), QUERY_TIMEOUT_S)
+        return shell_listener_refusal(port, unit, parse_listener(result.output))
 
     async def model_units(self, patterns: Sequence[str] = ()) -> tuple[ModelUnit, ...]:
         """Every model-server unit on the host, running or not (see ``modelservers``)."""
