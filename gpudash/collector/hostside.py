@@ -117,6 +117,7 @@ CONTAINER_KEYS = (  # state "removed": the runtime answered that no such contain
     # configured one not yet run: "configured"); "yes"/"no" (--init: a PID 1 that reaps);
     # the PID namespace ("host": --pid host; "private"; "container:ID")
     "health", "init", "pid_mode",
+    "port",  # the host TCP port it publishes (its lowest TCP port's): its ready URL's
 )
 POD_KEYS = ("uid", "namespace", "name")
 CONTAINER_RUNTIMES = ("docker", "podman", "cri")  # cri: a Kubernetes pod's (crictl)
@@ -1687,9 +1688,38 @@ def parse_inspect(text: str, runtime: str) -> list[Json]:
             low = 0 if field == "restart_count" else 1  # Pid 0: not running
             if type(value) is int and low <= value < 2**31:
                 c[field] = value
+        port = published_port(item)
+        if port is not None:
+            c["port"] = port
         c.update(_lint_facts(item))
         out.append(c)
     return out
+
+
+PORTS_MAX = 64  # published ports of one container looked at
+
+
+def published_port(item: Any) -> int | None:
+    """The host TCP port a container publishes its lowest TCP port on (its ready URL's),
+    or None: from ``NetworkSettings.Ports`` (what the runtime bound, dynamic ports too),
+    else ``HostConfig.PortBindings`` (what was asked)."""
+    for where in (("NetworkSettings", "Ports"), ("HostConfig", "PortBindings")):
+        ports = _get(item, *where)
+        if not isinstance(ports, dict):
+            continue
+        best: tuple[int, int] | None = None
+        for key, binds in list(ports.items())[:PORTS_MAX]:
+            inner, _, proto = str(key).partition("/")
+            if proto not in ("tcp", "") or not inner.isdigit() or not isinstance(binds, list):
+                continue
+            for bind in binds[:PORTS_MAX]:
+                host = _get(bind, "HostPort")
+                if isinstance(host, str) and host.isdigit() and 0 < int(host) < 65536 and (
+                        best is None or int(inner) < best[0]):
+                    best = (int(inner), int(host))
+        if best is not None:
+            return best[1]
+    return None
 
 
 def _lint_facts(item: Any) -> Json:
@@ -2371,6 +2401,41 @@ def unit_listener_refusal(port: int, unit: str, pid: int, comm: str, cgroup_text
     name = comm.strip()[:64] or "?"
     return (f"port {port} is not {unit}'s: pid {pid} ({name}, "
             f"{owner or 'no unit'}) listens on it")
+
+
+DOCKER_FORWARDERS = ("docker-proxy",)
+# podman's port forwarders: conmon (rootful), rootlessport, pasta, slirp4netns (rootless);
+# comm is cut at 15 characters
+PODMAN_FORWARDERS = ("conmon", "rootlessport", "rootlessport-ch", "pasta", "pasta.avx2",
+                     "slirp4netns")
+
+
+def container_listener_refusal(port: int, container_id: str, runtime: str, pid: int,
+                               comm: str, cgroup_text: str, user_uid: int | None = None
+                               ) -> str | None:
+    """Why pid ``pid`` listening on ``port`` proves nothing for the container, or None when
+    the listener is the container's own: a process of its cgroup (host network), or its
+    runtime's port forwarder (docker-proxy in the docker daemon's cgroup; podman's conmon
+    of this container, or a rootless forwarder of this container or of the rootless
+    user ``user_uid``'s podman). Decided on what the host said (comm, cgroup text) only."""
+    path = cgroup_path(cgroup_text) or ""
+    name = comm.strip()[:64] or "?"
+    owner = container_of_cgroup(path)
+    if owner is not None and owner[0] == runtime and owner[1] == container_id:
+        return None
+    unit = unit_of_cgroup(path)
+    if runtime == "docker" and name in DOCKER_FORWARDERS and unit == "docker.service":
+        return None
+    if runtime == "podman" and name in PODMAN_FORWARDERS:
+        parts = path.split("/")
+        if (f"libpod-conmon-{container_id}.scope" in parts
+                or f"libpod-{container_id}.scope" in parts):
+            return None
+        if user_uid is not None and f"user@{user_uid}.service" in parts and name != "conmon":
+            return None
+    who = (owner[1] or "")[:12] if owner is not None else None
+    return (f"port {port} is not container {container_id[:12]}'s: pid {pid} ({name}, "
+            f"{who and 'container ' + who or unit or 'no unit'}) listens on it")
 
 
 _EMIT_LOCK = threading.Lock()  # a probe's answer is written from its own thread

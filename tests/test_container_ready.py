@@ -1,0 +1,135 @@
+"""A container's start is proven by its ready URL too (issue 19, item 6): the host port it
+publishes is read from real-shaped ``docker``/``podman inspect`` JSON, carried on the wire,
+and an answer on it counts only from the container's own listener (its cgroup, or its
+runtime's port forwarder). The owner rule is a pure function of what the host says of the
+listening pid (comm, cgroup text): a docker-proxy or a container cgroup cannot be made
+here, so it is tested on the texts the kernel writes."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from test_containers import CID, CID2, inspect_json
+
+from gpudash.collector import hostside
+from gpudash.collector.hostside import container_listener_refusal, parse_inspect
+from gpudash.protocol.wire import SnapshotDecoder
+
+# `docker inspect` of `docker run -p 127.0.0.1:8001:8000 -p 9400:9400/udp ...` (Docker 27)
+DOCKER_PORTS = {
+    "HostConfig": {"PortBindings": {"8000/tcp": [{"HostIp": "127.0.0.1", "HostPort": "8001"}]}},
+    "NetworkSettings": {"Ports": {
+        "8000/tcp": [{"HostIp": "127.0.0.1", "HostPort": "8001"}],
+        "9400/udp": [{"HostIp": "0.0.0.0", "HostPort": "9400"}],
+        "8080/tcp": None,  # exposed, not published
+    }},
+}
+
+
+def inspected(item: dict[str, Any], runtime: str = "docker") -> dict[str, Any]:
+    (c,) = parse_inspect(json.dumps([item]), runtime)
+    return c
+
+
+def test_the_published_tcp_port_is_read_from_docker_inspect() -> None:
+    item = {**inspect_json(CID, "vllm-embed", "always", 0), **DOCKER_PORTS}
+    item["HostConfig"] = {**item["HostConfig"], **DOCKER_PORTS["HostConfig"]}
+    assert inspected(item)["port"] == 8001
+
+
+def test_a_stopped_container_keeps_the_port_it_asked_for() -> None:
+    # stopped: NetworkSettings.Ports is {} and PortBindings says what it will bind
+    item = inspect_json(CID, "vllm-embed", "always", 0, status="exited")
+    item["HostConfig"]["PortBindings"] = {"8000/tcp": [{"HostIp": "", "HostPort": "8001"}]}
+    item["NetworkSettings"] = {"Ports": {}}
+    assert inspected(item)["port"] == 8001
+
+
+def test_podman_inspect_and_the_lowest_container_port_wins() -> None:
+    # `podman inspect` of `podman run -p 8002:8000 -p 8003:9000 ...` (podman 4.9)
+    item = inspect_json(CID2, "vllm-rerank", "no", 0)
+    item["NetworkSettings"] = {"Ports": {
+        "9000/tcp": [{"HostIp": "", "HostPort": "8003"}],
+        "8000/tcp": [{"HostIp": "", "HostPort": "8002"}]}}
+    assert inspected(item, "podman")["port"] == 8002
+
+
+@pytest.mark.parametrize("ports", [
+    None, [], "8000/tcp", {"8000/tcp": "8001"}, {"8000/tcp": [{"HostPort": "0"}]},
+    {"8000/tcp": [{"HostPort": "70000"}]}, {"8000/tcp": [{"HostPort": "80; reboot"}]},
+    {"8000/tcp": [{"HostPort": 8001}]}, {"x/tcp": [{"HostPort": "8001"}]},
+    {"8000/udp": [{"HostPort": "8001"}]},
+])
+def test_ports_the_runtime_did_not_say_are_none(ports: object) -> None:
+    item = inspect_json(CID, "vllm-embed", "always", 0)
+    item["NetworkSettings"] = {"Ports": ports}
+    assert "port" not in inspected(item)
+
+
+def test_a_huge_port_map_is_looked_at_only_so_far() -> None:
+    item = inspect_json(CID, "vllm-embed", "always", 0)
+    many = {f"{p}/tcp": [{"HostPort": "1"}] * 200 for p in range(20_000, 20_200)}
+    many["1/tcp"] = [{"HostPort": "2"}]  # past the cap: never seen
+    item["NetworkSettings"] = {"Ports": many}
+    assert inspected(item)["port"] == 1
+
+
+def test_the_wire_carries_the_port_and_bounds_it() -> None:
+    def decoded(port: object) -> object:
+        wire = {"v": hostside.PROTOCOL, "host": "h", "taken_at": 1.7e9, "source": "nvml",
+                "can_act": True, "gpus": {}, "procs": {}, "units": {},
+                "containers": {CID: {"id": CID, "runtime": "docker", "port": port}}}
+        snap = SnapshotDecoder("h").feed(json.dumps({"k": "full", "s": wire}).encode())
+        c = snap.container(CID)
+        assert c is not None
+        return c.port
+
+    assert decoded(8001) == 8001
+    assert decoded(70000) in (None, 65535)  # out of bound: never a port to ask
+
+
+SCOPE = f"0::/system.slice/docker-{CID}.scope\n"
+DAEMON = "0::/system.slice/docker.service\n"
+NOBODY = "0::/user.slice/user-65534.slice/session-7.scope\n"
+
+
+def test_the_containers_own_process_and_docker_proxy_are_its_listener() -> None:
+    assert container_listener_refusal(8001, CID, "docker", 4242, "python3\n", SCOPE) is None
+    assert container_listener_refusal(8001, CID, "docker", 4243, "docker-proxy\n",
+                                      DAEMON) is None
+
+
+def test_a_squatter_is_refused_with_pid_comm_and_owner() -> None:
+    refused = container_listener_refusal(8001, CID, "docker", 4242, "python3\n", NOBODY)
+    assert refused == (f"port 8001 is not container {CID[:12]}'s: pid 4242 (python3, "
+                       "session-7.scope) listens on it")
+    # a docker-proxy outside the daemon's cgroup is anyone's program of that name
+    fake = container_listener_refusal(8001, CID, "docker", 9, "docker-proxy\n", NOBODY)
+    assert fake is not None and "session-7.scope" in fake
+    # another container's process is not this one's
+    other = f"0::/system.slice/docker-{CID2}.scope\n"
+    assert container_listener_refusal(8001, CID, "docker", 9, "python3", other) == (
+        f"port 8001 is not container {CID[:12]}'s: pid 9 (python3, container "
+        f"{CID2[:12]}) listens on it")
+    assert container_listener_refusal(8001, CID, "docker", 9, "x", "0::/\n") == (
+        f"port 8001 is not container {CID[:12]}'s: pid 9 (x, no unit) listens on it")
+
+
+def test_podmans_forwarders_of_this_container_or_its_rootless_user() -> None:
+    conmon = f"0::/machine.slice/libpod-conmon-{CID}.scope\n"
+    assert container_listener_refusal(8002, CID, "podman", 7, "conmon", conmon) is None
+    rootless = ("0::/user.slice/user-1000.slice/user@1000.service/user.slice/"
+                "podman-3012.scope\n")
+    for comm in ("rootlessport", "pasta", "slirp4netns"):
+        assert container_listener_refusal(8002, CID, "podman", 7, comm, rootless,
+                                          user_uid=1000) is None
+        assert container_listener_refusal(8002, CID, "podman", 7, comm, rootless,
+                                          user_uid=1001) is not None  # another user's
+    # another container's conmon, a docker-proxy for podman: not its listener
+    assert container_listener_refusal(
+        8002, CID, "podman", 7, "conmon", f"0::/machine.slice/libpod-conmon-{CID2}.scope"
+    ) is not None
+    assert container_listener_refusal(8002, CID, "podman", 7, "docker-proxy", DAEMON) \
+        is not None
