@@ -133,3 +133,45 @@ def test_podmans_forwarders_of_this_container_or_its_rootless_user() -> None:
     ) is not None
     assert container_listener_refusal(8002, CID, "podman", 7, "docker-proxy", DAEMON) \
         is not None
+
+
+def test_the_collector_refuses_a_containers_port_another_process_listens_on(
+        tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # a real server (not the container's) on the port, the real collector asked for it
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from collector_run import read_line, request, start, stop
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1",
+                               str(port)], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    proc = start("serve", interval=None)
+    try:
+        deadline = time.monotonic() + 10
+        while not hostside.listening_inodes(port) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert json.loads(read_line(proc))["k"] == hostside.K_READY
+        url = f"http://127.0.0.1:{port}/"
+        request(proc, hostside.OP_HTTP, id=1, url=url, timeout=3, container=CID,
+                runtime="docker")
+        request(proc, hostside.OP_HTTP, id=2, url=url, timeout=3, container="x; reboot",
+                runtime="docker")
+        replies = {}
+        while len(replies) < 2:
+            reply = json.loads(read_line(proc, timeout=15))
+            replies[reply["id"]] = reply
+        comm = open(f"/proc/{server.pid}/comm").read().strip()
+        assert (replies[1]["status"], replies[1]["error"]) == (
+            None, f"port {port} is not container {CID[:12]}'s: pid {server.pid} ({comm}, "
+                  "no unit) listens on it"), replies
+        assert replies[2]["status"] is None and "not a container" in replies[2]["error"]
+    finally:
+        stop(proc)
+        server.kill()
+        server.wait()

@@ -111,3 +111,20 @@ async def test_the_shell_fallback_refuses_a_port_another_process_listens_on(squa
                   f"({comm}, no unit) listens on it")
     finally:
         await source.close()
+
+
+async def test_the_shell_fallback_refuses_a_containers_port_another_process_holds(
+        squatter) -> None:  # type: ignore[no-untyped-def]
+    from gpudash.protocol.source import ContainerOwner
+
+    server, port = squatter
+    cid = "3f4e1b2c" * 8
+    source = LocalSource(python=None)
+    try:
+        refused = await source.control.probe_http(  # type: ignore[attr-defined]
+            f"http://127.0.0.1:{port}/health", 3, ContainerOwner(cid, "docker"))
+        assert (refused.status, refused.error) == (
+            None, f"port {port} is not container {cid[:12]}'s: pid {server.pid} "
+                  f"({_comm(server.pid)}, no unit) listens on it")
+    finally:
+        await source.close()

@@ -2403,6 +2403,34 @@ def unit_listener_refusal(port: int, unit: str, pid: int, comm: str, cgroup_text
             f"{owner or 'no unit'}) listens on it")
 
 
+def container_refusal(url: str, container_id: str, runtime: str, collector: Collector
+                      ) -> str | None:
+    """Why ``url`` cannot prove the container serves (its port is another process's), or
+    None; as ``listener_refusal``, what cannot be told (nobody in this namespace listens:
+    DNAT into the container's own; descriptors not readable) is not refused."""
+    import urllib.parse
+
+    try:
+        port = urllib.parse.urlsplit(url).port or 80
+    except ValueError:
+        return None
+    main = collector.containers.last.get(container_id, {}).get("main_pid")
+    main = main if isinstance(main, int) else None
+    proc = collector.proc.proc
+    pid, _hidden = listener_of(port, main, proc)
+    if pid is None:
+        return None
+    uid = None
+    if main is not None:  # a rootless podman's forwarders run as the container's user
+        try:
+            uid = os.stat(f"{proc}/{main}").st_uid
+        except OSError:
+            uid = None
+    return container_listener_refusal(port, container_id, runtime, pid,
+                                      _read(f"{proc}/{pid}/comm", 64) or "?",
+                                      _read(f"{proc}/{pid}/cgroup") or "", uid)
+
+
 DOCKER_FORWARDERS = ("docker-proxy",)
 # podman's port forwarders: conmon (rootful), rootlessport, pasta, slirp4netns (rootless);
 # comm is cut at 15 characters
@@ -2456,12 +2484,13 @@ _probes = threading.BoundedSemaphore(MAX_PROBES)
 
 
 def probe_later(url: str, timeout_s: float, request_id: Any, unit: str | None = None,
-                collector: Collector | None = None) -> Json | None:
+                collector: Collector | None = None,
+                container: tuple[str, str] | None = None) -> Json | None:
     """Answer OP_HTTP from a thread of its own, by an absolute deadline: a server that
     sends one byte a second holds neither the answer past ``timeout_s`` nor the request
     loop (samples and signals go on meanwhile). None: answered later; else the reply.
-    Given ``unit``, the answer counts only from that unit's own listener: a port another
-    process holds is refused without asking it."""
+    Given ``unit`` (or ``container``: its id and runtime), the answer counts only from
+    its own listener: a port another process holds is refused without asking it."""
     if not _probes.acquire(blocking=False):
         return {"k": K_HTTP, "status": None, "error": "busy: too many probes in flight",
                 "id": request_id}
@@ -2469,8 +2498,11 @@ def probe_later(url: str, timeout_s: float, request_id: Any, unit: str | None = 
     got: list[tuple[int | None, str | None]] = []
 
     def get() -> None:
-        refused = (listener_refusal(url, unit, collector)
-                   if unit is not None and collector is not None else None)
+        refused = None
+        if collector is not None and unit is not None:
+            refused = listener_refusal(url, unit, collector)
+        elif collector is not None and container is not None:
+            refused = container_refusal(url, container[0], container[1], collector)
         got.append((None, refused) if refused else http_get(url, deadline))
 
     def answer() -> None:
@@ -2518,10 +2550,16 @@ def _command(line: bytes, collector: Collector) -> Json | None:
         if op == OP_SAMPLE:
             return {"k": K_FULL, "s": collector.sample(force_units=True), "id": request.get("id")}
         if op == OP_HTTP:
-            unit = request.get("unit")
+            unit, owner = request.get("unit"), None
+            if "container" in request:
+                cid, runtime = str(request["container"]), str(request.get("runtime"))
+                if not (CONTAINER_ID.fullmatch(cid) and runtime in ("docker", "podman")):
+                    return {"k": K_HTTP, "status": None, "id": request.get("id"),
+                            "error": "not a container to probe for"}
+                owner = (cid, runtime)
             return probe_later(str(request["url"]), float(request.get("timeout", 3)),
                                request.get("id"), None if unit is None else str(unit),
-                               collector)
+                               collector, owner)
         if op == OP_SIGNAL:
             pid, start, boot = int(request["pid"]), request.get("start"), request.get("boot")
             if start is not None:

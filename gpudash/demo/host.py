@@ -48,6 +48,7 @@ from gpudash.protocol.source import (
     CommandResult,
     HostControl,
     HttpAnswer,
+    ListenerOwner,
     LogLine,
     ModelUnit,
     SignalOutcome,
@@ -197,8 +198,8 @@ class DemoHost(HostControl):
         """Every unit here that runs a model server, running or not."""
         return self.sim.model_units()
 
-    async def probe_http(self, url: str, timeout_s: float, unit: str | None = None
-                         ) -> HttpAnswer:
+    async def probe_http(self, url: str, timeout_s: float,
+                         owner: ListenerOwner | None = None) -> HttpAnswer:
         """A GET on the host's loopback: a server answers once its engine is built."""
         parts = urlsplit(url)
         if parts.scheme != "http" or parts.hostname not in LOOPBACK_HOSTS:

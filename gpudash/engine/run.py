@@ -322,7 +322,7 @@ class Run:
             return False
         goals: list[Goal] = [UnitUp(serving.unit, 0, opts.settle),
                              MemoryLoaded(serving.unit, serving.footprint, opts.settle)]
-        ready = Ready(serving.ready_url, unit=serving.unit) if serving.ready_url else None
+        ready = Ready(serving.ready_url, owner=serving.unit) if serving.ready_url else None
         if ready is not None:
             goals.append(ready)
         began = self.host_now

@@ -12,7 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpudash.collector.hostside import LISTEN_SCAN_MAX, unit_listener_refusal
+from gpudash.collector.hostside import (
+    LISTEN_SCAN_MAX,
+    container_listener_refusal,
+    unit_listener_refusal,
+)
+from gpudash.protocol.source import ContainerOwner, ListenerOwner
 
 # $1: the port (an int checked before it is passed, never interpolated), $2: the cap.
 # readlink -z: a link target holding a newline cannot pass for "socket:[INODE]".
@@ -89,9 +94,13 @@ def parse_listener(output: str) -> ShellListener:
                          "\n".join(sections["@cgroup"]))
 
 
-def shell_listener_refusal(port: int, unit: str, found: ShellListener) -> str | None:
-    """Why the shell's finding refuses ``unit``'s ready URL, or None (its own listener, or
+def shell_listener_refusal(port: int, owner: ListenerOwner, found: ShellListener
+                           ) -> str | None:
+    """Why the shell's finding refuses ``owner``'s ready URL, or None (its own listener, or
     nobody this login can see listens: the GET decides, as in the Python collector)."""
     if found.pid is None:
         return None
-    return unit_listener_refusal(port, unit, found.pid, found.comm, found.cgroup)
+    if isinstance(owner, ContainerOwner):
+        return container_listener_refusal(port, owner.id, owner.runtime, found.pid,
+                                          found.comm, found.cgroup)
+    return unit_listener_refusal(port, owner, found.pid, found.comm, found.cgroup)

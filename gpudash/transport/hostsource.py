@@ -31,6 +31,7 @@ from gpudash.protocol.source import (
     HostControl,
     HttpAnswer,
     LinkLost,
+    ListenerOwner,
     LogLine,
     ModelUnit,
     ProtocolError,
@@ -312,10 +313,11 @@ class SourceControl:
     def _as_root(self, argv: list[str], collector: Collector) -> list[str]:
         return ["sudo", "-n", *argv] if self.source.sudo and not collector.facts.is_root else argv
 
-    async def probe_http(self, url: str, timeout_s: float, unit: str | None = None
-                         ) -> HttpAnswer:
+    async def probe_http(self, url: str, timeout_s: float,
+                         owner: ListenerOwner | None = None) -> HttpAnswer:
         """GET ``url`` on the host (its loopback): the status, or why there is none;
-        given ``unit``, only from that unit's own listener (the Python collector)."""
+        given ``owner`` (a unit or a container), only from its own listener (asked by the
+        Python collector, or by a plain-sh look at /proc on the shell fallback's host)."""
         loopback_url(url)
         timeout_s = min(max(float(timeout_s), 0.1), 60.0)
         try:
@@ -324,12 +326,12 @@ class SourceControl:
             return HttpAnswer(url, None, str(exc))
         if isinstance(collector, PythonCollector):  # the collector asks, on the host
             try:
-                status, error = await collector.http_get(url, timeout_s, unit)
+                status, error = await collector.http_get(url, timeout_s, owner)
             except SourceError as exc:
                 return HttpAnswer(url, None, str(exc))
             return HttpAnswer(url, status, None if status is not None else error)
-        if unit is not None:  # the shell fallback checks the listener in plain sh too
-            refused = await self._shell_listener_refusal(url, unit)
+        if owner is not None:  # the shell fallback checks the listener in plain sh too
+            refused = await self._shell_listener_refusal(url, owner)
             if refused:
                 return HttpAnswer(url, None, refused)
         # the shell fallback's host: curl, if it has one (no proxy; redirects not followed)
@@ -344,15 +346,15 @@ class SourceControl:
         return HttpAnswer(url, None, f"curl exit {result.returncode}"
                           + (" (connection refused)" if result.returncode == 7 else ""))
 
-    async def _shell_listener_refusal(self, url: str, unit: str) -> str | None:
+    async def _shell_listener_refusal(self, url: str, owner: ListenerOwner) -> str | None:
         """The shell fallback's listener rule (``shell_listener``): why ``url`` cannot
-        prove ``unit`` serves, or None where it is the unit's or cannot be told."""
+        prove ``owner`` serves, or None where it is the owner's or cannot be told."""
         try:
             port = urlsplit(url).port or 80
         except ValueError:
             return None
         result = await self.source.connection.run(listener_argv(port), QUERY_TIMEOUT_S)
-        return shell_listener_refusal(port, unit, parse_listener(result.output))
+        return shell_listener_refusal(port, owner, parse_listener(result.output))
 
     async def model_units(self, patterns: Sequence[str] = ()) -> tuple[ModelUnit, ...]:
         """Every model-server unit on the host, running or not (see ``modelservers``)."""
