@@ -76,7 +76,11 @@ async def test_restart_of_a_running_container_is_proven_running_with_its_memory_
     assert after.main_pid not in (None, before.main_pid)
     assert after.restart_policy == "always"  # a restart leaves the policy as it is
     assert "memory back: GPU7 1.0 GiB" in report.summary
-    assert "  docker:vllm-embed: RUNNING, memory back after" in "\n".join(report.describe())
+    told = "\n".join(report.describe())
+    assert "  docker:vllm-embed: READY, memory back after" in told
+    # its published port's /health, asked for the container's own listener
+    assert "; http://127.0.0.1:8100/health -> 200" in told
+    assert "vllm-embed ready after" in report.summary
 
 
 async def test_start_after_a_reclaim_puts_the_policy_back_checks_the_fit_and_proves_it(
@@ -92,8 +96,11 @@ async def test_start_after_a_reclaim_puts_the_policy_back_checks_the_fit_and_pro
     text = "\n".join(plan.describe(10))  # type: ignore[union-attr]
     assert text.index("docker update --restart=always") < text.index("docker start")
     assert "fits: up to 1.0 GiB per GPU on 1 GPU(s), learned when it last ran here" in text
+    assert c.port == 8100  # published: its /health is part of the proof
     report = await execute(plan, demo, FAST)  # type: ignore[arg-type]
     assert report.confirmed, report.summary
+    assert report.serving is not None and report.serving.ready_status == 200
+    assert "vllm-embed ready after" in report.summary
     after = (await demo.sample()).container(EMBED_ID)
     assert after is not None and after.state == "running" and after.restart_policy == "always"
     g = triage(await demo.sample()).group(EMBED)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpudash.domain.model import HostSnapshot
+from gpudash.domain.model import Container, HostSnapshot
 from gpudash.domain.owners import (
     Capability,
     Owner,
@@ -196,3 +196,11 @@ def plan_container_start(spec: ActionSpec, snapshot: HostSnapshot, sel: Selectio
         fit=tuple(lines),
     )
     return replace(plan, title=f"{CONTAINER_TITLES[kind]}: {plan.subject}")
+
+
+def container_ready_url(c: Container, given: str | None) -> str | None:
+    """The URL that proves a started container serves: the one given, else
+    ``/health`` on the host port it publishes; None: neither is known."""
+    if given:
+        return given
+    return f"http://127.0.0.1:{c.port}/health" if c.port is not None else None
