@@ -173,3 +173,27 @@ def test_cli_start_container_refuses_a_running_one_and_needs_unit_or_container()
     assert r.returncode == 2 and "--unit --container" in r.stderr
     r = gpudash("start", "--demo", "--container", "a;b", "--yes")
     assert r.returncode == 2 and "not a container name" in r.stderr
+
+
+async def test_a_start_is_not_ready_while_someone_elses_server_holds_its_port(
+    demo: DemoHost,
+) -> None:
+    # issue 19, item 6: while vllm-embed was down, nobody's server bound its port 8100;
+    # it answers 200, yet proves nothing for the container, and the verdict says whose it is
+    from gpudash.protocol.shell_listener import ShellListener
+
+    await reclaimed(demo)
+    demo.sim.squatters[8100] = ShellListener(
+        4242, "python3\n", "0::/user.slice/user-65534.slice/session-7.scope\n")
+    s = await demo.sample()
+    plan = await prepare(Request(ActionKind.START, selection_for(triage(s), EMBED, None)),
+                         demo, demo.name, NoPorts())
+    report = await execute(plan, demo, dataclasses.replace(  # type: ignore[arg-type]
+        FAST, serve_timeout=5.0))
+    assert not report.confirmed
+    assert report.summary.startswith("vllm-embed NOT confirmed ready: "), report.summary
+    assert (f"port 8100 is not container {EMBED_ID[:12]}'s: pid 4242 (python3, "
+            "session-7.scope) listens on it") in report.summary
+    assert report.serving is not None and report.serving.ready_status is None
+    after = (await demo.sample()).container(EMBED_ID)
+    assert after is not None and after.state == "running"  # it runs; it is not proven ready

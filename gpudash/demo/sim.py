@@ -25,6 +25,7 @@ from gpudash.demo.records import (
 )
 from gpudash.domain.model import Gpu, HostSnapshot, SourceKind, unit_name
 from gpudash.engine.signals import PICKABLE
+from gpudash.protocol.shell_listener import ShellListener
 from gpudash.protocol.source import CommandResult, ModelUnit, SignalOutcome
 
 GPU_NAME = "NVIDIA RTX PRO 6000 Blackwell"
@@ -85,6 +86,9 @@ class HostSimulation:
         self.processes: dict[int, SimProcess] = {}
         self.units: dict[str, SimUnit] = {}
         self.containers: dict[str, SimContainer] = {}
+        # port -> the process (pid, comm, cgroup text) that bound it while its server
+        # was down: a borrowed ready URL, refused for anyone else
+        self.squatters: dict[int, ShellListener] = {}
         self._releases: list[tuple[float, int, int]] = []  # (at, gpu, mib)
         self.boot_id = f"5e1f0c2a-8d3a-4b71-9f0e-{random.Random(-seed).getrandbits(48):012x}"
         self._build_incident()

@@ -298,16 +298,16 @@ class Run:
         outcome.mib_per_gpu = dict(loaded.now)
         if ready is not None:
             outcome.ready_status = ready.status
+        state = "ready" if ready is not None else "running"
         if all(st.state is GoalState.MET for st in self.statuses):
             outcome.serving = True
             outcome.ready_s = self._since(began)
             report.confirmed = True
-            state = "ready" if ready is not None else "running"
             report.summary = (f"confirmed: {c.label} {state} after {outcome.ready_s:.0f} s: "
                               + "; ".join(st.detail for st in self.statuses if st.detail))
             return True
         report.confirmed = False
-        report.summary = f"{c.label} NOT confirmed running: " + "; ".join(
+        report.summary = f"{c.label} NOT confirmed {state}: " + "; ".join(
             st.detail or st.title for st in self.statuses if st.state is not GoalState.MET)
         return False
 
