@@ -28,6 +28,12 @@ DOCKER_PORTS = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _isolated_state(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+
+
 def inspected(item: dict[str, Any], runtime: str = "docker") -> dict[str, Any]:
     (c,) = parse_inspect(json.dumps([item]), runtime)
     return c
@@ -175,3 +181,13 @@ def test_the_collector_refuses_a_containers_port_another_process_listens_on(
         stop(proc)
         server.kill()
         server.wait()
+
+
+def test_snapshot_json_of_the_demo_says_the_port_its_ready_url_uses() -> None:
+    from test_cli import gpudash
+
+    r = gpudash("snapshot", "--demo", "--json")
+    assert r.returncode == 0, r.stderr
+    (host,) = json.loads(r.stdout)["hosts"]
+    (embed,) = [c for c in host["containers"] if c["name"] == "vllm-embed"]
+    assert embed["port"] == 8100
