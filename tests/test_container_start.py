@@ -68,6 +68,11 @@ async def test_restart_of_a_running_container_is_proven_running_with_its_memory_
     plan = SPECS[ActionKind.RESTART].plan(s, sel)
     text = "\n".join(plan.describe(10))
     assert "$ docker restart -t 10 vllm-embed" in text and "systemctl" not in text
+    assert ("Ready when: http://127.0.0.1:8100/health answers 200 from vllm-embed's own "
+            "listener.") in text
+    given = SPECS[ActionKind.RESTART].plan(
+        s, dataclasses.replace(sel, ready_url="http://127.0.0.1:8100/v1/models"))
+    assert given.selection.ready_url == "http://127.0.0.1:8100/v1/models"  # --ready-url kept
     report = await execute(plan, demo, FAST)
     assert report.confirmed, report.summary
     assert [c.argv[:2] for c in report.commands] == [("docker", "restart")]

@@ -167,6 +167,9 @@ def plan_container_start(spec: ActionSpec, snapshot: HostSnapshot, sel: Selectio
             notes.append(f"{c.runtime} cannot change a restart policy here: it stays "
                          f"{c.restart_policy or 'unknown'} (it was {policy}).")
     steps.append(command("restart" if restart else "start"))
+    url = container_ready_url(c, sel.ready_url)
+    notes.append(f"Ready when: {url} answers 200 from {c.label}'s own listener." if url else
+                 "No published port or ready URL: proven running, not by a health check.")
     now = container_memory(snapshot, c)
     footprint = dict(sel.footprint or {}) or (now if restart else {})
     freed = now if restart else {}
@@ -187,7 +190,7 @@ def plan_container_start(spec: ActionSpec, snapshot: HostSnapshot, sel: Selectio
     plan = new_plan(
         spec, snapshot,
         Selection(container=c.id, footprint=footprint or None, force=sel.force,
-                  restart_policy=sel.restart_policy),
+                  restart_policy=sel.restart_policy, ready_url=sel.ready_url),
         owner.describe(),
         steps=plan_steps,
         phases=(Phase("start", kind, plan_steps),),
