@@ -193,9 +193,12 @@ async def test_a_start_is_not_ready_while_someone_elses_server_holds_its_port(
     s = await demo.sample()
     plan = await prepare(Request(ActionKind.START, selection_for(triage(s), EMBED, None)),
                          demo, demo.name, NoPorts())
+    told: list[str] = []
     report = await execute(plan, demo, dataclasses.replace(  # type: ignore[arg-type]
-        FAST, serve_timeout=5.0))
+        FAST, serve_timeout=5.0), lambda p: told.append(p.message))
     assert not report.confirmed
+    # the progress (CLI lines, the dashboard's action panel) says whose port it is
+    assert any("is not container" in m and "pid 4242 (python3" in m for m in told), told
     assert report.summary.startswith("vllm-embed NOT confirmed ready: "), report.summary
     assert (f"port 8100 is not container {EMBED_ID[:12]}'s: pid 4242 (python3, "
             "session-7.scope) listens on it") in report.summary
