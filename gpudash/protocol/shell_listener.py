@@ -10,14 +10,18 @@ quotes host text: a file name or comm can never be read as a marker.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from gpudash.collector.hostside import (
     LISTEN_SCAN_MAX,
     container_listener_refusal,
     unit_listener_refusal,
 )
-from gpudash.protocol.source import ContainerOwner, ListenerOwner
+from gpudash.protocol.source import CommandResult, ContainerOwner, ListenerOwner
+
+Run = Callable[[list[str], float], Awaitable[CommandResult]]
 
 # $1: the port (an int checked before it is passed, never interpolated), $2: the cap.
 # readlink -z: a link target holding a newline cannot pass for "socket:[INODE]".
@@ -104,3 +108,16 @@ def shell_listener_refusal(port: int, owner: ListenerOwner, found: ShellListener
         return container_listener_refusal(port, owner.id, owner.runtime, found.pid,
                                           found.comm, found.cgroup)
     return unit_listener_refusal(port, owner, found.pid, found.comm, found.cgroup)
+
+
+async def ask_listener(url: str, owner: ListenerOwner, run: Run, limit_s: float
+                       ) -> str | None:
+    """The shell fallback's listener rule, asked of a host through ``run`` (its
+    connection's way to run an argv): why ``url`` cannot prove ``owner`` serves, or None
+    where the listener is the owner's or cannot be told."""
+    try:
+        port = urlsplit(url).port or 80
+    except ValueError:
+        return None
+    result = await run(listener_argv(port), limit_s)
+    return shell_listener_refusal(port, owner, parse_listener(result.output))

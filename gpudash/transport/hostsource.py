@@ -19,11 +19,7 @@ from urllib.parse import urlsplit
 
 from gpudash.collector.hostside import CONTAINER_ID, OP_REFRESH, OP_WATCH, TRUNCATED
 from gpudash.domain.model import HostSnapshot
-from gpudash.protocol.shell_listener import (
-    listener_argv,
-    parse_listener,
-    shell_listener_refusal,
-)
+from gpudash.protocol.shell_listener import ask_listener
 from gpudash.protocol.source import (
     LOOPBACK_HOSTS,
     Capability,
@@ -331,7 +327,8 @@ class SourceControl:
                 return HttpAnswer(url, None, str(exc))
             return HttpAnswer(url, status, None if status is not None else error)
         if owner is not None:  # the shell fallback checks the listener in plain sh too
-            refused = await self._shell_listener_refusal(url, owner)
+            refused = await ask_listener(url, owner, self.source.connection.run,
+                                         QUERY_TIMEOUT_S)
             if refused:
                 return HttpAnswer(url, None, refused)
         # the shell fallback's host: curl, if it has one (no proxy; redirects not followed)
@@ -345,16 +342,6 @@ class SourceControl:
             return HttpAnswer(url, None, result.output or "no answer")
         return HttpAnswer(url, None, f"curl exit {result.returncode}"
                           + (" (connection refused)" if result.returncode == 7 else ""))
-
-    async def _shell_listener_refusal(self, url: str, owner: ListenerOwner) -> str | None:
-        """The shell fallback's listener rule (``shell_listener``): why ``url`` cannot
-        prove ``owner`` serves, or None where it is the owner's or cannot be told."""
-        try:
-            port = urlsplit(url).port or 80
-        except ValueError:
-            return None
-        result = await self.source.connection.run(listener_argv(port), QUERY_TIMEOUT_S)
-        return shell_listener_refusal(port, owner, parse_listener(result.output))
 
     async def model_units(self, patterns: Sequence[str] = ()) -> tuple[ModelUnit, ...]:
         """Every model-server unit on the host, running or not (see ``modelservers``)."""
