@@ -168,10 +168,17 @@ def test_the_collector_refuses_a_containers_port_another_process_listens_on(
                 runtime="docker")
         request(proc, hostside.OP_HTTP, id=2, url=url, timeout=3, container="x; reboot",
                 runtime="docker")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            closed = s.getsockname()[1]
+        # nobody listens in this namespace (a DNAT into the container's own): the GET decides
+        request(proc, hostside.OP_HTTP, id=3, url=f"http://127.0.0.1:{closed}/health",
+                timeout=3, container=CID, runtime="docker")
         replies = {}
-        while len(replies) < 2:
+        while len(replies) < 3:
             reply = json.loads(read_line(proc, timeout=15))
             replies[reply["id"]] = reply
+        assert replies[3]["status"] is None and "is not container" not in replies[3]["error"]
         comm = open(f"/proc/{server.pid}/comm").read().strip()
         assert (replies[1]["status"], replies[1]["error"]) == (
             None, f"port {port} is not container {CID[:12]}'s: pid {server.pid} ({comm}, "
