@@ -68,6 +68,11 @@ async def test_restart_of_a_running_container_is_proven_running_with_its_memory_
     plan = SPECS[ActionKind.RESTART].plan(s, sel)
     text = "\n".join(plan.describe(10))
     assert "$ docker restart -t 10 vllm-embed" in text and "systemctl" not in text
+    assert ("Ready when: http://127.0.0.1:8100/health answers 200 from vllm-embed's own "
+            "listener.") in text
+    given = SPECS[ActionKind.RESTART].plan(
+        s, dataclasses.replace(sel, ready_url="http://127.0.0.1:8100/v1/models"))
+    assert given.selection.ready_url == "http://127.0.0.1:8100/v1/models"  # --ready-url kept
     report = await execute(plan, demo, FAST)
     assert report.confirmed, report.summary
     assert [c.argv[:2] for c in report.commands] == [("docker", "restart")]
@@ -76,7 +81,11 @@ async def test_restart_of_a_running_container_is_proven_running_with_its_memory_
     assert after.main_pid not in (None, before.main_pid)
     assert after.restart_policy == "always"  # a restart leaves the policy as it is
     assert "memory back: GPU7 1.0 GiB" in report.summary
-    assert "  docker:vllm-embed: RUNNING, memory back after" in "\n".join(report.describe())
+    told = "\n".join(report.describe())
+    assert "  docker:vllm-embed: READY, memory back after" in told
+    # its published port's /health, asked for the container's own listener
+    assert "; http://127.0.0.1:8100/health -> 200" in told
+    assert "vllm-embed ready after" in report.summary
 
 
 async def test_start_after_a_reclaim_puts_the_policy_back_checks_the_fit_and_proves_it(
@@ -92,8 +101,11 @@ async def test_start_after_a_reclaim_puts_the_policy_back_checks_the_fit_and_pro
     text = "\n".join(plan.describe(10))  # type: ignore[union-attr]
     assert text.index("docker update --restart=always") < text.index("docker start")
     assert "fits: up to 1.0 GiB per GPU on 1 GPU(s), learned when it last ran here" in text
+    assert c.port == 8100  # published: its /health is part of the proof
     report = await execute(plan, demo, FAST)  # type: ignore[arg-type]
     assert report.confirmed, report.summary
+    assert report.serving is not None and report.serving.ready_status == 200
+    assert "vllm-embed ready after" in report.summary
     after = (await demo.sample()).container(EMBED_ID)
     assert after is not None and after.state == "running" and after.restart_policy == "always"
     g = triage(await demo.sample()).group(EMBED)
@@ -166,3 +178,30 @@ def test_cli_start_container_refuses_a_running_one_and_needs_unit_or_container()
     assert r.returncode == 2 and "--unit --container" in r.stderr
     r = gpudash("start", "--demo", "--container", "a;b", "--yes")
     assert r.returncode == 2 and "not a container name" in r.stderr
+
+
+async def test_a_start_is_not_ready_while_someone_elses_server_holds_its_port(
+    demo: DemoHost,
+) -> None:
+    # issue 19, item 6: while vllm-embed was down, nobody's server bound its port 8100;
+    # it answers 200, yet proves nothing for the container, and the verdict says whose it is
+    from gpudash.protocol.shell_listener import ShellListener
+
+    await reclaimed(demo)
+    demo.sim.squatters[8100] = ShellListener(
+        4242, "python3\n", "0::/user.slice/user-65534.slice/session-7.scope\n")
+    s = await demo.sample()
+    plan = await prepare(Request(ActionKind.START, selection_for(triage(s), EMBED, None)),
+                         demo, demo.name, NoPorts())
+    told: list[str] = []
+    report = await execute(plan, demo, dataclasses.replace(  # type: ignore[arg-type]
+        FAST, serve_timeout=5.0), lambda p: told.append(p.message))
+    assert not report.confirmed
+    # the progress (CLI lines, the dashboard's action panel) says whose port it is
+    assert any("is not container" in m and "pid 4242 (python3" in m for m in told), told
+    assert report.summary.startswith("vllm-embed NOT confirmed ready: "), report.summary
+    assert (f"port 8100 is not container {EMBED_ID[:12]}'s: pid 4242 (python3, "
+            "session-7.scope) listens on it") in report.summary
+    assert report.serving is not None and report.serving.ready_status is None
+    after = (await demo.sample()).container(EMBED_ID)
+    assert after is not None and after.state == "running"  # it runs; it is not proven ready

@@ -11,7 +11,7 @@ from gpudash.demo.fleet import UnreachableHost
 from gpudash.demo.host import KIMI, MINIMAX, DemoHost
 from gpudash.engine import SPECS, ActionKind, ExecOptions, Selection, execute
 from gpudash.engine.goals import GoalState, Ready
-from gpudash.protocol.source import Capability, HttpAnswer, LogLine, ModelUnit
+from gpudash.protocol.source import Capability, HttpAnswer, ListenerOwner, LogLine, ModelUnit
 from gpudash.session.controller import serving_request
 from gpudash.transport.local import LocalSource
 from gpudash.ui.models import JournalScreen
@@ -29,8 +29,8 @@ class Bare(DemoHost):
     async def model_units(self, patterns: Sequence[str] = ()) -> tuple[ModelUnit, ...]:
         raise AssertionError("model units asked of a host that has none")
 
-    async def probe_http(self, url: str, timeout_s: float, unit: str | None = None
-                         ) -> HttpAnswer:
+    async def probe_http(self, url: str, timeout_s: float,
+                         owner: ListenerOwner | None = None) -> HttpAnswer:
         raise AssertionError("a probe asked of a host that has none")
 
 

@@ -118,6 +118,7 @@ CONTAINER_KEYS = (  # state "removed": the runtime answered that no such contain
     # configured one not yet run: "configured"); "yes"/"no" (--init: a PID 1 that reaps);
     # the PID namespace ("host": --pid host; "private"; "container:ID")
     "health", "init", "pid_mode",
+    "port",  # the host TCP port it publishes (its lowest TCP port's): its ready URL's
 )
 POD_KEYS = ("uid", "namespace", "name")
 CONTAINER_RUNTIMES = ("docker", "podman", "cri")  # cri: a Kubernetes pod's (crictl)
@@ -1689,9 +1690,38 @@ def parse_inspect(text: str, runtime: str) -> list[Json]:
             low = 0 if field == "restart_count" else 1  # Pid 0: not running
             if type(value) is int and low <= value < 2**31:
                 c[field] = value
+        port = published_port(item)
+        if port is not None:
+            c["port"] = port
         c.update(_lint_facts(item))
         out.append(c)
     return out
+
+
+PORTS_MAX = 64  # published ports of one container looked at
+
+
+def published_port(item: Any) -> int | None:
+    """The host TCP port a container publishes its lowest TCP port on (its ready URL's),
+    or None: from ``NetworkSettings.Ports`` (what the runtime bound, dynamic ports too),
+    else ``HostConfig.PortBindings`` (what was asked)."""
+    for where in (("NetworkSettings", "Ports"), ("HostConfig", "PortBindings")):
+        ports = _get(item, *where)
+        if not isinstance(ports, dict):
+            continue
+        best: tuple[int, int] | None = None
+        for key, binds in list(ports.items())[:PORTS_MAX]:
+            inner, _, proto = str(key).partition("/")
+            if proto not in ("tcp", "") or not inner.isdigit() or not isinstance(binds, list):
+                continue
+            for bind in binds[:PORTS_MAX]:
+                host = _get(bind, "HostPort")
+                if isinstance(host, str) and host.isdigit() and 0 < int(host) < 65536 and (
+                        best is None or int(inner) < best[0]):
+                    best = (int(inner), int(host))
+        if best is not None:
+            return best[1]
+    return None
 
 
 def _lint_facts(item: Any) -> Json:
@@ -2357,12 +2387,85 @@ def listener_refusal(url: str, unit: str, collector: Collector) -> str | None:
                                collector.proc.proc)
     if pid is None:
         return None  # nobody listens (the GET says so), or not readable here
-    owner = unit_of_cgroup(cgroup_path(_read(f"{collector.proc.proc}/{pid}/cgroup") or ""))
+    return unit_listener_refusal(port, unit, pid,
+                                 _read(f"{collector.proc.proc}/{pid}/comm", 64) or "?",
+                                 _read(f"{collector.proc.proc}/{pid}/cgroup") or "")
+
+
+def unit_listener_refusal(port: int, unit: str, pid: int, comm: str, cgroup_text: str
+                          ) -> str | None:
+    """Why pid ``pid`` (its ``comm`` and ``/proc/PID/cgroup`` text as read on the host),
+    listening on ``port``, proves nothing for ``unit``; None when it is the unit's own.
+    One rule for the Python collector and the shell fallback."""
+    owner = unit_of_cgroup(cgroup_path(cgroup_text))
     if owner == unit:
         return None
-    name = (_read(f"{collector.proc.proc}/{pid}/comm", 64) or "?").strip()
+    name = comm.strip()[:64] or "?"
     return (f"port {port} is not {unit}'s: pid {pid} ({name}, "
             f"{owner or 'no unit'}) listens on it")
+
+
+def container_refusal(url: str, container_id: str, runtime: str, collector: Collector
+                      ) -> str | None:
+    """Why ``url`` cannot prove the container serves (its port is another process's), or
+    None; as ``listener_refusal``, what cannot be told (nobody in this namespace listens:
+    DNAT into the container's own; descriptors not readable) is not refused."""
+    import urllib.parse
+
+    try:
+        port = urllib.parse.urlsplit(url).port or 80
+    except ValueError:
+        return None
+    main = collector.containers.last.get(container_id, {}).get("main_pid")
+    main = main if isinstance(main, int) else None
+    proc = collector.proc.proc
+    pid, _hidden = listener_of(port, main, proc)
+    if pid is None:
+        return None
+    uid = None
+    if main is not None:  # a rootless podman's forwarders run as the container's user
+        try:
+            uid = os.stat(f"{proc}/{main}").st_uid
+        except OSError:
+            uid = None
+    return container_listener_refusal(port, container_id, runtime, pid,
+                                      _read(f"{proc}/{pid}/comm", 64) or "?",
+                                      _read(f"{proc}/{pid}/cgroup") or "", uid)
+
+
+DOCKER_FORWARDERS = ("docker-proxy",)
+# podman's port forwarders: conmon (rootful), rootlessport, pasta, slirp4netns (rootless);
+# comm is cut at 15 characters
+PODMAN_FORWARDERS = ("conmon", "rootlessport", "rootlessport-ch", "pasta", "pasta.avx2",
+                     "slirp4netns")
+
+
+def container_listener_refusal(port: int, container_id: str, runtime: str, pid: int,
+                               comm: str, cgroup_text: str, user_uid: int | None = None
+                               ) -> str | None:
+    """Why pid ``pid`` listening on ``port`` proves nothing for the container, or None when
+    the listener is the container's own: a process of its cgroup (host network), or its
+    runtime's port forwarder (docker-proxy in the docker daemon's cgroup; podman's conmon
+    of this container, or a rootless forwarder of this container or of the rootless
+    user ``user_uid``'s podman). Decided on what the host said (comm, cgroup text) only."""
+    path = cgroup_path(cgroup_text) or ""
+    name = comm.strip()[:64] or "?"
+    owner = container_of_cgroup(path)
+    if owner is not None and owner[0] == runtime and owner[1] == container_id:
+        return None
+    unit = unit_of_cgroup(path)
+    if runtime == "docker" and name in DOCKER_FORWARDERS and unit == "docker.service":
+        return None
+    if runtime == "podman" and name in PODMAN_FORWARDERS:
+        parts = path.split("/")
+        if (f"libpod-conmon-{container_id}.scope" in parts
+                or f"libpod-{container_id}.scope" in parts):
+            return None
+        if user_uid is not None and f"user@{user_uid}.service" in parts and name != "conmon":
+            return None
+    who = (owner[1] or "")[:12] if owner is not None else None
+    return (f"port {port} is not container {container_id[:12]}'s: pid {pid} ({name}, "
+            f"{who and 'container ' + who or unit or 'no unit'}) listens on it")
 
 
 _EMIT_LOCK = threading.Lock()  # a probe's answer is written from its own thread
@@ -2383,12 +2486,13 @@ _probes = threading.BoundedSemaphore(MAX_PROBES)
 
 
 def probe_later(url: str, timeout_s: float, request_id: Any, unit: str | None = None,
-                collector: Collector | None = None) -> Json | None:
+                collector: Collector | None = None,
+                container: tuple[str, str] | None = None) -> Json | None:
     """Answer OP_HTTP from a thread of its own, by an absolute deadline: a server that
     sends one byte a second holds neither the answer past ``timeout_s`` nor the request
     loop (samples and signals go on meanwhile). None: answered later; else the reply.
-    Given ``unit``, the answer counts only from that unit's own listener: a port another
-    process holds is refused without asking it."""
+    Given ``unit`` (or ``container``: its id and runtime), the answer counts only from
+    its own listener: a port another process holds is refused without asking it."""
     if not _probes.acquire(blocking=False):
         return {"k": K_HTTP, "status": None, "error": "busy: too many probes in flight",
                 "id": request_id}
@@ -2396,8 +2500,11 @@ def probe_later(url: str, timeout_s: float, request_id: Any, unit: str | None = 
     got: list[tuple[int | None, str | None]] = []
 
     def get() -> None:
-        refused = (listener_refusal(url, unit, collector)
-                   if unit is not None and collector is not None else None)
+        refused = None
+        if collector is not None and unit is not None:
+            refused = listener_refusal(url, unit, collector)
+        elif collector is not None and container is not None:
+            refused = container_refusal(url, container[0], container[1], collector)
         got.append((None, refused) if refused else http_get(url, deadline))
 
     def answer() -> None:
@@ -2445,10 +2552,16 @@ def _command(line: bytes, collector: Collector) -> Json | None:
         if op == OP_SAMPLE:
             return {"k": K_FULL, "s": collector.sample(force_units=True), "id": request.get("id")}
         if op == OP_HTTP:
-            unit = request.get("unit")
+            unit, owner = request.get("unit"), None
+            if "container" in request:
+                cid, runtime = str(request["container"]), str(request.get("runtime"))
+                if not (CONTAINER_ID.fullmatch(cid) and runtime in ("docker", "podman")):
+                    return {"k": K_HTTP, "status": None, "id": request.get("id"),
+                            "error": "not a container to probe for"}
+                owner = (cid, runtime)
             return probe_later(str(request["url"]), float(request.get("timeout", 3)),
                                request.get("id"), None if unit is None else str(unit),
-                               collector)
+                               collector, owner)
         if op == OP_SIGNAL:
             pid, start, boot = int(request["pid"]), request.get("start"), request.get("boot")
             if start is not None:

@@ -27,6 +27,7 @@ from gpudash.protocol.source import (
     HostControl,
     HostSource,
     HttpAnswer,
+    ListenerOwner,
     LogLine,
     ModelUnit,
     SignalOutcome,
@@ -152,8 +153,8 @@ class UnreachableHost(HostControl):
     async def model_units(self, patterns: Sequence[str] = ()) -> tuple[ModelUnit, ...]:
         raise self._error()
 
-    async def probe_http(self, url: str, timeout_s: float, unit: str | None = None
-                         ) -> HttpAnswer:
+    async def probe_http(self, url: str, timeout_s: float,
+                         owner: ListenerOwner | None = None) -> HttpAnswer:
         raise self._error()
 
 

@@ -42,12 +42,14 @@ from gpudash.demo.sim import (
 from gpudash.demo.unitfiles import reload, unit_file
 from gpudash.domain.dropin import drop_in_path
 from gpudash.domain.model import HostSnapshot, unit_name
+from gpudash.protocol.shell_listener import shell_listener_refusal
 from gpudash.protocol.source import (
     LOOPBACK_HOSTS,
     Capability,
     CommandResult,
     HostControl,
     HttpAnswer,
+    ListenerOwner,
     LogLine,
     ModelUnit,
     SignalOutcome,
@@ -197,13 +199,20 @@ class DemoHost(HostControl):
         """Every unit here that runs a model server, running or not."""
         return self.sim.model_units()
 
-    async def probe_http(self, url: str, timeout_s: float, unit: str | None = None
-                         ) -> HttpAnswer:
-        """A GET on the host's loopback: a server answers once its engine is built."""
+    async def probe_http(self, url: str, timeout_s: float,
+                         owner: ListenerOwner | None = None) -> HttpAnswer:
+        """A GET on the host's loopback: a server answers once its engine is built; a
+        port someone else's process listens on (``sim.squatters``) is refused for
+        ``owner`` by the shell fallback's own rule."""
         parts = urlsplit(url)
         if parts.scheme != "http" or parts.hostname not in LOOPBACK_HOSTS:
             raise ValueError(f"not a loopback http URL: {url!r}")
-        if self.sim.answers(parts.port):
+        squat = self.sim.squatters.get(parts.port or 80)
+        if owner is not None and squat is not None:
+            refused = shell_listener_refusal(parts.port or 80, owner, squat)
+            if refused:
+                return HttpAnswer(url, None, refused)
+        if squat is not None or self.sim.answers(parts.port):
             return HttpAnswer(url, 200, None)
         return HttpAnswer(url, None, "connection refused")
 

@@ -53,6 +53,7 @@ class SimContainer:
     health: str = "none"
     init: str = "no"
     pid_mode: str = "private"
+    port: int | None = None  # the host port it publishes (`docker run -p PORT:8000`)
     # each run of its main process: [started, ended or None] in simulated seconds
     runs: list[list[float | None]] = field(default_factory=list)
 
@@ -133,7 +134,7 @@ def container_of(p: SimProcess) -> dict[str, Any]:
 def container_view(c: SimContainer) -> Container:
     state = "restarting" if c.restart_at is not None else c.state
     return Container(c.id, "docker", c.name, c.image, state, c.restart_policy,
-                     c.restart_count, c.main_pid, c.health, c.init, c.pid_mode)
+                     c.restart_count, c.main_pid, c.health, c.init, c.pid_mode, c.port)
 
 
 def unit_view(u: SimUnit) -> Unit:

@@ -25,6 +25,7 @@ from gpudash.demo.records import (
 )
 from gpudash.domain.model import Gpu, HostSnapshot, SourceKind, unit_name
 from gpudash.engine.signals import PICKABLE
+from gpudash.protocol.shell_listener import ShellListener
 from gpudash.protocol.source import CommandResult, ModelUnit, SignalOutcome
 
 GPU_NAME = "NVIDIA RTX PRO 6000 Blackwell"
@@ -46,6 +47,7 @@ HOST_BASE_MIB = 41 * 1024  # the OS, page tables, the driver
 EMBED_MIB = 1000  # the container's model on GPU 7, beside MiniMax's worker there
 EMBED_ID = "c0ffee5e" + "9d2b4a71" * 7
 EMBED_NAME = "vllm-embed"
+EMBED_PORT = 8100  # docker run -p 127.0.0.1:8100:8100
 EMBED_IMAGE = "vllm/vllm-openai:v0.11.0"
 EMBED_CMD = ("python3 -m vllm.entrypoints.openai.api_server --model BAAI/bge-m3 "
              "--task embed --gpu-memory-utilization 0.011 --port 8100")
@@ -84,11 +86,14 @@ class HostSimulation:
         self.processes: dict[int, SimProcess] = {}
         self.units: dict[str, SimUnit] = {}
         self.containers: dict[str, SimContainer] = {}
+        # port -> the process (pid, comm, cgroup text) that bound it while its server
+        # was down: a borrowed ready URL, refused for anyone else
+        self.squatters: dict[int, ShellListener] = {}
         self._releases: list[tuple[float, int, int]] = []  # (at, gpu, mib)
         self.boot_id = f"5e1f0c2a-8d3a-4b71-9f0e-{random.Random(-seed).getrandbits(48):012x}"
         self._build_incident()
         if containers:
-            c = SimContainer(EMBED_ID, EMBED_NAME, EMBED_IMAGE)
+            c = SimContainer(EMBED_ID, EMBED_NAME, EMBED_IMAGE, port=EMBED_PORT)
             self.containers[c.id] = c
             self._run_container(c, age=5400)
             self.units[RERANK] = SimUnit(
@@ -563,7 +568,8 @@ class HostSimulation:
                 continue
             if now >= load.ready_at and load.fits:
                 return True
-        return False
+        return any(c.port == port and c.state == "running" and c.restart_at is None
+                   and c.main_pid is not None for c in self.containers.values())
 
     def container_logged(self, ref: str) -> list[tuple[float, str]] | None:
         """What ``docker logs --timestamps`` of the container shows so far (epoch seconds,

@@ -158,6 +158,7 @@ class Container:
     health: str | None = None
     init: str | None = None
     pid_mode: str | None = None
+    port: int | None = None  # the host TCP port it publishes (its lowest one's)
 
     @property
     def short_id(self) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpudash.domain.model import HostSnapshot
+from gpudash.domain.model import Container, HostSnapshot
 from gpudash.domain.owners import (
     Owner,
     OwnerCapability,
@@ -167,6 +167,9 @@ def plan_container_start(spec: ActionSpec, snapshot: HostSnapshot, sel: Selectio
             notes.append(f"{c.runtime} cannot change a restart policy here: it stays "
                          f"{c.restart_policy or 'unknown'} (it was {policy}).")
     steps.append(command("restart" if restart else "start"))
+    url = container_ready_url(c, sel.ready_url)
+    notes.append(f"Ready when: {url} answers 200 from {c.label}'s own listener." if url else
+                 "No published port or ready URL: proven running, not by a health check.")
     now = container_memory(snapshot, c)
     footprint = dict(sel.footprint or {}) or (now if restart else {})
     freed = now if restart else {}
@@ -187,7 +190,7 @@ def plan_container_start(spec: ActionSpec, snapshot: HostSnapshot, sel: Selectio
     plan = new_plan(
         spec, snapshot,
         Selection(container=c.id, footprint=footprint or None, force=sel.force,
-                  restart_policy=sel.restart_policy),
+                  restart_policy=sel.restart_policy, ready_url=sel.ready_url),
         owner.describe(),
         steps=plan_steps,
         phases=(Phase("start", kind, plan_steps),),
@@ -196,3 +199,11 @@ def plan_container_start(spec: ActionSpec, snapshot: HostSnapshot, sel: Selectio
         fit=tuple(lines),
     )
     return replace(plan, title=f"{CONTAINER_TITLES[kind]}: {plan.subject}")
+
+
+def container_ready_url(c: Container, given: str | None) -> str | None:
+    """The URL that proves a started container serves: the one given, else
+    ``/health`` on the host port it publishes; None: neither is known."""
+    if given:
+        return given
+    return f"http://127.0.0.1:{c.port}/health" if c.port is not None else None

@@ -17,7 +17,7 @@ from gpudash.domain.model import Container, HostSnapshot, Process, Unit
 from gpudash.domain.owners import container_members
 from gpudash.domain.units import gib
 from gpudash.engine.target import Target
-from gpudash.protocol.source import Capability, HostControl
+from gpudash.protocol.source import Capability, HostControl, ListenerOwner
 
 
 class GoalState(StrEnum):
@@ -435,10 +435,11 @@ class Ready(Goal):
 
     title = "ready"
 
-    def __init__(self, url: str, timeout_s: float = 3.0, unit: str | None = None) -> None:
+    def __init__(self, url: str, timeout_s: float = 3.0,
+                 owner: ListenerOwner | None = None) -> None:
         self.url = url
         self.timeout_s = timeout_s
-        self.unit = unit  # only this unit's own listener counts
+        self.owner = owner  # only this unit's or container's own listener counts
         self.status: int | None = None
         self.error: str | None = "not asked yet"
         self.first_ok: float | None = None
@@ -448,7 +449,7 @@ class Ready(Goal):
             self.status, self.error = None, "this host cannot be probed"
             return
         try:
-            answer = await control.probe_http(self.url, self.timeout_s, self.unit)
+            answer = await control.probe_http(self.url, self.timeout_s, self.owner)
         except ValueError as exc:  # refused before asking (not a loopback URL)
             self.status, self.error = None, str(exc)
             return

@@ -96,7 +96,7 @@ class ServingOutcome:
     failure_advice: str | None = None
     stopped: bool = False  # it crash-looped and gpudash stopped it
     log_tail: tuple[str, ...] = ()
-    container: bool = False  # a container started: proven running, no ready URL asked
+    container: bool = False  # a container started: running, and ready where it has a URL
 
 
 @dataclass(slots=True)
@@ -225,7 +225,8 @@ class ActionReport:
 def serving_lines(sv: ServingOutcome) -> list[str]:
     """How a started unit came up, as the report says it."""
     if sv.container:
-        state = "RUNNING, memory back" if sv.serving else "NOT running"
+        up = "READY" if sv.ready_url else "RUNNING"  # READY: its URL answered 200
+        state = f"{up}, memory back" if sv.serving else "NOT running"
     else:
         state = "SERVING" if sv.serving else "NOT serving"
     ready = "" if sv.ready_s is None else f" after {sv.ready_s:.0f} s"

@@ -18,6 +18,7 @@ from collections.abc import Awaitable
 
 from gpudash.domain.model import HostSnapshot
 from gpudash.engine.config_proof import UnitConfigured
+from gpudash.engine.container_plans import container_ready_url
 from gpudash.engine.goals import (
     ContainerLoaded,
     ContainerRunning,
@@ -48,6 +49,7 @@ from gpudash.engine.target import Target, mem_sum
 from gpudash.engine.verdict import NOT_SENT, conclude, failed_start, nothing_serves, phases_summary
 from gpudash.protocol.source import (
     CommandResult,
+    ContainerOwner,
     HostControl,
     SignalOutcome,
     SourceError,
@@ -272,7 +274,9 @@ class Run:
 
     async def _container_start_phase(self, act: bool) -> bool:
         """``docker start`` / ``restart`` (the restart policy put back first), then proven
-        on fresh samples: running, not restarted by its runtime, its memory back."""
+        on fresh samples: running, not restarted by its runtime, its memory back, and where
+        it publishes a port (or a ready URL is given), that URL answering 200 from the
+        container's own listener."""
         report, plan, opts = self.report, self.plan, self.opts
         c = plan.container_before
         assert c is not None
@@ -283,19 +287,27 @@ class Run:
             return False
         began = self.host_now
         loaded = ContainerLoaded(c, plan.selection.footprint or {}, opts.settle)
-        snap = await self._verify([ContainerRunning(c, opts.settle), loaded],
-                                  opts.serve_timeout)
+        goals: list[Goal] = [ContainerRunning(c, opts.settle), loaded]
+        url = container_ready_url(c, plan.selection.ready_url)
+        ready = Ready(url, owner=ContainerOwner(c.id, c.runtime)) if url else None
+        if ready is not None:
+            goals.append(ready)
+            outcome.ready_url = url
+        snap = await self._verify(goals, opts.serve_timeout)
         report.container_after = snap.container(c.id)
         outcome.mib_per_gpu = dict(loaded.now)
+        if ready is not None:
+            outcome.ready_status = ready.status
+        state = "ready" if ready is not None else "running"
         if all(st.state is GoalState.MET for st in self.statuses):
             outcome.serving = True
             outcome.ready_s = self._since(began)
             report.confirmed = True
-            report.summary = (f"confirmed: {c.label} running after {outcome.ready_s:.0f} s: "
+            report.summary = (f"confirmed: {c.label} {state} after {outcome.ready_s:.0f} s: "
                               + "; ".join(st.detail for st in self.statuses if st.detail))
             return True
         report.confirmed = False
-        report.summary = f"{c.label} NOT confirmed running: " + "; ".join(
+        report.summary = f"{c.label} NOT confirmed {state}: " + "; ".join(
             st.detail or st.title for st in self.statuses if st.state is not GoalState.MET)
         return False
 
@@ -322,7 +334,7 @@ class Run:
             return False
         goals: list[Goal] = [UnitUp(serving.unit, 0, opts.settle),
                              MemoryLoaded(serving.unit, serving.footprint, opts.settle)]
-        ready = Ready(serving.ready_url, unit=serving.unit) if serving.ready_url else None
+        ready = Ready(serving.ready_url, owner=serving.unit) if serving.ready_url else None
         if ready is not None:
             goals.append(ready)
         began = self.host_now

@@ -135,6 +135,7 @@ BOUNDS: dict[type, dict[str, Bound]] = {
         "health": Text(WORD_MAX),
         "init": Text(WORD_MAX),
         "pid_mode": Text(WORD_MAX),
+        "port": Number(1, 65535),  # published TCP host port: the ready URL's
     },
     Pod: {
         "uid": Text(64, identity=True, pattern=POD_UID),

@@ -79,6 +79,18 @@ class Capability(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class ContainerOwner:
+    """A container whose own listener alone proves its ready URL (its id, its runtime)."""
+
+    id: str
+    runtime: str  # docker | podman
+
+
+# Whose listener a ready URL must come from: a unit's name, or a container.
+ListenerOwner = str | ContainerOwner
+
+
+@dataclass(frozen=True, slots=True)
 class HttpAnswer:
     """What a GET of a ready URL on the host got: a status, or the error instead."""
 
@@ -183,12 +195,12 @@ class HostControl(Protocol):
         not, or whose name matches one of ``patterns``."""
         ...
 
-    async def probe_http(self, url: str, timeout_s: float, unit: str | None = None
-                         ) -> HttpAnswer:
+    async def probe_http(self, url: str, timeout_s: float,
+                         owner: ListenerOwner | None = None) -> HttpAnswer:
         """``Capability.HTTP_PROBE``: GET ``url`` on the host's loopback (``ValueError``
-        for any other URL): the status, or why there is none. Given ``unit``, the answer
-        counts only from that unit's own listener (a port another process binds proves
-        nothing: the error says whose it is)."""
+        for any other URL): the status, or why there is none. Given ``owner`` (a unit or
+        a container), the answer counts only from its own listener (a port another
+        process binds proves nothing: the error says whose it is)."""
         ...
 
 

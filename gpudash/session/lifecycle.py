@@ -185,7 +185,8 @@ async def _prepare_container_start(request: Request, control: HostControl,
         learned = dict(fp.mib_per_gpu) if fp else None
         policy = policy_before(audit_path(simulated=simulated), host, c.id)
     return SPECS[request.kind].plan(snapshot, dataclasses.replace(
-        sel, footprint=sel.footprint or learned, restart_policy=policy))
+        sel, footprint=sel.footprint or learned, restart_policy=policy,
+        ready_url=request.ready_url or sel.ready_url))
 
 
 def policy_before(path: Path, host: str, container_id: str) -> str | None:

@@ -31,7 +31,13 @@ from gpudash.collector.hostside import (
 from gpudash.domain.model import HostSnapshot, SourceKind
 from gpudash.protocol import shell
 from gpudash.protocol.payload import collector_argv, payload
-from gpudash.protocol.source import LinkLost, ProtocolError, SignalOutcome, SourceError
+from gpudash.protocol.source import (
+    LinkLost,
+    ListenerOwner,
+    ProtocolError,
+    SignalOutcome,
+    SourceError,
+)
 from gpudash.protocol.wire import SnapshotDecoder, check_ready, parse_message, to_snapshot
 from gpudash.transport.link import Connection, HostFacts, Pipe
 
@@ -249,11 +255,13 @@ class PythonCollector(Collector):
             raise ProtocolError(f"{self.options.name}: collector sent no snapshot")
         return to_snapshot(body, self.options.name)
 
-    async def http_get(self, url: str, timeout_s: float, unit: str | None = None
+    async def http_get(self, url: str, timeout_s: float, owner: ListenerOwner | None = None
                        ) -> tuple[int | None, str | None]:
         """A GET of ``url`` made by the collector on the host: (status, why not); given
-        ``unit``, refused where another process than the unit's listens on its port."""
-        extra = {} if unit is None else {"unit": unit}
+        ``owner``, refused where a process not its own listens on its port."""
+        extra: dict[str, str] = (
+            {} if owner is None else {"unit": owner} if isinstance(owner, str)
+            else {"container": owner.id, "runtime": owner.runtime})
         reply = await self._ask(OP_HTTP, timeout_s + REQUEST_TIMEOUT_S, url=url,
                                 timeout=timeout_s, **extra)
         if reply.get("k") != K_HTTP:

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from gpudash.collector.hostside import CONTAINER_ID, OP_REFRESH, OP_WATCH, TRUNCATED
 from gpudash.domain.model import HostSnapshot
+from gpudash.protocol.shell_listener import ask_listener
 from gpudash.protocol.source import (
     LOOPBACK_HOSTS,
     Capability,
@@ -26,6 +27,7 @@ from gpudash.protocol.source import (
     HostControl,
     HttpAnswer,
     LinkLost,
+    ListenerOwner,
     LogLine,
     ModelUnit,
     ProtocolError,
@@ -307,10 +309,11 @@ class SourceControl:
     def _as_root(self, argv: list[str], collector: Collector) -> list[str]:
         return ["sudo", "-n", *argv] if self.source.sudo and not collector.facts.is_root else argv
 
-    async def probe_http(self, url: str, timeout_s: float, unit: str | None = None
-                         ) -> HttpAnswer:
+    async def probe_http(self, url: str, timeout_s: float,
+                         owner: ListenerOwner | None = None) -> HttpAnswer:
         """GET ``url`` on the host (its loopback): the status, or why there is none;
-        given ``unit``, only from that unit's own listener (the Python collector)."""
+        given ``owner`` (a unit or a container), only from its own listener (asked by the
+        Python collector, or by a plain-sh look at /proc on the shell fallback's host)."""
         loopback_url(url)
         timeout_s = min(max(float(timeout_s), 0.1), 60.0)
         try:
@@ -319,10 +322,15 @@ class SourceControl:
             return HttpAnswer(url, None, str(exc))
         if isinstance(collector, PythonCollector):  # the collector asks, on the host
             try:
-                status, error = await collector.http_get(url, timeout_s, unit)
+                status, error = await collector.http_get(url, timeout_s, owner)
             except SourceError as exc:
                 return HttpAnswer(url, None, str(exc))
             return HttpAnswer(url, status, None if status is not None else error)
+        if owner is not None:  # the shell fallback checks the listener in plain sh too
+            refused = await ask_listener(url, owner, self.source.connection.run,
+                                         QUERY_TIMEOUT_S)
+            if refused:
+                return HttpAnswer(url, None, refused)
         # the shell fallback's host: curl, if it has one (no proxy; redirects not followed)
         argv = ["curl", "-s", "-o", "/dev/null", "--noproxy", "*", "-w", "%{http_code}\\n",
                 "--max-time", f"{timeout_s:g}", "--", url]
