@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from gpudash.collector import hostside
-from gpudash.collector.hostside import Collector, ProcReader, UnitReader
+from gpudash.collector.hostside import HostCollector, ProcReader, UnitReader
 from gpudash.domain.model import SourceKind
 from gpudash.protocol.wire import SnapshotDecoder, parse_message
 
@@ -140,7 +140,7 @@ def test_busy_holder_shows_high_cpu_and_a_sleeping_one_about_zero(
         def read(self):  # type: ignore[no-untyped-def]
             return [], {busy.pid: {0: 1}, idle.pid: {0: 1}}, []
 
-    collector = Collector(
+    collector = HostCollector(
         gpus=Gpus(),
         proc=ProcReader(stat_every=1),
         units=UnitReader("systemctl", str(tmp_path / "no-systemd")),
@@ -191,7 +191,7 @@ def test_lifetime_cpu_on_first_sight(pid: int, tmp_path: Path) -> None:
         def read(self):  # type: ignore[no-untyped-def]
             return [], {pid: {0: 1}}, []
 
-    collector = Collector(
+    collector = HostCollector(
         gpus=Gpus(), proc=ProcReader(), units=UnitReader("systemctl", str(tmp_path / "x"))
     )
     try:
@@ -239,7 +239,7 @@ def test_idle_holder_that_wakes_up_shows_its_cpu(tmp_path: Path) -> None:
         def read(self):  # type: ignore[no-untyped-def]
             return [], {waker.pid: {0: 1}}, []
 
-    collector = Collector(
+    collector = HostCollector(
         gpus=Gpus(),
         proc=ProcReader(stat_every=1),
         units=UnitReader("systemctl", str(tmp_path / "no-systemd")),

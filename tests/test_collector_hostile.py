@@ -18,7 +18,7 @@ import collector_run
 import pytest
 
 from gpudash.collector import hostside
-from gpudash.collector.hostside import Collector, ProcReader, UnitReader
+from gpudash.collector.hostside import HostCollector, ProcReader, UnitReader
 from gpudash.protocol.wire import SnapshotDecoder
 from gpudash.transport import LocalSource
 
@@ -50,7 +50,7 @@ def test_huge_invalid_utf8_cmdlines_keep_the_snapshot_small(fakegpu_state) -> No
         assert len(json.dumps(p.cmdline, ensure_ascii=False).encode()) - 2 <= hostside.CMDLINE_MAX
 
 
-def _fake_host(root: Path, n: int, cmdline: bytes, unit: str = "hog.service") -> Collector:
+def _fake_host(root: Path, n: int, cmdline: bytes, unit: str = "hog.service") -> HostCollector:
     """A stand-in /proc with ``n`` processes of one unit, the first of them a GPU holder."""
     proc = root / "proc"
     proc.mkdir()
@@ -77,7 +77,7 @@ def _fake_host(root: Path, n: int, cmdline: bytes, unit: str = "hog.service") ->
         def read(self):  # type: ignore[no-untyped-def]
             return [{"index": 0}], {pids[0]: {0: 10}}, []
 
-    return Collector(
+    return HostCollector(
         gpus=Gpus(),
         proc=ProcReader(str(proc), str(root / "cgroup")),
         units=UnitReader(str(systemctl), str(root / "run")),

@@ -16,7 +16,7 @@ import pytest
 from fakegpu.fixtures import fakegpu_build, fakegpu_state  # noqa: F401  (fixtures)
 
 from gpudash.collector import hostside
-from gpudash.collector.hostside import Collector, NvmlReader, ProcReader, SmiReader, UnitReader
+from gpudash.collector.hostside import HostCollector, NvmlReader, ProcReader, SmiReader, UnitReader
 from gpudash.protocol.payload import collector_argv, payload
 from gpudash.protocol.source import ProtocolError
 from gpudash.protocol.wire import SnapshotDecoder, apply_merge_patch
@@ -89,7 +89,7 @@ def test_nvidia_smi_fallback_has_no_sm_utilisation(fakegpu_state, tmp_path: Path
     old = dict(os.environ)
     os.environ.update(st.env)
     try:
-        c = Collector(
+        c = HostCollector(
             gpus=SmiReader(str(st.out / "nvidia-smi")),
             source="nvidia-smi",
             proc=ProcReader(),

@@ -198,3 +198,22 @@ def test_snapshot_json_of_the_demo_says_the_port_its_ready_url_uses() -> None:
     (host,) = json.loads(r.stdout)["hosts"]
     (embed,) = [c for c in host["containers"] if c["name"] == "vllm-embed"]
     assert embed["port"] == 8100
+
+
+def test_only_a_server_that_answers_health_is_held_to_it() -> None:
+    # a notebook's container publishing 8888 has no /health: its start stays proven by
+    # running and memory, not failed on a 404
+    from gpudash.domain.model import Container
+    from gpudash.engine.container_plans import container_ready_url
+
+    def c(image: str, port: int | None = 8000) -> Container:
+        return Container("a" * 64, "docker", "x", image, "exited", port=port)
+
+    assert container_ready_url(c("vllm/vllm-openai:v0.11.0"), None) == (
+        "http://127.0.0.1:8000/health")
+    assert container_ready_url(c("lmsysorg/sglang:latest"), None) is not None
+    assert container_ready_url(c("ghcr.io/huggingface/text-generation-inference:3"), None)
+    assert container_ready_url(c("jupyter/pytorch-notebook", 8888), None) is None
+    assert container_ready_url(c("vllm/vllm-openai", None), None) is None  # no port
+    given = "http://127.0.0.1:8888/api"
+    assert container_ready_url(c("jupyter/pytorch-notebook", 8888), given) == given

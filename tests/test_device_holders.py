@@ -23,7 +23,7 @@ from lab.fixtures import HostSpec
 from lab.probes import wait_host
 
 from gpudash.collector import hostside
-from gpudash.collector.hostside import Collector, DeviceHolders, ProcReader, UnitReader
+from gpudash.collector.hostside import DeviceHolders, HostCollector, ProcReader, UnitReader
 from gpudash.domain.model import Gpu, HostSnapshot, Process, Unit
 from gpudash.domain.triage import Flag, holders_by_gpu, process_flags, triage
 from gpudash.protocol.payload import collector_argv, payload
@@ -199,8 +199,9 @@ def dev_holder(tmp_path: Path):
     p.stdout.close()
 
 
-def _collector(dev: Path, gpus: Gpus, tmp_path: Path) -> Collector:
-    c = Collector(gpus=gpus, proc=ProcReader(), units=UnitReader("systemctl", str(tmp_path / "x")))
+def _collector(dev: Path, gpus: Gpus, tmp_path: Path) -> HostCollector:
+    c = HostCollector(gpus=gpus, proc=ProcReader(),
+                      units=UnitReader("systemctl", str(tmp_path / "x")))
     c.devices = DeviceHolders(dev_dir=str(dev))
     return c
 

@@ -2011,7 +2011,7 @@ def _bounded_errors(errors: list[str]) -> list[str]:
     return unique
 
 
-class Collector:
+class HostCollector:
     """Produces one wire snapshot per call to ``sample``."""
 
     def __init__(
@@ -2373,7 +2373,7 @@ def listener_of(port: int, main_pid: int | None, proc: str = "/proc"
     return None, hidden
 
 
-def listener_refusal(url: str, unit: str, collector: Collector) -> str | None:
+def listener_refusal(url: str, unit: str, collector: HostCollector) -> str | None:
     """Why ``url`` cannot prove ``unit`` serves (its port is another process's), or None.
     Where it cannot be told (descriptors not readable by this login), it is not refused."""
     import urllib.parse
@@ -2405,7 +2405,7 @@ def unit_listener_refusal(port: int, unit: str, pid: int, comm: str, cgroup_text
             f"{owner or 'no unit'}) listens on it")
 
 
-def container_refusal(url: str, container_id: str, runtime: str, collector: Collector
+def container_refusal(url: str, container_id: str, runtime: str, collector: HostCollector
                       ) -> str | None:
     """Why ``url`` cannot prove the container serves (its port is another process's), or
     None; as ``listener_refusal``, what cannot be told (nobody in this namespace listens:
@@ -2486,7 +2486,7 @@ _probes = threading.BoundedSemaphore(MAX_PROBES)
 
 
 def probe_later(url: str, timeout_s: float, request_id: Any, unit: str | None = None,
-                collector: Collector | None = None,
+                collector: HostCollector | None = None,
                 container: tuple[str, str] | None = None) -> Json | None:
     """Answer OP_HTTP from a thread of its own, by an absolute deadline: a server that
     sends one byte a second holds neither the answer past ``timeout_s`` nor the request
@@ -2529,7 +2529,7 @@ def _stdin_lines(lines: queue.Queue[bytes | None]) -> None:
     lines.put(None)
 
 
-def _command(line: bytes, collector: Collector) -> Json | None:
+def _command(line: bytes, collector: HostCollector) -> Json | None:
     """Apply one request from gpudash; return the reply for requests that have one.
     A request it cannot read gets an error reply (with its id, where it has one)."""
     request: Any = None
@@ -2585,7 +2585,7 @@ def main(argv: list[str], nvml_source: str | None = None) -> int:
     """``stream INTERVAL [--sudo]`` or ``serve [--sudo]``: JSON lines on stdout."""
     mode = argv[0] if argv else "stream"
     sudo = "--sudo" in argv
-    collector = Collector(sudo=sudo, nvml_source=nvml_source)
+    collector = HostCollector(sudo=sudo, nvml_source=nvml_source)
     lines: queue.Queue[bytes | None] = queue.Queue()
     threading.Thread(target=_stdin_lines, args=(lines,), daemon=True).start()
     try:

@@ -32,6 +32,7 @@ from gpudash.engine.planners import left_alone, new_plan, pin, startable
 from gpudash.engine.spec import ActionSpec
 from gpudash.engine.steps import ContainerCommand, Signal, Step
 from gpudash.engine.target import Target, expected_free
+from gpudash.serving.modelservers import answers_health
 
 
 def container_only(snapshot: HostSnapshot, sel: Selection) -> str | None:
@@ -169,7 +170,8 @@ def plan_container_start(spec: ActionSpec, snapshot: HostSnapshot, sel: Selectio
     steps.append(command("restart" if restart else "start"))
     url = container_ready_url(c, sel.ready_url)
     notes.append(f"Ready when: {url} answers 200 from {c.label}'s own listener." if url else
-                 "No published port or ready URL: proven running, not by a health check.")
+                 "No ready URL (no published port, or an image not known to answer /health): "
+                 "proven running, not by a health check.")
     now = container_memory(snapshot, c)
     footprint = dict(sel.footprint or {}) or (now if restart else {})
     freed = now if restart else {}
@@ -202,8 +204,11 @@ def plan_container_start(spec: ActionSpec, snapshot: HostSnapshot, sel: Selectio
 
 
 def container_ready_url(c: Container, given: str | None) -> str | None:
-    """The URL that proves a started container serves: the one given, else
-    ``/health`` on the host port it publishes; None: neither is known."""
+    """The URL that proves a started container serves: the one given, else ``/health``
+    on the host port it publishes where its image is a server that answers there (a
+    notebook's or an app's container has no such route); None: neither is known."""
     if given:
         return given
-    return f"http://127.0.0.1:{c.port}/health" if c.port is not None else None
+    if c.port is None or not answers_health(c.image):
+        return None
+    return f"http://127.0.0.1:{c.port}/health"

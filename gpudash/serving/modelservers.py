@@ -26,6 +26,16 @@ _SERVERS: tuple[tuple[str, re.Pattern[str], int | None], ...] = (
     ("triton", re.compile(r"(?:^|\s)(?:\S*/)?tritonserver\b"), 8000),
 )
 _PORT_FLAGS = ("--port", "-p", "--http-port")
+# the images of the servers whose GET /health answers 200 once they serve (vLLM, SGLang,
+# TGI, TensorRT-LLM, llama.cpp's server); Ollama's and Triton's have other routes
+_HEALTH_IMAGES = re.compile(
+    r"vllm|sglang|text-generation-inference|tensorrt[-_]llm|trtllm|llama\.cpp", re.I)
+
+
+def answers_health(image: str | None) -> bool:
+    """A container of ``image`` (host text) runs a server whose ``/health`` proves it
+    serves: its start waits for it. Any other image is proven running, not ready."""
+    return bool(image) and _HEALTH_IMAGES.search(image or "") is not None
 SHOW_PROPERTIES = ("Id", "Description", "ActiveState", "UnitFileState", "Restart",
                    "ExecStart")
 
