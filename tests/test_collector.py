@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from gpudash.collector import hostside
 from gpudash.collector.hostside import (
-    Collector,
+    HostCollector,
     ProcReader,
     UnitReader,
     cgroup_path,
@@ -164,7 +164,7 @@ def test_collector_includes_unit_members_and_batches_systemctl(tmp_path: Path) -
     )
     systemctl.chmod(systemctl.stat().st_mode | stat.S_IEXEC)
     (tmp_path / "run").mkdir()
-    collector = Collector(
+    collector = HostCollector(
         gpus=FakeGpus({101: {0: 5000}, 200: {0: 3000}, 300: {0: -1}}),
         proc=ProcReader(str(tmp_path / "proc"), str(tmp_path / "cgroup")),
         units=UnitReader(str(systemctl), str(tmp_path / "run")),
@@ -485,8 +485,9 @@ def _stat_of(pid: int) -> tuple[str, str, int, int] | None:
     return parse_stat(Path(f"/proc/{pid}/stat").read_text())
 
 
-def _collector(holders: dict[int, dict[int, int]], stat_every: int, tmp_path: Path) -> Collector:
-    return Collector(
+def _collector(holders: dict[int, dict[int, int]], stat_every: int, tmp_path: Path
+               ) -> HostCollector:
+    return HostCollector(
         gpus=FakeGpus(holders),
         proc=ProcReader(stat_every=stat_every),
         units=UnitReader("systemctl", str(tmp_path / "no-systemd")),
@@ -601,7 +602,7 @@ class _CountingReader(ProcReader):
 def test_unchanged_processes_are_reread_in_rotation(tmp_path: Path) -> None:
     sleepers = _sleepers(6)
     reader = _CountingReader(stat_every=4)
-    collector = Collector(
+    collector = HostCollector(
         gpus=FakeGpus({p.pid: {0: 1} for p in sleepers}),
         proc=reader,
         units=UnitReader("systemctl", str(tmp_path / "no-systemd")),

@@ -17,7 +17,7 @@ from test_containers import collector, fake_cli, host, inspect_json
 
 from gpudash.collector import hostside
 from gpudash.collector.hostside import (
-    Collector,
+    HostCollector,
     ProcReader,
     UnitReader,
     in_child_pid_namespace,
@@ -35,7 +35,7 @@ def test_a_holders_parent_and_group_leader_are_listed_with_its_group(tmp_path: P
                               text=True, start_new_session=True)
     assert leader.stdout is not None
     child = int(leader.stdout.readline())
-    c = Collector(gpus=FakeGpus({child: {0: 100}}), proc=ProcReader(),
+    c = HostCollector(gpus=FakeGpus({child: {0: 100}}), proc=ProcReader(),
                   units=UnitReader("systemctl", str(tmp_path / "no-systemd")))
     try:
         snap = c.sample()
@@ -129,7 +129,7 @@ def test_a_signalled_process_is_listed_until_it_is_gone(tmp_path: Path) -> None:
     live engine behind, seen on the lab's real vLLM). Signalled on gpudash's request, a
     process now stays listed until it is gone."""
     sleeper = subprocess.Popen(["sleep", "60"])
-    c = Collector(gpus=FakeGpus({}), proc=ProcReader(),
+    c = HostCollector(gpus=FakeGpus({}), proc=ProcReader(),
                   units=UnitReader("systemctl", str(tmp_path / "no-systemd")))
     try:
         start = c.proc.start_ticks(sleeper.pid)

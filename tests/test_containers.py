@@ -12,8 +12,8 @@ from test_collector import FakeGpus, fake_proc
 
 from gpudash.collector import hostside
 from gpudash.collector.hostside import (
-    Collector,
     ContainerReader,
+    HostCollector,
     ProcReader,
     UnitReader,
     container_of_cgroup,
@@ -93,8 +93,8 @@ def host(tmp_path: Path) -> None:
     systemctl.chmod(systemctl.stat().st_mode | stat.S_IEXEC)
 
 
-def collector(tmp_path: Path, holders: dict, clis: dict[str, str | None]) -> Collector:
-    return Collector(
+def collector(tmp_path: Path, holders: dict, clis: dict[str, str | None]) -> HostCollector:
+    return HostCollector(
         gpus=FakeGpus(holders),
         proc=ProcReader(str(tmp_path / "proc"), str(tmp_path / "cgroup")),
         units=UnitReader(str(tmp_path / "systemctl"), str(tmp_path / "run")),

@@ -56,7 +56,7 @@ def test_hostside_loads_nothing_else_when_it_runs() -> None:
         f"src = open({str(HOSTSIDE)!r}).read()\n"
         "g = {'__name__': 'gpudash_hostside'}\n"
         "exec(compile(src, 'gpudash_hostside.py', 'exec'), g)\n"
-        "g['Collector']().sample()\n"
+        "g['HostCollector']().sample()\n"
         "print(json.dumps(sorted(set(sys.modules) - before)))\n"
     )
     env = {"PATH": "/usr/bin:/bin"}
