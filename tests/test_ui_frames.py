@@ -7,11 +7,18 @@ from __future__ import annotations
 import collections
 
 import pytest
-from test_ui_sizes import select
+from rich.text import Text
+from test_ui_sizes import select, wait_for
+from textual._compositor import ChopsUpdate
+from textual.geometry import Region
+from textual.strip import Strip
 from textual.widget import Widget
 
 from gpudash.demo.host import MINIMAX, DemoHost
 from gpudash.ui.app import GpudashApp
+from gpudash.ui.compositor import BandCompositor, BandsUpdate, bands
+from gpudash.ui.widgets.header import HeaderBar
+from gpudash.ui.widgets.holders import HoldersTable
 
 
 async def test_while_samples_flow_only_what_changed_is_drawn(
@@ -36,3 +43,95 @@ async def test_while_samples_flow_only_what_changed_is_drawn(
         assert drawn["HeaderBar"] == 0, drawn  # "just now": the same line
         assert drawn["UnitPanel"] == 0, drawn  # the same facts, the same "cut" note
         assert drawn["GpuGrid"] == 0, drawn  # hidden at 160x50: not drawn at all
+
+
+async def test_a_border_title_set_again_the_same_does_not_redraw_the_holders(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Holders' title and subtitle were set on every sample, the same: Textual redraws the
+    whole table then (every line of it, twice a second)."""
+    app = GpudashApp([DemoHost(speed=50)], interval=1.0, read_only=False, theme=None,
+                     exec_options=None)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.pause(1.5)
+        whole: collections.Counter[str] = collections.Counter()
+        real = Widget.refresh
+
+        def counted(self: Widget, *regions: object, **k: object) -> Widget:
+            if not regions:
+                whole[type(self).__name__] += 1
+            return real(self, *regions, **k)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(Widget, "refresh", counted)
+        await pilot.pause(3.0)
+        monkeypatch.setattr(Widget, "refresh", real)
+        assert whole["HoldersTable"] == 0, whole  # its changed rows only, by region
+
+
+def _text_lines(strips: list[Strip]) -> list[list[str]]:
+    return [list("".join(s.text for s in strip)) for strip in strips]
+
+
+def _apply(grid: list[list[str]], update: object) -> None:
+    """Write a partial update's chops into ``grid`` as a terminal would (one cell per
+    character: the demo's text is narrow)."""
+    parts = update.updates if isinstance(update, BandsUpdate) else [update]
+    for part in parts:
+        assert isinstance(part, ChopsUpdate)
+        for y, x1, x2 in part.spans:
+            for end, (x, strip) in zip(part.chop_ends[y], part.chops[y].items(), strict=False):
+                if strip is None or x > x2 or end <= x1:
+                    continue
+                for i, char in enumerate("".join(s.text for s in strip)):
+                    if x1 <= x + i < x2:
+                        grid[y][x + i] = char
+
+
+async def test_the_header_and_a_holder_changed_draw_those_two_and_nothing_between(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Textual draws every widget inside the rectangle around all changed regions: the
+    header's first line and one holder's age made it render the whole screen. The bands
+    render only what is in them, and the terminal ends up showing what a full redraw
+    shows."""
+    app = GpudashApp([DemoHost(speed=50)], interval=3600.0, read_only=False, theme=None,
+                     exec_options=None)
+    async with app.run_test(size=(160, 50)) as pilot:
+        table = app.query_one(HoldersTable)
+        await wait_for(pilot, lambda: table.row_count > 3)
+        await pilot.pause(0.5)
+        screen = app.screen
+        assert isinstance(screen._compositor, BandCompositor)
+        grid = _text_lines(screen._compositor.render_strips())
+        updates: list[object] = []
+        monkeypatch.setattr(app, "_display", lambda _screen, update: updates.append(update))
+        rendered: collections.Counter[str] = collections.Counter()
+        real = Widget.render_lines
+
+        def counted(self: Widget, crop: Region) -> list[Strip]:
+            rendered[type(self).__name__] += 1
+            return real(self, crop)
+
+        monkeypatch.setattr(Widget, "render_lines", counted)
+        row = str(list(table.rows)[2].value)
+        app.query_one(HeaderBar).update(Text("gpudash  a header that changed"))
+        table.set_cells(row, {"age": Text("99s", justify="right")})
+        await pilot.pause(0.3)
+        monkeypatch.setattr(Widget, "render_lines", real)
+        updates = [u for u in updates if u is not None]
+        assert any(isinstance(u, BandsUpdate) and len(u.updates) >= 2 for u in updates), updates
+        assert rendered["HeaderBar"] and rendered["HoldersTable"], rendered
+        assert not rendered["GpuTable"] and not rendered["MemoryPlot"], rendered
+        for update in updates:
+            _apply(grid, update)
+        full = _text_lines(screen._compositor.render_strips())
+        assert ["".join(line) for line in grid] == ["".join(line) for line in full]
+        assert any("99s" in "".join(line) for line in grid)
+
+
+def test_bands_join_regions_that_nearly_touch() -> None:
+    header, row_a, row_b, far = (Region(0, 0, 160, 1), Region(1, 30, 100, 1),
+                                 Region(1, 32, 100, 1), Region(1, 40, 100, 2))
+    assert bands({header, row_a, row_b, far}) == [[header], [row_a, row_b], [far]]
+    assert bands({row_a}) == [[row_a]]

@@ -31,6 +31,7 @@ from gpudash.protocol.source import Capability
 from gpudash.session.controller import Shown
 from gpudash.ui.acting import Acting
 from gpudash.ui.bindings import KEYS, bindings, help_rows
+from gpudash.ui.compositor import BandCompositor
 from gpudash.ui.layout import PLOT_MIN, progress_columns, progress_room, size_classes
 from gpudash.ui.models import JournalScreen
 from gpudash.ui.palette import palette
@@ -47,6 +48,7 @@ from gpudash.ui.widgets.holders import HoldersTable, filter_rows, holder_rows, s
 from gpudash.ui.widgets.notice import HostNotice
 from gpudash.ui.widgets.plotview import MemoryPlot
 from gpudash.ui.widgets.progress import ActionProgressPanel
+from gpudash.ui.widgets.quiet import quiet_border
 from gpudash.ui.widgets.unit_panel import UnitPanel, unit_gist, unit_text
 
 ACTIONS = SPECS_BY_NAME  # the destructive actions, by their binding's action name
@@ -76,6 +78,7 @@ class MainScreen(Screen[None]):
 
     def __init__(self, dashboard: Dashboard, acting: Acting) -> None:
         super().__init__(id="main")
+        self._compositor = BandCompositor()  # the header and a holder: two small draws
         self.dashboard = dashboard
         self.acting = acting
         self.ready = False  # widgets mounted: drawing may start
@@ -212,7 +215,7 @@ class MainScreen(Screen[None]):
             hidden = len(unfiltered) - len(rows)
             # border titles are markup: the typed text is escaped, never interpreted
             title += f" — only {', '.join(filters)}: {hidden} hidden (esc clears)"
-        self.holders.border_title = title
+        quiet_border(self.holders, "title", title)
         app.selected_key = self.holders.selected_key()
 
     @drawing
@@ -227,7 +230,8 @@ class MainScreen(Screen[None]):
         crash = view.crashes.reason(group.unit.name) if group and group.unit else None
         self.unit_panel.show(unit_text(group, process, pal, why, crash))
         # Too thin for the unit panel: its gist goes on Holders' border, Enter shows it all.
-        self.holders.border_subtitle = unit_gist(group, pal) if self.has_class("-thin") else None
+        quiet_border(self.holders, "subtitle",
+                     unit_gist(group, pal) if self.has_class("-thin") else None)
 
     @drawing
     def refresh_plot(self) -> None:

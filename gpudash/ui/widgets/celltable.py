@@ -4,7 +4,7 @@ Textual's ``DataTable.update_cell`` bumps one counter that every render cache is
 by, so changing one cell (a holder's age, once a second) renders every visible cell of
 the table again: with a 200-column command cell per row, that was most of the CPU the
 dashboard spent per sample. ``set_cells`` stores the values the same way and drops only
-the cached renders of the cells it changed (and of their row's assembled lines), then
+the cached renders of the cells it changed (and the assembled lines of that row alone), then
 asks for a repaint of that row alone, if it is on screen at all.
 
 It reaches into the DataTable's caches (Textual 8.2); where they are not as expected,
@@ -20,7 +20,8 @@ from textual.widgets import DataTable
 from textual.widgets.data_table import CellDoesNotExist, ColumnKey, RowKey
 
 _CACHES = ("_data", "_row_locations", "_column_locations", "_row_renderable_cache",
-           "_cell_render_cache", "_row_render_cache", "_line_cache", "_update_count")
+           "_cell_render_cache", "_row_render_cache", "_line_cache", "_update_count",
+           "_get_offsets")
 
 
 class CellTable(DataTable[Text]):
@@ -52,5 +53,13 @@ class CellTable(DataTable[Text]):
             self._cell_render_cache.discard(cell_key)
         for row_cache_key in [k for k in self._row_render_cache.keys() if k[0] == row]:
             self._row_render_cache.discard(row_cache_key)
-        self._line_cache.clear()  # lines are cheap to assemble again from cached rows
+        for line_key in [k for k in self._line_cache.keys() if self._line_of(k[0]) == row]:
+            self._line_cache.discard(line_key)
         self.refresh_row(index)
+
+    def _line_of(self, y: int) -> RowKey | None:
+        """The row the table's line ``y`` (header lines included) draws."""
+        try:
+            return self._get_offsets(y)[0]
+        except (LookupError, IndexError):
+            return None
