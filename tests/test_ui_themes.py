@@ -102,6 +102,7 @@ def test_clean_makes_controls_visible() -> None:
     assert clean("a\x1b[2Jb\tc\nd\x7f\u202e") == "a\\x1b[2Jb\\x09c\\x0ad\\x7f\\u202e"
     assert clean("[red]x[/red]") == "[red]x[/red]"
     assert duration(None) == "N/A" and duration(7200) == "2h00m" and duration(59) == "59s"
+    assert duration(425) == "7m" and duration(3 * 86400 + 4 * 3600) == "3d04h"
 
 
 CRASHERS = {  # each loaded before, then ended the app at start

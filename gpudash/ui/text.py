@@ -27,14 +27,17 @@ def literal(value: object, style: str = "") -> Text:
 
 
 def duration(seconds: float | None) -> str:
-    """Compact age: ``42s``, ``7m05s``, ``2h00m``, ``3d04h``."""
+    """Compact age: ``42s``, ``7m``, ``2h00m``, ``3d04h``. Seconds only in the first
+    minute (a process just started or respawned, what an operator watches): past it, a
+    column of ages ticking every second says nothing more and redrew every holder's row
+    every second (most of the dashboard's CPU beside nvitop)."""
     if seconds is None:
         return "N/A"
     s = max(0, int(seconds))
     if s < 60:
         return f"{s}s"
     if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
+        return f"{s // 60}m"
     if s < 86400:
         return f"{s // 3600}h{s % 3600 // 60:02d}m"
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"

@@ -25,37 +25,56 @@ _CACHES = ("_data", "_row_locations", "_column_locations", "_row_renderable_cach
 
 
 class CellTable(DataTable[Text]):
-    """``DataTable`` plus ``set_cells``: new values for some cells of one row."""
+    """``DataTable`` plus ``set_cells``/``set_rows``: new values for some cells."""
 
     def set_cells(self, row_key: str, cells: Mapping[str, Text]) -> None:
         """Store ``cells`` (column key -> value) in the row ``row_key``; redraw that row."""
-        if not cells:
+        self.set_rows({row_key: cells})
+
+    def set_rows(self, changes: Mapping[str, Mapping[str, Text]]) -> None:
+        """``set_cells`` for several rows at once (row key -> column key -> value): each
+        render cache is looked through once, not once per row."""
+        changes = {row: cells for row, cells in changes.items() if cells}
+        if not changes:
             return
         if not all(hasattr(self, name) for name in _CACHES):
-            for column, value in cells.items():
-                self.update_cell(row_key, column, value)
+            for row_key, cells in changes.items():
+                for column, value in cells.items():
+                    self.update_cell(row_key, column, value)
             return
-        row = RowKey(row_key)
-        index = self._row_locations.get(row)
-        if index is None:
-            raise CellDoesNotExist(f"No row with key {row_key!r}")
-        columns = {ColumnKey(c) for c in cells}
-        if any(c not in self._column_locations for c in columns):
-            raise CellDoesNotExist(f"No column among {sorted(cells)}")
-        data = self._data[row]
-        for column, value in cells.items():
-            data[ColumnKey(column)] = value
+        indexes, changed = self._store(changes)
         # Cache keys (Textual 8.2): cells (row key, column key, ...), rows (row key, ...),
         # a row's renderables (update count, row index), lines (y, ...).
-        self._row_renderable_cache.discard((self._update_count, index))
-        for cell_key in [k for k in self._cell_render_cache.keys()
-                         if k[0] == row and k[1] in columns]:
+        for index in indexes.values():
+            self._row_renderable_cache.discard((self._update_count, index))
+        for cell_key in [k for k in self._cell_render_cache.keys() if k[:2] in changed]:
             self._cell_render_cache.discard(cell_key)
-        for row_cache_key in [k for k in self._row_render_cache.keys() if k[0] == row]:
+        for row_cache_key in [k for k in self._row_render_cache.keys() if k[0] in indexes]:
             self._row_render_cache.discard(row_cache_key)
-        for line_key in [k for k in self._line_cache.keys() if self._line_of(k[0]) == row]:
+        for line_key in [k for k in self._line_cache.keys() if self._line_of(k[0]) in indexes]:
             self._line_cache.discard(line_key)
-        self.refresh_row(index)
+        for index in indexes.values():
+            self.refresh_row(index)
+
+    def _store(self, changes: Mapping[str, Mapping[str, Text]]
+               ) -> tuple[dict[RowKey, int], set[tuple[RowKey, ColumnKey]]]:
+        """Put the new values in the table's data: the rows' indexes, the changed cells."""
+        indexes: dict[RowKey, int] = {}
+        changed: set[tuple[RowKey, ColumnKey]] = set()
+        for row_key, cells in changes.items():
+            row = RowKey(row_key)
+            index = self._row_locations.get(row)
+            if index is None:
+                raise CellDoesNotExist(f"No row with key {row_key!r}")
+            columns = {ColumnKey(c) for c in cells}
+            if any(c not in self._column_locations for c in columns):
+                raise CellDoesNotExist(f"No column among {sorted(cells)}")
+            data = self._data[row]
+            for column, value in cells.items():
+                data[ColumnKey(column)] = value
+            indexes[row] = index
+            changed |= {(row, c) for c in columns}
+        return indexes, changed
 
     def _line_of(self, y: int) -> RowKey | None:
         """The row the table's line ``y`` (header lines included) draws."""

@@ -86,14 +86,16 @@ class GpuTable(CellTable):
             if cursor is not None and str(cursor) in keys:
                 self.move_cursor(row=keys.index(str(cursor)))
             return
+        changes = {}
         for gpu in gpus:
             key = str(gpu.index)
             before = self._cells[key]
             cells = gpu_cells(gpu, pal)
-            self.set_cells(key, {col: cell for (col, _, _), old, cell
-                                 in zip(COLUMNS, before, cells, strict=True)
-                                 if not same_text(old, cell)})
+            changes[key] = {col: cell for (col, _, _), old, cell
+                            in zip(COLUMNS, before, cells, strict=True)
+                            if not same_text(old, cell)}
             self._cells[key] = cells
+        self.set_rows(changes)
 
     def selected_gpu(self) -> int | None:
         if not self.row_count:

@@ -395,14 +395,16 @@ class HoldersTable(CellTable):
         columns = [key for key, _l, _w in fit.columns]
         if keys == current and fit == self._fit:
             # Only the cells that changed: every update_cell redraws the whole table.
+            changes = {}
             for key, cells in shown:
                 before = self._cells.get(key)
                 if before is None:
                     before = (Text("\0"),) * len(cells)
-                self.set_cells(key, {col: cell for col, old, cell
-                                     in zip(columns, before, cells, strict=True)
-                                     if not same_text(old, cell)})
+                changes[key] = {col: cell for col, old, cell
+                                in zip(columns, before, cells, strict=True)
+                                if not same_text(old, cell)}
                 self._cells[key] = cells
+            self.set_rows(changes)
             return
         selected = self.selected_key()
         index = self.cursor_row
