@@ -19,7 +19,7 @@ from gpudash.session import audit
 from gpudash.session.controller import learn_from
 from gpudash.session.lifecycle import Request, prepare
 from gpudash.transport.commands import container_argv, container_logs_argv
-from gpudash.transport.hostsource import container_log_line
+from gpudash.transport.loglines import container_log_line
 
 FAST = ExecOptions(term_timeout=3.0, verify_timeout=30.0, poll=0.5, settle=3)
 EMBED = "docker:vllm-embed"

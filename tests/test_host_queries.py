@@ -128,7 +128,7 @@ def test_unit_names_skip_template_files() -> None:
 
 
 def test_journal_records_carry_message_time_and_cursor() -> None:
-    from gpudash.transport.hostsource import journal_line
+    from gpudash.transport.loglines import journal_line
 
     line = journal_line(b'{"MESSAGE":"Loading safetensors checkpoint shards:  37% Completed",'
                         b'"__REALTIME_TIMESTAMP":"1764572400000000","__CURSOR":"s=ab;i=1f"}\n',

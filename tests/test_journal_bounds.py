@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 from gpudash.collector.hostside import TRUNCATED
-from gpudash.transport.hostsource import JOURNAL_BURST, JOURNAL_MESSAGE_MAX, journal_line
 from gpudash.transport.local import LocalSource
+from gpudash.transport.loglines import JOURNAL_BURST, JOURNAL_MESSAGE_MAX, journal_line
 
 FLOOD = 30000
 

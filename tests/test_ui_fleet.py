@@ -16,7 +16,7 @@ from gpudash.domain.model import HostSnapshot
 from gpudash.domain.units import MIB_PER_GIB
 from gpudash.engine import ExecOptions
 from gpudash.protocol.source import HostControl, HostKeyError
-from gpudash.ui import fleet_screen
+from gpudash.ui import fleet_rows, fleet_screen
 from gpudash.ui.app import GpudashApp
 from gpudash.ui.fleet_screen import FleetScreen
 from gpudash.ui.main_screen import MainScreen
@@ -469,4 +469,4 @@ async def test_the_crash_loop_column_shows_the_whole_unit_name_where_there_is_ro
         longest = cells(app, 4)["crash"]
         assert crash.width >= len(longest), (crash.width, longest)
         assert sum(c.get_render_width(table) for c in table.columns.values()) <= 200 - 2
-    assert [w for c, _t, w in fleet_screen.column_widths(160) if c.key == "crash"] == [16]
+    assert [w for c, _t, w in fleet_rows.column_widths(160) if c.key == "crash"] == [16]

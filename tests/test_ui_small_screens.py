@@ -88,8 +88,7 @@ async def test_while_loading_the_gpu_table_and_the_panel_say_one_figure() -> Non
     # A loading model: the table said 24.2 GiB (the feed's sample), the Action panel 28.0
     # (the action's newer one). The newer sample's figure is the one both show.
     from gpudash.engine import ActionKind, execute, plan_action
-    from gpudash.session.controller import Shown
-    from gpudash.ui.main_screen import freshest_memory
+    from gpudash.session.controller import Shown, freshest_memory
 
     demo = DemoHost(speed=100, release_delay=1)
     feed = await demo.sample()  # what the table has

@@ -25,20 +25,18 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from urllib.parse import urlsplit
 
-from gpudash.demo.records import HZ, SimContainer, SimProcess, SimUnit, docker_argv
-from gpudash.demo.sim import (
+from gpudash.demo.dockerd import EMBED_ID, EMBED_MIB, EMBED_NAME
+from gpudash.demo.incident import (
     DEEPSEEK,
-    EMBED_ID,
-    EMBED_MIB,
-    EMBED_NAME,
     GPU_TOTAL_MIB,
     KIMI,
     MINIMAX,
     MODEL_MIB,
     NOTEBOOK_MIB,
     RERANK,
-    HostSimulation,
 )
+from gpudash.demo.records import HZ, SimContainer, SimProcess, SimUnit, docker_argv
+from gpudash.demo.sim import HostSimulation
 from gpudash.demo.unitfiles import reload, unit_file
 from gpudash.domain.dropin import drop_in_path
 from gpudash.domain.model import HostSnapshot, unit_name

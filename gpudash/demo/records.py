@@ -3,11 +3,13 @@ host's collector would report each (the domain's ``Process``, ``Unit``, ``Contai
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpudash.demo.incident import GPU_NAME, GPU_TOTAL_MIB, RESPAWN_MIB
 from gpudash.demo.models import SimLoad, SimServer
-from gpudash.domain.model import Container, Process, Unit
+from gpudash.domain.model import Container, Gpu, Process, Unit
 
 HZ = 100  # clock ticks per second, as in /proc/PID/stat
 
@@ -173,3 +175,40 @@ def docker_argv(runtime: str, verb: str, container: str, stop_timeout: int,
              "--restart=no"], "rm": ["rm"], "restart": ["restart", "-t", str(stop_timeout)],
              "restart-policy": ["update", f"--restart={policy}"]}.get(verb, [verb])
     return (runtime, *words, "--", container)
+
+
+def sm_util(p: SimProcess, unit: SimUnit | None, now: float) -> int | None:
+    """What NVML's per-process samples would say: a serving worker computes, an orphan
+    (its server gone, nobody sends it requests) spins on the CPU with idle SMs. Drawn
+    from the pid and the time, not the seeded random stream the rest of the demo uses."""
+    if not p.gpu_memory_mib:
+        return None  # not listed by the driver: no samples
+    load = unit.load if unit is not None else None
+    # a worker with no more than a bare CUDA context (the incident's respawn, stuck
+    # on memory the orphans hold) has no model to compute with
+    context_only = sum(p.gpu_memory_mib.values()) <= RESPAWN_MIB
+    serving = (unit is not None and unit.active and unit.main_pid == p.ppid
+               and not context_only
+               and (load is None or load.need_mib == 0 or load.loaded_fraction(now) >= 1.0))
+    if serving:
+        return 55 + (p.pid * 7 + int(now // 5) * 13) % 36
+    if p.unit is not None and p.unit.startswith("docker-"):
+        return 12 + (p.pid + int(now // 5) * 3) % 9  # the embedding container, light
+    return 0  # an orphan, a loading or crashing worker, an idle notebook kernel
+
+
+def sim_gpu(index: int, used_mib: int, sm_pct: int, rng: random.Random) -> Gpu:
+    """GPU ``index`` as NVML reports it: busy (warmer, more power) past 10 GB used."""
+    busy = used_mib > 10000
+    return Gpu(
+        index=index,
+        uuid=f"GPU-5e1f{index:02d}c2-8d3a-4b71-9f0e-{0xa1b2c3d40000 + index:012x}",
+        name=GPU_NAME,
+        memory_total_mib=GPU_TOTAL_MIB,
+        memory_used_mib=used_mib,
+        memory_reserved_mib=0,
+        utilization_pct=max(sm_pct, rng.randint(0, 3) if busy else 0),
+        temperature_c=(44 if busy else 33) + rng.randint(0, 3),
+        power_w=round((118.0 if busy else 36.0) + rng.uniform(0, 6), 1),
+        power_limit_w=600.0,
+    )

@@ -1,9 +1,10 @@
 """The demo host's world: processes, systemd units and Docker containers on simulated time.
 
 ``HostSimulation`` does the kernel's part (pids, parents, signals, GPU memory released a
-short delay after its holder dies), systemd's (``Restart=``, ``KillMode=``, unit files)
-and dockerd's (restart policies, ``stop``, ``update --restart=no``, ``rm``); it knows
-nothing of the host protocol but the answers it gives. ``DemoHost`` serves it.
+short delay after its holder dies) and systemd's (``Restart=``, ``KillMode=``, unit
+files); its ``Dockerd`` (``gpudash.demo.dockerd``) keeps the containers. The host it
+builds is the incident's (``gpudash.demo.incident``). It knows nothing of the host
+protocol but the answers it gives. ``DemoHost`` serves it.
 """
 
 from __future__ import annotations
@@ -12,55 +13,44 @@ import random
 import signal as _signal
 import time
 
-from gpudash.demo.models import SimLoad, SimServer
+from gpudash.demo.dockerd import EMBED_ID, EMBED_IMAGE, EMBED_NAME, EMBED_PORT, Dockerd
+from gpudash.demo.incident import (
+    DEEPSEEK,
+    DEEPSEEK_SERVER,
+    GPU_TOTAL_MIB,
+    HOST_BASE_MIB,
+    HOST_CPUS,
+    HOST_MEM_MIB,
+    KIMI,
+    KIMI_SERVER,
+    MINIMAX,
+    MINIMAX_SERVER,
+    MODEL_MIB,
+    NOTEBOOK_MIB,
+    RERANK,
+    RERANK_SERVER,
+    RESPAWN_MIB,
+    SERVER_CMD,
+)
+from gpudash.demo.models import SimLoad
 from gpudash.demo.records import (
     HZ,
     SimContainer,
     SimProcess,
     SimUnit,
     container_view,
-    docker_argv,
     process_view,
+    sim_gpu,
+    sm_util,
     unit_view,
 )
-from gpudash.domain.model import Gpu, HostSnapshot, SourceKind, unit_name
+from gpudash.domain.model import HostSnapshot, SourceKind, unit_name
 from gpudash.engine.signals import PICKABLE
 from gpudash.protocol.shell_listener import ShellListener
 from gpudash.protocol.source import CommandResult, ModelUnit, SignalOutcome
 
-GPU_NAME = "NVIDIA RTX PRO 6000 Blackwell"
-GPU_TOTAL_MIB = 97887
-MODEL_MIB = 96801  # per GPU, as nvidia-smi showed in the incident
-NOTEBOOK_MIB = 2048
 # the signals whose default action ends a process that does not catch them
 ENDING = frozenset(p.sig for p in PICKABLE if p.ends)
-RESPAWN_MIB = 612  # a respawned worker's CUDA context, before it fails to load the model
-MINIMAX = "vllm-minimax-m25.service"
-KIMI = "vllm-kimi-k25.service"
-DEEPSEEK = "vllm-deepseek-v3.service"
-MINIMAX_SERVER = SimServer("MiniMaxAI/MiniMax-M2.5", 8000)
-KIMI_SERVER = SimServer("moonshotai/Kimi-K2.5-INT4", 8001, load_s=20.0)
-DEEPSEEK_SERVER = SimServer("deepseek-ai/DeepSeek-V3", 8002, gpu_memory_utilization=0.99)
-HOST_CPUS = 128
-HOST_MEM_MIB = 2063 * 1024  # 2 TiB of RAM, as a host of eight 96 GiB GPUs has
-HOST_BASE_MIB = 41 * 1024  # the OS, page tables, the driver
-EMBED_MIB = 1000  # the container's model on GPU 7, beside MiniMax's worker there
-EMBED_ID = "c0ffee5e" + "9d2b4a71" * 7
-EMBED_NAME = "vllm-embed"
-EMBED_PORT = 8100  # docker run -p 127.0.0.1:8100:8100
-EMBED_IMAGE = "vllm/vllm-openai:v0.11.0"
-EMBED_CMD = ("python3 -m vllm.entrypoints.openai.api_server --model BAAI/bge-m3 "
-             "--task embed --gpu-memory-utilization 0.011 --port 8100")
-# The container's successor, with ``containers``: a small reranker installed as a unit,
-# one GPU, that fits in what the embedding container holds on GPU 7 (a swap from it).
-RERANK = "vllm-rerank.service"
-RERANK_SERVER = SimServer("BAAI/bge-reranker-v2-m3", 8003, tp=1, first_gpu=7,
-                          gpu_memory_utilization=0.0106, load_s=6.0, shards=8)
-SHIM_PID = 4711  # containerd-shim-runc-v2: the container's main's parent on the host
-SERVER_CMD = (
-    "python3 -m vllm.entrypoints.openai.api_server --model MiniMaxAI/MiniMax-M2.5 "
-    "--tensor-parallel-size 8 --enable-expert-parallel --port 8000"
-)
 
 
 class HostSimulation:
@@ -85,7 +75,8 @@ class HostSimulation:
         self._next_pid = 215000
         self.processes: dict[int, SimProcess] = {}
         self.units: dict[str, SimUnit] = {}
-        self.containers: dict[str, SimContainer] = {}
+        self.dockerd = Dockerd(self)
+        self.containers = self.dockerd.containers
         # port -> the process (pid, comm, cgroup text) that bound it while its server
         # was down: a borrowed ready URL, refused for anyone else
         self.squatters: dict[int, ShellListener] = {}
@@ -93,9 +84,8 @@ class HostSimulation:
         self.boot_id = f"5e1f0c2a-8d3a-4b71-9f0e-{random.Random(-seed).getrandbits(48):012x}"
         self._build_incident()
         if containers:
-            c = SimContainer(EMBED_ID, EMBED_NAME, EMBED_IMAGE, port=EMBED_PORT)
-            self.containers[c.id] = c
-            self._run_container(c, age=5400)
+            self.dockerd.add(SimContainer(EMBED_ID, EMBED_NAME, EMBED_IMAGE, port=EMBED_PORT),
+                             age=5400)
             self.units[RERANK] = SimUnit(
                 RERANK, "vLLM bge-reranker-v2-m3 (GPU 7): fits where vllm-embed is",
                 kill_mode="control-group", unit_file_state="disabled", active=False,
@@ -205,14 +195,6 @@ class HostSimulation:
         serving.script(GPU_TOTAL_MIB)
         unit.loads.append(serving)  # it has served for two hours
 
-    def _run_container(self, c: SimContainer, *, age: float = 0.0) -> None:
-        """dockerd (re)starts the container: its main process under the shim."""
-        main = self.spawn(ppid=SHIM_PID, user="root", name="python3", cmdline=EMBED_CMD,
-                          unit=c.scope, gpu_memory_mib={7: EMBED_MIB}, age=age, cpu_pct=1.5,
-                          rss_mib=3 * 1024)
-        c.main_pid, c.state = main.pid, "running"
-        c.runs.append([self.now() - age, None])
-
     def _systemd(self, unit: SimUnit, text: str) -> None:
         """A line systemd logs of ``unit`` (in its words, as journalctl -u shows them)."""
         unit.events.append((self.now(), text))
@@ -247,7 +229,7 @@ class HostSimulation:
         ``D``): its workers, the old and the respawned, hold the GPUs under PID 1."""
         unit = self.units[MINIMAX]
         if unit.main_pid is not None:
-            self._die(self.processes[unit.main_pid])
+            self.die(self.processes[unit.main_pid])
         unit.restart_at = self.now()
         self.advance()  # systemd's respawn
         self._stop(unit)
@@ -255,11 +237,7 @@ class HostSimulation:
 
     def advance(self) -> None:
         now = self.now()
-        for c in self.containers.values():
-            if c.restart_at is not None and now >= c.restart_at:
-                c.restart_at = None
-                c.restart_count += 1
-                self._run_container(c)
+        self.dockerd.advance(now)
         for unit in self.units.values():
             if unit.restart_at is not None and now >= unit.restart_at:
                 unit.restart_at = None
@@ -278,33 +256,13 @@ class HostSimulation:
         crash = load.crash_at
         if crash is not None and now >= crash:
             for p in [p for p in self.processes.values() if p.unit == unit.name]:
-                self._die(p)  # exit 1: Restart=always brings it back, to crash again
+                self.die(p)  # exit 1: Restart=always brings it back, to crash again
             return
         mib = int(load.need_mib * load.loaded_fraction(now))
         for p in self.processes.values():
             if p.unit == unit.name and p.gpu_memory_mib:
                 gpu = next(iter(p.gpu_memory_mib))
                 p.gpu_memory_mib[gpu] = mib
-
-    def _sm_util(self, p: SimProcess, now: float) -> int | None:
-        """What NVML's per-process samples would say: a serving worker computes, an orphan
-        (its server gone, nobody sends it requests) spins on the CPU with idle SMs. Drawn
-        from the pid and the time, not the seeded random stream the rest of the demo uses."""
-        if not p.gpu_memory_mib:
-            return None  # not listed by the driver: no samples
-        unit = self.units.get(p.unit or "")
-        load = unit.load if unit is not None else None
-        # a worker with no more than a bare CUDA context (the incident's respawn, stuck
-        # on memory the orphans hold) has no model to compute with
-        context_only = sum(p.gpu_memory_mib.values()) <= RESPAWN_MIB
-        serving = (unit is not None and unit.active and unit.main_pid == p.ppid
-                   and not context_only
-                   and (load is None or load.need_mib == 0 or load.loaded_fraction(now) >= 1.0))
-        if serving:
-            return 55 + (p.pid * 7 + int(now // 5) * 13) % 36
-        if p.unit is not None and p.unit.startswith("docker-"):
-            return 12 + (p.pid + int(now // 5) * 3) % 9  # the embedding container, light
-        return 0  # an orphan, a loading or crashing worker, an idle notebook kernel
 
     def _used(self) -> dict[int, int]:
         used = dict.fromkeys(range(8), 0)
@@ -315,7 +273,11 @@ class HostSimulation:
             used[gpu] += mib
         return used
 
-    def _die(self, p: SimProcess) -> None:
+    def release_later(self, gpu: int, mib: int, now: float) -> None:
+        """``mib`` of ``gpu`` come back ``release_delay`` after ``now`` (the driver's pace)."""
+        self._releases.append((now + self.release_delay, gpu, mib))
+
+    def die(self, p: SimProcess) -> None:
         now = self.now()
         self.processes.pop(p.pid, None)
         heirs = [c for c in self.processes.values() if c.ppid == p.pid and c.inherits_device]
@@ -327,13 +289,11 @@ class HostSimulation:
                 heirs[0].device_mib[gpu] = heirs[0].device_mib.get(gpu, 0) + mib
         else:
             for gpu, mib in held.items():
-                self._releases.append((now + self.release_delay, gpu, mib))
+                self.release_later(gpu, mib, now)
         for child in self.processes.values():
             if child.ppid == p.pid:
                 child.ppid = 1  # re-parented, still holding its CUDA context
-        for c in self.containers.values():
-            if c.main_pid == p.pid:
-                self._init_died(c, now)
+        self.dockerd.died(p.pid, now)
         for unit in [u for u in self.units.values() if u.main_pid == p.pid]:
             self._main_died(unit, now)
 
@@ -354,23 +314,7 @@ class HostSimulation:
         if unit.kill_mode in ("control-group", "mixed"):
             # the unit stops (its whole cgroup) before it is started again
             for q in [q for q in self.processes.values() if q.unit == unit.name]:
-                self._die(q)
-
-    def _init_died(self, c: SimContainer, now: float) -> None:
-        """The PID namespace ends with its init; dockerd restarts it as its policy says."""
-        c.main_pid = None
-        if c.runs and c.runs[-1][1] is None:
-            c.runs[-1][1] = now
-        # (what escaped it to PID 1 is not in its PID namespace: it lives on)
-        for q in [q for q in self.processes.values() if q.unit == c.scope and q.ppid != 1]:
-            self.processes.pop(q.pid, None)
-            for gpu, mib in q.gpu_memory_mib.items():
-                self._releases.append((now + self.release_delay, gpu, mib))
-        if not c.manually_stopped and c.restart_policy in (
-                "always", "unless-stopped", "on-failure"):
-            c.state, c.restart_at = "restarting", now + 0.1
-        else:
-            c.state = "exited"
+                self.die(q)
 
     def snapshot(self, cannot_act_reason: str | None = None) -> HostSnapshot:
         """The host now, as its collector would report it."""
@@ -379,26 +323,10 @@ class HostSimulation:
         used = self._used()
         sm = dict.fromkeys(range(8), 0)  # the GPU is as busy as its processes together
         for p in self.processes.values():
-            p.sm_util_pct = self._sm_util(p, now)
+            p.sm_util_pct = sm_util(p, self.units.get(p.unit or ""), now)
             for gpu in p.gpu_memory_mib:
                 sm[gpu] = min(100, sm[gpu] + (p.sm_util_pct or 0))
-        gpus = []
-        for i in range(8):
-            busy = used[i] > 10000
-            gpus.append(
-                Gpu(
-                    index=i,
-                    uuid=f"GPU-5e1f{i:02d}c2-8d3a-4b71-9f0e-{0xa1b2c3d40000 + i:012x}",
-                    name=GPU_NAME,
-                    memory_total_mib=GPU_TOTAL_MIB,
-                    memory_used_mib=used[i],
-                    memory_reserved_mib=0,
-                    utilization_pct=max(sm[i], self._rng.randint(0, 3) if busy else 0),
-                    temperature_c=(44 if busy else 33) + self._rng.randint(0, 3),
-                    power_w=round((118.0 if busy else 36.0) + self._rng.uniform(0, 6), 1),
-                    power_limit_w=600.0,
-                )
-            )
+        gpus = [sim_gpu(i, used[i], sm[i], self._rng) for i in range(8)]
         sims = list(self.processes.values())
         procs = tuple(process_view(p, self.boot_epoch)
                       for p in sorted(self.processes.values(), key=lambda p: p.pid))
@@ -470,7 +398,7 @@ class HostSimulation:
             self._systemd(u, f"Stopping {u.name} - {u.description}...")
         for p in victims:
             if p is not None:
-                self._die(p)
+                self.die(p)
         u.main_pid = None
         if not was_active:
             return
@@ -484,42 +412,8 @@ class HostSimulation:
         policy: str | None = None,
     ) -> CommandResult:
         """``docker VERB CONTAINER`` as dockerd does it (no podman here)."""
-        argv = docker_argv(runtime, verb, container, stop_timeout, policy)
         self.advance()
-        c = self.containers.get(container)
-        if c is None or c.state == "removed" or runtime != "docker":
-            return CommandResult(argv, 1, f"Error response from daemon: No such container: "
-                                 f"{container}")
-        if verb == "stop":
-            c.manually_stopped, c.restart_at = True, None
-            main = self.processes.get(c.main_pid) if c.main_pid else None
-            if main is not None:
-                self._die(main)
-            c.state = "exited"
-            return CommandResult(argv, 0, container + "\n")
-        if verb == "no-restart":
-            c.restart_policy = "no"
-            return CommandResult(argv, 0, container + "\n")
-        if verb == "rm":
-            if c.state != "exited":
-                return CommandResult(argv, 1, "Error response from daemon: cannot remove a "
-                                     "running container: stop the container before removing")
-            c.state = "removed"
-            return CommandResult(argv, 0, container + "\n")
-        if verb == "restart-policy" and policy:
-            c.restart_policy = policy
-            return CommandResult(argv, 0, container + "\n")
-        if verb in ("start", "restart"):
-            if verb == "restart" and c.state == "running":
-                main = self.processes.get(c.main_pid) if c.main_pid else None
-                if main is not None:
-                    c.manually_stopped = True  # docker restart's stop is not a crash
-                    self._die(main)
-            c.manually_stopped, c.restart_at = False, None
-            if c.state != "running":
-                self._run_container(c)
-            return CommandResult(argv, 0, container + "\n")
-        return CommandResult(argv, 1, f"unsupported verb {verb}")
+        return self.dockerd.command(runtime, verb, container, stop_timeout, policy)
 
     def signal(self, pid: int, start_ticks: int | None, sig: int) -> SignalOutcome:
         """The kernel's part of ``kill``: to ``pid`` only if it still started then."""
@@ -535,7 +429,7 @@ class HostSimulation:
             return SignalOutcome.SENT
         if sig == _signal.SIGKILL or (sig in ENDING and not p.ignores_term
                                       and sig not in p.handles):
-            self._die(p)
+            self.die(p)
         elif sig == _signal.SIGSTOP:
             p.state = "T"
         elif sig == _signal.SIGCONT:
@@ -568,43 +462,16 @@ class HostSimulation:
                 continue
             if now >= load.ready_at and load.fits:
                 return True
-        return any(c.port == port and c.state == "running" and c.restart_at is None
-                   and c.main_pid is not None for c in self.containers.values())
+        return self.dockerd.answers(port)
 
     def container_logged(self, ref: str) -> list[tuple[float, str]] | None:
         """What ``docker logs --timestamps`` of the container shows so far (epoch seconds,
-        line): each run's vLLM start-up, its requests, its shutdown; None: no container."""
-        c = self.containers.get(ref) or next(
-            (c for c in self.containers.values() if c.name == ref), None)
-        if c is None or c.state == "removed":
+        line); None: no container."""
+        if self.dockerd.find(ref) is None:
             return None
         self.advance()
-        now = self.now()
-        lines: list[tuple[float, str]] = []
-        for began, ended in c.runs:
-            assert began is not None
-            end = now if ended is None else min(ended, now)
-            startup = [
-                (0.0, "INFO: vLLM API server version 0.11.0"),
-                (0.4, "INFO: non-default args: {'model': 'BAAI/bge-m3', 'task': 'embed', "
-                 "'gpu_memory_utilization': 0.01, 'port': 8001}"),
-                (3.0, "INFO: Loading weights took 2.41 seconds"),
-                (5.0, "INFO: Model loading took 1.0 GiB and 4.87 seconds"),
-                (6.0, "INFO: Started server process [1]"),
-                (6.1, "INFO: Uvicorn running on http://0.0.0.0:8001 (Press CTRL+C to quit)"),
-            ]
-            lines += [(began + dt, text) for dt, text in startup if began + dt <= end]
-            t = began + 15.0
-            n = 0
-            while t <= end:
-                n += 1
-                lines.append((t, f'INFO: 172.17.0.1:{40000 + n % 9000} - "POST /v1/embeddings '
-                              'HTTP/1.1" 200 OK'))
-                t += 9.0
-            if ended is not None and ended <= now:
-                lines.append((ended, "INFO: Shutting down"))
-        lines.sort(key=lambda e: e[0])
-        return [(self.boot_epoch + t, text) for t, text in lines]
+        lines = self.dockerd.logged(ref, self.now())
+        return None if lines is None else [(self.boot_epoch + t, text) for t, text in lines]
 
     def logged(self, unit: str) -> list[tuple[float, str, str | None]] | None:
         """Every line ``unit`` and systemd have logged of it so far (epoch seconds, line,

@@ -12,9 +12,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from gpudash.domain.model import HostSnapshot
 from gpudash.engine import (
     REVERIFY,
     ActionPlan,
@@ -40,6 +41,21 @@ class Shown:
     progress: Progress | None = None
     report: ActionReport | None = None
     error: str | None = None  # the run failed without a report (a bug: it is logged)
+
+
+def freshest_memory(snapshot: HostSnapshot | None, shown: Shown | None,
+                    host: str) -> HostSnapshot | None:
+    """``snapshot`` with each GPU's used memory from the running action's own sample
+    where that one is newer: the GPU table and the Action panel say one figure per GPU
+    (a loading model showed 24.2 GiB in the table, 28.0 in the panel)."""
+    progress = shown.progress if shown is not None else None
+    if (snapshot is None or shown is None or progress is None or progress.taken_at is None
+            or shown.plan.host != host or progress.taken_at <= snapshot.taken_at):
+        return snapshot
+    used = progress.used_mib
+    gpus = tuple(replace(g, memory_used_mib=used[g.index]) if used.get(g.index) is not None
+                 else g for g in snapshot.gpus)
+    return replace(snapshot, gpus=gpus)
 
 
 @dataclass(slots=True)

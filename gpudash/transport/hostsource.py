@@ -2,22 +2,20 @@
 
 ``CollectorSource`` owns one ``Connection`` (SSH or local). On every use it asks the
 connection for a live link; a new link (``HostFacts`` by identity) gets a new collector,
-and the old one's programs are let go.
+and the old one's programs are let go. The journal and container log lines it reads are
+decoded, cut and rate-limited by ``gpudash.transport.loglines``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import datetime
-import json
-import re
 import shlex
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from urllib.parse import urlsplit
 
-from gpudash.collector.hostside import CONTAINER_ID, OP_REFRESH, OP_WATCH, TRUNCATED
+from gpudash.collector.hostside import CONTAINER_ID, OP_REFRESH, OP_WATCH
 from gpudash.domain.model import HostSnapshot
 from gpudash.protocol.shell_listener import ask_listener
 from gpudash.protocol.source import (
@@ -56,6 +54,12 @@ from gpudash.transport.commands import (
     validate_unit,
 )
 from gpudash.transport.link import Connection
+from gpudash.transport.loglines import (
+    JOURNAL_CURSOR,
+    LineBudget,
+    container_log_line,
+    journal_line,
+)
 
 SYSTEMCTL_TIMEOUT_S = 150.0  # `systemctl stop` waits for TimeoutStopSec (90 s by default)
 CONTAINER_RUNTIMES_ASKED = ("docker", "podman")  # in this order: the first that knows it
@@ -63,32 +67,6 @@ CONTAINER_SLACK_S = 60.0  # beyond a stop's own timeout: the daemon's work, a sl
 READ_ONLY_REASON = "opened read-only (--read-only)"
 QUERY_TIMEOUT_S = 20.0  # reading unit properties
 JOURNAL_QUIET_S = 24 * 3600.0  # a followed journal may be quiet that long: not a lost link
-JOURNAL_MESSAGE_MAX = 4096  # bytes (UTF-8) of one journal message kept, mark included
-JOURNAL_LINES_PER_S = 200.0  # journal lines of one host passed on, after a burst of ...
-JOURNAL_BURST = 2000  # ... this many (a follower's 200-line tail, a resume after a drop)
-
-
-class LineBudget:
-    """How many journal lines of one host are passed on: a token bucket shared by every
-    journal of the host (the dashboard's view, a start's follower). A unit that writes
-    faster has the excess dropped before it is even decoded, and said so."""
-
-    def __init__(self, rate: float = JOURNAL_LINES_PER_S, burst: int = JOURNAL_BURST,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.rate = rate
-        self.burst = burst
-        self.clock = clock
-        self._tokens = float(burst)
-        self._at = clock()
-
-    def take(self) -> bool:
-        now = self.clock()
-        self._tokens = min(float(self.burst), self._tokens + (now - self._at) * self.rate)
-        self._at = now
-        if self._tokens >= 1.0:
-            self._tokens -= 1.0
-            return True
-        return False
 
 
 def loopback_url(url: str) -> str:
@@ -376,7 +354,7 @@ class SourceControl:
         cursor: a follower resuming after a reconnect), then (``follow``) each new one."""
         unit = validate_unit(unit)
         lines = min(max(int(lines), 0), 10000)
-        if after is not None and not _CURSOR.fullmatch(after):
+        if after is not None and not JOURNAL_CURSOR.fullmatch(after):
             raise ValueError(f"not a journal cursor: {after!r}")
         collector = await self.source.collector()
         argv = ["journalctl", "--no-pager", "-o", "json", "-u", unit]
@@ -462,75 +440,3 @@ class SourceControl:
         return LogLine(f"[gpudash: {count} journal line(s) dropped: more than "
                        f"{self.source.journal_budget.rate:g} a second from "
                        f"{self.source.name}]", None, unit)
-
-
-_CURSOR = re.compile(r"[A-Za-z0-9=;_-]{1,400}")
-
-
-_DOCKER_STAMP = re.compile(
-    rb"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(\.\d{1,9})?(Z|[+-]\d\d:\d\d) ")
-
-
-def container_log_line(raw: bytes, origin: str) -> LogLine:
-    """One ``docker logs --timestamps`` line: its RFC 3339 stamp (when it has one) as the
-    time, the rest as the message (host text, cut as journal messages are)."""
-    raw = raw.rstrip(b"\r\n")
-    when = None
-    m = _DOCKER_STAMP.match(raw)
-    if m is not None:
-        try:
-            text = m.group(0)[:-1].decode("ascii")
-            frac = m.group(7) or b""
-            base = text.replace((frac or b"").decode("ascii"), "", 1) if frac else text
-            stamp = datetime.datetime.fromisoformat(base.replace("Z", "+00:00"))
-            when = stamp.timestamp() + (float(frac) if frac else 0.0)
-            raw = raw[m.end():]
-        except ValueError:
-            when = None
-    msg = cut_message(raw.decode("utf-8", "replace"))
-    return LogLine(msg, when, origin, None, origin)
-
-
-def cut_message(msg: str, limit: int = JOURNAL_MESSAGE_MAX) -> str:
-    """``msg`` within ``limit`` bytes of UTF-8, ending in ``TRUNCATED`` if it was cut."""
-    if len(msg) * 4 <= limit or len(msg.encode("utf-8", "surrogatepass")) <= limit:
-        return msg
-    room = limit - len(TRUNCATED.encode("utf-8"))
-    kept = msg.encode("utf-8", "surrogatepass")[:room].decode("utf-8", "ignore")
-    return kept + TRUNCATED
-
-
-def journal_line(raw: bytes, unit: str) -> LogLine | None:
-    """One ``journalctl -o json`` record: its message (a byte array when it is not UTF-8;
-    cut at ``JOURNAL_MESSAGE_MAX``), time and cursor; None for what is no record."""
-    try:
-        rec = json.loads(raw)
-    except ValueError:
-        return None
-    if not isinstance(rec, dict):
-        return None
-    msg = rec.get("MESSAGE")
-    if isinstance(msg, list):  # not UTF-8: journalctl sends the bytes
-        head = msg[:JOURNAL_MESSAGE_MAX + 1]
-        if all(isinstance(b, int) and 0 <= b < 256 for b in head):
-            msg = bytes(head).decode("utf-8", "replace")  # longer than the max: cut below
-    if not isinstance(msg, str):
-        msg = "" if msg is None else str(msg)[:JOURNAL_MESSAGE_MAX + 1]
-    msg = cut_message(msg)
-    stamp = rec.get("__REALTIME_TIMESTAMP")
-    when = int(stamp) / 1e6 if isinstance(stamp, str) and stamp.isdigit() else None
-    cursor = rec.get("__CURSOR")
-    return LogLine(msg, when, unit,
-                   cursor if isinstance(cursor, str) and _CURSOR.fullmatch(cursor) else None,
-                   _origin(rec))
-
-
-def _origin(rec: dict[str, object]) -> str | None:
-    """Who logged a record, as journalctl's short format names it (``systemd[1]``: systemd's
-    own lines of the unit, which ``journalctl -u`` shows beside the server's)."""
-    ident = rec.get("SYSLOG_IDENTIFIER") or rec.get("_COMM")
-    if not isinstance(ident, str) or not ident:
-        return None
-    pid = rec.get("_PID") or rec.get("SYSLOG_PID")
-    ident = cut_message(ident, 64)
-    return f"{ident}[{pid}]" if isinstance(pid, str) and pid.isdigit() and len(pid) < 12 else ident

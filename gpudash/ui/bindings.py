@@ -148,3 +148,15 @@ def _of(where: Where) -> Iterable[Key]:
     if where == "main":  # the holders table is on the host screen
         mine += [k for k in KEYS if k.where == "holders"]
     return mine + [k for k in KEYS if k.where == "app"]
+
+
+def keys_to_actions(keymap: Mapping[str, str]) -> dict[str, str]:
+    """Which destructive action a key means, after the user's keymap (a greyed-out
+    action's key is explained, not ignored)."""
+    out = {spec.key: name for name, spec in SPECS_BY_NAME.items()} | {"shift+d": "stop_disable"}
+    for name in SPECS_BY_NAME:
+        keys = keymap.get(f"gpudash.{name}")
+        if keys:
+            out = {k: a for k, a in out.items() if a != name}
+            out |= {k.strip(): name for k in keys.split(",")}
+    return out

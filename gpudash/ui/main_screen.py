@@ -3,42 +3,39 @@
 The dashboard state (``gpudash.ui.state.Dashboard``) holds the hosts, the selection and
 the action controller; this screen draws it into its widgets, in place, turns table
 events into selections, and owns the host keys: their bindings, when each applies
-(``check_action``), their palette entries and help rows, all from ``gpudash.ui.bindings``.
-A redraw that fails is logged and shown, never allowed to end the app.
+(``check_action``), their palette entries and help rows, all from ``gpudash.ui.bindings``;
+the keys that only change the view are its base's, ``gpudash.ui.view_keys``. A redraw that
+fails is logged and shown, never allowed to end the app.
 """
 
 from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar, cast
 
 from rich.markup import escape
-from textual import work
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.css.scalar import Scalar
 from textual.events import Key, Resize
-from textual.screen import Screen
 from textual.widgets import DataTable
 
-from gpudash.domain.model import HostSnapshot
 from gpudash.domain.triage import label
 from gpudash.engine import SPECS_BY_NAME, Selection, selection_for
-from gpudash.protocol.source import Capability
-from gpudash.session.controller import Shown
+from gpudash.session.controller import freshest_memory
 from gpudash.ui.acting import Acting
-from gpudash.ui.bindings import KEYS, bindings, help_rows
+from gpudash.ui.bindings import KEYS, bindings, help_rows, keys_to_actions
 from gpudash.ui.compositor import BandCompositor
-from gpudash.ui.layout import PLOT_MIN, progress_columns, progress_room, size_classes
-from gpudash.ui.models import JournalScreen
+from gpudash.ui.layout import progress_columns, progress_room, size_classes
 from gpudash.ui.palette import palette
-from gpudash.ui.screens import DetailScreen, FilterScreen
+from gpudash.ui.screens import DetailScreen
 from gpudash.ui.signal_picker import SignalPicker
 from gpudash.ui.state import Dashboard
 from gpudash.ui.text import clean
+from gpudash.ui.view_keys import ViewKeys
 from gpudash.ui.widgets.action_log import ActionLog, LogEntry, recent_entries
 from gpudash.ui.widgets.footer import DashboardFooter
 from gpudash.ui.widgets.gpus import GpuGrid, GpuTable
@@ -70,7 +67,7 @@ def drawing(method: F) -> F:
     return cast(F, guarded)
 
 
-class MainScreen(Screen[None]):
+class MainScreen(ViewKeys):
     """Header, hosts, GPUs and the plot, the notice, holders and the unit panel, the
     action panel, the log, the walkthrough line and the footer."""
 
@@ -486,170 +483,3 @@ class MainScreen(Screen[None]):
 
     def action_remove_container(self) -> None:
         self.plan_action("remove_container")
-
-    # --- the other keys ---------------------------------------------------------------------
-
-    def action_journal(self) -> None:
-        """The selected unit's journal, live (a container's ``docker logs``)."""
-        app = self.dashboard
-        sel = self.selection()
-        control = app.view.source.control
-        if sel.container is not None and app.view.snapshot is not None:
-            c = app.view.snapshot.container(sel.container)
-            if c is not None and Capability.CONTAINER_LOGS in control.capabilities:
-                runtime, cid = c.runtime, c.id
-                self.app.push_screen(JournalScreen(
-                    c.label, lambda: control.container_logs(runtime, cid, lines=200),
-                    what=f"{c.runtime} logs"))
-                return
-        unit = sel.unit or selection_of(app.view.triage, app.selected_key)[0]
-        control = app.view.source.control
-        can = Capability.JOURNAL in control.capabilities
-        if unit is None or not can:
-            self.app.notify("Select a unit (or one of its processes) whose journal to show."
-                            if can else "This host cannot show journals.",
-                            title="Journal", severity="warning")
-            return
-        self.app.push_screen(JournalScreen(unit, lambda: control.journal(unit, lines=200)))
-
-    def action_toggle_plot(self) -> None:
-        app = self.dashboard
-        app.plot_all = not app.plot_all
-        self.refresh_plot()
-        if not self.memory_plot.display:
-            width, height = self.app.size
-            self.app.notify(
-                f"Plot set to {'all GPUs' if app.plot_all else 'the selected GPU'}; it shows "
-                f"on a terminal of at least {PLOT_MIN} (this one is {width}x{height}).",
-                title="Memory plot", markup=False,
-            )
-
-    def action_fleet(self) -> None:
-        """The fleet table (several hosts); Enter on a row comes back to that host."""
-        if len(self.dashboard.views) > 1 and not self.dashboard.fleet_shown:
-            self.app.push_screen("fleet")
-
-    def action_next_host(self) -> None:
-        self.action_host((self.dashboard.current_host + 1) % len(self.dashboard.views))
-
-    def action_host(self, index: int) -> None:
-        app = self.dashboard
-        if 0 <= index < len(app.views) and index != app.current_host:
-            app.current_host = index
-            app.selected_key = None
-            self.refresh_view()
-
-    def action_hide_result(self) -> None:
-        self.dashboard.result_shown = False
-        self.refresh_progress()
-
-    @work(exclusive=True, group="filter", exit_on_error=False)
-    async def action_filter(self) -> None:
-        app = self.dashboard
-
-        def live(text: str) -> None:
-            app.holder_filter = text.strip()
-            self.refresh_holders()
-
-        text = await self.app.push_screen_wait(FilterScreen(app.holder_filter, live))
-        if text is not None:
-            live(text)
-        self.refresh_unit()
-
-    def action_sort_next(self) -> None:
-        self.dashboard.holder_view = self.dashboard.holder_view.next_sort()
-        self.refresh_holders()
-
-    def action_sort_reverse(self) -> None:
-        self.dashboard.holder_view = self.dashboard.holder_view.reversed()
-        self.refresh_holders()
-
-    def action_filter_user(self) -> None:
-        """Only the selected process's user; again (or on an owner row): everyone."""
-        app = self.dashboard
-        hv = app.holder_view
-        _owner, _unit, pid = selection_of(app.view.triage, app.selected_key)
-        process = app.view.snapshot.process(pid) if app.view.snapshot and pid else None
-        user = process.user if process is not None else None
-        if hv.user is None and user is None:
-            self.app.notify("Select a process whose user to show.", title="Only user",
-                            severity="warning")
-            return
-        app.holder_view = replace(hv, user=None if hv.user is not None else user)
-        self.refresh_holders()
-        self.refresh_unit()
-
-    def action_clear_filters(self) -> None:
-        app = self.dashboard
-        if app.holder_filter or app.holder_view.user is not None or \
-                app.holder_view.gpu is not None:
-            app.holder_filter = ""
-            app.holder_view = replace(app.holder_view, user=None, gpu=None)
-            self.refresh_holders()
-            self.refresh_unit()
-
-    def action_fold(self, how: str) -> None:
-        """Collapse, expand or toggle the owner or process tree under the cursor. Left on
-        a row with nothing under it collapses its owner and goes to the owner's row, as a
-        tree view's Left goes to the parent."""
-        app = self.dashboard
-        key = app.selected_key
-        triage = app.view.triage
-        if key is None or triage is None or key.startswith("x:"):
-            return
-        hv = app.holder_view
-        folded = key in hv.collapsed
-        if how == "collapse" and not folded and not self._has_children(key):
-            owner = selection_of(triage, key)[0]
-            if owner is None:
-                return
-            key = "u:" + owner
-            folded = key in hv.collapsed
-        if how == "expand" or (how == "toggle" and folded):
-            collapsed = hv.collapsed - {key}
-        elif self._has_children(key):
-            collapsed = hv.collapsed | {key}
-        else:
-            return
-        app.holder_view = replace(hv, collapsed=collapsed)
-        self.refresh_holders()
-        self.holders.select_key(key)
-
-    def _has_children(self, key: str) -> bool:
-        triage = self.dashboard.view.triage
-        if triage is None:
-            return False
-        if key.startswith("u:"):
-            group = triage.group(key[2:])
-            return group is not None and bool(group.roots)
-        pid = int(key[2:])
-        group = triage.group_of(pid)
-        return group is not None and any(n.process.pid == pid and n.children
-                                         for n in group.nodes())
-
-
-def freshest_memory(snapshot: HostSnapshot | None, shown: Shown | None,
-                    host: str) -> HostSnapshot | None:
-    """``snapshot`` with each GPU's used memory from the running action's own sample
-    where that one is newer: the GPU table and the Action panel say one figure per GPU
-    (a loading model showed 24.2 GiB in the table, 28.0 in the panel)."""
-    progress = shown.progress if shown is not None else None
-    if (snapshot is None or shown is None or progress is None or progress.taken_at is None
-            or shown.plan.host != host or progress.taken_at <= snapshot.taken_at):
-        return snapshot
-    used = progress.used_mib
-    gpus = tuple(replace(g, memory_used_mib=used[g.index]) if used.get(g.index) is not None
-                 else g for g in snapshot.gpus)
-    return replace(snapshot, gpus=gpus)
-
-
-def keys_to_actions(keymap: Mapping[str, str]) -> dict[str, str]:
-    """Which destructive action a key means, after the user's keymap (a greyed-out
-    action's key is explained, not ignored)."""
-    out = {spec.key: name for name, spec in ACTIONS.items()} | {"shift+d": "stop_disable"}
-    for name in ACTIONS:
-        keys = keymap.get(f"gpudash.{name}")
-        if keys:
-            out = {k: a for k, a in out.items() if a != name}
-            out |= {k.strip(): name for k in keys.split(",")}
-    return out

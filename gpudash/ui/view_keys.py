@@ -1,0 +1,187 @@
+"""The host screen's keys that change what it shows, never a host: the journal, the plot,
+the host shown, the result panel, and how the holders are filtered, sorted and folded.
+
+``MainScreen`` is a ``ViewKeys``: it supplies the state (``dashboard``), the widgets and
+the redraws these keys ask for; its bindings (``gpudash.ui.bindings``) name them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from textual import work
+from textual.screen import Screen
+
+from gpudash.engine import Selection
+from gpudash.protocol.source import Capability
+from gpudash.ui.layout import PLOT_MIN
+from gpudash.ui.models import JournalScreen
+from gpudash.ui.screens import FilterScreen
+from gpudash.ui.state import Dashboard
+from gpudash.ui.widgets.holders import HoldersTable, selection_of
+from gpudash.ui.widgets.plotview import MemoryPlot
+
+
+class ViewKeys(Screen[None]):
+    """What a key does to the view; the screen below says how to redraw it."""
+
+    dashboard: Dashboard
+    holders: HoldersTable
+    memory_plot: MemoryPlot
+
+    def selection(self) -> Selection:
+        raise NotImplementedError
+
+    def refresh_view(self) -> None:
+        raise NotImplementedError
+
+    def refresh_holders(self) -> None:
+        raise NotImplementedError
+
+    def refresh_unit(self) -> None:
+        raise NotImplementedError
+
+    def refresh_plot(self) -> None:
+        raise NotImplementedError
+
+    def refresh_progress(self) -> None:
+        raise NotImplementedError
+
+
+    def action_journal(self) -> None:
+        """The selected unit's journal, live (a container's ``docker logs``)."""
+        app = self.dashboard
+        sel = self.selection()
+        control = app.view.source.control
+        if sel.container is not None and app.view.snapshot is not None:
+            c = app.view.snapshot.container(sel.container)
+            if c is not None and Capability.CONTAINER_LOGS in control.capabilities:
+                runtime, cid = c.runtime, c.id
+                self.app.push_screen(JournalScreen(
+                    c.label, lambda: control.container_logs(runtime, cid, lines=200),
+                    what=f"{c.runtime} logs"))
+                return
+        unit = sel.unit or selection_of(app.view.triage, app.selected_key)[0]
+        control = app.view.source.control
+        can = Capability.JOURNAL in control.capabilities
+        if unit is None or not can:
+            self.app.notify("Select a unit (or one of its processes) whose journal to show."
+                            if can else "This host cannot show journals.",
+                            title="Journal", severity="warning")
+            return
+        self.app.push_screen(JournalScreen(unit, lambda: control.journal(unit, lines=200)))
+
+    def action_toggle_plot(self) -> None:
+        app = self.dashboard
+        app.plot_all = not app.plot_all
+        self.refresh_plot()
+        if not self.memory_plot.display:
+            width, height = self.app.size
+            self.app.notify(
+                f"Plot set to {'all GPUs' if app.plot_all else 'the selected GPU'}; it shows "
+                f"on a terminal of at least {PLOT_MIN} (this one is {width}x{height}).",
+                title="Memory plot", markup=False,
+            )
+
+    def action_fleet(self) -> None:
+        """The fleet table (several hosts); Enter on a row comes back to that host."""
+        if len(self.dashboard.views) > 1 and not self.dashboard.fleet_shown:
+            self.app.push_screen("fleet")
+
+    def action_next_host(self) -> None:
+        self.action_host((self.dashboard.current_host + 1) % len(self.dashboard.views))
+
+    def action_host(self, index: int) -> None:
+        app = self.dashboard
+        if 0 <= index < len(app.views) and index != app.current_host:
+            app.current_host = index
+            app.selected_key = None
+            self.refresh_view()
+
+    def action_hide_result(self) -> None:
+        self.dashboard.result_shown = False
+        self.refresh_progress()
+
+    @work(exclusive=True, group="filter", exit_on_error=False)
+    async def action_filter(self) -> None:
+        app = self.dashboard
+
+        def live(text: str) -> None:
+            app.holder_filter = text.strip()
+            self.refresh_holders()
+
+        text = await self.app.push_screen_wait(FilterScreen(app.holder_filter, live))
+        if text is not None:
+            live(text)
+        self.refresh_unit()
+
+    def action_sort_next(self) -> None:
+        self.dashboard.holder_view = self.dashboard.holder_view.next_sort()
+        self.refresh_holders()
+
+    def action_sort_reverse(self) -> None:
+        self.dashboard.holder_view = self.dashboard.holder_view.reversed()
+        self.refresh_holders()
+
+    def action_filter_user(self) -> None:
+        """Only the selected process's user; again (or on an owner row): everyone."""
+        app = self.dashboard
+        hv = app.holder_view
+        _owner, _unit, pid = selection_of(app.view.triage, app.selected_key)
+        process = app.view.snapshot.process(pid) if app.view.snapshot and pid else None
+        user = process.user if process is not None else None
+        if hv.user is None and user is None:
+            self.app.notify("Select a process whose user to show.", title="Only user",
+                            severity="warning")
+            return
+        app.holder_view = replace(hv, user=None if hv.user is not None else user)
+        self.refresh_holders()
+        self.refresh_unit()
+
+    def action_clear_filters(self) -> None:
+        app = self.dashboard
+        if app.holder_filter or app.holder_view.user is not None or \
+                app.holder_view.gpu is not None:
+            app.holder_filter = ""
+            app.holder_view = replace(app.holder_view, user=None, gpu=None)
+            self.refresh_holders()
+            self.refresh_unit()
+
+    def action_fold(self, how: str) -> None:
+        """Collapse, expand or toggle the owner or process tree under the cursor. Left on
+        a row with nothing under it collapses its owner and goes to the owner's row, as a
+        tree view's Left goes to the parent."""
+        app = self.dashboard
+        key = app.selected_key
+        triage = app.view.triage
+        if key is None or triage is None or key.startswith("x:"):
+            return
+        hv = app.holder_view
+        folded = key in hv.collapsed
+        if how == "collapse" and not folded and not self._has_children(key):
+            owner = selection_of(triage, key)[0]
+            if owner is None:
+                return
+            key = "u:" + owner
+            folded = key in hv.collapsed
+        if how == "expand" or (how == "toggle" and folded):
+            collapsed = hv.collapsed - {key}
+        elif self._has_children(key):
+            collapsed = hv.collapsed | {key}
+        else:
+            return
+        app.holder_view = replace(hv, collapsed=collapsed)
+        self.refresh_holders()
+        self.holders.select_key(key)
+
+    def _has_children(self, key: str) -> bool:
+        triage = self.dashboard.view.triage
+        if triage is None:
+            return False
+        if key.startswith("u:"):
+            group = triage.group(key[2:])
+            return group is not None and bool(group.roots)
+        pid = int(key[2:])
+        group = triage.group_of(pid)
+        return group is not None and any(n.process.pid == pid and n.children
+                                         for n in group.nodes())
