@@ -174,13 +174,20 @@ def measure(term: Terminal, warmup: float, seconds: float, children: bool
 
 def key_latencies(term: Terminal, n: int, hosts: int) -> dict[str, list[float]]:
     """Seconds from a key to its effect on the terminal, n times each: ``?`` until the
-    help screen shows (then Esc), and with several hosts ``2`` / ``1`` until the header
-    names host 2 / host 1 (a switch redraws every panel)."""
+    help screen shows (then Esc), and with several hosts (on host 1's screen, opened from
+    the fleet table) ``2`` / ``1`` until the header names host 2 / host 1 (a switch
+    redraws every panel)."""
     presses = [("help (?)", b"?", HELP_MARK, b"\x1b")]
     if hosts > 1:
         presses += [("switch host (2, 1)", b"2", f"[2/{hosts}]".encode(), b""),
                     ("switch host (2, 1)", b"1", f"[1/{hosts}]".encode(), b"")]
     out: dict[str, list[float]] = {}
+    if hosts > 1:  # several hosts open on the fleet table: Enter opens the first host's screen
+        term.clear()
+        term.key(b"\r")
+        if not term.wait_for(f"[1/{hosts}]".encode(), 10.0):
+            raise RuntimeError("Enter on the fleet table did not open host 1")
+        time.sleep(1.0)
     for _ in range(n):
         for what, key, mark, undo in presses:
             term.clear()
@@ -347,6 +354,15 @@ class Feed:
                 q.put_nowait(line)
 
 
+class NoActions:
+    """A host control with no capabilities (``HostControl``'s default)."""
+
+    capabilities: frozenset[Any] = frozenset()
+
+
+NO_ACTIONS = NoActions()
+
+
 class CopySource:
     """A host made of the feed's lines, decoded as a remote host's would be; each line
     ``offset`` seconds late (real hosts' samples are not in step with each other)."""
@@ -378,7 +394,9 @@ class CopySource:
 
     @property
     def control(self) -> Any:
-        raise NotImplementedError("the bench's copies do not act")
+        """No capabilities: the dashboard asks (the crash reasons, the journal) and gets
+        nothing; it runs read-only, so nothing is ever sent."""
+        return NO_ACTIONS
 
     async def close(self) -> None:
         return None
