@@ -135,3 +135,20 @@ def test_bands_join_regions_that_nearly_touch() -> None:
                                  Region(1, 32, 100, 1), Region(1, 40, 100, 2))
     assert bands({header, row_a, row_b, far}) == [[header], [row_a, row_b], [far]]
     assert bands({row_a}) == [[row_a]]
+
+
+async def test_the_help_screen_is_drawn_alone_not_over_a_dimmed_dashboard() -> None:
+    """A translucent modal makes Textual render the dashboard beneath it and blend every
+    segment (BackgroundScreen): with 256 hosts that was most of the help key's 90 ms."""
+    from textual.renderables.background_screen import BackgroundScreen
+
+    from gpudash.ui.screens import HelpScreen
+
+    app = GpudashApp([DemoHost(speed=50)], interval=1.0, read_only=False, theme=None,
+                     exec_options=None)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+        assert app.screen.styles.background.a == 1.0
+        assert not isinstance(app.screen.render(), BackgroundScreen)
+        assert "Keys" in app.screen.query_one("Static").render().plain  # type: ignore[union-attr]

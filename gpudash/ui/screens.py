@@ -232,7 +232,7 @@ class HelpScreen(ModalScreen[None]):
     """Every key of the dashboard, and whether it applies to the current selection."""
 
     DEFAULT_CSS = """
-    HelpScreen { align: center middle; }
+    HelpScreen { align: center middle; background: $background; }
     HelpScreen > VerticalScroll {
         width: 100%; max-width: 92; height: auto; max-height: 100%;
         border: thick $primary; background: $surface; padding: 0 1;
