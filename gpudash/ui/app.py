@@ -36,6 +36,7 @@ from gpudash.ui.commands import DashboardCommands
 from gpudash.ui.driver import SafeLinuxDriver, safe_driver
 from gpudash.ui.feeds import HostFeeds
 from gpudash.ui.fleet_screen import FleetScreen
+from gpudash.ui.heap import steady_heap
 from gpudash.ui.hosts import HostView
 from gpudash.ui.main_screen import MainScreen
 from gpudash.ui.outcome import DashboardOutcome, still_held
@@ -80,8 +81,7 @@ class GpudashApp(App[int]):
         theme_dirs: Sequence[Path] | None = None,
         welcome: bool = False,
     ) -> None:
-        # Before Textual's own init, which asks get_driver_class: a terminal that goes away
-        # and a SIGTERM or SIGHUP end the app within a bound (gpudash.ui.stopping).
+        # Before Textual's init (it asks get_driver_class): a lost terminal, SIGTERM, SIGHUP
         self.outside_stop = OutsideStop(lambda: 6 if self.running else 0)
         super().__init__()
         if not sources:
@@ -210,8 +210,7 @@ class GpudashApp(App[int]):
                 self.fleet.host_changed(index)
 
     def key_of(self, action: str) -> str:
-        """The key the user presses for ``action`` (a binding id less "gpudash."), after
-        their keymap."""
+        """The key pressed for ``action`` (a binding id less "gpudash."), keymap applied."""
         default = binding_table().get(f"gpudash.{action}", (action, ""))[0]
         keys = self.keymap.get(f"gpudash.{action}", default)
         return self.get_key_display(Binding(keys.split(",")[0].strip(), action))
@@ -290,7 +289,8 @@ def run_dashboard(
         welcome=demo and not read_only,
     )
     try:
-        result = app.run()
+        with steady_heap():
+            result = app.run()
     finally:
         app.outside_stop.uninstall()  # its deadline, once started, still bounds the close
     code = result if isinstance(result, int) else (app.return_code or 0)
