@@ -126,3 +126,12 @@ def test_collector_streams_and_serves_on_python_3_7(fakegpu_state) -> None:  # t
     p = snap.process(holder.pid)
     assert p is not None and p.gpu_memory_mib == {1: 1234} and p.cmdline.startswith("worker")
     assert snap.boot_id and snap.mem_total_mib
+    server = collector_run.start("serve", interval=None, python=PY37, env=st.env,
+                                 with_pynvml=True)
+    try:
+        assert json.loads(collector_run.read_line(server))["k"] == "ready"
+        collector_run.request(server, "sample", id=7)
+        reply = json.loads(collector_run.read_line(server))
+    finally:
+        collector_run.stop(server)
+    assert reply["k"] == "full" and reply["id"] == 7 and str(holder.pid) in reply["s"]["procs"]
