@@ -334,7 +334,7 @@ class Feed:
         return q
 
     async def _run(self) -> None:
-        from gpudash.collector.hostside import K_FULL, K_PATCH
+        from gpudash.collector.host.protocol import K_FULL, K_PATCH
         from gpudash.protocol.payload import collector_argv, payload
         from gpudash.protocol.wire import apply_merge_patch
 

@@ -51,9 +51,9 @@ fi
 echo "== ruff";         "$PY" -m ruff check gpudash tests bench screenshots scripts
 echo "== mypy --strict (every package, the UI too)"; "$PY" -m mypy
 # the collector runs on GPU hosts' own python3: 3.7 at the oldest (novermin marks guarded calls)
-echo "== vermin (hostside.py: Python 3.7+)"
+echo "== vermin (collector/host: Python 3.7+)"
 if ! out=$("$PY" -c "import sys, vermin; sys.exit(vermin.main())" \
-    --no-tips --violations -t=3.7- gpudash/collector/hostside.py 2>&1); then
+    --no-tips --violations -t=3.7- gpudash/collector/host/*.py 2>&1); then
   echo "$out"; exit 1
 fi
 echo "3.7 kept"

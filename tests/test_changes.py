@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gpudash.collector import hostside
+from gpudash.collector.host.protocol import PROTOCOL
 from gpudash.domain.model import EVERYTHING
 from gpudash.domain.triage import retriage, triage
 from gpudash.protocol.wire import SnapshotDecoder
@@ -16,7 +16,7 @@ from gpudash.protocol.wire import SnapshotDecoder
 
 def state() -> dict[str, Any]:
     return {
-        "v": hostside.PROTOCOL, "host": "h", "taken_at": 1.7e9, "source": "nvml",
+        "v": PROTOCOL, "host": "h", "taken_at": 1.7e9, "source": "nvml",
         "gpus": {str(i): {"index": i, "memory_total_mib": 81559, "memory_used_mib": 5000}
                  for i in range(2)},
         "procs": {

@@ -12,19 +12,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpudash.collector import hostside
-from gpudash.collector.hostside import (
-    HostCollector,
-    ProcReader,
-    UnitReader,
+from gpudash.collector.host import gpus
+from gpudash.collector.host.collector import HostCollector, merge_patch
+from gpudash.collector.host.gpus import gpu_reader
+from gpudash.collector.host.parsing import (
     cgroup_path,
-    merge_patch,
     parse_smi_apps,
     parse_smi_gpus,
     parse_stat,
     parse_systemctl_show,
     unit_of_cgroup,
 )
+from gpudash.collector.host.procs import STAT_EVERY, ProcReader
+from gpudash.collector.host.protocol import PROTOCOL
+from gpudash.collector.host.signals import send_signal
+from gpudash.collector.host.units import UnitReader
 from gpudash.protocol import shell
 from gpudash.protocol.source import ProtocolError
 from gpudash.protocol.wire import SnapshotDecoder, apply_merge_patch
@@ -193,9 +195,9 @@ def test_no_systemd_is_an_error_not_an_exception(tmp_path: Path) -> None:
 
 
 def test_no_driver_is_an_error_not_an_exception(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(hostside.shutil, "which", lambda name: None)
-    monkeypatch.setattr(hostside, "load_pynvml", lambda src: (_ for _ in ()).throw(OSError("x")))
-    reader, kind = hostside.gpu_reader(None)
+    monkeypatch.setattr(gpus.shutil, "which", lambda name: None)
+    monkeypatch.setattr(gpus, "load_pynvml", lambda src: (_ for _ in ()).throw(OSError("x")))
+    reader, kind = gpu_reader(None)
     assert reader.read()[0] == [] and kind == "none"
     assert "nvidia-smi not found" in reader.read()[2][0]
 
@@ -204,10 +206,10 @@ def test_signal_program_checks_identity_here(tmp_path: Path) -> None:
     pid = os.getpid()
     start = ProcReader().start_ticks(pid)
     assert start is not None
-    assert hostside.send_signal(pid, start + 1, 0) == "mismatch"
-    assert hostside.send_signal(pid, None, 0) == "mismatch"
-    assert hostside.send_signal(pid, start, 0) == "sent"  # signal 0: existence check only
-    assert hostside.send_signal(2**22 + 7, 1, 0) == "gone"
+    assert send_signal(pid, start + 1, 0) == "mismatch"
+    assert send_signal(pid, None, 0) == "mismatch"
+    assert send_signal(pid, start, 0) == "sent"  # signal 0: existence check only
+    assert send_signal(2**22 + 7, 1, 0) == "gone"
 
 
 def test_validation_before_any_command() -> None:
@@ -275,7 +277,7 @@ def test_shell_frame_parses_like_the_collector() -> None:
 
 def wire(n_gpus: int = 8, n_procs: int = 500, t: float = 1.0, used: int = 1000) -> dict:
     return {
-        "v": hostside.PROTOCOL,
+        "v": PROTOCOL,
         "host": "h",
         "taken_at": t,
         "source": "nvml",
@@ -560,7 +562,7 @@ def test_stopped_holder_shows_T_within_the_rotation_and_at_once_when_signalled(
     import time
 
     a, b = _sleepers(2)
-    stat_every = hostside.STAT_EVERY
+    stat_every = STAT_EVERY
     collector = _collector({a.pid: {0: 1}, b.pid: {0: 2}}, stat_every, tmp_path)
     try:
         collector.sample()
@@ -572,7 +574,7 @@ def test_stopped_holder_shows_T_within_the_rotation_and_at_once_when_signalled(
         assert "T" in states and states[-1] == "T"  # at most stat_every - 1 samples late
         assert collector.proc.known[a.pid].hot  # and now re-read every sample
         collector.sample()
-        assert hostside.send_signal(b.pid, collector.proc.known[b.pid].start, signal.SIGSTOP)
+        assert send_signal(b.pid, collector.proc.known[b.pid].start, signal.SIGSTOP)
         collector.proc.watch(b.pid)  # what the serve mode's signal op does
         while (_stat_of(b.pid) or ("", "", 0, 0))[1] != "T":
             time.sleep(0.01)
@@ -633,7 +635,7 @@ def test_fd_budget_raises_a_low_soft_limit_within_the_hard_one() -> None:
 
     code = (
         "import resource\n"
-        "from gpudash.collector.hostside import fd_budget\n"
+        "from gpudash.collector.host.procfs import fd_budget\n"
         "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
         "resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))\n"
         "budget = fd_budget()\n"

@@ -14,8 +14,12 @@ import collector_run
 import psutil
 import pytest
 
-from gpudash.collector import hostside
-from gpudash.collector.hostside import HostCollector, ProcReader, UnitReader
+from gpudash.collector.host import hoststats
+from gpudash.collector.host.collector import HostCollector
+from gpudash.collector.host.hoststats import OWN_CPU_S, HostStats, read_boot_id
+from gpudash.collector.host.procs import ProcReader
+from gpudash.collector.host.signals import send_signal
+from gpudash.collector.host.units import UnitReader
 from gpudash.domain.model import SourceKind
 from gpudash.protocol.wire import SnapshotDecoder, parse_message
 
@@ -47,8 +51,8 @@ def test_host_without_any_gpu_source_is_not_called_healthy() -> None:
 
 
 def test_every_snapshot_names_the_boot(tmp_path: Path) -> None:
-    assert hostside.read_boot_id() == BOOT_ID
-    assert hostside.read_boot_id(str(tmp_path)) is None
+    assert read_boot_id() == BOOT_ID
+    assert read_boot_id(str(tmp_path)) is None
     proc = collector_run.start(env=_bare_env())
     try:
         decoder = SnapshotDecoder("h")
@@ -64,8 +68,8 @@ def test_signal_from_another_boot_is_refused_on_the_host() -> None:
     try:
         start = ProcReader().start_ticks(victim.pid)
         other = "00000000-0000-4000-8000-000000000000"
-        assert hostside.send_signal(victim.pid, start, 0, boot_id=other) == "mismatch"
-        assert hostside.send_signal(victim.pid, start, 0, boot_id=BOOT_ID) == "sent"
+        assert send_signal(victim.pid, start, 0, boot_id=other) == "mismatch"
+        assert send_signal(victim.pid, start, 0, boot_id=BOOT_ID) == "sent"
         proc = collector_run.start("serve", interval=None, env=_bare_env())
         try:
             assert parse_message(collector_run.read_line(proc))["k"] == "ready"
@@ -90,8 +94,8 @@ def test_signal_from_another_boot_is_refused_on_the_host() -> None:
 def test_host_cpu_and_memory_agree_with_and_without_psutil(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(hostside, "HOST_STATS_S", 0.0)  # every read reads
-    with_psutil, without = hostside.HostStats(psutil), hostside.HostStats(None)
+    monkeypatch.setattr(hoststats, "HOST_STATS_S", 0.0)  # every read reads
+    with_psutil, without = HostStats(psutil), HostStats(None)
     assert with_psutil.uses_psutil and not without.uses_psutil
     first = without.read()
     both = with_psutil.read()
@@ -111,10 +115,10 @@ def test_host_cpu_and_memory_agree_with_and_without_psutil(
 def test_the_collector_reports_its_own_cpu_time_every_ten_seconds(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(hostside, "HOST_STATS_S", 0.0)
+    monkeypatch.setattr(hoststats, "HOST_STATS_S", 0.0)
     clock = [1000.0]
-    monkeypatch.setattr(hostside.time, "monotonic", lambda: clock[0])
-    stats = hostside.HostStats(None)
+    monkeypatch.setattr(hoststats.time, "monotonic", lambda: clock[0])
+    stats = HostStats(None)
     first = stats.read()["collector_cpu_s"]
     t = os.times()
     assert 0 < first <= t[0] + t[1] + t[2] + t[3] + 0.01  # this process, its children
@@ -123,14 +127,14 @@ def test_the_collector_reports_its_own_cpu_time_every_ten_seconds(
         pass
     clock[0] += 5
     assert stats.read()["collector_cpu_s"] == first  # re-read only every OWN_CPU_S
-    clock[0] += hostside.OWN_CPU_S
+    clock[0] += OWN_CPU_S
     assert stats.read()["collector_cpu_s"] >= first + 0.2
 
 
 def test_busy_holder_shows_high_cpu_and_a_sleeping_one_about_zero(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(hostside, "HOST_STATS_S", 0.0)
+    monkeypatch.setattr(hoststats, "HOST_STATS_S", 0.0)
     busy = subprocess.Popen(
         [sys.executable, "-c", "x = bytearray(200 << 20)\nwhile True: pass"]
     )

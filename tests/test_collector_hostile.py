@@ -17,8 +17,11 @@ from pathlib import Path
 import collector_run
 import pytest
 
-from gpudash.collector import hostside
-from gpudash.collector.hostside import HostCollector, ProcReader, UnitReader
+from gpudash.collector.host.collector import HostCollector
+from gpudash.collector.host.procs import ProcReader
+from gpudash.collector.host.protocol import CMDLINE_MAX, CMDLINE_SHORT, TRUNCATED
+from gpudash.collector.host.text import snapshot_bound
+from gpudash.collector.host.units import UnitReader
 from gpudash.protocol.wire import SnapshotDecoder
 from gpudash.transport import LocalSource
 
@@ -45,9 +48,9 @@ def test_huge_invalid_utf8_cmdlines_keep_the_snapshot_small(fakegpu_state) -> No
     snap = SnapshotDecoder("h").feed(line)
     for holder in holders:
         p = snap.process(holder.pid)
-        assert p is not None and p.cmdline.endswith(hostside.TRUNCATED)
+        assert p is not None and p.cmdline.endswith(TRUNCATED)
         assert p.cmdline.startswith("\ufffd\ufffd")
-        assert len(json.dumps(p.cmdline, ensure_ascii=False).encode()) - 2 <= hostside.CMDLINE_MAX
+        assert len(json.dumps(p.cmdline, ensure_ascii=False).encode()) - 2 <= CMDLINE_MAX
 
 
 def _fake_host(root: Path, n: int, cmdline: bytes, unit: str = "hog.service") -> HostCollector:
@@ -91,8 +94,10 @@ def test_many_long_cmdlines_in_one_unit_stay_within_the_snapshot_bound(
     of control characters (six JSON bytes each): the process count is capped and said so,
     cmdlines past the host-text budget are cut short, and the whole snapshot stays
     within ``snapshot_bound()``."""
-    monkeypatch.setattr(hostside, "MAX_PROCS", 120)
-    monkeypatch.setattr(hostside, "CMDLINE_BUDGET", 64 * 1024)
+    for module in ("collector", "text"):  # each module that reads the limit
+        monkeypatch.setattr(f"gpudash.collector.host.{module}.MAX_PROCS", 120)
+    for module in ("collector", "procs", "text"):
+        monkeypatch.setattr(f"gpudash.collector.host.{module}.CMDLINE_BUDGET", 64 * 1024)
     collector = _fake_host(tmp_path, 150, b"\x01\x02\xff" * 20000)
     snap = collector.sample()
     size = len(json.dumps(snap, ensure_ascii=False, separators=(",", ":")).encode())
@@ -102,12 +107,12 @@ def test_many_long_cmdlines_in_one_unit_stay_within_the_snapshot_bound(
         len(json.dumps(p["cmdline"], ensure_ascii=False).encode()) - 2
         for p in snap["procs"].values()
     )
-    assert costs[-1] <= hostside.CMDLINE_MAX
-    assert sum(c for c in costs if c > hostside.CMDLINE_SHORT) <= 64 * 1024
-    assert costs[0] <= hostside.CMDLINE_SHORT  # past the budget: cut short
-    assert all(p["cmdline"].endswith(hostside.TRUNCATED) for p in snap["procs"].values())
+    assert costs[-1] <= CMDLINE_MAX
+    assert sum(c for c in costs if c > CMDLINE_SHORT) <= 64 * 1024
+    assert costs[0] <= CMDLINE_SHORT  # past the budget: cut short
+    assert all(p["cmdline"].endswith(TRUNCATED) for p in snap["procs"].values())
     assert any("cut to" in e for e in snap["errors"])
-    assert size <= hostside.snapshot_bound()
+    assert size <= snapshot_bound()
     decoded = SnapshotDecoder("h").feed(
         json.dumps({"k": "full", "s": snap}, ensure_ascii=False).encode()
     )
@@ -116,7 +121,7 @@ def test_many_long_cmdlines_in_one_unit_stay_within_the_snapshot_bound(
 
 def test_snapshot_bound_is_a_few_mib() -> None:
     """The documented worst case of one full snapshot with the shipped limits."""
-    assert 2 * 1024 * 1024 < hostside.snapshot_bound() <= 10 * 1024 * 1024
+    assert 2 * 1024 * 1024 < snapshot_bound() <= 10 * 1024 * 1024
 
 
 # ------------------------------------------- the login's cwd and environment are not code

@@ -15,14 +15,12 @@ from pathlib import Path
 from test_collector import FakeGpus, fake_proc
 from test_containers import collector, fake_cli, host, inspect_json
 
-from gpudash.collector import hostside
-from gpudash.collector.hostside import (
-    HostCollector,
-    ProcReader,
-    UnitReader,
-    in_child_pid_namespace,
-    proc_hides_pids,
-)
+from gpudash.collector.host.collector import HostCollector
+from gpudash.collector.host.loop import _command
+from gpudash.collector.host.parsing import cgroup_facts
+from gpudash.collector.host.procfs import in_child_pid_namespace, proc_hides_pids
+from gpudash.collector.host.procs import ProcReader
+from gpudash.collector.host.units import UnitReader
 from gpudash.domain.triage import Flag, triage
 from gpudash.protocol.wire import SnapshotDecoder
 
@@ -110,7 +108,7 @@ def test_alices_rootless_container_is_not_asked_of_roots_podman(tmp_path: Path) 
 
 
 def test_the_cgroup_facts_of_each_owner_kind() -> None:
-    facts = hostside.cgroup_facts
+    facts = cgroup_facts
     assert facts(f"/system.slice/docker-{CID}.scope") == {
         "container_runtime": "docker", "container_id": CID}
     assert facts("/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod0a1b2c3d_"
@@ -134,7 +132,7 @@ def test_a_signalled_process_is_listed_until_it_is_gone(tmp_path: Path) -> None:
     try:
         start = c.proc.start_ticks(sleeper.pid)
         assert str(sleeper.pid) not in c.sample()["procs"]  # nothing makes it relevant
-        reply = hostside._command(json.dumps({"op": "signal", "id": 1, "pid": sleeper.pid,
+        reply = _command(json.dumps({"op": "signal", "id": 1, "pid": sleeper.pid,
                                               "start": start, "sig": signal.SIGCONT}).encode(),
                                   c)
         assert reply is not None and reply["outcome"] == "sent"

@@ -16,7 +16,17 @@ from collections.abc import Iterator
 import pytest
 from collector_run import read_line, request, start, stop
 
-from gpudash.collector import hostside
+from gpudash.collector.host.loop import MAX_PROBES, _probes, probe_later
+from gpudash.collector.host.protocol import (
+    K_FULL,
+    K_HTTP,
+    K_PONG,
+    K_READY,
+    OP_HTTP,
+    OP_PING,
+    OP_SAMPLE,
+)
+from gpudash.collector.host.ready import listener_of, listening_inodes
 
 
 @pytest.fixture
@@ -58,18 +68,18 @@ def test_a_dripping_server_gets_no_more_than_its_deadline_and_blocks_nothing(
         dripping: int) -> None:
     proc = start("serve", interval=None)
     try:
-        assert json.loads(read_line(proc))["k"] == hostside.K_READY
+        assert json.loads(read_line(proc))["k"] == K_READY
         began = time.monotonic()
-        request(proc, hostside.OP_HTTP, id=1, url=f"http://127.0.0.1:{dripping}/health",
+        request(proc, OP_HTTP, id=1, url=f"http://127.0.0.1:{dripping}/health",
                 timeout=2)
-        request(proc, hostside.OP_PING, id=2)  # asked while the probe hangs
-        request(proc, hostside.OP_SAMPLE, id=3)
+        request(proc, OP_PING, id=2)  # asked while the probe hangs
+        request(proc, OP_SAMPLE, id=3)
         replies = {}
         while len(replies) < 3:
             reply = json.loads(read_line(proc, timeout=15))
             replies[reply["id"]] = (reply, time.monotonic() - began)
         (pong, pong_at), (full, full_at) = replies[2], replies[3]
-        assert pong["k"] == hostside.K_PONG and full["k"] == hostside.K_FULL
+        assert pong["k"] == K_PONG and full["k"] == K_FULL
         http, http_at = replies[1]
         assert pong_at < 1.5 and full_at < http_at, replies  # not behind the probe
         assert http["status"] is None and http["error"] == "no answer within 2 s", http
@@ -79,15 +89,15 @@ def test_a_dripping_server_gets_no_more_than_its_deadline_and_blocks_nothing(
 
 
 def test_probes_in_flight_are_bounded() -> None:
-    held = [hostside._probes.acquire(blocking=False) for _ in range(hostside.MAX_PROBES)]
+    held = [_probes.acquire(blocking=False) for _ in range(MAX_PROBES)]
     try:
         assert all(held)
-        reply = hostside.probe_later("http://127.0.0.1:9/health", 1, 7)
-        assert reply == {"k": hostside.K_HTTP, "status": None, "id": 7,
+        reply = probe_later("http://127.0.0.1:9/health", 1, 7)
+        assert reply == {"k": K_HTTP, "status": None, "id": 7,
                          "error": "busy: too many probes in flight"}
     finally:
         for _ in held:
-            hostside._probes.release()
+            _probes.release()
 
 
 def test_a_port_another_process_listens_on_proves_nothing_for_the_unit(
@@ -107,14 +117,14 @@ def test_a_port_another_process_listens_on_proves_nothing_for_the_unit(
     proc = start("serve", interval=None)
     try:
         deadline = time.monotonic() + 10
-        while not hostside.listening_inodes(port) and time.monotonic() < deadline:
+        while not listening_inodes(port) and time.monotonic() < deadline:
             time.sleep(0.1)
-        pid, _hidden = hostside.listener_of(port, None)
+        pid, _hidden = listener_of(port, None)
         assert pid == server.pid
-        assert json.loads(read_line(proc))["k"] == hostside.K_READY
+        assert json.loads(read_line(proc))["k"] == K_READY
         url = f"http://127.0.0.1:{port}/"
-        request(proc, hostside.OP_HTTP, id=1, url=url, timeout=3)  # no unit named: asked
-        request(proc, hostside.OP_HTTP, id=2, url=url, timeout=3, unit="vllm-kimi-k25.service")
+        request(proc, OP_HTTP, id=1, url=url, timeout=3)  # no unit named: asked
+        request(proc, OP_HTTP, id=2, url=url, timeout=3, unit="vllm-kimi-k25.service")
         replies = {}
         while len(replies) < 2:
             reply = json.loads(read_line(proc, timeout=15))

@@ -15,8 +15,11 @@ from typing import Any
 import pytest
 from fakegpu.fixtures import fakegpu_build, fakegpu_state  # noqa: F401  (fixtures)
 
-from gpudash.collector import hostside
-from gpudash.collector.hostside import HostCollector, NvmlReader, ProcReader, SmiReader, UnitReader
+from gpudash.collector.host.collector import HostCollector
+from gpudash.collector.host.gpus import NvmlReader, SmiReader
+from gpudash.collector.host.procs import ProcReader
+from gpudash.collector.host.protocol import PROTOCOL, UTIL_WINDOW_US
+from gpudash.collector.host.units import UnitReader
 from gpudash.protocol.payload import collector_argv, payload
 from gpudash.protocol.source import ProtocolError
 from gpudash.protocol.wire import SnapshotDecoder, apply_merge_patch
@@ -155,7 +158,7 @@ def test_reader_takes_the_most_of_each_pids_samples_of_the_last_second() -> None
     reader = NvmlReader(nvml)
     reader.read()
     assert reader.sm_util == {10: 80, 11: 20, 12: 0}
-    assert abs(nvml.asked[0] - (now - hostside.UTIL_WINDOW_US)) < 500_000  # the window
+    assert abs(nvml.asked[0] - (now - UTIL_WINDOW_US)) < 500_000  # the window
     # A read between two of the driver's samples (it samples a few times a second) still
     # sees the busy worker busy: it read 0 there when it asked only for what was newer.
     reader.read()
@@ -195,7 +198,7 @@ _sampler = FakeNvml.nvmlDeviceGetProcessUtilization
 
 def _state(sm: object) -> dict[str, Any]:
     return {
-        "v": hostside.PROTOCOL, "host": "h", "taken_at": 1.7e9, "source": "nvml",
+        "v": PROTOCOL, "host": "h", "taken_at": 1.7e9, "source": "nvml",
         "errors": [], "can_act": True, "gpus": {},
         "procs": {"100": {"pid": 100, "name": "w", "gpu_memory_mib": {"0": 10},
                           "sm_util_pct": sm}},

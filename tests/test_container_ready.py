@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from test_containers import CID, CID2, inspect_json
 
-from gpudash.collector import hostside
-from gpudash.collector.hostside import container_listener_refusal, parse_inspect
+from gpudash.collector.host.containers import parse_inspect
+from gpudash.collector.host.protocol import K_READY, OP_HTTP, PROTOCOL
+from gpudash.collector.host.ready import container_listener_refusal, listening_inodes
 from gpudash.protocol.wire import SnapshotDecoder
 
 # `docker inspect` of `docker run -p 127.0.0.1:8001:8000 -p 9400:9400/udp ...` (Docker 27)
@@ -84,7 +85,7 @@ def test_a_huge_port_map_is_looked_at_only_so_far() -> None:
 
 def test_the_wire_carries_the_port_and_bounds_it() -> None:
     def decoded(port: object) -> object:
-        wire = {"v": hostside.PROTOCOL, "host": "h", "taken_at": 1.7e9, "source": "nvml",
+        wire = {"v": PROTOCOL, "host": "h", "taken_at": 1.7e9, "source": "nvml",
                 "can_act": True, "gpus": {}, "procs": {}, "units": {},
                 "containers": {CID: {"id": CID, "runtime": "docker", "port": port}}}
         snap = SnapshotDecoder("h").feed(json.dumps({"k": "full", "s": wire}).encode())
@@ -160,19 +161,19 @@ def test_the_collector_refuses_a_containers_port_another_process_listens_on(
     proc = start("serve", interval=None)
     try:
         deadline = time.monotonic() + 10
-        while not hostside.listening_inodes(port) and time.monotonic() < deadline:
+        while not listening_inodes(port) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert json.loads(read_line(proc))["k"] == hostside.K_READY
+        assert json.loads(read_line(proc))["k"] == K_READY
         url = f"http://127.0.0.1:{port}/"
-        request(proc, hostside.OP_HTTP, id=1, url=url, timeout=3, container=CID,
+        request(proc, OP_HTTP, id=1, url=url, timeout=3, container=CID,
                 runtime="docker")
-        request(proc, hostside.OP_HTTP, id=2, url=url, timeout=3, container="x; reboot",
+        request(proc, OP_HTTP, id=2, url=url, timeout=3, container="x; reboot",
                 runtime="docker")
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             closed = s.getsockname()[1]
         # nobody listens in this namespace (a DNAT into the container's own): the GET decides
-        request(proc, hostside.OP_HTTP, id=3, url=f"http://127.0.0.1:{closed}/health",
+        request(proc, OP_HTTP, id=3, url=f"http://127.0.0.1:{closed}/health",
                 timeout=3, container=CID, runtime="docker")
         replies = {}
         while len(replies) < 3:

@@ -10,14 +10,12 @@ from pathlib import Path
 import pytest
 from test_collector import FakeGpus, fake_proc
 
-from gpudash.collector import hostside
-from gpudash.collector.hostside import (
-    ContainerReader,
-    HostCollector,
-    ProcReader,
-    UnitReader,
-    container_of_cgroup,
-)
+from gpudash.collector.host.collector import HostCollector
+from gpudash.collector.host.containers import ContainerReader, PodReader
+from gpudash.collector.host.parsing import cgroup_facts, container_of_cgroup, unit_of_cgroup
+from gpudash.collector.host.procs import ProcReader
+from gpudash.collector.host.protocol import PROTOCOL, TEXT_MAX
+from gpudash.collector.host.units import UnitReader
 from gpudash.domain.model import Container, Gpu, HostSnapshot, Pod, Process
 from gpudash.domain.owners import OwnerCapability, OwnerKind, owner_of
 from gpudash.domain.triage import Flag, triage
@@ -177,7 +175,7 @@ def test_podman_is_asked_with_podman(tmp_path: Path) -> None:
 
 
 def test_the_wire_refuses_a_container_keyed_by_another_id_and_cuts_names() -> None:
-    s = {"v": hostside.PROTOCOL, "taken_at": 1.0,
+    s = {"v": PROTOCOL, "taken_at": 1.0,
          "containers": {CID: {"id": CID2, "runtime": "docker"}}}
     with pytest.raises(ProtocolError, match="does not name its container"):
         SnapshotDecoder("h").feed(json.dumps({"k": "full", "s": s}).encode())
@@ -186,18 +184,18 @@ def test_the_wire_refuses_a_container_keyed_by_another_id_and_cuts_names() -> No
         SnapshotDecoder("h").feed(json.dumps({"k": "full", "s": s}).encode())
     s["containers"] = {CID: {"id": CID, "runtime": "docker", "name": "n" * 5000}}
     snap = SnapshotDecoder("h").feed(json.dumps({"k": "full", "s": s}).encode())
-    assert len(snap.containers[0].name or "") <= hostside.TEXT_MAX
+    assert len(snap.containers[0].name or "") <= TEXT_MAX
 
 
 # --- owners and triage ------------------------------------------------------------------
 
 
 def proc(pid: int, ppid: int, cgroup: str, mem: int = 0, start: int = 10) -> Process:
-    unit = hostside.unit_of_cgroup(cgroup)
+    unit = unit_of_cgroup(cgroup)
     return Process(pid=pid, ppid=ppid, start_ticks=start, state="S", user="root", name="p",
                    cmdline="python3 -m vllm.entrypoints.openai.api_server", cgroup=cgroup,
                    unit=unit, gpu_memory_mib={0: mem} if mem else {},
-                   **hostside.cgroup_facts(cgroup))  # as the collector parses it
+                   **cgroup_facts(cgroup))  # as the collector parses it
 
 
 def snap(procs: list[Process], containers: list[Container] = (), pods: list[Pod] = ()
@@ -307,12 +305,12 @@ def test_pods_get_namespace_and_name_where_crictl_answers(tmp_path: Path) -> Non
     ]}) + "\nJ\n")
     crictl.chmod(0o755)
     c = collector(tmp_path, {100: {0: 5000}}, {})
-    c.pods = hostside.PodReader(which=lambda name: str(crictl) if name == "crictl" else None)
+    c.pods = PodReader(which=lambda name: str(crictl) if name == "crictl" else None)
     snap = c.sample()
     assert snap["pods"] == {POD: {"uid": POD, "namespace": "ml", "name": "vllm-0"}}
     assert snap["containers"] == {}  # the kubelet's containers are not docker's to inspect
     decoded = SnapshotDecoder("h").feed(json.dumps({"k": "full", "s": snap}).encode())
     g = triage(decoded).group("pod:ml/vllm-0")
     assert g is not None and g.kind is OwnerKind.POD
-    c.pods = hostside.PodReader(which=lambda name: None)  # no crictl: the UID only
+    c.pods = PodReader(which=lambda name: None)  # no crictl: the UID only
     assert c.sample(force_units=True)["pods"] == {POD: {"uid": POD}}

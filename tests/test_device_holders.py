@@ -22,11 +22,13 @@ import pytest
 from lab.fixtures import HostSpec
 from lab.probes import wait_host
 
-from gpudash.collector import hostside
-from gpudash.collector.hostside import DeviceHolders, HostCollector, ProcReader, UnitReader
+from gpudash.collector.host.collector import HostCollector
+from gpudash.collector.host.holders import DEV_DIR_ENV, DEV_SLACK_MIB, DeviceHolders
+from gpudash.collector.host.procs import ProcReader
+from gpudash.collector.host.units import UnitReader
 from gpudash.domain.model import Gpu, HostSnapshot, Process, Unit
 from gpudash.domain.triage import Flag, holders_by_gpu, process_flags, triage
-from gpudash.protocol.payload import collector_argv, payload
+from gpudash.protocol.payload import HOST, collector_argv, payload
 from gpudash.protocol.source import ProtocolError
 from gpudash.protocol.wire import SnapshotDecoder, apply_merge_patch, to_snapshot
 
@@ -215,7 +217,7 @@ def test_scan_only_while_memory_is_unexplained_and_only_unlisted_processes(
     try:
         gpus.used = {3: 100}  # within the slack: nothing to explain, nothing scanned
         assert str(p.pid) not in c.sample(force_units=True)["procs"]
-        gpus.used = {3: 100 + hostside.DEV_SLACK_MIB + 1}
+        gpus.used = {3: 100 + DEV_SLACK_MIB + 1}
         shown = c.sample()["procs"][str(p.pid)]
         assert shown["device_gpus"] == [3] and shown["gpu_memory_mib"] == {"3": -1}
         assert shown["start_ticks"] == ProcReader().start_ticks(p.pid)
@@ -270,8 +272,8 @@ def test_a_request_scans_at_once_despite_the_rate_limit(dev_holder, tmp_path: Pa
 NOT_ROOT = """
     import sys
     sys.path.insert(0, sys.argv[1])
-    import hostside  # the file as sent to a host: standalone
-    d = hostside.DeviceHolders(dev_dir="/nonexistent")
+    from host.holders import DeviceHolders  # the package as sent to a host: no gpudash
+    d = DeviceHolders(dev_dir="/nonexistent")
     procs, problem = d.sample([{"index": 2, "memory_used_mib": 5000}], {}, lambda pid: None, False)
     print(problem)
 """
@@ -279,7 +281,7 @@ NOT_ROOT = """
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as another user")
 def test_without_root_the_snapshot_says_holders_may_be_missing() -> None:
-    here = Path(hostside.__file__).parent
+    here = HOST.parent
     cp = subprocess.run(
         ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3",
          "-c", textwrap.dedent(NOT_ROOT), str(here)],
@@ -304,7 +306,7 @@ def _fake_pid(root: Path, pid: int, links: list[str], maps: list[str]) -> None:
 def test_real_device_names_under_dev(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """By default /dev/nvidia<N> (fd or mapping) counts; nvidiactl, nvidia-uvm, caps and
     modeset name no GPU; the collector itself is never a device holder."""
-    monkeypatch.delenv(hostside.DEV_DIR_ENV, raising=False)
+    monkeypatch.delenv(DEV_DIR_ENV, raising=False)
     root = tmp_path / "proc"
     _fake_pid(root, 10, ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia7", "/dev/null"], [])
     _fake_pid(root, 11, ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-modeset"],

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from gpudash.collector import hostside
+from gpudash.collector.host.parsing import parse_systemctl_show
 from gpudash.domain.model import Gpu, HostSnapshot, Process, Unit
 from gpudash.engine import SPECS, ActionKind, PlanError, Selection
 from gpudash.engine.fit import check, estimate
@@ -82,8 +82,8 @@ def test_a_server_whose_arguments_say_nothing_is_not_checked_and_says_so() -> No
 def test_only_cuda_visible_devices_of_a_units_environment_travels() -> None:
     show = ("Id=vllm-x.service\nEnvironment=HF_TOKEN=hf_secret CUDA_VISIBLE_DEVICES=4,5 "
             "VLLM_X=1\n")
-    [u] = hostside.parse_systemctl_show(show)
+    [u] = parse_systemctl_show(show)
     assert u["cuda_visible_devices"] == "4,5" and "hf_secret" not in repr(u)
-    [u] = hostside.parse_systemctl_show("Id=a.service\nEnvironment=CUDA_VISIBLE_DEVICES=GPU-1a\n")
+    [u] = parse_systemctl_show("Id=a.service\nEnvironment=CUDA_VISIBLE_DEVICES=GPU-1a\n")
     assert "cuda_visible_devices" not in u  # UUIDs: not indices, not guessed
     assert Unit("a.service", cuda_visible_devices="9,x").visible_gpus is None

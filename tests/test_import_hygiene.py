@@ -43,6 +43,12 @@ def test_every_package_of_gpudash_is_in_a_layer() -> None:
     assert below == set(layer_packages()) - {"cli", "ui"}
 
 
+def test_the_host_program_is_forbidden_every_other_package() -> None:
+    [host] = [c for c in CONTRACTS if c.get("source_modules") == ["gpudash.collector.host"]]
+    assert set(host["forbidden_modules"]) == {
+        f"gpudash.{name}" for name in layer_packages() if name != "collector"}
+
+
 def test_below_the_ui_imports_without_textual_or_rich() -> None:
     modules = sorted(
         ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from gpudash.collector.hostside import TRUNCATED
+from gpudash.collector.host.protocol import TRUNCATED
 from gpudash.transport.local import LocalSource
 from gpudash.transport.loglines import JOURNAL_BURST, JOURNAL_MESSAGE_MAX, journal_line
 

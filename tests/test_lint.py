@@ -13,7 +13,8 @@ import json
 
 import pytest
 
-from gpudash.collector import hostside
+from gpudash.collector.host.parsing import parse_systemctl_show, parse_timespan
+from gpudash.collector.host.protocol import EXEC_MAX, PROTOCOL, TRUNCATED, UNIT_PROPERTIES
 from gpudash.domain.lint import Learned, lint_unit
 from gpudash.domain.model import Unit
 from gpudash.protocol.wire import SnapshotDecoder
@@ -43,25 +44,25 @@ stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }
     ("500us", 0.0005), ("infinity", None), ("", None), ("soon", None), ("5 parsecs", None),
 ])
 def test_systemd_time_spans(text: str, seconds: float | None) -> None:
-    assert hostside.parse_timespan(text) == (pytest.approx(seconds) if seconds else seconds)
+    assert parse_timespan(text) == (pytest.approx(seconds) if seconds else seconds)
 
 
 def test_the_collector_reads_how_a_unit_stops_and_restarts() -> None:
-    [u] = hostside.parse_systemctl_show(SHOW)
+    [u] = parse_systemctl_show(SHOW)
     assert u["timeout_stop_s"] == 90.0 and u["restart_s"] == 2.0
     assert u["start_limit_interval_s"] == 10.0 and u["start_limit_burst"] == 5
     assert u["exec_start"] == VLLM
     # and the decoder takes them into the model
-    wire = {"v": hostside.PROTOCOL, "host": "h", "taken_at": 1.7e9, "source": "nvml",
+    wire = {"v": PROTOCOL, "host": "h", "taken_at": 1.7e9, "source": "nvml",
             "can_act": True, "gpus": {}, "procs": {}, "units": {u["name"]: u}}
     unit = SnapshotDecoder("h").feed(json.dumps({"k": "full", "s": wire}).encode()).units[0]
     assert (unit.timeout_stop_s, unit.start_limit_burst, unit.exec_start) == (90.0, 5, VLLM)
 
 
 def test_an_exec_start_longer_than_its_bound_is_cut_with_its_mark() -> None:
-    [u] = hostside.parse_systemctl_show(SHOW.replace(VLLM, VLLM + " --x" * 2000))
-    assert len(u["exec_start"]) <= hostside.EXEC_MAX
-    assert u["exec_start"].endswith(hostside.TRUNCATED)
+    [u] = parse_systemctl_show(SHOW.replace(VLLM, VLLM + " --x" * 2000))
+    assert len(u["exec_start"]) <= EXEC_MAX
+    assert u["exec_start"].endswith(TRUNCATED)
 
 
 def unit(**kw: object) -> Unit:
@@ -205,9 +206,9 @@ def test_a_reclaim_on_the_demo_learns_the_stop_and_the_snapshot_lints_against_it
 
 
 def test_the_collector_reads_send_sigkill_and_no_is_a_finding_with_its_fix() -> None:
-    [u] = hostside.parse_systemctl_show(SHOW + "SendSIGKILL=no\n")
+    [u] = parse_systemctl_show(SHOW + "SendSIGKILL=no\n")
     assert u["send_sigkill"] == "no"
-    wire = {"v": hostside.PROTOCOL, "host": "h", "taken_at": 1.7e9, "source": "nvml",
+    wire = {"v": PROTOCOL, "host": "h", "taken_at": 1.7e9, "source": "nvml",
             "can_act": True, "gpus": {}, "procs": {}, "units": {u["name"]: u}}
     decoded = SnapshotDecoder("h").feed(json.dumps({"k": "full", "s": wire}).encode()).units[0]
     assert decoded.send_sigkill == "no"
@@ -216,7 +217,7 @@ def test_the_collector_reads_send_sigkill_and_no_is_a_finding_with_its_fix() -> 
     [f] = lint_unit(unit(**well, send_sigkill="no"))
     assert f.setting == "SendSIGKILL=no" and "never SIGKILLed" in f.why
     assert f.fix == (("Service", "SendSIGKILL", "yes"),)
-    assert "SendSIGKILL" in hostside.UNIT_PROPERTIES.split(",")
+    assert "SendSIGKILL" in UNIT_PROPERTIES.split(",")
 
 
 def test_workers_that_ignored_sigterm_are_a_finding_under_mixed_and_control_group() -> None:

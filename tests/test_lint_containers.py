@@ -13,7 +13,7 @@ import pytest
 from test_cli import gpudash
 from test_containers import CID, inspect_json
 
-from gpudash.collector.hostside import parse_inspect
+from gpudash.collector.host.containers import parse_inspect
 from gpudash.domain.lint import lint_container
 from gpudash.domain.model import Container
 from gpudash.protocol.wire import SnapshotDecoder
@@ -76,9 +76,9 @@ def test_the_three_findings_and_none_for_a_well_made_container() -> None:
 
 
 def test_the_wire_bounds_the_new_fields_and_the_snapshot_carries_them() -> None:
-    from gpudash.collector import hostside
+    from gpudash.collector.host.protocol import PROTOCOL
 
-    wire = {"v": hostside.PROTOCOL, "host": "h", "taken_at": 1.7e9, "source": "nvml",
+    wire = {"v": PROTOCOL, "host": "h", "taken_at": 1.7e9, "source": "nvml",
             "can_act": True, "gpus": {}, "procs": {}, "units": {},
             "containers": {CID: {"id": CID, "runtime": "docker", "health": "none",
                                  "init": "no", "pid_mode": "host" + "x" * 100}}}

@@ -14,7 +14,8 @@ import json
 
 import pytest
 
-from gpudash.collector import hostside
+from gpudash.collector.host.parsing import cgroup_facts, unit_of_cgroup
+from gpudash.collector.host.protocol import PROTOCOL
 from gpudash.domain.model import Gpu, HostSnapshot, Process, Unit
 from gpudash.domain.owners import OwnerCapability, OwnerKind
 from gpudash.domain.triage import Flag, triage, unattributed_mib
@@ -31,8 +32,8 @@ def p(pid: int, ppid: int, start: int, cmd: str, cgroup: str | None = SVC, *,
       pgid: int | None = None, mem: int = 0, user: str = "root") -> Process:
     return Process(pid=pid, ppid=ppid, start_ticks=start, state="S", user=user,
                    name=cmd.split()[0][:15], cmdline=cmd, cgroup=cgroup,
-                   unit=hostside.unit_of_cgroup(cgroup), pgid=pgid,
-                   gpu_memory_mib={0: mem} if mem else {}, **hostside.cgroup_facts(cgroup))
+                   unit=unit_of_cgroup(cgroup), pgid=pgid,
+                   gpu_memory_mib={0: mem} if mem else {}, **cgroup_facts(cgroup))
 
 
 def snap(procs: list[Process], units: tuple[Unit, ...] = ()) -> HostSnapshot:
@@ -137,10 +138,10 @@ ALICE_PODMAN = ("/user.slice/user-1000.slice/user@1000.service/user.slice/"
 def test_alices_rootless_podman_container_is_not_inspected_not_orphan_and_not_reaped() -> None:
     # The review's reproduction, through the decoder and SPECS[REAP].plan: it planned
     # `kill -TERM 4242 (alice, python)`.
-    facts = hostside.cgroup_facts(ALICE_PODMAN)
+    facts = cgroup_facts(ALICE_PODMAN)
     assert facts == {"container_runtime": "podman", "container_id": "ab" * 32,
                      "user_uid": 1000, "user_unit": f"libpod-{'ab' * 32}.scope"}
-    wire = {"v": hostside.PROTOCOL, "host": "h", "taken_at": 1.7e9, "source": "nvml",
+    wire = {"v": PROTOCOL, "host": "h", "taken_at": 1.7e9, "source": "nvml",
             "can_act": True,
             "gpus": {"0": {"index": 0, "memory_total_mib": 81559, "memory_used_mib": 8000}},
             "procs": {"4242": {"pid": 4242, "ppid": 1, "start_ticks": 50, "user": "alice",

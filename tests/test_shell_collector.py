@@ -117,7 +117,7 @@ def test_the_script_caps_each_command_line_it_sends(gpus) -> None:  # type: igno
     assert lines[at + 1].startswith("|xxxx")
     assert len(lines[at + 1]) <= shell.CMDLINE_BYTES + 1
     # and what the decoder makes of it says it was cut
-    from gpudash.collector.hostside import TRUNCATED
+    from gpudash.collector.host.protocol import TRUNCATED
     from gpudash.protocol.wire import to_snapshot
 
     frame = lines[lines.index(next(x for x in lines if x.startswith("@frame"))):]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudash.collector import hostside
+from gpudash.collector.host.ready import listening_inodes
 from gpudash.protocol.shell_listener import (
     ShellListener,
     listener_argv,
@@ -43,7 +43,7 @@ def squatter(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
                               stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 10
-        while not hostside.listening_inodes(port) and time.monotonic() < deadline:
+        while not listening_inodes(port) and time.monotonic() < deadline:
             time.sleep(0.1)
         yield server, port
     finally:

@@ -23,7 +23,7 @@ from sshd.fixture import (  # noqa: F401
     sshd_server,
 )
 
-from gpudash.collector.hostside import PROTOCOL
+from gpudash.collector.host.protocol import PROTOCOL
 from gpudash.demo.host import DemoHost
 from gpudash.protocol.source import LinkLost, ProtocolError, round_trip_s
 from gpudash.transport import LocalSource

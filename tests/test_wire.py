@@ -13,7 +13,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpudash.collector import hostside
+from gpudash.collector.host import protocol
+from gpudash.collector.host.protocol import (
+    CMDLINE_MAX,
+    ERROR_MAX,
+    MAX_ERRORS,
+    PROTOCOL,
+    TEXT_MAX,
+    TRUNCATED,
+)
 from gpudash.domain.model import Gpu, HostSnapshot, Process, Unit
 from gpudash.protocol import wire
 from gpudash.protocol.source import ProtocolError
@@ -25,7 +33,7 @@ BOOT = "f0376a21-a525-4d33-835c-5d4530f7f7f4"
 
 def good(n_gpus: int = 2, n_procs: int = 3) -> dict[str, Any]:
     return {
-        "v": hostside.PROTOCOL,
+        "v": PROTOCOL,
         "host": "h",
         "taken_at": 1.7e9,
         "boot_id": BOOT,
@@ -144,7 +152,7 @@ def test_identities_out_of_range_are_refused(where: tuple[str, ...], value: obje
 )
 def test_counts_are_capped(section: str, count: int) -> None:
     state = good(1, 1)
-    assert count == getattr(hostside, f"MAX_{section.upper()}")
+    assert count == getattr(protocol, f"MAX_{section.upper()}")
     assert len(decode(good(64, 2)).gpus) == 64
     if section == "gpus":
         state["gpus"] = {str(i): {"index": i} for i in range(count + 1)}
@@ -153,7 +161,7 @@ def test_counts_are_capped(section: str, count: int) -> None:
     with pytest.raises(ProtocolError, match="too many"):
         decode(state)
     state = good()
-    state["errors"] = ["e"] * (hostside.MAX_ERRORS + 1)
+    state["errors"] = ["e"] * (MAX_ERRORS + 1)
     with pytest.raises(ProtocolError, match="too many"):
         decode(state)
 
@@ -165,9 +173,9 @@ def test_long_strings_are_cut_with_the_collectors_mark() -> None:
     state["errors"] = ["E" * 10**5]
     snap = decode(state)
     cmdline = snap.process(100).cmdline  # type: ignore[union-attr]
-    assert cmdline.endswith(hostside.TRUNCATED) and len(cmdline) == hostside.CMDLINE_MAX
-    assert len(snap.gpu(0).name or "") <= hostside.TEXT_MAX  # type: ignore[union-attr]
-    assert len(snap.errors[0]) <= hostside.ERROR_MAX
+    assert cmdline.endswith(TRUNCATED) and len(cmdline) == CMDLINE_MAX
+    assert len(snap.gpu(0).name or "") <= TEXT_MAX  # type: ignore[union-attr]
+    assert len(snap.errors[0]) <= ERROR_MAX
 
 
 def test_patches_cannot_grow_the_kept_state() -> None:
@@ -187,7 +195,7 @@ def test_patches_cannot_grow_the_kept_state() -> None:
             )
         )
     kept = len(json.dumps(decoder.state))
-    assert kept < 40 * (hostside.CMDLINE_MAX + 1000) + 10_000
+    assert kept < 40 * (CMDLINE_MAX + 1000) + 10_000
     before = copy.deepcopy(decoder.state)
     with pytest.raises(ProtocolError):
         decoder.feed(patch({"procs": {"100": {"pid": 7}}}))
@@ -200,16 +208,16 @@ def test_patches_cannot_grow_the_kept_state() -> None:
 
 def test_other_protocol_version_is_named() -> None:
     state = good()
-    state["v"] = hostside.PROTOCOL + 1
-    message = f"collector speaks protocol {hostside.PROTOCOL + 1}, this gpudash speaks"
+    state["v"] = PROTOCOL + 1
+    message = f"collector speaks protocol {PROTOCOL + 1}, this gpudash speaks"
     with pytest.raises(ProtocolError, match=message):
         decode(state)
     del state["v"]
     with pytest.raises(ProtocolError, match="protocol"):
         decode(state)
     with pytest.raises(ProtocolError, match=message):
-        wire.check_ready({"k": "ready", "v": hostside.PROTOCOL + 1})
-    wire.check_ready({"k": "ready", "v": hostside.PROTOCOL})
+        wire.check_ready({"k": "ready", "v": PROTOCOL + 1})
+    wire.check_ready({"k": "ready", "v": PROTOCOL})
 
 
 # ------------------------------------------------------------------------------ one schema
@@ -225,7 +233,7 @@ def test_other_protocol_version_is_named() -> None:
     ],
 )
 def test_wire_keys_are_the_model_fields(keys: str, cls: type, extra: set) -> None:
-    declared = getattr(hostside, keys)
+    declared = getattr(protocol, keys)
     names = {f.name for f in dataclasses.fields(cls)}
     if cls is HostSnapshot:
         names -= {"processes", "changes"}  # changes: what the decoder saw, not host text

@@ -1,7 +1,7 @@
 """What a host may say about one GPU, process or unit, field by field, and how it is read.
 
-The keys are the model's dataclass fields (``hostside.GPU_KEYS`` and friends list the same
-names for the collector; a test holds them equal). Each field has a bound here, checked at
+The keys are the model's dataclass fields (``host.protocol.GPU_KEYS`` and friends list the
+same names for the collector; a test holds them equal). Each field has a bound here, checked at
 import: a field added to the model without one is an error, not a silent pass-through.
 
 What a value outside its bound means (the host is untrusted, see ``wire``):
@@ -12,7 +12,7 @@ What a value outside its bound means (the host is untrusted, see ``wire``):
 - a measurement (memory, utilisation, temperature, power, CPU %, RSS, restarts, a start
   time in epoch seconds) becomes N/A (``None``), and the snapshot's errors say which
   value of what was out of range: one odd sensor must not take a host out of view;
-- text longer than its limit is cut and ends in ``hostside.TRUNCATED``.
+- text longer than its limit is cut and ends in ``host.protocol.TRUNCATED``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, cast
 
-from gpudash.collector.hostside import (
+from gpudash.collector.host.protocol import (
     BOOT_ID,
     CGROUP_MAX,
     CMDLINE_MAX,
@@ -37,7 +37,7 @@ from gpudash.collector.hostside import (
     UNREADABLE_REASONS,
     WORD_MAX,
 )
-from gpudash.collector.hostside import (
+from gpudash.collector.host.protocol import (
     MAX_GPUS as MAX_GPUS,  # the bound of a GPU index, for the rest of gpudash
 )
 from gpudash.domain.model import Container, Gpu, HostSnapshot, Pod, Process, Unit

@@ -16,21 +16,23 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudash.collector.hostside import (
-    BOOT_ID,
-    CMDLINE_MAX,
-    SMI_APP_FIELDS,
-    SMI_GPU_FIELDS,
-    UNIT_PROPERTIES,
+from gpudash.collector.host.parsing import (
     cgroup_facts,
     cgroup_path,
     parse_smi_apps,
     parse_smi_gpus,
     parse_stat,
     parse_systemctl_show,
-    snapshot_bound,
     unit_of_cgroup,
 )
+from gpudash.collector.host.protocol import (
+    BOOT_ID,
+    CMDLINE_MAX,
+    SMI_APP_FIELDS,
+    SMI_GPU_FIELDS,
+    UNIT_PROPERTIES,
+)
+from gpudash.collector.host.text import snapshot_bound
 from gpudash.protocol.source import ProtocolError
 
 # Bytes of a command line the script sends: one past the decoder's limit, so a longer one

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from gpudash.collector.hostside import (
+from gpudash.collector.host.ready import (
     LISTEN_SCAN_MAX,
     container_listener_refusal,
     unit_listener_refusal,

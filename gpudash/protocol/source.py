@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
-from gpudash.collector.hostside import LOOPBACK_HOSTS
+from gpudash.collector.host.ready import LOOPBACK_HOSTS
 from gpudash.domain.model import HostSnapshot
 from gpudash.serving.modelservers import ModelUnit
 

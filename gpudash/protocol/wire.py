@@ -5,7 +5,7 @@ user's cmdline): any malformed, truncated, mistyped or out-of-bounds message rai
 ``ProtocolError`` and nothing else, and whatever decodes is within bounds (see
 ``schema``: identities out of range are refused, measurements become N/A, text is cut).
 
-Counts are capped (``hostside.MAX_GPUS``, ``MAX_PROCS``, ``MAX_UNITS``, ``MAX_ERRORS``),
+Counts are capped (``host.protocol.MAX_GPUS``, ``MAX_PROCS``, ``MAX_UNITS``, ``MAX_ERRORS``),
 every object's key must name it (``"1234"`` holds pid 1234, so a pid or GPU index cannot
 appear twice), and the state built from merge patches keeps only the keys a snapshot has,
 with text cut, and changes only when the result decodes: a patch cannot grow it unbounded.
@@ -17,7 +17,7 @@ import json
 import logging
 from typing import Any
 
-from gpudash.collector.hostside import (
+from gpudash.collector.host.protocol import (
     CONTAINER_KEYS,
     ERROR_MAX,
     GPU_KEYS,
@@ -35,8 +35,8 @@ from gpudash.collector.hostside import (
     PROTOCOL,
     SNAPSHOT_KEYS,
     UNIT_KEYS,
-    snapshot_bound,
 )
+from gpudash.collector.host.text import snapshot_bound
 from gpudash.domain.model import (
     EVERYTHING,
     Changes,

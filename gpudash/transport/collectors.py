@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudash.collector.hostside import (
+from gpudash.collector.host.protocol import (
     K_FULL,
     K_HTTP,
     K_PONG,
@@ -174,7 +174,7 @@ class RoundTrip:
 
 
 class PythonCollector(Collector):
-    """The Python collector (``collector/hostside.py``), sent over stdin and run there:
+    """The Python collector (the package ``collector/host``), sent over stdin and run there:
     a ``stream`` program per stream and one ``serve`` program for requests."""
 
     def __init__(self, connection: Connection, facts: HostFacts, options: CollectorOptions):

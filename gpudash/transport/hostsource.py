@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from urllib.parse import urlsplit
 
-from gpudash.collector.hostside import CONTAINER_ID, OP_REFRESH, OP_WATCH
+from gpudash.collector.host.protocol import CONTAINER_ID, OP_REFRESH, OP_WATCH
 from gpudash.domain.model import HostSnapshot
 from gpudash.protocol.shell_listener import ask_listener
 from gpudash.protocol.source import (

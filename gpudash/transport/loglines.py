@@ -13,7 +13,7 @@ import re
 import time
 from collections.abc import Callable
 
-from gpudash.collector.hostside import TRUNCATED
+from gpudash.collector.host.protocol import TRUNCATED
 from gpudash.protocol.source import LogLine
 
 JOURNAL_MESSAGE_MAX = 4096  # bytes (UTF-8) of one journal message kept, mark included

@@ -1,0 +1,203 @@
+"""The collector's main loop: ``stream`` writes a snapshot then merge patches every interval,
+``serve`` answers requests (samples, signals, probes) on stdin; JSON lines on stdout."""
+
+from __future__ import annotations
+
+import json
+import queue
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from .collector import HostCollector, merge_patch
+from .protocol import (
+    CONTAINER_ID,
+    K_ERROR,
+    K_FULL,
+    K_HTTP,
+    K_PATCH,
+    K_PONG,
+    K_READY,
+    K_SIGNAL,
+    MAX_CONTAINERS,
+    OP_HTTP,
+    OP_PING,
+    OP_REFRESH,
+    OP_SAMPLE,
+    OP_SIGNAL,
+    OP_WATCH,
+    PROTOCOL,
+)
+from .ready import container_refusal, http_get, listener_refusal
+from .signals import send_signal
+
+if TYPE_CHECKING:
+    from .protocol import Json
+
+
+_EMIT_LOCK = threading.Lock()  # a probe's answer is written from its own thread
+MAX_PROBES = 4  # GETs in flight at once; more are answered "busy" at once
+
+
+def _emit(message: Json) -> None:
+    # UTF-8 as is: a \u escape makes every non-ASCII character of a host's text 6 bytes;
+    # "replace" turns lone surrogates (undecodable passwd names) into "?", never an error.
+    line = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+    data = line.encode("utf-8", "replace") + b"\n"
+    with _EMIT_LOCK:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+
+
+_probes = threading.BoundedSemaphore(MAX_PROBES)
+
+
+def probe_later(url: str, timeout_s: float, request_id: Any, unit: str | None = None,
+                collector: HostCollector | None = None,
+                container: tuple[str, str] | None = None) -> Json | None:
+    """Answer OP_HTTP from a thread of its own, by an absolute deadline: a server that
+    sends one byte a second holds neither the answer past ``timeout_s`` nor the request
+    loop (samples and signals go on meanwhile). None: answered later; else the reply.
+    Given ``unit`` (or ``container``: its id and runtime), the answer counts only from
+    its own listener: a port another process holds is refused without asking it."""
+    if not _probes.acquire(blocking=False):
+        return {"k": K_HTTP, "status": None, "error": "busy: too many probes in flight",
+                "id": request_id}
+    deadline = max(0.1, min(float(timeout_s), 30.0))
+    got: list[tuple[int | None, str | None]] = []
+
+    def get() -> None:
+        refused = None
+        if collector is not None and unit is not None:
+            refused = listener_refusal(url, unit, collector)
+        elif collector is not None and container is not None:
+            refused = container_refusal(url, container[0], container[1], collector)
+        got.append((None, refused) if refused else http_get(url, deadline))
+
+    def answer() -> None:
+        try:
+            worker = threading.Thread(target=get, daemon=True)
+            worker.start()
+            worker.join(deadline)  # the GET itself may go on: nobody waits for it
+            status, error = got[0] if got else (None, f"no answer within {deadline:g} s")
+            _emit({"k": K_HTTP, "status": status, "error": error, "id": request_id})
+        except (BrokenPipeError, OSError):
+            pass  # gpudash went away
+        finally:
+            _probes.release()
+
+    threading.Thread(target=answer, daemon=True).start()
+    return None
+
+
+def _stdin_lines(lines: queue.Queue[bytes | None]) -> None:
+    for line in sys.stdin.buffer:
+        lines.put(line)
+    lines.put(None)
+
+
+def _command(line: bytes, collector: HostCollector) -> Json | None:
+    """Apply one request from gpudash; return the reply for requests that have one.
+    A request it cannot read gets an error reply (with its id, where it has one)."""
+    request: Any = None
+    try:
+        request = json.loads(line)
+        op = request["op"]
+        if op == OP_WATCH:
+            if "container" in request:
+                cid, runtime = str(request["container"]), str(request.get("runtime"))
+                if CONTAINER_ID.fullmatch(cid) and runtime in ("docker", "podman"):
+                    if len(collector.watched_containers) < MAX_CONTAINERS:
+                        collector.watched_containers[cid] = runtime
+                return None
+            collector.watched.add(str(request["unit"]))
+            return None
+        if op == OP_REFRESH:
+            return None
+        if op == OP_PING:  # gpudash measures its request round trip
+            return {"k": K_PONG, "id": request.get("id")}
+        if op == OP_SAMPLE:
+            return {"k": K_FULL, "s": collector.sample(force_units=True), "id": request.get("id")}
+        if op == OP_HTTP:
+            unit, owner = request.get("unit"), None
+            if "container" in request:
+                cid, runtime = str(request["container"]), str(request.get("runtime"))
+                if not (CONTAINER_ID.fullmatch(cid) and runtime in ("docker", "podman")):
+                    return {"k": K_HTTP, "status": None, "id": request.get("id"),
+                            "error": "not a container to probe for"}
+                owner = (cid, runtime)
+            return probe_later(str(request["url"]), float(request.get("timeout", 3)),
+                               request.get("id"), None if unit is None else str(unit),
+                               collector, owner)
+        if op == OP_SIGNAL:
+            pid, start, boot = int(request["pid"]), request.get("start"), request.get("boot")
+            if start is not None:
+                start = int(start)
+            boot = None if boot is None else str(boot)
+            outcome = send_signal(pid, start, int(request["sig"]), boot_id=boot)
+            collector.proc.watch(pid)  # its state may change: re-read it a while
+            if outcome == "sent" and start is not None:
+                collector.signalled[pid] = start  # listed until it is gone
+            return {"k": K_SIGNAL, "outcome": outcome, "id": request.get("id")}
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
+        reply: Json = {"k": K_ERROR, "msg": "bad request"}
+    else:
+        reply = {"k": K_ERROR, "msg": "unknown op"}
+    if isinstance(request, dict) and request.get("id") is not None:
+        reply["id"] = request["id"]
+    return reply
+
+
+def main(argv: list[str], nvml_source: str | None = None) -> int:
+    """``stream INTERVAL [--sudo]`` or ``serve [--sudo]``: JSON lines on stdout."""
+    mode = argv[0] if argv else "stream"
+    sudo = "--sudo" in argv
+    collector = HostCollector(sudo=sudo, nvml_source=nvml_source)
+    lines: queue.Queue[bytes | None] = queue.Queue()
+    threading.Thread(target=_stdin_lines, args=(lines,), daemon=True).start()
+    try:
+        if mode == "serve":
+            _emit({"k": K_READY, "v": PROTOCOL})
+            while True:
+                line = lines.get()
+                if line is None:
+                    return 0
+                reply = _command(line, collector)
+                if reply is not None:
+                    _emit(reply)
+        interval = max(0.05, float(argv[1]) if len(argv) > 1 else 1.0)
+        last: Json | None = None
+        force = False
+        next_at = time.monotonic()
+        while True:
+            snap = collector.sample(force_units=force)
+            force = False
+            if last is None:
+                _emit({"k": K_FULL, "s": snap})
+            else:
+                _emit({"k": K_PATCH, "s": merge_patch(last, snap)})
+            last = snap
+            next_at += interval
+            while True:
+                wait = next_at - time.monotonic()
+                if wait <= 0:
+                    next_at = max(next_at, time.monotonic() - interval)
+                    break
+                try:
+                    line = lines.get(timeout=wait)
+                except queue.Empty:
+                    break
+                if line is None:  # gpudash went away
+                    return 0
+                reply = _command(line, collector)
+                if reply is not None and reply.get("k") == K_PONG:
+                    _emit(reply)  # answered at once; a ping asks for no fresh sample
+                    continue
+                force = True
+    except (BrokenPipeError, KeyboardInterrupt):
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,131 @@
+"""The one definition of what travels between gpudash and this collector.
+
+gpudash's decoder (gpudash/protocol/wire.py) imports these names, and a test holds the key
+lists equal to the fields of gpudash's model (Gpu, Process, Unit, HostSnapshot).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+PROTOCOL = 7  # 2: boot_id, CPU and memory of the host and of each process, source "none"
+# 3: "containers" (docker/podman inspect of the containers their cgroups name) and "pods"
+# 4: a process's process group and what its cgroup says (container, pod, a user's own
+#    systemd), why a listed process could not be read; the parents and group leaders
+#    of GPU holders are listed
+# 5: a unit's stop timeout, restart delay, start limits, and its first ExecStart's argv
+#    (what the unit lint and the fit estimate read)
+# 6: a GPU process's SM utilisation (nvmlDeviceGetProcessUtilization), where NVML has it
+# 7: a container's health check, --init and PID mode (what the container lint reads)
+
+UTIL_WINDOW_US = 1000000  # a process's SM %: the most of its samples of the last second
+
+# gpudash -> collector, one JSON object a line: {"op": OP_..., ...}
+OP_WATCH = "watch"  # {"unit": NAME}: report this unit from now on; re-read everything
+# ({"container": ID} the same for a container: a stopped one has no process to name it)
+OP_REFRESH = "refresh"  # re-read everything in the next sample
+OP_SAMPLE = "sample"  # serve: {"id"} -> K_FULL with a fresh snapshot and the same "id"
+OP_SIGNAL = "signal"  # serve: {"id", "pid", "start", "sig", "boot"?} -> K_SIGNAL, same "id"
+OP_PING = "ping"  # {"id"} -> K_PONG with the same "id" at once: the request round trip
+OP_HTTP = "http"  # serve: {"id", "url", "timeout", "unit"?} -> K_HTTP: a GET on this host's
+# loopback; with "unit", refused unless that unit's own process listens on the port
+
+# collector -> gpudash, one JSON object a line (UTF-8 as is): {"k": K_..., ...}
+K_READY = "ready"  # serve: the first line, {"v": PROTOCOL}
+K_FULL = "full"  # {"s": snapshot}
+K_PATCH = "patch"  # {"s": RFC 7386 merge patch from the previous snapshot to this one}
+K_SIGNAL = "signal"  # {"outcome": one of SIGNAL_OUTCOMES}
+K_ERROR = "error"  # {"msg": text}: a request that could not be read
+K_PONG = "pong"  # the answer to OP_PING
+K_HTTP = "http"  # {"status": int | null, "error": text | null}: the answer to OP_HTTP
+SIGNAL_OUTCOMES = ("sent", "gone", "mismatch", "denied", "unknown")
+
+# A snapshot has SNAPSHOT_KEYS; "gpus", "procs" and "units" are objects keyed by GPU index,
+# pid and unit name whose values have the keys below. Keys whose value is None are left out.
+SNAPSHOT_KEYS = (
+    "v", "host", "taken_at", "boot_id", "source", "degraded", "errors", "can_act",
+    "cannot_act_reason", "cpu_pct", "mem_used_mib", "mem_total_mib", "collector_cpu_s",
+    "gpus", "procs", "units", "containers", "pods",
+)
+GPU_KEYS = (
+    "index", "uuid", "name", "memory_total_mib", "memory_used_mib", "memory_reserved_mib",
+    "utilization_pct", "temperature_c", "power_w", "power_limit_w", "error",
+)
+PROC_KEYS = (  # gpu_memory_mib: {"INDEX": MiB, or -1 where the driver cannot tell}
+    "pid", "ppid", "start_ticks", "started_at", "state", "user", "name", "cmdline", "cgroup",
+    "unit", "gpu_memory_mib", "cpu_pct", "rss_mib",
+    # % of the SM time it used since the last sample, the most on any of its GPUs; absent
+    # where the driver cannot tell (nvidia-smi, an older driver or GPU)
+    "sm_util_pct",
+    "device_gpus",  # [INDEX]: holds these GPUs' /dev/nvidia* although the driver lists it not
+    "pgid",  # its process group
+    # from its cgroup: the container (runtime, id), the pod, and under user@UID.service
+    # that user's uid and the unit there
+    "container_runtime", "container_id", "pod_uid", "user_uid", "user_unit",
+    "unreadable",  # listed by the driver, not readable here: one of UNREADABLE_REASONS
+)
+UNREADABLE_REASONS = ("gone", "hidden", "denied", "namespace")
+UNIT_KEYS = (
+    "name", "active_state", "sub_state", "unit_file_state", "restart", "kill_mode",
+    "n_restarts", "main_pid", "control_group", "description",
+    # seconds, as systemctl show says them (None: infinity or not said)
+    "timeout_stop_s", "restart_s", "start_limit_interval_s", "start_limit_burst",
+    "exec_start",  # the first ExecStart's argv, joined by spaces (EXEC_MAX)
+    "cuda_visible_devices",  # its Environment's CUDA_VISIBLE_DEVICES, if GPU indices
+    "send_sigkill",  # yes/no: what outlives TimeoutStopSec is SIGKILLed
+)
+# "containers" is keyed by the container id its processes' cgroups name, "pods" by pod UID.
+CONTAINER_KEYS = (  # state "removed": the runtime answered that no such container exists
+    "id", "runtime", "name", "image", "state", "restart_policy", "restart_count", "main_pid",
+    # the container lint's: "none" (no health check) or its status ("healthy", ...; a
+    # configured one not yet run: "configured"); "yes"/"no" (--init: a PID 1 that reaps);
+    # the PID namespace ("host": --pid host; "private"; "container:ID")
+    "health", "init", "pid_mode",
+    "port",  # the host TCP port it publishes (its lowest TCP port's): its ready URL's
+)
+POD_KEYS = ("uid", "namespace", "name")
+CONTAINER_RUNTIMES = ("docker", "podman", "cri")  # cri: a Kubernetes pod's (crictl)
+REMOVED = "removed"
+SOURCES = ("nvml", "nvidia-smi", "none")  # "none": no GPU facts at all (degraded)
+
+# Limits. A host's text is anybody's (a GPU user picks their cmdline): this collector
+# never writes more than these, and gpudash refuses larger counts and cuts longer text.
+MAX_GPUS = 64
+MAX_PROCS = 2048  # GPU holders first, then the other processes of their units
+MAX_UNITS = 256
+MAX_CONTAINERS = 32  # and as many pods: those whose processes a snapshot lists
+ANCESTRY_DEPTH = 8  # parents of a GPU holder listed, at most this many levels up
+MAX_ERRORS = 32
+TRUNCATED = "\u2026[truncated]"  # ends every text that was cut
+CMDLINE_MAX = 4096  # bytes of one cmdline as JSON text (escapes counted), mark included
+CMDLINE_SHORT = 256  # the same, once CMDLINE_BUDGET is spent
+CMDLINE_BUDGET = 1 << 20  # bytes of all cmdlines longer than CMDLINE_SHORT in a snapshot
+CGROUP_MAX = 512
+TEXT_MAX = 256  # every other text: names, states, users, units, descriptions, GPU names
+ERROR_MAX = 512
+WORD_MAX = 32  # a container's state and restart policy: one word
+
+MIB = 1024 * 1024
+UNIT_COMPONENT = re.compile(r"[A-Za-z0-9:_.\\@-]{1,240}\.(service|scope)")  # fullmatch
+BOOT_ID = re.compile(r"[0-9a-fA-F-]{1,64}")  # fullmatch
+CONTAINER_ID = re.compile(r"[0-9a-f]{12,64}")  # fullmatch
+POD_UID = re.compile(r"[0-9a-f-]{8,64}")  # fullmatch
+
+UNIT_PROPERTIES = (
+    "Id,ActiveState,SubState,UnitFileState,Restart,KillMode,NRestarts,MainPID,"
+    "ControlGroup,Description,TimeoutStopUSec,RestartUSec,StartLimitIntervalUSec,"
+    "StartLimitBurst,ExecStart,Environment,SendSIGKILL"
+)
+EXEC_MAX = 1024  # bytes of a unit's ExecStart argv as JSON text
+
+SMI_GPU_FIELDS = (
+    "index,uuid,name,memory.total,memory.used,utilization.gpu,temperature.gpu,"
+    "power.draw,power.limit"
+)
+SMI_APP_FIELDS = "gpu_uuid,pid,used_memory"
+
+if TYPE_CHECKING:  # the host may run Python 3.7: no runtime generic aliases
+    from typing import TypeAlias  # novermin: type checking only
+
+    Json: TypeAlias = dict[str, Any]
