@@ -108,3 +108,13 @@ def test_no_import_cycle_in_gpudash() -> None:
 
     for m in sorted(graph):
         visit(m)
+
+
+def test_modules_stay_small_and_the_app_a_composition_root() -> None:
+    """Issue 18: no module of gpudash over 500 lines, ``ui/app.py`` at most 300 (a big
+    module is where responsibilities pile up; split it by what it does)."""
+    long = {str(p.relative_to(ROOT)): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 500}
+    assert long == {}, long
+    app = len((PACKAGE / "ui" / "app.py").read_text().splitlines())
+    assert app <= 300, app
