@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import select
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -39,14 +41,30 @@ def start(
 
 
 def read_line(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> bytes:
-    """The collector's next line (raw bytes), or AssertionError with its stderr."""
+    """The collector's next line (raw bytes), or AssertionError with its stderr.
+
+    Read from the pipe itself, the rest kept for the next call: select() on a buffered
+    reader says nothing of a second line already read into its buffer with the first (two
+    probe replies written together were waited for 15 s, and the test failed)."""
     assert proc.stdout is not None
-    ready, _, _ = select.select([proc.stdout], [], [], timeout)
-    line = proc.stdout.readline() if ready else b""
-    if not line.endswith(b"\n"):
+    pending: bytearray = proc.__dict__.setdefault("_unread", bytearray())
+    fd = proc.stdout.fileno()
+    deadline = time.monotonic() + timeout
+    while b"\n" not in pending:
+        left = deadline - time.monotonic()
+        ready = select.select([fd], [], [], left)[0] if left > 0 else []
+        chunk = os.read(fd, 1 << 20) if ready else b""
+        if not chunk:
+            break
+        pending += chunk
+    end = pending.find(b"\n")
+    if end < 0:
+        line = bytes(pending)
         proc.kill()
         err = proc.stderr.read().decode("utf-8", "replace") if proc.stderr else ""
         raise AssertionError(f"collector sent no line: {line[:200]!r}; stderr: {err[-2000:]}")
+    line = bytes(pending[:end + 1])
+    del pending[:end + 1]
     return line
 
 
