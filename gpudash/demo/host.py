@@ -215,8 +215,7 @@ class DemoHost(HostControl):
         return HttpAnswer(url, None, "connection refused")
 
     async def find_container(self, ref: str) -> tuple[str, str] | None:
-        c = self.sim.containers.get(ref) or next(
-            (c for c in self.sim.containers.values() if c.name == ref), None)
+        c = self.sim.dockerd.find(ref)
         return None if c is None or c.state == "removed" else ("docker", c.id)
 
     async def container_logs(self, runtime: str, container: str, *, lines: int = 200,
