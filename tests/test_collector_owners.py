@@ -16,7 +16,7 @@ from test_collector import FakeGpus, fake_proc
 from test_containers import collector, fake_cli, host, inspect_json
 
 from gpudash.collector.host.collector import HostCollector
-from gpudash.collector.host.loop import _command
+from gpudash.collector.host.loop import Emitter, _command
 from gpudash.collector.host.parsing import cgroup_facts
 from gpudash.collector.host.procfs import in_child_pid_namespace, proc_hides_pids
 from gpudash.collector.host.procs import ProcReader
@@ -134,7 +134,7 @@ def test_a_signalled_process_is_listed_until_it_is_gone(tmp_path: Path) -> None:
         assert str(sleeper.pid) not in c.sample()["procs"]  # nothing makes it relevant
         reply = _command(json.dumps({"op": "signal", "id": 1, "pid": sleeper.pid,
                                               "start": start, "sig": signal.SIGCONT}).encode(),
-                                  c)
+                                  c, Emitter(None))
         assert reply is not None and reply["outcome"] == "sent"
         assert c.sample()["procs"][str(sleeper.pid)]["start_ticks"] == start
         sleeper.kill()

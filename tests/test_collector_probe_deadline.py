@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 from collector_run import read_line, request, start, stop
 
-from gpudash.collector.host.loop import MAX_PROBES, _probes, probe_later
+from gpudash.collector.host.loop import MAX_PROBES, Emitter, _probes, probe_later
 from gpudash.collector.host.protocol import (
     K_FULL,
     K_HTTP,
@@ -92,7 +92,7 @@ def test_probes_in_flight_are_bounded() -> None:
     held = [_probes.acquire(blocking=False) for _ in range(MAX_PROBES)]
     try:
         assert all(held)
-        reply = probe_later("http://127.0.0.1:9/health", 1, 7)
+        reply = probe_later(Emitter(None), "http://127.0.0.1:9/health", 1, 7)
         assert reply == {"k": K_HTTP, "status": None, "id": 7,
                          "error": "busy: too many probes in flight"}
     finally:

@@ -75,11 +75,17 @@ def payload(*, with_pynvml: bool) -> bytes:
     return f"{len(collector)} {len(nvml)}\n".encode() + collector + nvml
 
 
+def collector_args(mode: str, *, interval: float | None, sudo: bool) -> list[str]:
+    """The arguments of ``loop.main`` for ``mode`` (``stream`` or ``serve``)."""
+    args = [mode]
+    if interval is not None:
+        args.append(f"{interval:g}")
+    if sudo:
+        args.append("--sudo")
+    return args
+
+
 def collector_argv(python: str, mode: str, *, interval: float | None, sudo: bool) -> list[str]:
     """argv that runs the collector in ``mode`` (``stream`` or ``serve``), isolated."""
-    argv = [python, "-I", "-u", "-c", BOOTSTRAP, mode]
-    if interval is not None:
-        argv.append(f"{interval:g}")
-    if sudo:
-        argv.append("--sudo")
-    return argv
+    return [python, "-I", "-u", "-c", BOOTSTRAP,
+            *collector_args(mode, interval=interval, sudo=sudo)]

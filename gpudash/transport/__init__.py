@@ -56,7 +56,8 @@ def open_source(
     if not 0.05 <= interval <= 3600:
         raise ValueError(f"interval out of range: {interval}")
     if target is None or target == "local":
-        return LocalSource(sudo=sudo, read_only=read_only)
+        # one process: the stream collector runs in a thread of this one (``inprocess``)
+        return LocalSource(sudo=sudo, read_only=read_only, in_process=True)
     from gpudash.transport.ssh import SshSource
 
     return SshSource(

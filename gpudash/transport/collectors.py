@@ -30,7 +30,7 @@ from gpudash.collector.host.protocol import (
 )
 from gpudash.domain.model import HostSnapshot, SourceKind
 from gpudash.protocol import shell
-from gpudash.protocol.payload import collector_argv, payload
+from gpudash.protocol.payload import collector_args, collector_argv, payload
 from gpudash.protocol.source import (
     LinkLost,
     ListenerOwner,
@@ -76,6 +76,7 @@ class CollectorOptions:
     sudo: bool
     send_pynvml: bool
     watched: set[str] = field(default_factory=set)  # units to report even without GPU holders
+    in_process: bool = False  # the stream collector runs in a thread here (``inprocess``)
 
 
 def request(op: str, **fields: Any) -> bytes:
@@ -186,6 +187,8 @@ class PythonCollector(Collector):
     async def _start(self, mode: str, interval: float | None) -> Pipe:
         assert self.facts.python is not None
         sudo = self.options.sudo
+        if mode == "stream" and self.options.in_process:
+            return await self._start_here(collector_args(mode, interval=interval, sudo=sudo))
         argv = collector_argv(self.facts.python, mode, interval=interval, sudo=sudo)
         as_root = mode == "serve" and sudo and not self.facts.is_root
         # built (and compressed) once per process, off the event loop
@@ -193,6 +196,20 @@ class PythonCollector(Collector):
         pipe = await self.open(["sudo", "-n", *argv] if as_root else argv)
         try:
             pipe.write(data)
+            for unit in sorted(self.options.watched):
+                pipe.write(request(OP_WATCH, unit=unit))
+        except SourceError:
+            await self.release(pipe)
+            raise
+        return pipe
+
+    async def _start_here(self, argv: list[str]) -> Pipe:
+        from gpudash.transport.inprocess import start_thread_pipe
+
+        pipe: Pipe = await start_thread_pipe(
+            self.options.name, argv, self.connection.line_limit)
+        self.pipes.add(pipe)
+        try:
             for unit in sorted(self.options.watched):
                 pipe.write(request(OP_WATCH, unit=unit))
         except SourceError:

@@ -1,4 +1,5 @@
-"""This machine as a host: the collector runs as a subprocess of gpudash."""
+"""This machine as a host: the collector runs as a subprocess of gpudash, or (the
+dashboard's stream, ``in_process``) in a thread of its own process (``inprocess``)."""
 
 from __future__ import annotations
 
@@ -128,7 +129,8 @@ class LocalSource(CollectorSource):
 
     ``env`` adds variables to the collector's environment (tests point
     ``LD_LIBRARY_PATH`` at a stand-in libnvidia-ml this way). ``python`` None runs the
-    shell fallback.
+    shell fallback. ``in_process`` runs the stream collector in a thread here: it then
+    sees this process's environment (and its libnvidia-ml), not ``env``.
     """
 
     def __init__(
@@ -139,9 +141,11 @@ class LocalSource(CollectorSource):
         read_only: bool = False,
         env: Mapping[str, str] | None = None,
         python: str | None = sys.executable,
+        in_process: bool = False,
     ) -> None:
         connection = LocalConnection(
             name or socket.gethostname(), {**os.environ, **(env or {})}, python
         )
         # the installed pynvml is importable here: nothing to send
         super().__init__(connection, sudo=sudo, read_only=read_only, send_pynvml=False)
+        self.options.in_process = in_process and python is not None

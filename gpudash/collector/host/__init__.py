@@ -6,9 +6,10 @@ in one round trip and the bootstrap makes them the package ``gpudash_hostside`` 
 (its entry point is ``loop.main``). It imports only the standard library, plus ``pynvml``
 (sent along with it) and the host's own ``psutil`` when present (for the host's CPU and
 RAM only; ``/proc`` serves the same numbers without it). It must never import gpudash, and
-its modules import each other relatively only. Locally the same payload runs as a
-subprocess, so both paths share one code path. CI checks it with ``vermin -t=3.7-`` and
-runs it on a real Python 3.7.
+its modules import each other relatively only. Locally the same program runs as a
+subprocess, or (the dashboard's stream) its ``loop.main`` in a thread of gpudash's
+process over two pipes (``gpudash.transport.inprocess``): one code path everywhere. CI
+checks it with ``vermin -t=3.7-`` and runs it on a real Python 3.7.
 
 A snapshot on the wire is a dict with ``None`` values left out (so a JSON merge patch,
 RFC 7386, can describe every change: ``null`` means "now unknown"); a process's GPU

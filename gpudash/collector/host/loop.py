@@ -36,25 +36,33 @@ if TYPE_CHECKING:
     from .protocol import Json
 
 
-_EMIT_LOCK = threading.Lock()  # a probe's answer is written from its own thread
 MAX_PROBES = 4  # GETs in flight at once; more are answered "busy" at once
 
 
-def _emit(message: Json) -> None:
-    # UTF-8 as is: a \u escape makes every non-ASCII character of a host's text 6 bytes;
-    # "replace" turns lone surrogates (undecodable passwd names) into "?", never an error.
-    line = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
-    data = line.encode("utf-8", "replace") + b"\n"
-    with _EMIT_LOCK:
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
+class Emitter:
+    """Writes messages as JSON lines to one binary stream (stdout, or the pipe of a
+    collector gpudash runs in a thread of its own process). A probe's answer is written
+    from its own thread, so each line is written whole under a lock."""
+
+    def __init__(self, out: Any) -> None:
+        self.out = out
+        self.lock = threading.Lock()
+
+    def __call__(self, message: Json) -> None:
+        # UTF-8 as is: a \u escape makes every non-ASCII character of a host's text 6
+        # bytes; "replace" turns lone surrogates (undecodable passwd names) into "?".
+        line = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+        data = line.encode("utf-8", "replace") + b"\n"
+        with self.lock:
+            self.out.write(data)
+            self.out.flush()
 
 
 _probes = threading.BoundedSemaphore(MAX_PROBES)
 
 
-def probe_later(url: str, timeout_s: float, request_id: Any, unit: str | None = None,
-                collector: HostCollector | None = None,
+def probe_later(emit: Emitter, url: str, timeout_s: float, request_id: Any,
+                unit: str | None = None, collector: HostCollector | None = None,
                 container: tuple[str, str] | None = None) -> Json | None:
     """Answer OP_HTTP from a thread of its own, by an absolute deadline: a server that
     sends one byte a second holds neither the answer past ``timeout_s`` nor the request
@@ -81,7 +89,7 @@ def probe_later(url: str, timeout_s: float, request_id: Any, unit: str | None = 
             worker.start()
             worker.join(deadline)  # the GET itself may go on: nobody waits for it
             status, error = got[0] if got else (None, f"no answer within {deadline:g} s")
-            _emit({"k": K_HTTP, "status": status, "error": error, "id": request_id})
+            emit({"k": K_HTTP, "status": status, "error": error, "id": request_id})
         except (BrokenPipeError, OSError):
             pass  # gpudash went away
         finally:
@@ -91,13 +99,21 @@ def probe_later(url: str, timeout_s: float, request_id: Any, unit: str | None = 
     return None
 
 
-def _stdin_lines(lines: queue.Queue[bytes | None]) -> None:
-    for line in sys.stdin.buffer:
-        lines.put(line)
-    lines.put(None)
+def _stdin_lines(inp: Any, lines: queue.Queue[bytes | None]) -> None:
+    try:
+        for line in inp:
+            lines.put(line)
+    except (OSError, ValueError):
+        pass  # the pipe went away: the same as its end
+    finally:
+        lines.put(None)
+        try:
+            inp.close()
+        except (OSError, ValueError):
+            pass
 
 
-def _command(line: bytes, collector: HostCollector) -> Json | None:
+def _command(line: bytes, collector: HostCollector, emit: Emitter) -> Json | None:
     """Apply one request from gpudash; return the reply for requests that have one.
     A request it cannot read gets an error reply (with its id, where it has one)."""
     request: Any = None
@@ -127,7 +143,7 @@ def _command(line: bytes, collector: HostCollector) -> Json | None:
                     return {"k": K_HTTP, "status": None, "id": request.get("id"),
                             "error": "not a container to probe for"}
                 owner = (cid, runtime)
-            return probe_later(str(request["url"]), float(request.get("timeout", 3)),
+            return probe_later(emit, str(request["url"]), float(request.get("timeout", 3)),
                                request.get("id"), None if unit is None else str(unit),
                                collector, owner)
         if op == OP_SIGNAL:
@@ -149,23 +165,28 @@ def _command(line: bytes, collector: HostCollector) -> Json | None:
     return reply
 
 
-def main(argv: list[str], nvml_source: str | None = None) -> int:
-    """``stream INTERVAL [--sudo]`` or ``serve [--sudo]``: JSON lines on stdout."""
+def main(argv: list[str], nvml_source: str | None = None, inp: Any = None, out: Any = None
+         ) -> int:
+    """``stream INTERVAL [--sudo]`` or ``serve [--sudo]``: requests read from ``inp``
+    (stdin), JSON lines written to ``out`` (stdout); both binary streams."""
     mode = argv[0] if argv else "stream"
     sudo = "--sudo" in argv
+    emit = Emitter(sys.stdout.buffer if out is None else out)
     collector = HostCollector(sudo=sudo, nvml_source=nvml_source)
+    collector.stats.own_thread = inp is not None  # in a thread of gpudash (``inprocess``)
     lines: queue.Queue[bytes | None] = queue.Queue()
-    threading.Thread(target=_stdin_lines, args=(lines,), daemon=True).start()
+    source = sys.stdin.buffer if inp is None else inp
+    threading.Thread(target=_stdin_lines, args=(source, lines), daemon=True).start()
     try:
         if mode == "serve":
-            _emit({"k": K_READY, "v": PROTOCOL})
+            emit({"k": K_READY, "v": PROTOCOL})
             while True:
                 line = lines.get()
                 if line is None:
                     return 0
-                reply = _command(line, collector)
+                reply = _command(line, collector, emit)
                 if reply is not None:
-                    _emit(reply)
+                    emit(reply)
         interval = max(0.05, float(argv[1]) if len(argv) > 1 else 1.0)
         last: Json | None = None
         force = False
@@ -174,9 +195,9 @@ def main(argv: list[str], nvml_source: str | None = None) -> int:
             snap = collector.sample(force_units=force)
             force = False
             if last is None:
-                _emit({"k": K_FULL, "s": snap})
+                emit({"k": K_FULL, "s": snap})
             else:
-                _emit({"k": K_PATCH, "s": merge_patch(last, snap)})
+                emit({"k": K_PATCH, "s": merge_patch(last, snap)})
             last = snap
             next_at += interval
             while True:
@@ -190,9 +211,9 @@ def main(argv: list[str], nvml_source: str | None = None) -> int:
                     break
                 if line is None:  # gpudash went away
                     return 0
-                reply = _command(line, collector)
+                reply = _command(line, collector, emit)
                 if reply is not None and reply.get("k") == K_PONG:
-                    _emit(reply)  # answered at once; a ping asks for no fresh sample
+                    emit(reply)  # answered at once; a ping asks for no fresh sample
                     continue
                 force = True
     except (BrokenPipeError, KeyboardInterrupt):
