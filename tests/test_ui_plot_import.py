@@ -1,0 +1,41 @@
+"""The chart's library is imported without its entry point (issue 18, item 5: RSS).
+
+plotext's ``__init__`` builds a documentation browser at import (0.11 s, 1 MB) and pulls
+in 164 modules; the dashboard imports the API's modules only. The chart it draws must be
+the one the whole package draws, and a later ``import plotext`` must still work.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+DRAW = textwrap.dedent("""
+    import json, sys
+    if sys.argv[1] == "whole":
+        import plotext  # the entry point first: plot.py then takes the package as it is
+    from gpudash.ui.plot import render_history
+    history = [(t, {0: 1000 + 300 * t, 1: 5000, 2: None}) for t in range(0, 40, 2)]
+    chart = render_history(history, [0, 1, 2], width=70, height=14, ymax_gib=20)
+    import plotext
+    print(json.dumps({"chart": chart.plain, "styles": sorted({str(s.style) for s in chart.spans}),
+                      "docs": "plotext._doc.doc" in sys.modules,
+                      "api": callable(getattr(plotext.figure, "plot_size", None))}))
+""")
+
+
+def _draw(how: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", DRAW, how], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
+def test_the_lean_import_draws_what_the_whole_package_draws() -> None:
+    lean, whole = _draw("lean"), _draw("whole")
+    assert "⣀" in lean["chart"] or "⠤" in lean["chart"] or "⠒" in lean["chart"], lean["chart"]
+    assert lean["chart"] == whole["chart"] and lean["styles"] == whole["styles"]
+    assert lean["docs"] is False and whole["docs"] is True  # its docs were never built
+    assert lean["api"] and whole["api"]  # and `import plotext` still gives its API
