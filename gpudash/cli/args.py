@@ -10,7 +10,7 @@ from pathlib import Path
 
 from gpudash import __version__
 from gpudash.cli.contract import EXIT_CODES_HELP
-from gpudash.demo.fleet import MAX_DEMO_HOSTS
+from gpudash.demo.incident import MAX_DEMO_HOSTS  # names only: the demo loads on --demo
 from gpudash.domain.model import unit_name
 from gpudash.state import config
 from gpudash.state.logfile import LEVELS

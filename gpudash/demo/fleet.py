@@ -20,6 +20,7 @@ import signal
 from collections.abc import AsyncIterator, Sequence
 
 from gpudash.demo.host import DEEPSEEK, MINIMAX, DemoHost
+from gpudash.demo.incident import MAX_DEMO_HOSTS
 from gpudash.domain.model import HostSnapshot
 from gpudash.protocol.source import (
     CommandResult,
@@ -34,7 +35,6 @@ from gpudash.protocol.source import (
 )
 
 SCENARIOS = ("incident", "healthy", "unreachable", "stopped", "crash-loop", "healthy")
-MAX_DEMO_HOSTS = 256
 
 
 class ScenarioHost(DemoHost):

@@ -15,6 +15,7 @@ GPU_TOTAL_MIB = 97887
 MODEL_MIB = 96801  # per GPU, as nvidia-smi showed in the incident
 NOTEBOOK_MIB = 2048
 RESPAWN_MIB = 612  # a respawned worker's CUDA context, before it fails to load the model
+MAX_DEMO_HOSTS = 256  # --demo-hosts: copies of the incident host in the demo fleet
 MINIMAX = "vllm-minimax-m25.service"
 KIMI = "vllm-kimi-k25.service"
 DEEPSEEK = "vllm-deepseek-v3.service"

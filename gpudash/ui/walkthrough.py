@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from rich.text import Text
 
-from gpudash.demo.host import KIMI, MINIMAX
+from gpudash.demo.incident import KIMI, MINIMAX
 from gpudash.domain.triage import Flag, HostTriage
 
 KeyOf = Callable[[str], str]  # action name -> the key the user presses for it
