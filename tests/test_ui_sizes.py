@@ -475,3 +475,19 @@ async def test_120x35_a_cut_unit_panel_says_so() -> None:
         assert "MainPID" not in screen_text(app)
         assert app.query_one(UnitPanel).border_subtitle == CUT
         assert "cut: Enter shows it all" in screen_text(app)
+
+
+async def test_every_help_row_is_one_line_at_the_help_screens_widest() -> None:
+    # Seen: at its width of 92 the enter row wrapped "(again: all)" onto a line of its own.
+    from gpudash.ui.bindings import help_rows
+    from gpudash.ui.screens import HelpScreen
+
+    app = make_app()
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.pause(0.5)
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+        await pilot.pause(0.3)
+        lines = screen_text(app).splitlines()
+        for _keys, description, _a in help_rows("main", {}, 1, {}):
+            assert [line for line in lines if description in line], description

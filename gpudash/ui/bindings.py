@@ -84,8 +84,8 @@ KEYS: tuple[Key, ...] = (
         palette="Fleet: every host in one table"),
     *(Key("main", f"host{n}", str(n), f"host({n - 1})", f"Host {n}", show=False, hosts=True)
       for n in range(1, 10)),
-    _help("main", "enter", "The selected owner, or log entry, in full; on a GPU: only "
-          "its holders (again: all)"),
+    _help("main", "enter", "In full: the selected owner or log entry; a GPU's holders only "
+          "(again: all)"),
     _help("main", "home, end", "First / last row"),
     _help("main", "tab", "Move focus: holders, log, GPUs"),
     Key("main", "hide_result", "x", "hide_result", "Hide result",
