@@ -88,3 +88,25 @@ async def test_a_swap_offers_the_other_models_and_enables_as_the_old_unit_was() 
                          ports)
     assert isinstance(plan, ActionPlan) and plan.selection.target == KIMI
     assert plan.selection.enable is False and plan.selection.ready_url is not None
+
+
+async def test_a_swap_asks_the_host_for_its_model_units_once() -> None:
+    # Seen: the picker read the host's model units, and the plan read them again for the
+    # port of the one picked (two `systemctl show` round trips on a real host).
+    demo = DemoHost(speed=50)
+    asked: list[Sequence[str]] = []
+    model_units = demo.model_units
+
+    async def counting(models: Sequence[str]):  # type: ignore[no-untyped-def]
+        asked.append(models)
+        return await model_units(models)
+
+    demo.model_units = counting  # type: ignore[method-assign]
+    ports = Answers([])
+    ports.pick_as = Picked(KIMI, enable=True)
+    plan = await prepare(Request(ActionKind.SWAP, Selection(unit=MINIMAX)), demo, "demo",
+                         ports)
+    assert isinstance(plan, ActionPlan) and plan.selection.target == KIMI
+    kimi_port = next(m.port for m in await model_units(()) if m.name == KIMI)
+    assert plan.selection.ready_url == f"http://127.0.0.1:{kimi_port}/health"
+    assert len(asked) == 1

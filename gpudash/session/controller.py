@@ -26,7 +26,7 @@ from gpudash.engine import (
     reverify,
 )
 from gpudash.engine.plan import STOPPING
-from gpudash.protocol.source import Capability, HostControl, SourceError
+from gpudash.protocol.source import Capability, HostControl, ModelUnit, SourceError
 from gpudash.session.audit import AuditTrail, failed, refusal
 from gpudash.state import footprints
 
@@ -296,27 +296,26 @@ def outcome_line(report: ActionReport) -> str:
 
 async def serving_request(
     control: HostControl, host: str, unit: str, *, ready_url: str | None = None,
-    simulated: bool = False, models: Sequence[str] = (),
+    simulated: bool = False, models: Sequence[str] = (), read: ModelUnit | None = None,
 ) -> tuple[str | None, dict[int, int] | None]:
     """(ready URL, learned footprint) for starting ``unit`` on ``host``.
 
     The URL is ``--ready-url`` when given, else the unit's port as the host reports it
     (``http://127.0.0.1:PORT/health``); the footprint is what it took when it last
     served here (None: never seen serving). ``models``: the settings' unit globs that are
-    model servers, as the front end read them once.
+    model servers, as the front end read them once. ``read``: the unit as the host
+    already said it (a swap's picker read them all): the host is not asked again.
     """
     learned = footprints.lookup(host, unit, footprints.store_path(simulated=simulated))
     url = ready_url
-    if url is None and Capability.MODEL_UNITS in control.capabilities:
+    if url is None and read is None and Capability.MODEL_UNITS in control.capabilities:
         try:
-            found = [m for m in await control.model_units(models)
-                     if m.name == unit]
+            read = next((m for m in await control.model_units(models) if m.name == unit),
+                        None)
         except (SourceError, NotImplementedError) as exc:
             log.info("model units of %s not read: %s", host, exc)
-            found = []
-        port = found[0].port if found else None
-        if port is not None:
-            url = f"http://127.0.0.1:{port}/health"
+    if url is None and read is not None and read.port is not None:
+        url = f"http://127.0.0.1:{read.port}/health"
     return url, (dict(learned.mib_per_gpu) if learned else None)
 
 

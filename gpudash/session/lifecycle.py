@@ -36,7 +36,7 @@ from gpudash.engine import (
     replan,
     selected_owner,
 )
-from gpudash.protocol.source import Capability, HostControl, SourceError
+from gpudash.protocol.source import Capability, HostControl, ModelUnit, SourceError
 from gpudash.session.audit import audit_path
 from gpudash.session.controller import serving_request
 from gpudash.session.history import read_records
@@ -76,12 +76,14 @@ class Candidate:
     footprint_mib: int | None  # learned, per GPU (the largest)
     restart: str | None = None  # the unit's Restart= (always: a failing start loops)
     ready_s: float | None = None  # learned: seconds from start to serving
+    unit: ModelUnit | None = None  # as the host said it (its port: the ready URL's)
 
 
 @dataclass(frozen=True, slots=True)
 class Picked:
     unit: str
     enable: bool
+    read: ModelUnit | None = None  # the candidate's unit as the host said it
 
 
 class Ports(Protocol):
@@ -141,6 +143,7 @@ async def _prepare_start(request: Request, control: HostControl, host: str, port
         return await _prepare_container_start(request, control, first, host)
     target = sel.target if request.kind is ActionKind.SWAP else sel.unit
     enable = request.enable
+    read = None
     if request.kind is ActionKind.SWAP:
         if enable is None:  # a swap leaves the host as it found it: enabled if the old was
             enable = _enabled(first, sel.unit)
@@ -148,12 +151,12 @@ async def _prepare_start(request: Request, control: HostControl, host: str, port
             picked = await _pick(control, host, first, sel, ports, enable, models, simulated)
             if isinstance(picked, Ended):
                 return picked
-            target, enable = picked.unit, picked.enable
+            target, enable, read = picked.unit, picked.enable, picked.read
     if target is None:
         raise PlanError("no unit to start")
     control.watch_unit(target)  # a unit to start must be in the snapshot it is planned from
     url, learned = await serving_request(control, host, target, ready_url=request.ready_url,
-                                         simulated=simulated, models=models)
+                                         simulated=simulated, models=models, read=read)
     snapshot = await control.sample()
     chosen = dataclasses.replace(
         sel, ready_url=url, footprint=learned, enable=bool(enable),
@@ -224,8 +227,10 @@ async def _pick(control: HostControl, host: str, snapshot: HostSnapshot, sel: Se
     if not found:
         return Ended(Ending.PLAN, "no other model-server units on this host")
     picked = await ports.pick(source, found, enable)
-    return picked if picked is not None else Ended(Ending.NOT_PICKED, "nothing picked: "
-                                                   "nothing done")
+    if picked is None:
+        return Ended(Ending.NOT_PICKED, "nothing picked: nothing done")
+    read = next((c.unit for c in found if c.name == picked.unit), None)
+    return dataclasses.replace(picked, read=read)  # its port is known: not asked again
 
 
 async def candidates(control: HostControl, host: str, models: Sequence[str], *,
@@ -242,7 +247,7 @@ async def candidates(control: HostControl, host: str, models: Sequence[str], *,
         out.append(Candidate(m.name, m.active_state or "?", m.unit_file_state or "?", m.port,
                              m.description or "",
                              max(fp.mib_per_gpu.values()) if fp else None, m.restart,
-                             fp.ready_s if fp else None))
+                             fp.ready_s if fp else None, m))
     return out
 
 
