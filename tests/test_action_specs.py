@@ -70,3 +70,20 @@ async def test_read_only_host_explains_itself_for_every_action() -> None:
     result = triage(snap)
     for spec in SPECS.values():
         assert spec.precheck(result, Selection(unit=MINIMAX, pid=90211)) == "read-only mode"
+
+
+async def test_a_fix_is_offered_for_what_only_the_learned_stop_time_shows() -> None:
+    # Seen: the dashboard's precheck linted the unit without what gpudash had learned of
+    # its stops here, so a unit whose only trap was a TimeoutStopSec shorter than its last
+    # stop took was greyed "nothing to fix" while `gpudash fix` fixed it.
+    from gpudash.domain.lint import Learned
+
+    snap = await DemoHost().sample()
+    clean = replace(snap.unit(MINIMAX), kill_mode="control-group", restart="on-failure",
+                    timeout_stop_s=300.0, exec_start="/usr/bin/vllm serve",
+                    start_limit_interval_s=600.0)
+    snap = replace(snap, units=tuple(clean if u.name == MINIMAX else u for u in snap.units))
+    fix = SPECS[ActionKind.FIX]
+    assert fix.precheck(triage(snap), Selection(unit=MINIMAX)) is not None  # nothing yet
+    learned = triage(snap, learned={MINIMAX: Learned(stop_s=400.0)})
+    assert fix.precheck(learned, Selection(unit=MINIMAX)) is None

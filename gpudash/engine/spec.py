@@ -5,10 +5,10 @@ its planner), asked by the dashboard, the CLI and the engine alike.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from gpudash.domain.model import HostSnapshot
+from gpudash.domain.model import HostSnapshot, unit_name
 from gpudash.domain.owners import (
     Owner,
     OwnerCapability,
@@ -68,8 +68,11 @@ class ActionSpec:
         return self.title
 
     def precheck(self, result: HostTriage, sel: Selection) -> str | None:
-        """Why this action does not fit the selection now, or None. Cheap: no planning."""
+        """Why this action does not fit the selection now, or None. Cheap: no planning.
+        A unit's fit is judged with what was learned of its stops here (the triage's), as
+        its plan will be."""
         snap = result.snapshot
+        sel = _with_learned(result, sel)
         if not snap.can_act:
             return snap.cannot_act_reason or f"cannot act on {snap.host}"
         if self.needs in (Needs.UNIT, Needs.UNIT_AND_TARGET) and sel.unit is None:
@@ -119,3 +122,11 @@ def selected_owner(snapshot: HostSnapshot, sel: Selection) -> Owner | None:
             if o.kind is OwnerKind.POD and o.pod_uid == sel.pod:
                 return o
     return None
+
+
+def _with_learned(result: HostTriage, sel: Selection) -> Selection:
+    """``sel`` with what the triage learned of its unit's stops, where it says nothing."""
+    if sel.unit is None or sel.learned is not None:
+        return sel
+    known = result.learned.get(unit_name(sel.unit))
+    return sel if known is None else replace(sel, learned=known)
