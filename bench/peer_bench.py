@@ -9,9 +9,9 @@ stand-in driver (tests/fakegpu: 8 GPUs, 8 holders), one after the other. After a
 the CPU of the program (and, where said, its children) is measured over ``--seconds``,
 with its resident memory at the end.
 
-- default: nvitop (``nvitop -m full --interval 1``) and ``gpudash`` (local: its collector
-  is a child process, so children count: nvitop samples in-process). Prints both and the
-  ratio gpudash / nvitop.
+- default: nvitop (``nvitop -m full --interval 1``) and ``gpudash`` (local: its stream
+  collector runs in a thread of its process; children still count, as its ``serve``
+  collector would be one). Prints both and the ratio gpudash / nvitop.
 - ``--via ssh``: ``gpudash h0 … hK-1`` against one real OpenSSH sshd on 127.0.0.1
   (tests/sshd); each alias is one SSH connection with its own collector. The dashboard's
   own CPU is what counts (sshd and the collectors are the hosts' side).
@@ -268,7 +268,7 @@ def peer(args: argparse.Namespace, stand: StandIn) -> list[dict[str, Any]]:
     for _ in range(args.rounds):
         rows.append(run_one("nvitop -m full --interval 1", [nvitop, "-m", "full", "--interval",
                                                           "1"], stand.env, args, True))
-        rows.append(run_one("gpudash (local, with its collector)",
+        rows.append(run_one("gpudash (local, collector included)",
                             [*gpudash_argv(), "--interval", "1"], stand.env, args, True,
                             args.keys))
     nv = statistics.mean(r["cpu_pct"] for r in rows[0::2])
