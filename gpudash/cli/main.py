@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -208,7 +209,7 @@ def _run(command: str | None, args: argparse.Namespace, term: Terminal) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     term = Terminal()
-    if argv is None:
+    if argv is None and "_ARGCOMPLETE" in os.environ:  # argcomplete loads only then
         from gpudash.cli.completion import complete_if_asked
 
         complete_if_asked()  # the shell asking for completions: answered, exited
