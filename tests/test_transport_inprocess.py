@@ -24,8 +24,7 @@ from gpudash.transport.local import LocalSource
 # Run in a child with the stand-in's environment: NVML is loaded by this process itself
 # now, and libnvidia-ml is found by the LD_LIBRARY_PATH a process starts with.
 CHILD = textwrap.dedent("""
-    import asyncio, json, sys, threading
-    import psutil
+    import asyncio, json, os, sys, threading
     from gpudash.transport.local import LocalSource
 
     async def main():
@@ -38,12 +37,14 @@ CHILD = textwrap.dedent("""
             if len(out) == 3:
                 break
         threads = sorted(t.name for t in threading.enumerate())
-        children = [" ".join(c.cmdline()) for c in psutil.Process().children(recursive=True)]
+        children = [open(f"/proc/{c}/cmdline").read() for t in os.listdir("/proc/self/task")
+                    for c in open(f"/proc/self/task/{t}/children").read().split()]
         await stream.aclose()
         await source.close()
         alive = [t.name for t in threading.enumerate() if t.name.startswith("gpudash-collector")]
         print(json.dumps({"snaps": out, "threads": threads, "children": children,
-                          "alive_after_close": alive}))
+                          "alive_after_close": alive,
+                          "psutil": "psutil" in sys.modules}))
 
     asyncio.run(main())
 """)
@@ -61,6 +62,8 @@ def test_the_local_stream_runs_in_this_process_and_sees_the_holders(fakegpu_stat
     assert any(t.startswith("gpudash-collector") for t in got["threads"]), got["threads"]
     assert not any("gpudash_hostside" in c for c in got["children"]), got["children"]
     assert got["alive_after_close"] == []
+    # the host's figures from /proc: psutil is not imported into gpudash for them
+    assert got["psutil"] is False
 
 
 def _run(coro):  # type: ignore[no-untyped-def]
@@ -125,8 +128,7 @@ def test_in_a_thread_the_collector_counts_its_own_cpu_not_the_dashboards() -> No
     got: dict[str, float | None] = {}
 
     def collector_thread() -> None:
-        stats = HostStats()
-        stats.own_thread = True
+        stats = HostStats(own_thread=True)
         got["thread"] = stats.read()["collector_cpu_s"]
         got["process"] = HostStats().read()["collector_cpu_s"]
 

@@ -38,7 +38,8 @@ class HostStats:
     available), from psutil where the host has it, else from ``/proc/stat`` and
     ``/proc/meminfo`` computed the way psutil does on Linux."""
 
-    def __init__(self, psutil: Any = None, proc: str = "/proc") -> None:
+    def __init__(self, psutil: Any = None, proc: str = "/proc", own_thread: bool = False
+                 ) -> None:
         self.psutil = psutil
         self.proc = proc
         self.last: tuple[float, float] | None = None  # (busy, total) CPU time, /proc path
@@ -47,7 +48,7 @@ class HostStats:
         self.own_read_at = -OWN_CPU_S
         self.own_cpu_s: float | None = None
         # run in a thread of gpudash's own process: its own CPU is that thread's
-        self.own_thread = False
+        self.own_thread = own_thread
         self.values: Json = {}
 
     @property

@@ -11,6 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .collector import HostCollector, merge_patch
+from .hoststats import HostStats
 from .protocol import (
     CONTAINER_ID,
     K_ERROR,
@@ -172,8 +173,11 @@ def main(argv: list[str], nvml_source: str | None = None, inp: Any = None, out: 
     mode = argv[0] if argv else "stream"
     sudo = "--sudo" in argv
     emit = Emitter(sys.stdout.buffer if out is None else out)
-    collector = HostCollector(sudo=sudo, nvml_source=nvml_source)
-    collector.stats.own_thread = inp is not None  # in a thread of gpudash (``inprocess``)
+    # In a thread of gpudash (``inprocess``): its own CPU is its thread's, and /proc gives
+    # the host's figures (psutil would be imported into the dashboard for nothing).
+    in_thread = inp is not None
+    stats = HostStats(None, own_thread=True) if in_thread else None
+    collector = HostCollector(sudo=sudo, nvml_source=nvml_source, stats=stats)
     lines: queue.Queue[bytes | None] = queue.Queue()
     source = sys.stdin.buffer if inp is None else inp
     threading.Thread(target=_stdin_lines, args=(source, lines), daemon=True).start()
