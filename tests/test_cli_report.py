@@ -130,3 +130,17 @@ def test_host_text_is_shown_literally() -> None:
     r = gpudash("report")
     assert r.returncode == 0, r.stderr
     assert "[red]gpu\\x1b[2J01" in r.stdout and "\x1b" not in r.stdout
+
+
+def test_an_action_of_one_sample_is_drawn_from_its_first_second_on() -> None:
+    # Seen: a fix (a drop-in written, no memory moved) recorded one sample, and its chart's
+    # axis, seconds from the action's first sample, ran from -1.00 to 0.00.
+    from gpudash.ui.plot import render_history, render_series
+
+    series = render_series([(0.0, {0: 4000, 1: 8000})], [0, 1], width=60, height=10,
+                           ymax_gib=10).plain.splitlines()
+    assert braille("".join(series)) and "-" not in series[-1], series[-1]
+    assert series[-1].split()[0] == "0.00" and series[-1].split()[-1] == "1.00"
+    history = render_history([(100.0, {0: 4000})], [0], width=60, height=10,
+                             ymax_gib=10).plain.splitlines()
+    assert history[-1].split()[-1] == "0.00" and history[-1].split()[0].startswith("-")

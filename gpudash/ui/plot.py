@@ -88,7 +88,7 @@ def render_history(
         return Text("waiting for samples…")
     last = points[-1][0]
     shown = [(t - last, used) for t, used in points if -WINDOW_S <= t - last <= 0]
-    return _draw(shown, gpus, width, height, ymax_gib)
+    return _draw(shown, gpus, width, height, ymax_gib, lone=-1.0)
 
 
 def render_series(
@@ -106,7 +106,7 @@ def render_series(
     shown = [(t, used) for t, used in series if 0 <= t <= WINDOW_S]
     if not shown:
         return Text("no memory recorded for this action")
-    return _draw(shown, gpus, width, height, ymax_gib)
+    return _draw(shown, gpus, width, height, ymax_gib, lone=1.0)
 
 
 def _draw(
@@ -115,8 +115,12 @@ def _draw(
     width: int,
     height: int,
     ymax_gib: float | None,
+    lone: float,
 ) -> Text:
-    """``points`` (x already within a WINDOW_S span) drawn with one colour per GPU."""
+    """``points`` (x already within a WINDOW_S span) drawn with one colour per GPU. A lone
+    sample is a short flat line ``lone`` seconds long: back in time for a history (its x
+    is "seconds before the last"), on from it for an action's series (seconds from its
+    first: a fix's report had one sample, and an axis from -1 to 0)."""
     fig = _FIGURE
     fig.clear()
     fig.plot_size(width, height)
@@ -134,7 +138,7 @@ def _draw(
         if not xs:
             continue
         if len(xs) == 1:  # a single sample still shows as a short flat line
-            xs, ys = [xs[0] - 1.0, xs[0]], [ys[0], ys[0]]
+            xs, ys = sorted([xs[0], xs[0] + lone]), [ys[0], ys[0]]
         signal = fig.signal(xs, ys, marker=_MARKER("braille", _PIXEL(_rgb(gpu_colour(gpu)))))
         signal.lines(True)
         fig.draw(signal)
