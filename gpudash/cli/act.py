@@ -1,10 +1,11 @@
 """``gpudash reclaim``, ``start``, ``swap``: plan, ask, act, follow, report — and never
 lose an action.
 
-The loop runs in an ``asyncio.Runner`` so the connection survives between its steps while
-the prompt runs outside it: Ctrl+C at ``Proceed?`` ends at once with nothing done. Once
-something may have been sent, Ctrl+C or SIGTERM cancel the action; the engine keeps what
-was sent in the report, which is audited and printed like any other (exit 6).
+The loop runs in a ``CommandLoop`` (an ``asyncio.Runner``) so the connection survives
+between its steps while the prompt runs outside it: Ctrl+C at ``Proceed?`` ends at once
+with nothing done. Once something may have been sent, Ctrl+C or SIGTERM cancel the action;
+the engine keeps what was sent in the report, which is audited and printed like any other
+(exit 6). Once the verdict is printed, nothing left running keeps gpudash from exiting.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import signal
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from gpudash.cli.closing import CommandLoop, close_all
 from gpudash.cli.contract import Exit
 from gpudash.cli.terminal import Terminal
 from gpudash.domain.model import unit_name
@@ -80,7 +82,7 @@ def run_swap(args: argparse.Namespace, source: HostSource, term: Terminal) -> in
 
 def run_action(
     args: argparse.Namespace, source: HostSource, term: Terminal, request: Request,
-    runner: asyncio.Runner | None = None,
+    runner: CommandLoop | None = None,
 ) -> int:
     """Plan, ask, act, report (``gpudash.session.lifecycle``); in ``runner`` (the one the
     source was used in so far: its connection lives in that loop), else in its own."""
@@ -88,7 +90,7 @@ def run_action(
     finished: list[int] = []  # the exit code, once the report is printed and audited
     with contextlib.ExitStack() as stack:
         if runner is None:
-            runner = stack.enter_context(asyncio.Runner())
+            runner = stack.enter_context(CommandLoop())
         try:
             return _run(args, source, term, options, runner, finished, request)
         except KeyboardInterrupt:
@@ -100,7 +102,7 @@ def run_action(
             return Exit.CANCELLED
         finally:
             with contextlib.suppress(Exception, KeyboardInterrupt):
-                runner.run(source.close())
+                runner.run(close_all([source]))
 
 
 class Prompt:
@@ -139,7 +141,7 @@ def _ctrl_c_at_once() -> Iterator[None]:
 
 
 def prepared(args: argparse.Namespace, source: HostSource, request: Request,
-             runner: asyncio.Runner) -> ActionPlan | Ended:
+             runner: CommandLoop) -> ActionPlan | Ended:
     """The plan of ``request`` on ``source`` as it is now (a dry run shows it), in
     ``runner``."""
     return runner.run(prepare(request, source.control, source.name,
@@ -148,7 +150,7 @@ def prepared(args: argparse.Namespace, source: HostSource, request: Request,
 
 def _run(
     args: argparse.Namespace, source: HostSource, term: Terminal, options: ExecOptions,
-    runner: asyncio.Runner, finished: list[int], request: Request,
+    runner: CommandLoop, finished: list[int], request: Request,
 ) -> int:
     ports = Prompt(term, asks=not args.yes)
     control = source.control

@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.process_collector import ProcessCollector
 
 from gpudash.cli import webconfig
+from gpudash.cli.closing import CommandLoop, close_all
 from gpudash.cli.contract import Exit
 from gpudash.cli.metrics_http import Exposition, MetricsServer
 from gpudash.cli.terminal import Terminal
@@ -171,8 +172,9 @@ def _export(args: argparse.Namespace, term: Terminal, sources: Sequence[HostSour
     ProcessCollector(namespace="gpudash_exporter", registry=registry)
     path = None if textfile is None else textfile / TEXTFILE_NAME
     try:
-        return asyncio.run(_serve(watches, Exposition(registry, args.interval), listen, web,
-                                  path, term))
+        with CommandLoop() as loop:
+            return loop.run(_serve(watches, Exposition(registry, args.interval), listen, web,
+                                   path, term))
     except KeyboardInterrupt:
         return Exit.OK  # Ctrl+C before the loop's own handler was in place: the same stop
 
@@ -209,11 +211,7 @@ async def _serve(watches: Sequence[HostWatch], exposition: Exposition,
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for w in watches:
-            try:
-                await w.source.close()
-            except Exception:  # noqa: BLE001 - closing a dead link has nothing to report
-                log.debug("closing %s failed", w.view.name, exc_info=True)
+        await close_all([w.source for w in watches])
     return Exit.OK
 
 
@@ -232,4 +230,5 @@ async def _tick(stop: asyncio.Event, exposition: Exposition, path: Path | None,
                     term.error(f"cannot write {path}: {exc}")
                 failed = str(exc)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), exposition.max_age_s)
+            async with asyncio.timeout(exposition.max_age_s):
+                await stop.wait()

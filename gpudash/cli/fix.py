@@ -10,11 +10,11 @@ removes exactly that file and reloads. Planned, confirmed, audited as every acti
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 from typing import Any
 
 from gpudash.cli import act
+from gpudash.cli.closing import CommandLoop, close_all
 from gpudash.cli.contract import Exit
 from gpudash.cli.terminal import Terminal
 from gpudash.domain.model import unit_name
@@ -28,10 +28,10 @@ def run_fix(args: argparse.Namespace, source: HostSource, term: Terminal) -> int
     request = Request(ActionKind.FIX, Selection(unit=unit_name(args.unit), revert=args.revert))
     if not args.dry_run:
         return act.run_action(args, source, term, request)
-    with asyncio.Runner() as runner:
+    with CommandLoop() as runner:
         plan = act.prepared(args, source, request, runner)
         with contextlib.suppress(Exception):
-            runner.run(source.close())
+            runner.run(close_all([source]))
     if isinstance(plan, Ended):
         term.error(plan.why)
         return act.EXIT_OF[plan.kind]

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpudash.cli.args import parse
+from gpudash.cli.closing import CommandLoop, close_all
 from gpudash.cli.contract import Exit
 from gpudash.cli.terminal import Terminal
 from gpudash.domain.model import HostSnapshot, SourceKind
@@ -40,7 +41,6 @@ from gpudash.state import logfile
 log = logging.getLogger("gpudash.cli")
 
 AS_CTRL_C = (signal.SIGTERM, signal.SIGHUP)
-CLOSE_TIMEOUT_S = 2.0  # closing the hosts' links when the dashboard ends
 
 
 def open_sources(args: argparse.Namespace, *, demo_speed: float = 1.0,
@@ -83,10 +83,11 @@ async def _sample_all(sources: Sequence[HostSource]) -> tuple[list[HostSnapshot]
             return await s.control.sample()
         except SourceError as exc:
             return str(exc)
-        finally:
-            await s.close()
 
-    results = await asyncio.gather(*(one(s) for s in sources))
+    try:
+        results = await asyncio.gather(*(one(s) for s in sources))
+    finally:
+        await close_all(sources)
     snaps = [r for r in results if isinstance(r, HostSnapshot)]
     errors = {s.name: r for s, r in zip(sources, results, strict=True) if isinstance(r, str)}
     return snaps, errors
@@ -102,7 +103,8 @@ def cmd_snapshot(args: argparse.Namespace, term: Terminal) -> int:
     from gpudash.render.textreport import snapshot_text
 
     try:
-        snaps, errors = asyncio.run(_sample_all(open_sources(args)))
+        with CommandLoop() as loop:
+            snaps, errors = loop.run(_sample_all(open_sources(args)))
     except KeyboardInterrupt:
         term.error("interrupted: nothing printed")
         return Exit.CANCELLED
@@ -150,26 +152,16 @@ def cmd_dashboard(args: argparse.Namespace, term: Terminal) -> int:
             demo=args.demo,
         )
     finally:
-        with contextlib.suppress(KeyboardInterrupt, TimeoutError):
+        with contextlib.suppress(KeyboardInterrupt), CommandLoop() as loop:
             # Bounded: a link that does not close must not keep a dashboard whose
             # terminal is gone (its collectors end with the connection anyway).
-            asyncio.run(asyncio.wait_for(_close_all(sources), CLOSE_TIMEOUT_S))
+            loop.run(close_all(sources))
     said = outcome.lines()
     if said:  # the verdict of the action it quit during, or waited for
         term.result("\n".join(said))
     if outcome.interrupted is not None:
         return Exit.INTERRUPTED
     return outcome.code
-
-
-async def _close_all(sources: Sequence[HostSource]) -> None:
-    for s in sources:
-        try:
-            await s.close()
-        except (SourceError, OSError):
-            pass  # closing a dead link has nothing left to report
-        except Exception:  # noqa: BLE001 - logged: closing must not hide the real outcome
-            log.exception("closing %s failed", s.name)
 
 
 def _run(command: str | None, args: argparse.Namespace, term: Terminal) -> int:

@@ -10,13 +10,13 @@ after the other, each with its own plan and verdict. A host with nothing to reap
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 from collections.abc import Sequence
 from typing import Any
 
 from gpudash.cli import act
+from gpudash.cli.closing import CommandLoop, close_all
 from gpudash.cli.contract import Exit
 from gpudash.cli.terminal import Terminal
 from gpudash.domain.untrusted import json_dumps
@@ -71,11 +71,11 @@ def _one(args: argparse.Namespace, source: HostSource, out: Terminal
     event loop for the whole host: its connection lives in it."""
     request = Request(ActionKind.REAP, Selection(unit=args.unit, container=args.container))
     before = len(out.documents) if isinstance(out, _Collected) else 0
-    with asyncio.Runner() as runner:
+    with CommandLoop() as runner:
         plan = act.prepared(args, source, request, runner)
         if isinstance(plan, Ended) or args.dry_run:
             with contextlib.suppress(Exception):
-                runner.run(source.close())
+                runner.run(close_all([source]))
         if isinstance(plan, Ended):
             if plan.kind is Ending.UNREACHABLE:
                 out.error(plan.why)

@@ -95,7 +95,8 @@ class ThreadPipe(Pipe):
 
     async def wait_closed(self) -> None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.to_thread(self._done.wait, 2), 3)
+            async with asyncio.timeout(3):
+                await asyncio.to_thread(self._done.wait, 2)
 
     @property
     def running(self) -> bool:

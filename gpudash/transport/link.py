@@ -71,7 +71,10 @@ class Pipe(ABC):
         """One complete line, or ``LinkLost`` / ``ProtocolError`` / ``ConnectError``
         saying why not."""
         try:
-            line = await asyncio.wait_for(self._readline(), limit_s)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for loses a cancel that
+            # comes as the line arrives, and a reader of a chatty journal lived on.
+            async with asyncio.timeout(limit_s):
+                line = await self._readline()
         except TimeoutError:
             raise LinkLost(
                 f"{self.name}: no data for {limit_s:.1f} s; link presumed lost"

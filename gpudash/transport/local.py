@@ -61,7 +61,8 @@ class ProcessPipe(Pipe):
 
     async def wait_closed(self) -> None:
         with contextlib.suppress(TimeoutError, ProcessLookupError, ChildProcessError):
-            await asyncio.wait_for(self.proc.wait(), 5)
+            async with asyncio.timeout(5):
+                await self.proc.wait()
 
 
 class LocalConnection(Connection):
@@ -113,7 +114,8 @@ class LocalConnection(Connection):
         except OSError as exc:
             return CommandResult(tuple(argv), 127, str(exc))
         try:
-            out, _ = await asyncio.wait_for(proc.communicate(stdin), limit_s)
+            async with asyncio.timeout(limit_s):
+                out, _ = await proc.communicate(stdin)
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()

@@ -221,18 +221,17 @@ async def dial(
     sock: socket.socket | None = None
     try:
         if via is None:  # the TCP connect waits for no slot: a black hole delays only itself
-            sock = await asyncio.wait_for(_tcp(options), settings.connect_timeout)
-        async with settings.limiter.slot(_overloaded):
-            conn = await asyncio.wait_for(
-                asyncssh.connect(
-                    target.host,
-                    tunnel=via.conn if via is not None else None,
-                    sock=sock,
-                    known_hosts=known.trusted,
-                    client_factory=lambda: client,
-                    **common,
-                ),
-                settings.connect_timeout + 5,
+            async with asyncio.timeout(settings.connect_timeout):
+                sock = await _tcp(options)
+        async with settings.limiter.slot(_overloaded), \
+                asyncio.timeout(settings.connect_timeout + 5):
+            conn = await asyncssh.connect(
+                target.host,
+                tunnel=via.conn if via is not None else None,
+                sock=sock,
+                known_hosts=known.trusted,
+                client_factory=lambda: client,
+                **common,
             )
     except BaseException as exc:
         if sock is not None:
@@ -398,8 +397,8 @@ class SshConnection(Connection):
         if link is None:
             return CommandResult(tuple(argv), None, "not connected")
         try:
-            status, output = await asyncio.wait_for(
-                self._run(link, shlex.join(argv), stdin), limit_s)
+            async with asyncio.timeout(limit_s):
+                status, output = await self._run(link, shlex.join(argv), stdin)
         except TimeoutError:
             return CommandResult(tuple(argv), None, f"no answer within {limit_s:g} s")
         except (OSError, asyncssh.Error) as exc:
