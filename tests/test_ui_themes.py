@@ -101,7 +101,9 @@ async def test_help_and_palette_grey_what_does_not_fit() -> None:
 def test_clean_makes_controls_visible() -> None:
     assert clean("a\x1b[2Jb\tc\nd\x7f\u202e") == "a\\x1b[2Jb\\x09c\\x0ad\\x7f\\u202e"
     assert clean("[red]x[/red]") == "[red]x[/red]"
-    assert duration(None) == "N/A" and duration(7200) == "2h00m" and duration(59) == "59s"
+    assert duration(None) == "N/A" and duration(7200) == "2h00m" and duration(59) == "50s"
+    assert [duration(s) for s in (0, 9.9, 10, 19, 20, 60, 119)] == [
+        "0s", "9s", "10s", "10s", "20s", "1m", "1m"]
     assert duration(425) == "7m" and duration(3 * 86400 + 4 * 3600) == "3d04h"
 
 

@@ -27,15 +27,18 @@ def literal(value: object, style: str = "") -> Text:
 
 
 def duration(seconds: float | None) -> str:
-    """Compact age: ``42s``, ``7m``, ``2h00m``, ``3d04h``. Seconds only in the first
-    minute (a process just started or respawned, what an operator watches): past it, a
-    column of ages ticking every second says nothing more and redrew every holder's row
-    every second (most of the dashboard's CPU beside nvitop)."""
+    """Compact age, in the steps a person reads it in: ``7s`` (each second of the first
+    ten: a process just started or respawned, what an operator watches), ``40s`` (tens
+    of seconds to a minute), ``7m``, ``2h00m``, ``3d04h``. A column of ages ticking every
+    second redrew every holder's row every second, about half of the dashboard's CPU beside
+    nvitop, and told nothing the coarser step does not; the order by age stays exact."""
     if seconds is None:
         return "N/A"
     s = max(0, int(seconds))
-    if s < 60:
+    if s < 10:
         return f"{s}s"
+    if s < 60:
+        return f"{s // 10 * 10}s"
     if s < 3600:
         return f"{s // 60}m"
     if s < 86400:
