@@ -155,6 +155,27 @@ async def test_a_reader_of_a_chatty_program_ends_on_its_cancel(
                 assert task.cancelled()
         finally:
             await connection.close()
+    # and none of the programs lives on, printing into a pipe for the rest of the run
+    left = _running(CHATTY)
+    for _ in range(100):
+        if not left:
+            break
+        await asyncio.sleep(0.1)
+        left = _running(CHATTY)
+    assert not left, left
+
+
+def _running(cmdline_part: str) -> list[int]:
+    """The pids of this machine's processes whose command line contains ``cmdline_part``."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if cmdline_part in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    out.append(int(entry.name))
+            except OSError:
+                continue
+    return out
 
 
 @pytest.mark.ssh

@@ -58,11 +58,29 @@ async def select(pilot, app: GpudashApp, key: str) -> None:  # type: ignore[no-u
 
 
 async def run_confirmed(pilot, app: GpudashApp, key: str) -> None:  # type: ignore[no-untyped-def]
+    """Press ``key``, confirm its plan, wait for its report. A plan the host changed
+    under is shown again before anything is sent (gpudash.ui.acting): confirmed again,
+    as an operator would, at most twice."""
     before = len(app.reports)
     await pilot.press(key)
     await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
-    await pilot.press("y")
-    await wait_for(pilot, lambda: len(app.reports) > before, within=20)
+    for _ in range(3):
+        shown = app.screen
+        await pilot.press("y")
+        deadline = time.monotonic() + 20
+        while len(app.reports) == before and time.monotonic() < deadline:
+            if (isinstance(app.screen, ConfirmModal) and app.screen is not shown
+                    and app.screen.armed):
+                break  # shown again
+            await pilot.pause(0.05)
+        if len(app.reports) > before:
+            return
+        if not (isinstance(app.screen, ConfirmModal) and app.screen is not shown):
+            break
+    lines = getattr(app.screen, "lines", None)
+    raise AssertionError(f"no report after {key!r}: screen {type(app.screen).__name__}, "
+                         f"running {app.running}, lines {lines}, notices "
+                         f"{[n.message for n in app._notifications]}")
 
 
 def main_pid(app: GpudashApp) -> int:
