@@ -4,9 +4,10 @@
 
 The measurement of issue 18 (and ../shared/PERF.md): the stand-in driver (8 GPUs, 8
 holders), both programs at a 1 s interval side by side over the same ``--seconds``; CPU is
-utime+stime+cutime+cstime (``/proc/PID/stat`` fields 14-17) summed over each pane's
-process tree, read before and after. Each run starts the two in the other order. Prints
-the ticks of each and the ratio gpudash / nvitop, per run and over all runs.
+each pane's process tree's user+system time, reaped children's included (utime+stime+
+cutime+cstime, as peer_bench counts it), read before and after, in clock ticks. Each run
+starts the two in the other order. Prints the ticks of each and the ratio gpudash /
+nvitop, per run and over all runs.
 
 Not a test: these machines are noisy; compare figures from one run.
 """
@@ -26,25 +27,9 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peer_bench import StandIn  # noqa: E402
+from peer_bench import StandIn, cpu_between, cpu_snapshot  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
-
-
-def ticks(pid: int) -> int:
-    """utime+stime+cutime+cstime of ``pid`` and every process under it, in clock ticks."""
-    total = 0
-    try:
-        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return 0
-    for p in procs:
-        try:
-            fields = Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += sum(int(v) for v in fields[11:15])  # fields 14-17 of the whole line
-    return total
 
 
 def tmux(*args: str) -> str:
@@ -87,14 +72,15 @@ def main() -> None:
             pids = {p: start(names[p], programs[p], stand.env, cols, rows) for p in order}
             try:
                 time.sleep(args.warmup)
-                before = {p: ticks(pid) for p, pid in pids.items()}
+                roots = {p: psutil.Process(pid) for p, pid in pids.items()}
+                before = {p: cpu_snapshot(root, True) for p, root in roots.items()}
                 time.sleep(args.seconds)
-                after = {p: ticks(pid) for p, pid in pids.items()}
+                after = {p: cpu_snapshot(root, True) for p, root in roots.items()}
             finally:
                 for name in names.values():
                     subprocess.run(["tmux", "kill-session", "-t", name], check=False,
                                    capture_output=True)
-            used = {p: after[p] - before[p] for p in programs}
+            used = {p: round(TICK * cpu_between(before[p], after[p], True)) for p in programs}
             for p in programs:
                 totals[p] += used[p]
             pct = {p: 100 * used[p] / TICK / args.seconds for p in programs}

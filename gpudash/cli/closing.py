@@ -25,17 +25,20 @@ T = TypeVar("T")
 
 
 async def close_all(sources: Sequence[HostSource]) -> None:
-    """Close every source, all of them within ``CLOSE_TIMEOUT_S`` (their collectors end
-    with their connections anyway)."""
+    """Close every source, side by side, all within ``CLOSE_TIMEOUT_S`` (their collectors
+    end with their connections anyway)."""
+
+    async def close(s: HostSource) -> None:
+        try:
+            await s.close()
+        except (SourceError, OSError):
+            pass  # closing a dead link has nothing left to report
+        except Exception:  # noqa: BLE001 - logged: closing must not hide the outcome
+            log.exception("closing %s failed", s.name)
+
     try:
         async with asyncio.timeout(CLOSE_TIMEOUT_S):
-            for s in sources:
-                try:
-                    await s.close()
-                except (SourceError, OSError):
-                    pass  # closing a dead link has nothing left to report
-                except Exception:  # noqa: BLE001 - logged: closing must not hide the outcome
-                    log.exception("closing %s failed", s.name)
+            await asyncio.gather(*(close(s) for s in sources))
     except TimeoutError:
         log.warning("closing %s took over %g s: left to end with gpudash",
                     ", ".join(s.name for s in sources), CLOSE_TIMEOUT_S)
@@ -56,7 +59,7 @@ async def end_tasks(limit_s: float = CLOSE_TIMEOUT_S) -> list[asyncio.Task[Any]]
     for task in left:
         log.warning("%s still runs %g s after its cancel; abandoned: %s", task.get_name(),
                     limit_s, task_stack(task))
-    return sorted(left, key=lambda t: t.get_name())
+    return list(left)
 
 
 class CommandLoop:

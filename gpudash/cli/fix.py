@@ -10,7 +10,6 @@ removes exactly that file and reloads. Planned, confirmed, audited as every acti
 from __future__ import annotations
 
 import argparse
-import contextlib
 from typing import Any
 
 from gpudash.cli import act
@@ -30,8 +29,7 @@ def run_fix(args: argparse.Namespace, source: HostSource, term: Terminal) -> int
         return act.run_action(args, source, term, request)
     with CommandLoop() as runner:
         plan = act.prepared(args, source, request, runner)
-        with contextlib.suppress(Exception):
-            runner.run(close_all([source]))
+        runner.run(close_all([source]))  # it logs what fails
     if isinstance(plan, Ended):
         term.error(plan.why)
         return act.EXIT_OF[plan.kind]

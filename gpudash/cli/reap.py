@@ -10,7 +10,6 @@ after the other, each with its own plan and verdict. A host with nothing to reap
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -74,8 +73,7 @@ def _one(args: argparse.Namespace, source: HostSource, out: Terminal
     with CommandLoop() as runner:
         plan = act.prepared(args, source, request, runner)
         if isinstance(plan, Ended) or args.dry_run:
-            with contextlib.suppress(Exception):
-                runner.run(close_all([source]))
+            runner.run(close_all([source]))  # it logs what fails
         if isinstance(plan, Ended):
             if plan.kind is Ending.UNREACHABLE:
                 out.error(plan.why)
