@@ -13,9 +13,9 @@ import time
 import psutil
 import pytest
 from sshd.fixture import gpus, sshd_fakegpu, sshd_server  # noqa: F401
-from test_cli import audit_records, gpudash
+from test_cli import audit_records, gpudash, state
 
-from gpudash.cli.reap import combined
+from gpudash.cli.contract import WORST_FIRST, Exit, worst
 
 
 def test_dry_run_prints_the_plan_and_sends_nothing() -> None:
@@ -78,8 +78,28 @@ def test_no_terminal_and_no_yes_asks_nobody_and_does_nothing() -> None:
 
 
 def test_the_exit_code_of_several_hosts_is_the_worst() -> None:
-    assert combined([0, 0]) == 0
-    assert combined([0, 1, 3]) == 3 and combined([1, 2]) == 1 and combined([6, 3]) == 6
+    assert worst([0, 0]) == 0
+    assert worst([0, 1, 3]) == 3 and worst([1, 2]) == 1 and worst([6, 3]) == 6
+    assert worst([0, 7]) == 7 and worst([3, 7]) == 7  # a refusal is never a success
+    assert worst([0, 99]) == 70  # a code gpudash does not have is a bug
+
+
+def test_every_exit_code_has_a_rank() -> None:
+    # seen: reap's own list lacked NOT_AUDITED, so a host refused for its audit read as 0
+    assert sorted(WORST_FIRST) == sorted(Exit) and len(set(WORST_FIRST)) == len(WORST_FIRST)
+    assert WORST_FIRST[-1] is Exit.OK
+
+
+def test_reap_refused_for_its_audit_exits_7_and_sends_nothing() -> None:
+    # the audit file a link to /dev/full: every write fails with ENOSPC, as on a full disk
+    state().mkdir(parents=True, exist_ok=True)
+    (state() / "audit-demo.jsonl").symlink_to("/dev/full")
+    r = gpudash("reap", "--demo", "--yes", "--json")
+    doc = json.loads(r.stdout)
+    (host,) = doc["hosts"]
+    assert host["exit"] == 7, r.stderr
+    assert r.returncode == doc["exit"] == 7, r.stderr
+    assert "nothing was sent" in r.stderr or "nothing sent" in r.stderr, r.stderr
 
 
 @pytest.mark.ssh

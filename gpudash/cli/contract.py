@@ -7,6 +7,7 @@ is always valid JSON and a pipe never waits on a prompt it cannot see.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import IntEnum
 
 
@@ -20,6 +21,28 @@ class Exit(IntEnum):
     INTERRUPTED = 6  # interrupted (Ctrl+C, SIGTERM, quit) after something was sent
     NOT_AUDITED = 7  # refused: the intent record could not be written; nothing was sent
     INTERNAL = 70  # a bug in gpudash (EX_SOFTWARE): the log file has the traceback
+
+
+# Several hosts, one exit code: the first of these any host ended with. Every code has a
+# rank (a test fails when one is added without it): a host that refused to act must never
+# read as success beside hosts that did nothing wrong. Worst first: a bug; something sent
+# whose outcome is not known or was cut short; nothing sent, by choice or by refusal;
+# nobody to ask; memory still held; a usage error; success.
+WORST_FIRST: tuple[Exit, ...] = (
+    Exit.INTERNAL, Exit.INTERRUPTED, Exit.UNKNOWN, Exit.NOT_AUDITED, Exit.CANCELLED,
+    Exit.CONNECT, Exit.NOT_FREED, Exit.USAGE, Exit.OK)
+
+
+def worst(codes: Iterable[int]) -> int:
+    """One exit code for several hosts (or several steps): the worst any ended with; a code
+    outside ``Exit`` (a bug) counts as ``INTERNAL``."""
+    seen = set()
+    for code in codes:
+        seen.add(Exit(code) if code in Exit._value2member_map_ else Exit.INTERNAL)
+    for code in WORST_FIRST:
+        if code in seen:
+            return int(code)
+    return int(Exit.OK)
 
 
 EXIT_CODES_HELP = """exit codes:

@@ -31,7 +31,7 @@ from typing import Any
 
 from gpudash.cli.args import parse
 from gpudash.cli.closing import CommandLoop, close_all
-from gpudash.cli.contract import Exit
+from gpudash.cli.contract import Exit, worst
 from gpudash.cli.terminal import Terminal
 from gpudash.domain.model import HostSnapshot, SourceKind
 from gpudash.domain.untrusted import json_dumps
@@ -123,9 +123,7 @@ def cmd_snapshot(args: argparse.Namespace, term: Terminal) -> int:
     blind = [s for s in snaps if no_gpu_source(s)]
     for snap in blind:
         term.error(f"{snap.host}: no GPU source: " + "; ".join(snap.errors))
-    if errors:
-        return Exit.CONNECT
-    return Exit.NOT_FREED if blind else Exit.OK
+    return worst([Exit.CONNECT] * bool(errors) + [Exit.NOT_FREED] * bool(blind))
 
 
 def cmd_act(command: str, args: argparse.Namespace, term: Terminal) -> int:

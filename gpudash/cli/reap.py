@@ -16,7 +16,7 @@ from typing import Any
 
 from gpudash.cli import act
 from gpudash.cli.closing import CommandLoop, close_all
-from gpudash.cli.contract import Exit
+from gpudash.cli.contract import Exit, worst
 from gpudash.cli.terminal import Terminal
 from gpudash.domain.untrusted import json_dumps
 from gpudash.engine import ActionKind, ActionPlan, Selection
@@ -24,9 +24,6 @@ from gpudash.protocol.source import HostSource
 from gpudash.session.lifecycle import Ended, Ending, Request
 
 NOTHING = "no orphaned processes"  # the planner's words when there is nothing to reap
-# Several hosts, one exit code: the first of these any host ended with, else 0.
-WORST_FIRST = (Exit.INTERNAL, Exit.INTERRUPTED, Exit.CANCELLED, Exit.UNKNOWN, Exit.CONNECT,
-               Exit.NOT_FREED, Exit.USAGE)
 
 
 class _Collected(Terminal):
@@ -40,14 +37,6 @@ class _Collected(Terminal):
         self.documents.append(json.loads(document))
 
 
-def combined(codes: Sequence[int]) -> int:
-    """One exit code for several hosts: the worst any of them ended with."""
-    for code in WORST_FIRST:
-        if code in codes:
-            return int(code)
-    return int(Exit.OK)
-
-
 def run_reap(args: argparse.Namespace, sources: Sequence[HostSource], term: Terminal) -> int:
     out = _Collected(term) if args.json else term
     results: list[dict[str, Any]] = []
@@ -57,7 +46,7 @@ def run_reap(args: argparse.Namespace, sources: Sequence[HostSource], term: Term
         code, document, error = _one(args, source, out)
         results.append({"host": source.name, "exit": code, "report": document,
                         "error": error})
-    code = combined([r["exit"] for r in results])
+    code = worst(r["exit"] for r in results)
     if args.json:
         term.result_json(json_dumps({"command": "reap", "exit": code, "hosts": results},
                                     indent=2))
