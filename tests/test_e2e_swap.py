@@ -84,8 +84,11 @@ def test_swap_into_a_crash_loop_is_stopped_and_explained(lab_host, tmp_path: Pat
     assert cp.returncode == 1, out
     assert "Free memory on device cuda:0" in out, out  # the failure line, from its journal
     assert f"{alice}" in out or "alice" in out, out  # who still holds GPU0's memory
-    s = h.unit_show(DEEPSEEK, ["ActiveState"])
+    s = h.unit_show(DEEPSEEK, ["ActiveState", "UnitFileState"])
     assert s["ActiveState"] in ("inactive", "failed"), s  # stopped: no crash loop left
+    # the swap enabled it (MiniMax was); the rollback disabled it again: it must not boot
+    assert s["UnitFileState"] == "disabled", s
+    assert f"boots: {MINIMAX} enabled, {DEEPSEEK} disabled" in out, out
     # the reclaim itself was done and proven, then rolled back: MiniMax serves again,
     # enabled again, on its own /health (issue 19, item 4)
     assert "phase reclaim: ok" in out, out

@@ -325,7 +325,8 @@ async def test_a_swap_that_does_not_serve_rolls_back_to_the_old_model_serving() 
         unit=MINIMAX, target=DEEPSEEK, footprint=DEEPSEEK_LEARNED))
     text = "\n".join(plan.describe())
     assert "if it does not serve: rollback, the old one again" in text
-    assert f"    $ systemctl start {MINIMAX}\n    $ systemctl enable {MINIMAX}" in text, text
+    assert (f"    $ systemctl stop {DEEPSEEK}\n    $ systemctl start {MINIMAX}\n"
+            f"    $ systemctl enable {MINIMAX}") in text, text  # it never enabled DeepSeek
     report = await execute(plan, demo, FAST)
     assert not report.confirmed
     assert [(ph.name, ph.confirmed) for ph in report.phases] == [
@@ -337,6 +338,29 @@ async def test_a_swap_that_does_not_serve_rolls_back_to_the_old_model_serving() 
     assert demo.units[MINIMAX].active and demo.units[MINIMAX].unit_file_state == "enabled"
     assert f"rolled back: {MINIMAX} serves again" in report.warnings
     assert "rollback: " + MINIMAX + " SERVING again" in "\n".join(report.describe())
+
+
+async def test_a_failed_swap_that_enabled_the_next_model_disables_it_again() -> None:
+    # Seen: `swap --from minimax --to deepseek --yes --force` enabled DeepSeek, it
+    # crash-looped, MiniMax was rolled back and served, and DeepSeek stayed enabled: the
+    # next reboot started it beside MiniMax.
+    demo = DemoHost(speed=100.0, release_delay=1.0)
+    assert demo.units[DEEPSEEK].unit_file_state == "disabled"
+    plan = SPECS[ActionKind.SWAP].plan(await demo.sample(), Selection(
+        unit=MINIMAX, target=DEEPSEEK, footprint=DEEPSEEK_LEARNED, enable=True))
+    text = "\n".join(plan.describe())
+    assert f"$ systemctl enable {DEEPSEEK}" in text  # the swap enables it...
+    assert (f"    $ systemctl stop {DEEPSEEK}\n    $ systemctl disable {DEEPSEEK}\n"
+            f"    $ systemctl start {MINIMAX}") in text, text  # ...and its rollback undoes it
+    report = await execute(plan, demo, FAST)
+    assert [(ph.name, ph.confirmed) for ph in report.phases] == [
+        ("reclaim", True), ("start", False), ("rollback", True)]
+    assert demo.units[DEEPSEEK].unit_file_state == "disabled"
+    assert not demo.units[DEEPSEEK].active
+    assert demo.units[MINIMAX].active and demo.units[MINIMAX].unit_file_state == "enabled"
+    assert report.boots == {MINIMAX: "enabled", DEEPSEEK: "disabled"}
+    assert (f"  boots: {MINIMAX} enabled, {DEEPSEEK} disabled"
+            in report.describe()), report.describe()
 
 
 async def test_without_rollback_it_says_nothing_serves_on_the_host_now() -> None:

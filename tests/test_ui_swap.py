@@ -72,3 +72,33 @@ async def test_journal_of_the_selected_unit_is_live_and_literal() -> None:
         assert log.lines  # shown, wrapped, never interpreted
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, JournalScreen))
+
+
+async def test_a_failed_swap_from_the_keyboard_leaves_the_failed_model_disabled() -> None:
+    # Seen in the CLI (the dashboard runs the same plan): DeepSeek was enabled by the swap,
+    # crash-looped, MiniMax was rolled back, and DeepSeek stayed enabled for the next boot.
+    from gpudash.demo.host import DEEPSEEK
+    from gpudash.state import footprints
+
+    # it once served here in 90 GiB a GPU: the fit lets the swap go ahead
+    footprints.learn("demo-gpu01", DEEPSEEK, dict.fromkeys(range(8), 92_160), 600.0,
+                     footprints.store_path(simulated=True))
+    demo = DemoHost(speed=50, release_delay=1)
+    app = make_app(demo)
+    async with app.run_test(size=SIZE) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.press("w")
+        await wait_for(pilot, lambda: isinstance(app.screen, ModelPicker))
+        assert app.screen.query_one("#enable", Checkbox).value is True
+        await pilot.press(*"deepseek", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
+        lines = "\n".join(app.screen.lines)
+        assert f"$ systemctl enable {DEEPSEEK}" in lines
+        assert f"$ systemctl disable {DEEPSEEK}" in lines, lines  # in the rollback
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.last_report is not None, within=60)
+        report = app.last_report
+        assert report is not None and not report.confirmed
+        assert report.rollback is not None and report.rollback.serving, report.describe()
+        assert demo.units[DEEPSEEK].unit_file_state == "disabled"
+        assert demo.units[MINIMAX].active and demo.units[MINIMAX].unit_file_state == "enabled"

@@ -215,8 +215,9 @@ def _which(p: argparse.ArgumentParser, command: str) -> None:
                        help="the unit to start once the memory is back")
         p.add_argument("--no-rollback", action="store_true",
                        help="when the new unit does not serve, leave the old one "
-                       "stopped (default: start it again, enabled again if it was, and "
-                       "prove it serves)")
+                       "stopped (default: stop the new one, disabled again if the swap "
+                       "enabled it; start the old one again, enabled again if it was, "
+                       "and prove it serves)")
     elif command == "reclaim":
         which = p.add_mutually_exclusive_group(required=True)
         which.add_argument("--unit", help="the systemd unit (.service optional)")

@@ -96,7 +96,9 @@ def plan_swap(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Actio
                   {t.pid for t in reclaim.targets}, f" once {source_name} is reclaimed")
     start = start_steps(target, "start", sel.enable)
     serving = serving_of(snapshot, target, sel)
-    back = rollback_phase(source_unit) if source_unit is not None and sel.rollback else None
+    enabled = any(isinstance(st, Systemctl) and st.verb == "enable" for st in start)
+    back = (rollback_phase(source_unit, target, enabled)
+            if source_unit is not None and sel.rollback else None)
     return new_plan(
         spec, snapshot,
         replace(picked, target=target.name, enable=sel.enable, ready_url=sel.ready_url,
@@ -115,13 +117,18 @@ def plan_swap(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Actio
     )
 
 
-def rollback_phase(old: Unit) -> Phase:
-    """Start ``old`` again (enabled again if it was), proven as any start: its own port's
-    /health, from its ExecStart."""
+def rollback_phase(old: Unit, new: Unit, enabled_new: bool) -> Phase:
+    """Put back what the swap changed: ``new`` stopped (and disabled again where the swap
+    enabled it: a failed model must not boot beside the old one), then ``old`` started
+    again (enabled again if it was), proven as any start: its own port's /health, from its
+    ExecStart."""
     port = port_of(old.exec_start, server_kind(old.exec_start)) if old.exec_start else None
     url = f"http://127.0.0.1:{port}/health" if port else None
     enable = (old.unit_file_state or "").startswith("enabled")
-    steps = (Systemctl("start", old.name), *((Systemctl("enable", old.name),) if enable else ()))
+    steps = (Systemctl("stop", new.name),
+             *((Systemctl("disable", new.name),) if enabled_new else ()),
+             Systemctl("start", old.name),
+             *((Systemctl("enable", old.name),) if enable else ()))
     return Phase("rollback", ActionKind.START, steps, Serving(old.name, url))
 
 

@@ -111,6 +111,7 @@ class ActionReport:
     leftovers: list[Leftover] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # true, done, yet worth acting on
     rollback: ServingOutcome | None = None  # a failed swap's old unit, started again
+    boots: dict[str, str] = field(default_factory=dict)  # after a rollback: unit -> enablement
     unit_after: Unit | None = None  # the unit as the last sample showed it
     container_after: Container | None = None  # the container, likewise
     confirmed: bool = False
@@ -216,6 +217,9 @@ class ActionReport:
                          + ("SERVING again" if back.serving else "NOT serving either")
                          + (f"; {back.ready_url} -> {back.ready_status}" if back.ready_url
                             else ""))
+        if self.boots:  # what starts at the next boot, as the host said after the rollback
+            lines.append("  boots: " + ", ".join(f"{u} {state}"
+                                                 for u, state in self.boots.items()))
         if (self.interrupted or self.unknown) and "sent:" not in self.summary:
             sent = self.sent_lines()  # (an interruption's summary says it already)
             lines.append("  sent: " + ("; ".join(sent) if sent else "nothing"))

@@ -295,6 +295,11 @@ class Run(RunIO):
         report.phases.append(PhaseOutcome(phase.name, ok, report.summary, self._since(began)))
         snap = await self.control.sample()  # the old unit as it is now: started, enabled
         report.unit_after = snap.unit(phase.serving.unit) or report.unit_after
+        for name in (phase.serving.unit, *(c.unit for c in phase.commands
+                                           if isinstance(c, Systemctl))):
+            u = snap.unit(name)
+            if u is not None and name not in report.boots:
+                report.boots[name] = u.unit_file_state or "unknown"
 
     async def _was_started(self, unit: str) -> bool:
         """Re-verifying: whether the unit was started at all before the link dropped."""

@@ -92,6 +92,7 @@ def outcome_record(report: ActionReport, action_id: str | None = None, *,
                     "summary": ph.summary} for ph in report.phases],
         "serving": _serving(report.serving),
         "rollback": _serving(report.rollback),  # a failed swap's old unit, started again
+        "boots": dict(report.boots),  # after a rollback: each unit's enablement, as read
         "memory": report.memory.to_json(),  # each GPU's used MiB over the action, bounded
         "stop_s": report.stop_s,  # the unit's stop until its memory was back (learned)
         "escalated": list(report.escalated),  # pids that ignored SIGTERM and got SIGKILL
