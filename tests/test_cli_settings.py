@@ -45,20 +45,63 @@ def test_the_config_files_settings_are_the_defaults_and_flags_win(config: Path) 
 
 
 def test_bad_settings_are_named_one_line_each_and_the_rest_used(config: Path) -> None:
-    config.write_text('interval = 0\nsudo = "yes"\nlog_level = "loud"\ntheme = "x"\n'
+    config.write_text('interval = 0\nlog_level = "loud"\ntheme = "x"\n'
                       'colour = 3\n[groups]\n"bad name" = ["a"]\n')
     _cmd, args = parse(["--demo"])
-    assert args.interval == 1.0 and args.sudo is False
+    assert args.interval == 1.0
     errors = "\n".join(args.config_errors)
-    for said in ("interval: expected seconds from 0.05 to 3600", "sudo: expected true or false",
-                 "log_level: expected one of debug, info, warning, error",
-                 "colour: unknown setting", "groups: 'bad name': a group name is"):
+    for said in (f"{config}:1: interval: expected seconds from 0.05 to 3600",
+                 f"{config}:2: log_level: expected one of debug, info, warning, error",
+                 f"{config}:4: colour: unknown setting", "groups: 'bad name': a group name is"):
         assert said in errors, errors
     # the command line says them, and goes on
     cp = subprocess.run([sys.executable, "-m", "gpudash", "snapshot", "--demo"],
                         capture_output=True, text=True, timeout=60, env=os.environ.copy())
     assert cp.returncode == 0, cp.stderr
-    assert "warning: settings ignored: config.toml: sudo: expected true or false" in cp.stderr
+    assert f"warning: settings ignored: {config}:2: log_level: expected one of" in cp.stderr
+
+
+def gpudash(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gpudash", *args], capture_output=True,
+                          text=True, timeout=60, env=os.environ.copy(), stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    # seen: a toast said it was ignored, and every action key was live
+    ('interval = 2\nread_only = "yes"\n', ':2: read_only: expected true or false '
+     '(--read-only or --no-read-only decides for one run)'),
+    ('sudo = 1\n', ':1: sudo: expected true or false'),
+    ('readonly = true\n', ':1: readonly: unknown setting (did you mean read_only?)'),
+    ('known_hosts = ""\n', ':1: known_hosts: expected a file path (--known-hosts FILE'),
+    # seen: a syntax error dropped the whole file, a valid read_only = true with it
+    ('read_only = true\ninterval = 2\ntheme = "x\n', ':3: cannot be read: '),
+])
+def test_a_safety_setting_that_cannot_be_read_refuses_to_start(config: Path, text: str,
+                                                              said: str) -> None:
+    config.write_text(text)
+    for argv in (["--demo"], ["reap", "--demo", "--yes"], ["snapshot", "--demo"]):
+        cp = gpudash(*argv)
+        if argv[0] != "--demo" and "read_only" in said:
+            # read_only is the dashboard's (--read-only): the commands have none to refuse
+            assert cp.returncode == 0 and "settings ignored" in cp.stderr, cp.stderr
+            continue
+        assert cp.returncode == 2, (argv, cp.stderr)
+        assert cp.stdout == "" and "Traceback" not in cp.stderr
+        assert "a setting that would fail open, refused (nothing was done)" in cp.stderr
+        assert f"{config}{said}" in cp.stderr, cp.stderr
+    # the files of this machine are still read (completion runs in every new shell)
+    assert gpudash("history").returncode == 0
+
+
+def test_the_command_line_decides_a_broken_safety_setting_for_one_run(config: Path) -> None:
+    config.write_text('read_only = "yes"\nsudo = "no"\n')
+    _cmd, args = parse(["--demo", "--read-only", "--no-sudo"])
+    assert (args.read_only, args.sudo) == (True, False)
+    _cmd, args = parse(["--demo", "--no-read-only", "--sudo"])
+    assert (args.read_only, args.sudo) == (False, True)
+    with pytest.raises(SystemExit) as refused:
+        parse(["--demo", "--read-only"])  # sudo is still unread: refused
+    assert refused.value.code == 2
 
 
 def test_a_host_group_names_its_hosts(config: Path, capsys: pytest.CaptureFixture[str]) -> None:

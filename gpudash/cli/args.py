@@ -362,15 +362,49 @@ def parse(argv: list[str]) -> tuple[str | None, argparse.Namespace]:
     if meant is not None:
         parser.error(f"{argv[0]!r} is not a command (did you mean {meant!r}?); "
                      f"for a host of that name: gpudash -- {argv[0]}")
-    settings, errors = config.load()
+    settings, problems = config.load()
     _with_settings(parser, settings)
+    closed = [] if command in LOCAL_ONLY else [p for p in problems if p.fails_closed]
+    dests = {a.dest for a in parser._actions}
+    for problem in closed:  # given on the command line, the flag decides for this run
+        name = problem.key if problem.key in config.SAFETY else problem.near_safety
+        if name in dests:
+            parser.set_defaults(**{name: _UNSET})
     args = parser.parse_args(argv[1:] if command else argv)
-    args.config_errors, args.settings = errors, settings
-    if command in ("history", "report", "completion"):
+    _refuse_unsafe(parser, args, closed, dests)
+    args.config_errors, args.settings = [str(p) for p in problems], settings
+    if command in LOCAL_ONLY:
         return command, args
     _check_hosts(command, args, settings, parser)
     _check_targets(command, args, parser)
     return command, args
+
+
+# Commands that read only this machine's files: a broken setting of the hosts' is no reason
+# to refuse them (completion runs in every new shell).
+LOCAL_ONLY = ("history", "report", "completion")
+_UNSET = object()  # a setting the file got wrong and the command line did not give
+
+
+def _refuse_unsafe(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                   closed: list[config.Problem], dests: set[str]) -> None:
+    """Exit 2 over a settings problem that would fail open, unless the command line gave
+    the setting in question (a file that cannot be parsed is refused whatever is given)."""
+    left: list[str] = []
+    for problem in closed:
+        name = problem.key if problem.key in config.SAFETY else problem.near_safety
+        if problem.key is None:  # the whole file: nothing in it can be trusted
+            left.append(str(problem))
+        elif name is not None and name in dests and getattr(args, name) is _UNSET:
+            flag = name.replace("_", "-")
+            given = f"--{flag} or --no-{flag}" if name in BOOLEAN_SAFETY else f"--{flag} FILE"
+            left.append(f"{problem} ({given} decides for one run)")
+    if left:
+        parser.exit(2, f"{parser.prog}: error: a setting that would fail open, refused "
+                    "(nothing was done):\n  " + "\n  ".join(left) + "\n")
+
+
+BOOLEAN_SAFETY = ("read_only", "sudo", "accept_new_host_key")
 
 
 def _check_hosts(command: str | None, args: argparse.Namespace, settings: config.Settings,

@@ -17,11 +17,15 @@ Every key is optional; a flag on the command line wins over the file::
     [groups]                          # `gpudash @prod`: every host of the group
     prod = ["gpu0*", "root@10.1.230.174"]
 
-A file that cannot be read, or a bad entry, is reported in one line each; the rest is used.
+A bad entry is reported in one line (the file, its line, why) and the rest is used, except
+where a mistake would fail open: a file that cannot be parsed, or a safety setting
+(``SAFETY``: read-only, sudo, host keys, the ssh files) whose value cannot be read, refuses
+to start (exit 2) unless that setting is given on the command line for this run.
 """
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import re
@@ -33,6 +37,10 @@ from typing import Any
 from gpudash.state.logfile import LEVELS as LOG_LEVELS
 
 GROUP_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+# A bad value of one of these fails closed: `read_only = "yes"` once left every action key
+# live under a toast that said the setting was ignored.
+SAFETY = ("read_only", "sudo", "accept_new_host_key", "ssh_config", "known_hosts")
+UNKNOWN = "unknown setting"
 MAX_GROUP_HOSTS = 4096
 INTERVAL_RANGE = (0.05, 3600.0)
 
@@ -97,7 +105,7 @@ def _check(key: str, value: object) -> tuple[object, str | None]:
         return None, f"expected one of {', '.join(LOG_LEVELS)}"
     if key == "groups":
         return _groups(value)
-    return None, "unknown setting"
+    return None, UNKNOWN
 
 
 def _groups(value: object) -> tuple[object, str | None]:
@@ -115,21 +123,64 @@ def _groups(value: object) -> tuple[object, str | None]:
     return groups, None
 
 
-def load(path: Path | None = None) -> tuple[Settings, list[str]]:
-    """The settings, and one line per problem (the file stays usable where it can)."""
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing wrong with the settings file: where, and why."""
+
+    path: Path
+    key: str | None  # None: the whole file (it cannot be read or parsed)
+    line: int | None
+    why: str
+
+    @property
+    def fails_closed(self) -> bool:
+        """Whether gpudash refuses to start over it (unless the command line decides)."""
+        return self.key is None or self.key in SAFETY or self.near_safety is not None
+
+    @property
+    def near_safety(self) -> str | None:
+        """The safety setting an unknown key looks like a typo of (``readonly``)."""
+        if self.key is None or self.why != UNKNOWN:
+            return None
+        close = difflib.get_close_matches(self.key.replace("-", "_").lower(), SAFETY, n=1,
+                                          cutoff=0.75)
+        return close[0] if close else None
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line}" if self.line else str(self.path)
+        meant = f" (did you mean {self.near_safety}?)" if self.near_safety else ""
+        return f"{where}: {self.key}: {self.why}{meant}" if self.key else f"{where}: {self.why}"
+
+
+def _line_of(text: str, key: str) -> int | None:
+    """The line that sets top-level ``key`` (1-based), for the message."""
+    pattern = re.compile(rf"^\s*[\"']?{re.escape(key)}[\"']?\s*=")
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith("["):
+            return None  # past the top level: a table's own keys
+        if pattern.match(line):
+            return number
+    return None
+
+
+def load(path: Path | None = None) -> tuple[Settings, list[Problem]]:
+    """The settings, and one problem per bad entry (the file stays usable where it can)."""
     target = path or config_path()
     if not target.is_file():
         return Settings(), []
     try:
-        data = tomllib.loads(target.read_text(encoding="utf-8"))
+        text = target.read_text(encoding="utf-8")
+        data = tomllib.loads(text)
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        return Settings(), [f"{target.name}: {exc}"]
-    errors: list[str] = []
+        line = re.search(r"at line (\d+)", str(exc))
+        return Settings(), [Problem(target, None, int(line[1]) if line else None,
+                                    f"cannot be read: {exc}")]
+    errors: list[Problem] = []
     kept: dict[str, Any] = {}
     for key in sorted(data):
         value, why = _check(key, data[key])
         if why is not None:
-            errors.append(f"{target.name}: {key}: {why}")
+            errors.append(Problem(target, key, _line_of(text, key), why))
         else:
             kept[key] = value
     return Settings(**kept), errors

@@ -34,7 +34,7 @@ def load_user_files(theme_dirs: Sequence[Path] | None) -> UserFiles:
     keymap, keymap_errors = load_keymap(bindings=binding_table())
     themes, theme_errors = load_themes(theme_dirs)
     files = UserFiles(settings, keymap, themes)
-    files.warn("Settings ignored:", settings_errors)
+    files.warn("Settings ignored:", [str(p) for p in settings_errors])
     files.warn("Keymap entries ignored:", keymap_errors)
     files.warn("Theme files that could not be loaded:", theme_errors)
     return files
