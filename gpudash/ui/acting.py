@@ -21,6 +21,7 @@ from gpudash.engine import SPECS, ActionPlan, ActionReport, ActionSpec, Selectio
 from gpudash.session import lifecycle
 from gpudash.session.controller import Running, outcome_line
 from gpudash.session.lifecycle import Ended, Ending
+from gpudash.ui.keyhold import hold, release
 from gpudash.ui.messages import ActionFinished, ActionProgressed
 from gpudash.ui.models import ModelPicker
 from gpudash.ui.outcome import exit_code
@@ -62,9 +63,16 @@ class Acting:
         view = self.state.views[host]
         # What is planned on the snapshot on screen; a start asks the host first.
         request = lifecycle.Request(spec.kind, selection, snapshot=view.snapshot)
+        hold(self.app)  # keys typed while it is planned go to its dialog, never to the table
         self._run(self._plan_and_confirm(request, host), "confirm")
 
     async def _plan_and_confirm(self, request: lifecycle.Request, host: int) -> None:
+        try:
+            await self._planned_and_confirmed(request, host)
+        finally:  # no dialog opened after all (refused, failed): nobody takes those keys
+            release(self.app, False, "no dialog opened")
+
+    async def _planned_and_confirmed(self, request: lifecycle.Request, host: int) -> None:
         view, state = self.state.views[host], self.state
         control = view.source.control
         title = SPECS[request.kind].title_for(request.selection)
@@ -236,4 +244,6 @@ class Dialogs:
                    enable: bool) -> lifecycle.Picked | None:
         picked: lifecycle.Picked | None = await self.app.push_screen_wait(
             ModelPicker(f"Reclaim {source}, then start:", candidates, enable))
+        if picked is not None:
+            hold(self.app)  # its plan is made next: what is typed meanwhile is the dialog's
         return picked

@@ -4,8 +4,7 @@ Data flows one way: ``HostFeeds`` follows each host's ``HostSource`` and records
 snapshot in its ``HostView``; the screens redraw in place. ``MainScreen`` (one host) and
 ``FleetScreen`` (every host) own their keys; ``Acting`` walks a destructive action from its
 plan through the confirm dialog and the worker to its logged, audited outcome. The app holds
-the dashboard state they share (``gpudash.ui.state.Dashboard``), the theme and the keymap.
-"""
+the state they share (``gpudash.ui.state.Dashboard``), the theme, the keymap, held keys."""
 
 from __future__ import annotations
 
@@ -38,6 +37,7 @@ from gpudash.ui.feeds import HostFeeds
 from gpudash.ui.fleet_screen import FleetScreen
 from gpudash.ui.heap import steady_heap
 from gpudash.ui.hosts import HostView
+from gpudash.ui.keyhold import HoldsKeys
 from gpudash.ui.main_screen import MainScreen
 from gpudash.ui.outcome import DashboardOutcome, still_held
 from gpudash.ui.screens import ConfirmModal, HelpScreen
@@ -55,7 +55,7 @@ DEFAULT_THEME = "gpudash-night"
 log = logging.getLogger("gpudash.ui")
 
 
-class GpudashApp(App[int]):
+class GpudashApp(HoldsKeys):
     """The dashboard. ``clock`` gives epoch seconds; tests freeze it for snapshots."""
 
     TITLE = "gpudash"

@@ -29,6 +29,7 @@ from gpudash.session.controller import freshest_memory
 from gpudash.ui.acting import Acting
 from gpudash.ui.bindings import KEYS, bindings, help_rows, keys_to_actions
 from gpudash.ui.compositor import BandCompositor
+from gpudash.ui.keyhold import hold
 from gpudash.ui.layout import progress_columns, progress_room, size_classes
 from gpudash.ui.palette import palette
 from gpudash.ui.screens import DetailScreen
@@ -458,6 +459,7 @@ class MainScreen(ViewKeys):
             if sig is not None and self.dashboard.current_host == host:
                 self.acting.plan(ACTIONS["send_signal"], host, replace(sel, signal=sig))
 
+        hold(self.app)
         self.app.push_screen(SignalPicker(heading), picked)
 
     def action_reap(self) -> None:

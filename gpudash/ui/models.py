@@ -20,6 +20,7 @@ from textual.widgets.option_list import Option
 from gpudash.domain.units import gib
 from gpudash.protocol.source import LogLine, SourceError
 from gpudash.session.lifecycle import Candidate, Picked
+from gpudash.ui.keyhold import hold, release
 from gpudash.ui.text import clean, literal
 
 
@@ -69,6 +70,10 @@ class ModelPicker(ModalScreen[Picked | None]):
                            + ("as the unit it replaces is" if self.enable else
                               "the unit it replaces is not enabled"),
                            value=self.enable, id="enable")
+
+    def on_mount(self) -> None:
+        self.query_one("#filter", Input).focus()
+        release(self.app)  # what was typed while the host was asked filters the models
 
     def _options(self, needle: str) -> list[Option]:
         wanted = needle.strip().lower()
@@ -175,10 +180,12 @@ class JournalScreen(ModalScreen[None]):
                 log.write(journal_text(line))
 
     def action_search(self) -> None:
+        hold(self.app)  # "/quit" typed fast filters by "quit", never closes on its q
         box = self.query_one("#needle", Input)
         box.add_class("-shown")
         box.value = self.needle
         box.focus()
+        release(self.app)  # behind the focus, in the App's turn
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self._filter(event.value.strip())

@@ -12,6 +12,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 
+from gpudash.ui.keyhold import release
 from gpudash.ui.text import literal
 
 
@@ -129,6 +130,7 @@ class ConfirmModal(ModalScreen[bool]):
 
     def on_mount(self) -> None:
         self.query_one("#cancel", Button).focus()
+        release(self.app)  # keys typed while it was planned: its own (an early y is refused)
         self.call_after_refresh(self._drawn)
         plan = self.query_one("#plan", VerticalScroll)
         self.watch(plan, "scroll_y", lambda _y: self.say_out_of_sight(), init=False)
@@ -305,6 +307,10 @@ class FilterScreen(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         yield Input(self.current, placeholder="filter holders: pid, user, unit, command…",
                     id="filter")
+
+    def on_mount(self) -> None:
+        self.query_one(Input).focus()
+        release(self.app)  # the keys typed after / go here
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if self.live is not None:

@@ -12,6 +12,7 @@ from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from gpudash.engine.signals import PICKABLE, Pickable
+from gpudash.ui.keyhold import release
 from gpudash.ui.text import literal
 
 
@@ -58,6 +59,7 @@ class SignalPicker(ModalScreen[int | None]):
         options = self.query_one(OptionList)
         options.highlighted = 0
         options.focus()
+        release(self.app)  # letters typed after S jump here
 
     def on_key(self, event) -> None:  # type: ignore[no-untyped-def]
         """Letters jump to the signal whose name starts so (``h`` HUP, ``us`` USR1)."""

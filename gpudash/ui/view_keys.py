@@ -14,6 +14,7 @@ from textual.screen import Screen
 
 from gpudash.engine import Selection
 from gpudash.protocol.source import Capability
+from gpudash.ui.keyhold import hold
 from gpudash.ui.layout import PLOT_MIN
 from gpudash.ui.models import JournalScreen
 from gpudash.ui.screens import FilterScreen
@@ -102,8 +103,12 @@ class ViewKeys(Screen[None]):
         self.dashboard.result_shown = False
         self.refresh_progress()
 
+    def action_filter(self) -> None:
+        hold(self.app)  # what is typed after / is the filter's, however fast it comes
+        self._filter()
+
     @work(exclusive=True, group="filter", exit_on_error=False)
-    async def action_filter(self) -> None:
+    async def _filter(self) -> None:
         app = self.dashboard
 
         def live(text: str) -> None:
