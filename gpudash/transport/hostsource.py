@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from gpudash.collector.host.protocol import CONTAINER_ID, OP_REFRESH, OP_WATCH
 from gpudash.domain.model import HostSnapshot
-from gpudash.protocol.shell_listener import ask_listener
+from gpudash.protocol.shell_listener import ask_owned
 from gpudash.protocol.source import (
     LOOPBACK_HOSTS,
     Capability,
@@ -290,8 +290,9 @@ class SourceControl:
     async def probe_http(self, url: str, timeout_s: float,
                          owner: ListenerOwner | None = None) -> HttpAnswer:
         """GET ``url`` on the host (its loopback): the status, or why there is none;
-        given ``owner`` (a unit or a container), only from its own listener (asked by the
-        Python collector, or by a plain-sh look at /proc on the shell fallback's host)."""
+        given ``owner`` (a unit or a container), only from its own process at the other end
+        of the probe's own connection (looked at by the Python collector, or by bash on the
+        shell fallback's host)."""
         loopback_url(url)
         timeout_s = min(max(float(timeout_s), 0.1), 60.0)
         try:
@@ -304,11 +305,10 @@ class SourceControl:
             except SourceError as exc:
                 return HttpAnswer(url, None, str(exc))
             return HttpAnswer(url, status, None if status is not None else error)
-        if owner is not None:  # the shell fallback checks the listener in plain sh too
-            refused = await ask_listener(url, owner, self.source.connection.run,
-                                         QUERY_TIMEOUT_S)
-            if refused:
-                return HttpAnswer(url, None, refused)
+        if owner is not None:  # the same proof in bash: who holds the probe's connection
+            status, error = await ask_owned(url, owner, self.source.connection.run,
+                                            timeout_s)
+            return HttpAnswer(url, status, error)
         # the shell fallback's host: curl, if it has one (no proxy; redirects not followed)
         argv = ["curl", "-s", "-o", "/dev/null", "--noproxy", "*", "-w", "%{http_code}\\n",
                 "--max-time", f"{timeout_s:g}", "--", url]

@@ -30,7 +30,7 @@ from .protocol import (
     OP_WATCH,
     PROTOCOL,
 )
-from .ready import container_refusal, http_get, listener_refusal
+from .ready import container_get, http_get, unit_get
 from .signals import send_signal
 
 if TYPE_CHECKING:
@@ -69,7 +69,8 @@ def probe_later(emit: Emitter, url: str, timeout_s: float, request_id: Any,
     sends one byte a second holds neither the answer past ``timeout_s`` nor the request
     loop (samples and signals go on meanwhile). None: answered later; else the reply.
     Given ``unit`` (or ``container``: its id and runtime), the answer counts only from
-    its own listener: a port another process holds is refused without asking it."""
+    its own process, seen at the other end of the probe's own connection before the
+    request is finished: another process is refused without being asked."""
     if not _probes.acquire(blocking=False):
         return {"k": K_HTTP, "status": None, "error": "busy: too many probes in flight",
                 "id": request_id}
@@ -77,12 +78,12 @@ def probe_later(emit: Emitter, url: str, timeout_s: float, request_id: Any,
     got: list[tuple[int | None, str | None]] = []
 
     def get() -> None:
-        refused = None
         if collector is not None and unit is not None:
-            refused = listener_refusal(url, unit, collector)
+            got.append(unit_get(url, deadline, unit, collector))
         elif collector is not None and container is not None:
-            refused = container_refusal(url, container[0], container[1], collector)
-        got.append((None, refused) if refused else http_get(url, deadline))
+            got.append(container_get(url, deadline, container[0], container[1], collector))
+        else:
+            got.append(http_get(url, deadline))
 
     def answer() -> None:
         try:

@@ -43,6 +43,29 @@ def _read(path: str, size: int = 65536) -> str | None:
         os.close(fd)
 
 
+def read_whole(path: str, limit: int) -> str | None:
+    """All of a ``/proc`` table (up to ``limit`` bytes): ``/proc/net/tcp`` gives about a
+    page per read, so one read of a busy host's table misses most of its sockets."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    chunks, size = [], 0
+    try:
+        while size < limit:
+            chunk = os.read(fd, min(65536, limit - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError:
+        if not chunks:
+            return None
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
 def fd_budget(limit: int = FD_CACHE_MAX) -> int:
     """How many ``stat`` fds to keep open: at most ``limit``, half of RLIMIT_NOFILE."""
     try:

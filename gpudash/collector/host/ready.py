@@ -1,5 +1,5 @@
-"""Ready URLs: a GET on this host's loopback, refused unless the unit's (or the container's)
-own process listens on the port."""
+"""Ready URLs: a GET on this host's loopback, counted only from the unit's (or the
+container's) own process at the other end of the probe's own connection (``proof``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from .parsing import cgroup_path, container_of_cgroup, unit_of_cgroup
-from .procfs import _read
+from .procfs import read_whole
+from .proof import owned_get
 
 if TYPE_CHECKING:
     from .collector import HostCollector
@@ -52,7 +53,7 @@ def listening_inodes(port: int, proc: str = "/proc") -> set[str]:
     """The socket inodes listening on TCP ``port`` (v4 and v6) in this network namespace."""
     found: set[str] = set()
     for name in ("tcp", "tcp6"):
-        for line in (_read(f"{proc}/net/{name}", 1 << 22) or "").splitlines()[1:]:
+        for line in (read_whole(f"{proc}/net/{name}", 1 << 26) or "").splitlines()[1:]:
             fields = line.split()
             if len(fields) > 9 and fields[3] == "0A" and fields[1].rsplit(":", 1)[-1] == (
                     f"{port:04X}"):
@@ -60,62 +61,46 @@ def listening_inodes(port: int, proc: str = "/proc") -> set[str]:
     return found
 
 
-def _holds(pid: int, inodes: set[str], proc: str, budget: list[int]) -> bool | None:
-    """``pid`` has one of the sockets open (None: its descriptors are not readable here)."""
-    try:
-        fds = os.listdir(f"{proc}/{pid}/fd")
-    except PermissionError:
-        return None
-    except OSError:
-        return False
-    for fd in fds:
-        budget[0] -= 1
-        try:
-            link = os.readlink(f"{proc}/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if link.startswith("socket:[") and link[8:-1] in inodes:
-            return True
-    return False
-
-
-def listener_of(port: int, main_pid: int | None, proc: str = "/proc"
-                ) -> tuple[int | None, bool]:
-    """(the pid listening on ``port``, or None; whether some descriptors were unreadable).
-    The unit's main process is looked at first: a model server's API server listens."""
-    inodes = listening_inodes(port, proc)
-    if not inodes:
-        return None, False
-    budget, hidden = [LISTEN_SCAN_MAX], False
-    pids = [main_pid] if main_pid else []
-    pids += sorted(int(d) for d in os.listdir(proc) if d.isdigit() and int(d) != main_pid)
-    for pid in pids:
-        held = _holds(pid, inodes, proc, budget)
-        if held:
-            return pid, hidden
-        hidden = hidden or held is None
-        if budget[0] <= 0:
-            return None, True
-    return None, hidden
-
-
-def listener_refusal(url: str, unit: str, collector: HostCollector) -> str | None:
-    """Why ``url`` cannot prove ``unit`` serves (its port is another process's), or None.
-    Where it cannot be told (descriptors not readable by this login), it is not refused."""
+def _port(url: str) -> int:
     import urllib.parse
 
     try:
-        port = urllib.parse.urlsplit(url).port or 80
+        return urllib.parse.urlsplit(url).port or 80
     except ValueError:
-        return None
+        return 0
+
+
+def unit_get(url: str, timeout_s: float, unit: str, collector: HostCollector
+             ) -> tuple[int | None, str | None]:
+    """GET ``url`` for ``unit``: its answer counts only from a process of the unit's own
+    cgroup at the other end of the probe's connection (``proof.owned_get``)."""
+    port = _port(url)
     main = collector.units.last.get(unit, {}).get("main_pid")
-    pid, _hidden = listener_of(port, main if isinstance(main, int) else None,
-                               collector.proc.proc)
-    if pid is None:
-        return None  # nobody listens (the GET says so), or not readable here
-    return unit_listener_refusal(port, unit, pid,
-                                 _read(f"{collector.proc.proc}/{pid}/comm", 64) or "?",
-                                 _read(f"{collector.proc.proc}/{pid}/cgroup") or "")
+    return owned_get(
+        url, timeout_s, lambda pid, comm, cgroup: unit_listener_refusal(
+            port, unit, pid, comm, cgroup), collector.proc.proc,
+        first=[main] if isinstance(main, int) else [])
+
+
+def container_get(url: str, timeout_s: float, container_id: str, runtime: str,
+                  collector: HostCollector) -> tuple[int | None, str | None]:
+    """GET ``url`` for the container: its answer counts only from the container's own
+    process or its runtime's port forwarder at the other end of the probe's connection,
+    in this network namespace or (behind a DNAT) the container's own."""
+    port = _port(url)
+    main = collector.containers.last.get(container_id, {}).get("main_pid")
+    main = main if isinstance(main, int) else None
+    proc = collector.proc.proc
+    uid = None
+    if main is not None:  # a rootless podman's forwarders run as the container's user
+        try:
+            uid = os.stat(f"{proc}/{main}").st_uid
+        except OSError:
+            uid = None
+    return owned_get(
+        url, timeout_s, lambda pid, comm, cgroup: container_listener_refusal(
+            port, container_id, runtime, pid, comm, cgroup, uid), proc,
+        first=[main] if main else [], other_nets=[main] if main else [])
 
 
 def unit_listener_refusal(port: int, unit: str, pid: int, comm: str, cgroup_text: str
@@ -129,34 +114,6 @@ def unit_listener_refusal(port: int, unit: str, pid: int, comm: str, cgroup_text
     name = comm.strip()[:64] or "?"
     return (f"port {port} is not {unit}'s: pid {pid} ({name}, "
             f"{owner or 'no unit'}) listens on it")
-
-
-def container_refusal(url: str, container_id: str, runtime: str, collector: HostCollector
-                      ) -> str | None:
-    """Why ``url`` cannot prove the container serves (its port is another process's), or
-    None; as ``listener_refusal``, what cannot be told (nobody in this namespace listens:
-    DNAT into the container's own; descriptors not readable) is not refused."""
-    import urllib.parse
-
-    try:
-        port = urllib.parse.urlsplit(url).port or 80
-    except ValueError:
-        return None
-    main = collector.containers.last.get(container_id, {}).get("main_pid")
-    main = main if isinstance(main, int) else None
-    proc = collector.proc.proc
-    pid, _hidden = listener_of(port, main, proc)
-    if pid is None:
-        return None
-    uid = None
-    if main is not None:  # a rootless podman's forwarders run as the container's user
-        try:
-            uid = os.stat(f"{proc}/{main}").st_uid
-        except OSError:
-            uid = None
-    return container_listener_refusal(port, container_id, runtime, pid,
-                                      _read(f"{proc}/{pid}/comm", 64) or "?",
-                                      _read(f"{proc}/{pid}/cgroup") or "", uid)
 
 
 DOCKER_FORWARDERS = ("docker-proxy",)
