@@ -5,6 +5,7 @@ rootless container is never asked of the host's own runtime."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -16,12 +17,17 @@ from test_collector import FakeGpus, fake_proc
 from test_containers import collector, fake_cli, host, inspect_json
 
 from gpudash.collector.host.collector import HostCollector
+from gpudash.collector.host.containers import PodReader
 from gpudash.collector.host.loop import Emitter, _command
 from gpudash.collector.host.parsing import cgroup_facts
 from gpudash.collector.host.procfs import in_child_pid_namespace, proc_hides_pids
 from gpudash.collector.host.procs import ProcReader
 from gpudash.collector.host.units import UnitReader
+from gpudash.domain.model import Gpu, HostSnapshot, Pod, Process
+from gpudash.domain.owners import OwnerCapability, OwnerKind, container_members, owner_of
 from gpudash.domain.triage import Flag, triage
+from gpudash.engine import SPECS, ActionKind, Signal, plan_action, selection_for
+from gpudash.engine.verdict import explain
 from gpudash.protocol.wire import SnapshotDecoder
 
 CID = "ab" * 32
@@ -143,3 +149,114 @@ def test_a_signalled_process_is_listed_until_it_is_gone(tmp_path: Path) -> None:
     finally:
         sleeper.kill()
         c.proc.close()
+
+
+# --- a user's own subtree is theirs, whatever its cgroups are named (issue 29, item 10) ---
+
+POD = "0a1b2c3d-4e5f-6789-abcd-ef0123456789"
+POD_SLICE = f"kubepods-besteffort-pod{POD.replace('-', '_')}.slice"
+REAL_POD = f"/kubepods.slice/kubepods-besteffort.slice/{POD_SLICE}/cri-containerd-{'cd' * 32}.scope"
+# systemd delegates everything under user@1000.service to uid 1000: any name can be made
+ALICE = "/user.slice/user-1000.slice/user@1000.service/app.slice/"
+
+
+def crictl_knowing(tmp_path: Path) -> tuple[Path, Path]:
+    """A ``crictl`` answering ``pods -o json`` with the real pod ``prod/llm-serving-7d9f``,
+    and the file its calls are logged in."""
+    calls = tmp_path / "crictl.calls"
+    crictl = tmp_path / "crictl"
+    crictl.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\ncat <<'J'\n" + json.dumps({"items": [
+        {"id": "s1", "metadata": {"name": "llm-serving-7d9f", "uid": POD, "namespace": "prod"}},
+    ]}) + "\nJ\n")
+    crictl.chmod(0o755)
+    return crictl, calls
+
+
+def no_pod_word(*texts: str) -> None:
+    for text in texts:
+        low = text.lower()
+        assert "kubectl" not in low and "pod" not in low and "llm-serving" not in low, text
+
+
+def test_a_users_cgroup_named_like_a_kubelet_pod_is_theirs_not_the_pod(tmp_path: Path) -> None:
+    """Seen: alice's own ``.../app.slice/kubepods-besteffort-pod<uid>.slice/cri-containerd-
+    <id>.scope`` was the real pod ``prod/llm-serving-7d9f`` (crictl's name for the UID),
+    with the advice to delete it."""
+    host(tmp_path)
+    fake_proc(tmp_path, 100, "vllm", REAL_POD, ppid=90)  # its shim's child
+    fake_proc(tmp_path, 4242, "python", f"{ALICE}{POD_SLICE}/cri-containerd-{CID}.scope")
+    crictl, calls = crictl_knowing(tmp_path)
+    c = collector(tmp_path, {100: {0: 30000}, 4242: {0: 8000}}, {})
+    c.pods = PodReader(which=lambda name: str(crictl) if name == "crictl" else None)
+    snap = c.sample()
+    assert snap["procs"]["100"]["pod_uid"] == POD  # the kubelet's pod is still a pod
+    assert "pod_uid" not in snap["procs"]["4242"]
+    assert snap["procs"]["4242"]["user_uid"] == 1000
+    decoded = SnapshotDecoder("h").feed(json.dumps({"k": "full", "s": snap}).encode())
+    t = triage(decoded)
+    real = t.group_of(100)
+    assert real is not None and real.key == "pod:prod/llm-serving-7d9f"
+    g = t.group_of(4242)
+    assert g is not None and g.owner is not None and g is not real
+    assert g.kind is not OwnerKind.POD and g.owner.user_uid == 1000 and g.owner.pod is None
+    assert not g.owner.capabilities
+    no_pod_word(g.key, g.owner.describe(), *g.warnings,
+                *(g.owner.unable(cap) for cap in OwnerCapability))
+    sel = selection_for(t, g.key, 4242)
+    assert sel.pod is None and sel.container is None and sel.unit is None
+    for spec in SPECS.values():  # what each action says of it in the dashboard and CLI
+        no_pod_word(spec.precheck(t, sel) or "")
+    assert t.orphans() == ()
+
+
+def test_crictl_is_not_asked_about_a_pod_named_in_a_users_subtree(tmp_path: Path) -> None:
+    host(tmp_path)
+    fake_proc(tmp_path, 4242, "python", f"{ALICE}{POD_SLICE}/cri-containerd-{CID}.scope")
+    crictl, calls = crictl_knowing(tmp_path)
+    c = collector(tmp_path, {4242: {0: 8000}}, {})
+    c.pods = PodReader(which=lambda name: str(crictl) if name == "crictl" else None)
+    snap = c.sample(force_units=True)
+    assert snap["pods"] == {} and not calls.exists()
+
+
+def test_the_operator_side_takes_no_pod_from_a_users_subtree() -> None:
+    """What a host (an older collector, the shell fallback) says is held to the same rule:
+    a process under user@UID.service is never a pod's, even with a pod UID beside it."""
+    p = Process(4242, ppid=1, user="alice", name="python", unit="user@1000.service",
+                cgroup=f"{ALICE}{POD_SLICE}/cri-containerd-{CID}.scope",
+                gpu_memory_mib={0: 8000}, container_runtime="cri", container_id=CID,
+                pod_uid=POD, user_uid=1000)
+    snap = HostSnapshot("h", 0.0, (Gpu(0, memory_total_mib=80000),), (p,), (),
+                        pods=(Pod(POD, "prod", "llm-serving-7d9f"),))
+    owner = owner_of(p, snap)
+    assert owner.kind is OwnerKind.CONTAINER and owner.user_uid == 1000 and owner.pod is None
+    no_pod_word(owner.key, owner.describe(), *(owner.unable(c) for c in OwnerCapability))
+
+
+def test_a_users_cgroup_named_like_a_host_container_is_not_one_of_its_members(
+        tmp_path: Path) -> None:
+    """alice names her cgroup ``docker-<id of root's vllm container>.scope``: she must not
+    become part of that container (its reclaim would pin and signal her process)."""
+    vllm_id = "ef" * 32
+    host(tmp_path)
+    fake_proc(tmp_path, 100, "vllm", f"/system.slice/docker-{vllm_id}.scope", ppid=90)
+    fake_proc(tmp_path, 4242, "python", f"{ALICE}docker-{vllm_id}.scope")
+    cli, _calls = fake_cli(tmp_path, {vllm_id: inspect_json(vllm_id, "vllm", "always", 0)})
+    snap = collector(tmp_path, {100: {0: 30000}, 4242: {0: 8000}},
+                     {"docker": str(cli)}).sample()
+    decoded = SnapshotDecoder("h").feed(json.dumps({"k": "full", "s": snap}).encode())
+    vllm = decoded.container("vllm")
+    assert vllm is not None
+    assert [p.pid for p in container_members(decoded, vllm)] == [100]
+    t = triage(decoded)
+    g = t.group_of(4242)
+    assert g is not None and g.key != "docker:vllm" and g.owner is not None
+    assert g.owner.user_uid == 1000 and g.owner.container is None
+    plan = plan_action(decoded, ActionKind.RECLAIM, container="vllm")
+    pinned = {s.target.pid for s in plan.steps if isinstance(s, Signal)}
+    assert pinned == {100}
+    # her process started after the plan was made: what is left on GPU 0 afterwards is
+    # not called the container's new process
+    later = dataclasses.replace(plan, untouched=())
+    leftovers = [x for x in explain(later, decoded, [0]) if x.pid == 4242]
+    assert leftovers and all("container" not in x.reason for x in leftovers)

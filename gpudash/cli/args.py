@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpudash import __version__
-from gpudash.cli.contract import EXIT_CODES_HELP
+from gpudash.cli.contract import EXIT_CODES_HELP, Exit
 from gpudash.demo.incident import MAX_DEMO_HOSTS  # names only: the demo loads on --demo
 from gpudash.domain.model import unit_name
 from gpudash.state import config
@@ -420,11 +420,14 @@ def _check_hosts(command: str | None, args: argparse.Namespace, settings: config
         parser.error("--demo takes no HOST")
     if args.hosts_file is not None or any(c in h for h in args.hosts for c in "*?["):
         from gpudash.transport.selection import HostSelectionError, select_hosts
+        from gpudash.transport.sshconfig import UnsafeSshConfig
 
         try:
             args.hosts = select_hosts(args.hosts, args.hosts_file, args.ssh_config)
         except HostSelectionError as exc:
             parser.error(str(exc))
+        except UnsafeSshConfig as exc:  # refused as a connection would be: exit 3
+            parser.exit(Exit.CONNECT, f"{parser.prog}: {exc}\n")
     if command in ("reclaim", "start", "swap", "fix") and len(args.hosts) > 1:
         parser.error(f"{command} acts on one host at a time")
     if command == "exporter" and (twice := sorted({h for h in args.hosts

@@ -77,6 +77,13 @@ class Process:
     unreadable: str | None = None
 
     @property
+    def in_user_subtree(self) -> bool:
+        """Under a user's own systemd (``user@UID.service``): systemd hands that subtree to
+        the user, who names cgroups there at will, so it is theirs at any depth; no name
+        there makes it a Kubernetes pod or one of the host's containers."""
+        return self.user_uid is not None
+
+    @property
     def holds_gpu_memory(self) -> bool:
         return any(v is None or v > 0 for v in self.gpu_memory_mib.values())
 

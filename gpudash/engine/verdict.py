@@ -196,7 +196,7 @@ def explain(plan: ActionPlan, snap: HostSnapshot, gpus: list[int]) -> list[Lefto
 
 
 def _in_container(p: Process, container_id: str) -> bool:
-    return p.container_id == container_id
+    return p.container_id == container_id and not p.in_user_subtree
 
 
 def phases_summary(report: ActionReport) -> str:

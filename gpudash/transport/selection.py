@@ -8,6 +8,8 @@ A glob (``*``, ``?``, ``[...]``) is matched against the *concrete* ``Host`` name
 config (and the files it ``Include``s): names without wildcards or negation, so
 ``Host gpu*`` itself never becomes a host. Errors are ``HostSelectionError`` with a message
 for the operator; the CLI turns them into a usage error (exit 2) before contacting anyone.
+The config is checked as ssh checks it before it is read (``sshconfig``): one another
+user could have written is ``UnsafeSshConfig`` (a refusal to connect, exit 3).
 """
 
 from __future__ import annotations
@@ -15,15 +17,18 @@ from __future__ import annotations
 import fnmatch
 import glob
 import os
-import re
-import shlex
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-MAX_INCLUDE_DEPTH = 16  # as OpenSSH's READCONF_MAX_DEPTH
+from gpudash.transport.sshconfig import (
+    MAX_INCLUDE_DEPTH,
+    ConfigSyntaxError,
+    default_config,
+    directives,
+    read_config,
+)
+
 GLOB_CHARS = frozenset("*?[")
-# "Keyword args" or "Keyword=args" (OpenSSH allows one '=' with optional spaces around it)
-_KEYWORD = re.compile(r"^(\w+)(?:\s*=\s*|\s+)(.*)$")
 
 
 class HostSelectionError(ValueError):
@@ -59,13 +64,9 @@ def read_hosts_file(path: Path) -> list[str]:
     return hosts
 
 
-def default_ssh_config() -> Path:
-    return Path.home() / ".ssh" / "config"
-
-
 def ssh_config_hosts(config: Path | None = None) -> list[str]:
     """The concrete ``Host`` names of an ssh config and its ``Include``s, in file order."""
-    path = config if config is not None else default_ssh_config()
+    path = config if config is not None else default_config()
     names: list[str] = []
     _read_config(path.expanduser(), names, depth=0, user=config is None)
     return _unique(names)
@@ -74,37 +75,26 @@ def ssh_config_hosts(config: Path | None = None) -> list[str]:
 def _read_config(path: Path, names: list[str], *, depth: int, user: bool) -> None:
     if depth > MAX_INCLUDE_DEPTH:
         raise HostSelectionError(f"{path}: Include nested more than {MAX_INCLUDE_DEPTH} deep")
-    try:
-        text = path.read_text(encoding="utf-8")
+    try:  # ~/.ssh/config and every Include as ssh checks them (not --ssh-config itself)
+        text = read_config(path, checked=user or depth > 0)
     except FileNotFoundError:
         if depth == 0:
             raise HostSelectionError(
                 f"no ssh config at {path} to expand host globs against") from None
         return  # a missing Include is not an error for OpenSSH either
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         raise HostSelectionError(f"cannot read ssh config {path}: {exc}") from None
-    for keyword, args in _directives(path, text):
+    try:
+        lines = directives(path, text)
+    except ConfigSyntaxError as exc:
+        raise HostSelectionError(str(exc)) from None
+    for keyword, args in lines:
         if keyword == "host":
             names += [a for a in args if not a.startswith("!") and not is_glob(a)]
         elif keyword == "include":
             for pattern in args:
                 for included in _include_paths(pattern, path, user=user):
                     _read_config(included, names, depth=depth + 1, user=user)
-
-
-def _directives(path: Path, text: str) -> list[tuple[str, list[str]]]:
-    """(keyword, its words) of each directive line of an ssh config, keyword lower-case."""
-    out = []
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        m = _KEYWORD.match(line) if line and not line.startswith("#") else None
-        if m is None:
-            continue
-        try:
-            out.append((m.group(1).lower(), shlex.split(m.group(2), comments=True)))
-        except ValueError as exc:
-            raise HostSelectionError(f"{path}:{number}: {exc}") from None
-    return out
 
 
 def _include_paths(pattern: str, parent: Path, *, user: bool) -> list[Path]:
@@ -134,7 +124,7 @@ def select_hosts(
             user, at, pattern = name.rpartition("@")  # root@gpu* -> root@gpu01, ...
             matched = [f"{user}{at}{c}" for c in concrete if fnmatch.fnmatchcase(c, pattern)]
             if not matched:
-                where = ssh_config or default_ssh_config()
+                where = ssh_config or default_config()
                 raise HostSelectionError(
                     f"no concrete Host in {where} matches {name!r}"
                     + (f" (known: {', '.join(concrete[:8])}"

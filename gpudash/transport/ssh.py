@@ -2,7 +2,8 @@
 
 Everything OpenSSH's config says about reaching a host is honoured (HostName, Port, User,
 IdentityFile, ProxyJump, ProxyCommand ...) except what gpudash never needs and must not
-pass on: agent and X11 forwarding are always off. Host keys: see ``hostkeys``.
+pass on: agent and X11 forwarding are always off. Host keys: see ``hostkeys``. A config
+another user could have written is refused before asyncssh reads it: see ``sshconfig``.
 """
 
 from __future__ import annotations
@@ -20,10 +21,17 @@ from urllib.parse import urlsplit
 import asyncssh
 
 from gpudash.protocol.source import CommandResult, ConnectError, LinkLost, SourceError
-from gpudash.transport.hostkeys import HostKeyCheck, KnownHosts, known_hosts_files, local_tokens
+from gpudash.transport.hostkeys import (
+    HostKeyCheck,
+    KnownHosts,
+    KnownHostsFiles,
+    known_hosts_files,
+    local_tokens,
+)
 from gpudash.transport.hostsource import CollectorSource
 from gpudash.transport.limiter import CONNECTS, ConnectLimiter
 from gpudash.transport.link import LINE_LIMIT, Connection, HostFacts, Pipe
+from gpudash.transport.sshconfig import UnsafeSshConfig, check_ssh_config
 
 log = logging.getLogger("gpudash.transport")
 
@@ -187,19 +195,7 @@ async def dial(
         "agent_forwarding": False,
         "x11_forwarding": False,
     }
-    try:
-        # asyncssh reads the config (and keys) in a worker thread
-        options = await asyncssh.SSHClientConnectionOptions.construct(host=target.host, **common)
-        tokens = local_tokens(
-            host=options.host,
-            original=target.host,
-            port=options.port,
-            user=options.username,
-            alias=options.host_key_alias,
-        )
-        files = known_hosts_files(options.config.get, settings.known_hosts, tokens)
-    except (OSError, ValueError, asyncssh.Error) as exc:
-        raise ConnectError(f"{label}: cannot read the ssh config: {exc}") from None
+    options, files = await _read_config(target, settings, label, common)
     known = await asyncio.to_thread(KnownHosts.load, files)
     jumps: list[Any] = []
     clients: list[_Client] = []
@@ -250,6 +246,31 @@ async def dial(
                 f"{label}: cannot record its new host key in {known.files.user[0]}: {exc}"
             ) from None
     return link
+
+
+async def _read_config(target: SshTarget, settings: SshSettings, label: str,
+                       common: dict[str, Any]) -> tuple[Any, KnownHostsFiles]:
+    """asyncssh's options for ``target`` as the config says, and the known_hosts files
+    they name; the config checked first, as ssh checks it (a ProxyCommand there runs as
+    us)."""
+    try:
+        await asyncio.to_thread(check_ssh_config, settings.config)
+    except UnsafeSshConfig as exc:
+        raise UnsafeSshConfig(f"not connecting to {label}: {exc}") from None
+    try:
+        # asyncssh reads the config (and keys) in a worker thread
+        options = await asyncssh.SSHClientConnectionOptions.construct(host=target.host, **common)
+        tokens = local_tokens(
+            host=options.host,
+            original=target.host,
+            port=options.port,
+            user=options.username,
+            alias=options.host_key_alias,
+        )
+        files = known_hosts_files(options.config.get, settings.known_hosts, tokens)
+    except (OSError, ValueError, asyncssh.Error) as exc:
+        raise ConnectError(f"{label}: cannot read the ssh config: {exc}") from None
+    return options, files
 
 
 async def _tcp(options: Any) -> socket.socket | None:

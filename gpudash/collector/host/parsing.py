@@ -117,13 +117,16 @@ def container_of_cgroup(path: str | None) -> tuple[str, str | None, str | None] 
     ``/machine.slice/libpod-<id>.scope`` (``libpod-conmon-`` is its monitor, not it);
     Kubernetes ``/kubepods.slice/.../kubepods-<qos>-pod<uid>.slice/cri-containerd-<id>.scope``
     or ``/kubepods/<qos>/pod<uid>/<id>``: the runtime is then ``cri`` (the kubelet owns it)
-    and the id may be None (the pod's own cgroup).
+    and the id may be None (the pod's own cgroup). Under ``user@UID.service`` (see
+    ``user_of_cgroup``) there is no pod, whatever the names say.
     """
     if not path:
         return None
     parts = path.split("/")
     pod = None
-    if "kubepods" in path:
+    # systemd delegates a user@UID.service subtree to that user, who names cgroups there
+    # at will: a kubepods-...-pod<uid>.slice in it is theirs, never the kubelet's pod
+    if "kubepods" in path and _user_manager(parts) is None:
         for part in parts:
             m = _POD_PART.fullmatch(part)
             if m:
@@ -145,19 +148,33 @@ def container_of_cgroup(path: str | None) -> tuple[str, str | None, str | None] 
 _USER_MANAGER = re.compile(r"user@(\d{1,10})\.service")  # fullmatch
 
 
-def user_of_cgroup(path: str | None) -> tuple[int, str | None] | None:
-    """``(uid, unit)`` when the cgroup is under a user's own systemd (``user@UID.service``):
-    that user's uid and the innermost unit there (their service, or a rootless
-    container's scope), else None."""
-    if not path:
-        return None
-    parts = path.split("/")
+def _user_manager(parts: list[str]) -> tuple[int, int] | None:
+    """``(index, uid)`` of the first ``user@UID.service`` among a cgroup's components."""
     for i, part in enumerate(parts):
         m = _USER_MANAGER.fullmatch(part)
         if m:
-            inner = [q for q in parts[i + 1:] if UNIT_COMPONENT.fullmatch(q)]
-            return int(m.group(1)), (inner[-1] if inner else None)
+            return i, int(m.group(1))
     return None
+
+
+def user_of_cgroup(path: str | None) -> tuple[int, str | None] | None:
+    """``(uid, unit)`` when the cgroup is under a user's own systemd (``user@UID.service``):
+    that user's uid and the innermost unit there (their service, or a rootless
+    container's scope), else None.
+
+    The one rule for that subtree: systemd delegates it to the user, who can create any
+    cgroup there under any name, so what is in it is the user's own at any depth: a
+    container named there is their rootless one (never inspected with the host's
+    runtime), and nothing there is a Kubernetes pod."""
+    if not path:
+        return None
+    parts = path.split("/")
+    found = _user_manager(parts)
+    if found is None:
+        return None
+    at, uid = found
+    inner = [q for q in parts[at + 1:] if UNIT_COMPONENT.fullmatch(q)]
+    return uid, (inner[-1] if inner else None)
 
 
 def cgroup_facts(path: str | None) -> Json:

@@ -70,18 +70,19 @@ def _owner(kind: OwnerKind, key: str, **parts: object) -> Owner:
 def owner_of(p: Process, snapshot: HostSnapshot, units: Mapping[str, Unit] | None = None
              ) -> Owner:
     """The owner of ``p``: its container or pod when its cgroup names one, else its unit
-    (a user's own service under their ``user@UID.service``)."""
+    (a user's own service under their ``user@UID.service``). In a user's own subtree a
+    container is that user's rootless one and there is no pod (``in_user_subtree``)."""
     if units is None:
         units = {u.name: u for u in snapshot.units}
     unit = units.get(p.unit or "")
     runtime, cid = p.container_runtime, p.container_id
-    if p.pod_uid is not None:
+    if p.pod_uid is not None and not p.in_user_subtree:
         pod = snapshot.pod(p.pod_uid)
         label = f"{pod.namespace or 'default'}/{pod.name}" if pod and pod.name else p.pod_uid
         return _owner(OwnerKind.POD, POD_PREFIX + label, unit=unit, container_id=cid,
                       runtime=runtime, pod_uid=p.pod_uid, pod=pod)
     if runtime is not None and cid is not None:
-        c = None if p.user_uid is not None else snapshot.container(cid)
+        c = None if p.in_user_subtree else snapshot.container(cid)
         return _owner(OwnerKind.CONTAINER, container_key(runtime, c.label if c else cid[:12]),
                       unit=unit, container=c, container_id=cid, runtime=runtime,
                       user_uid=p.user_uid, user=p.user)
@@ -117,12 +118,14 @@ def container_owner(snapshot: HostSnapshot, ref: str) -> Owner | None:
         return None
     units = {u.name: u for u in snapshot.units}
     for p in snapshot.processes:
-        if p.container_id == c.id and p.pod_uid is None and p.user_uid is None:
+        if p.container_id == c.id and p.pod_uid is None and not p.in_user_subtree:
             return owner_of(p, snapshot, units)
     return _owner(OwnerKind.CONTAINER, container_key(c.runtime, c.label), container=c,
                   container_id=c.id, runtime=c.runtime)
 
 
 def container_members(snapshot: HostSnapshot, container: Container) -> list[Process]:
-    """The processes whose cgroup names ``container``."""
-    return [p for p in snapshot.processes if p.container_id == container.id]
+    """The processes whose cgroup names ``container`` (a user's own cgroup named like it
+    is not one of them: ``in_user_subtree``)."""
+    return [p for p in snapshot.processes
+            if p.container_id == container.id and not p.in_user_subtree]

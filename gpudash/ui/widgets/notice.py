@@ -16,6 +16,9 @@ from gpudash.ui.widgets.quiet import QuietStatic
 
 # (words in the error, what to do): the first match wins.
 _ADVICE = (
+    (("bad owner or permissions",),
+     "fix the owner or mode the message names (ssh itself refuses that config too); "
+     "gpudash tries again by itself."),
     (("name or service not known", "nodename nor servname", "name resolution",
       "errno -2", "errno -3", "errno -5"),
      "check the host name, or add it to ~/.ssh/config; `ssh {name}` must work from here."),
