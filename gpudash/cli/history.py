@@ -80,5 +80,5 @@ def cmd_history(args: argparse.Namespace, term: Terminal) -> int:
     if not found.actions:
         say_none(read, args, term)
         return Exit.OK
-    term.result("\n".join(line for a in found.actions for line in describe(a)))
+    term.result([line for a in found.actions for line in describe(a)])
     return Exit.OK
