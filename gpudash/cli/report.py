@@ -62,7 +62,8 @@ def timeline(a: Action) -> Text:
     out.append(f"{MARKS.get(verdict, '?')} {verdict}", style=VERDICT_STYLES.get(verdict, "bold"))
     out.append(f"{took}\n")
     if a.verdict is None:
-        out.append("gpudash ended while acting (see the log)\n")
+        out.append("a record of it was skipped (see the warning)\n" if a.unreadable
+                   else "gpudash ended while acting (see the log)\n")
     back = a.mib_back()
     if back:
         out.append(f"{gib(sum(back.values()))} back\n")
@@ -134,7 +135,7 @@ def cmd_report(args: argparse.Namespace, term: Terminal) -> int:
         term.result_json(json_dumps({"actions": [
             {**a.to_json(), "memory": [{"t": t, "mib": {str(g): m for g, m in used.items()}}
                                        for t, used in a.memory]}
-            for a in found.actions], "skipped": found.skipped}, indent=2))
+            for a in found.actions], "skipped": len(found.skipped)}, indent=2))
         return Exit.OK
     if not found.actions:
         say_none(read, args, term)
