@@ -455,7 +455,7 @@ def test_a_bug_is_exit_70_with_one_line_and_the_traceback_in_the_log() -> None:
         "import sys\n"
         "import gpudash.render.textreport as t\n"
         "def broken(snap): raise RuntimeError('a bug for the test')\n"
-        "t.snapshot_text = broken\n"
+        "t.snapshot_lines = broken\n"
         "from gpudash.cli.main import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )

@@ -56,3 +56,23 @@ async def test_snapshot_text_and_json_escape_host_text() -> None:
     assert "\x1b" not in doc and "\u202e" not in doc
     (host,) = json.loads(doc)["hosts"]
     assert any(p["cmdline"] == f"{ERASE} {BIDI}" for p in host["processes"])
+
+
+FORGED = "a\n    ✔ ok"  # issue 29 item 9: a process named so forged a line of the report
+
+
+def test_a_newline_in_a_process_name_cannot_forge_a_line_of_the_report() -> None:
+    demo = DemoHost(speed=50)
+    # stuck in D state in the unit reclaimed: the report names it as what still holds GPU1
+    stuck = demo.spawn(ppid=1, user="root", name=FORGED, cmdline=FORGED,
+                       unit="vllm-minimax-m25.service", gpu_memory_mib={1: 100})
+    stuck.state = "D"
+    out, err = io.StringIO(), io.StringIO()
+    _cmd, args = parse(["reclaim", "--demo", "--unit", "vllm-minimax-m25", "--yes",
+                        "--term-timeout", "1", "--timeout", "3"])
+    code = run_reclaim(args, demo, Terminal(out, err, io.StringIO()))
+    assert code == 1, out.getvalue() + err.getvalue()  # not freed: the D-state holder
+    lines = out.getvalue().split("\n")
+    held = [line for line in lines if "still held" in line]
+    assert held and held[-1].endswith("a\\x0a    ✔ ok"), lines
+    assert not any(line.strip() == "✔ ok" for line in lines), lines

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
+import pytest
 from test_cli import gpudash, state
 
 
@@ -63,3 +65,39 @@ def test_re_verified_records_join_their_action_and_bad_lines_are_skipped() -> No
     recent = json.loads(gpudash("history", "--since", "45s", "--json").stdout)["actions"]
     assert [a["id"] for a in recent] == ["b2"]
     assert gpudash("history", "--since", "soon").returncode == 2
+
+
+
+# Issue 29 item 11: one odd value in a record made history and report exit 70.
+ODD = {
+    "time 1e300": '{"record": "outcome", "id": "odd", "time": 1e300, "verdict": "confirmed"}',
+    "time NaN": '{"record": "outcome", "id": "odd", "time": NaN, "verdict": "confirmed"}',
+    "index x": json.dumps({"record": "outcome", "id": "odd", "time": 1.7e9, "verdict":
+                           "confirmed", "gpus": [{"index": "x", "before_mib": 9000,
+                                                  "after_mib": 1000}]}),
+}
+
+
+@pytest.mark.parametrize("odd", ODD.values(), ids=ODD.keys())
+def test_a_record_with_an_odd_value_is_skipped_with_a_warning_naming_its_line(
+        odd: str, tmp_path: Path) -> None:
+    now = time.time()
+    write_audit([
+        rec("intent", "good1", now - 90),
+        rec("outcome", "good1", now - 85, verdict="confirmed"),
+        odd,  # line 3
+        rec("intent", "good2", now - 60, host="gpu02"),
+        rec("outcome", "good2", now - 55, host="gpu02", verdict="failed", summary="held"),
+    ])
+    where = f"{state() / 'audit.jsonl'} line 3: "
+    for args in (("history",), ("report",), ("report", "--svg", str(tmp_path / "r.svg")),
+                 ("history", "--json"), ("report", "--json")):
+        r = gpudash(*args)
+        assert r.returncode == 0, (args, r.returncode, r.stderr)
+        assert where in r.stderr and "skipped" in r.stderr, (args, r.stderr)
+        if "--json" in args:
+            doc = json.loads(r.stdout)
+            assert [a["id"] for a in doc["actions"]] == ["good1", "good2"]
+            assert doc["skipped"] == 1
+        elif "--svg" not in args:
+            assert "✔ confirmed" in r.stdout and "✘ failed" in r.stdout, (args, r.stdout)

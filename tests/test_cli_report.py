@@ -4,6 +4,7 @@ item 5)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 import xml.etree.ElementTree as ET
@@ -144,3 +145,30 @@ def test_an_action_of_one_sample_is_drawn_from_its_first_second_on() -> None:
     history = render_history([(100.0, {0: 4000})], [0], width=60, height=10,
                              ymax_gib=10).plain.splitlines()
     assert history[-1].split()[-1] == "0.00" and history[-1].split()[0].startswith("-")
+
+
+def test_a_report_file_that_is_a_symbolic_link_is_refused_not_followed(tmp_path: Path) -> None:
+    """Issue 29 item 11: ``report --svg FILE`` wrote through a link, as root."""
+    write_audit([rec("outcome", "a", time.time() - 10, verdict="confirmed")])
+    precious = tmp_path / "precious"
+    precious.write_text("root's own data\n")
+    nowhere = tmp_path / "not-yet"  # a dangling link: following it would create the file
+    for flag in ("--svg", "--html"):
+        for target in (precious, nowhere):
+            link = tmp_path / f"report{flag}"
+            link.unlink(missing_ok=True)
+            link.symlink_to(target)
+            r = gpudash("report", flag, str(link))
+            assert r.returncode == 2, (flag, r.returncode, r.stderr)
+            assert "symbolic link" in r.stderr and str(link) in r.stderr, r.stderr
+            assert "Traceback" not in r.stderr and "written to" not in r.stderr
+            assert link.is_symlink() and os.readlink(link) == str(target)
+    assert precious.read_text() == "root's own data\n" and not nowhere.exists()
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp left
+    # a directory given as the file is refused too; a plain file is written (and replaced)
+    r = gpudash("report", "--svg", str(tmp_path))
+    assert r.returncode == 2 and "not a regular file" in r.stderr, r.stderr
+    plain = tmp_path / "r.svg"
+    plain.write_text("old")
+    assert gpudash("report", "--svg", str(plain)).returncode == 0
+    ET.parse(plain)

@@ -207,7 +207,7 @@ def test_state_files_rules_in_one_place() -> None:
     """Every writer of the operator's files goes through gpudash.state.files."""
     root = Path(__file__).resolve().parents[1] / "gpudash"
     writers = {"session/audit.py", "state/footprints.py", "state/logfile.py",
-               "transport/hostkeys.py", "cli/exporter.py"}
+               "transport/hostkeys.py", "cli/exporter.py", "cli/report.py"}
     for name in writers:
         text = (root / name).read_text()
         assert "files." in text, name
@@ -222,3 +222,27 @@ def test_a_record_is_one_json_line_in_a_private_file(tmp_path: Path) -> None:
     lines = path.read_text().splitlines()
     assert [json.loads(line)["n"] for line in lines] == [1, 2]
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_a_file_the_operator_names_is_never_written_through_a_link(tmp_path: Path) -> None:
+    """``report --svg FILE`` (issue 29 item 11): the name may be anywhere the operator
+    writes, but a link there is refused, and so is a FIFO or a directory."""
+    target = victim(tmp_path)
+    link = tmp_path / "report.svg"
+    link.symlink_to(target)
+    with pytest.raises(files.StateDirError, match="a symbolic link"):
+        files.write_named(link, b"<svg/>")
+    assert intact(target) and link.is_symlink()
+    fifo = tmp_path / "fifo.svg"
+    os.mkfifo(fifo)
+    with pytest.raises(files.StateDirError, match="not a regular file"):
+        files.write_named(fifo, b"<svg/>")  # refused at once: never opened, never waits
+    plain = tmp_path / "plain.svg"
+    old = os.umask(0o027)
+    try:
+        files.write_named(plain, b"<svg/>")
+    finally:
+        os.umask(old)
+    assert plain.read_bytes() == b"<svg/>" and stat.S_IMODE(plain.stat().st_mode) == 0o640
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "elsewhere", "fifo.svg", "plain.svg", "report.svg", "xdg"]  # no temporary name left

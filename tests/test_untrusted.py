@@ -65,3 +65,19 @@ def test_every_control_format_character_and_surrogate_is_escaped() -> None:
     doc = json_dumps({"t": text}, indent=2)
     assert json.loads(doc) == {"t": text} and all(clean(line) == line for line in doc.split("\n"))
     assert clean("run\U000e0072\U000e006d me") == "run\\U000e0072\\U000e006d me"
+
+
+# Unicode's noncharacters: U+FDD0..U+FDEF and the last two code points of every plane.
+# XML forbids U+FFFE/U+FFFF outright (a report's SVG with one does not parse) and no
+# font draws any of them.
+NONCHARACTERS = [chr(c) for c in range(0xFDD0, 0xFDF0)] + [
+    chr(plane << 16 | low) for plane in range(17) for low in (0xFFFE, 0xFFFF)]
+
+
+def test_every_noncharacter_is_escaped() -> None:
+    shown = clean(" ".join(NONCHARACTERS))
+    assert not any(c in shown for c in NONCHARACTERS) and shown.isascii()
+    assert clean("a\ufffeb\uffff") == "a\\ufffeb\\uffff"
+    assert clean("\U0010fffe") == "\\U0010fffe"
+    doc = json_dumps({"t": "\ufffe\U0001ffff"})
+    assert json.loads(doc) == {"t": "\ufffe\U0001ffff"} and doc.isascii()

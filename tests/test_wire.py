@@ -7,6 +7,11 @@ import copy
 import dataclasses
 import json
 import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -320,3 +325,81 @@ def test_one_off_dicts_decode_the_same_way(state: dict[str, Any]) -> None:
     except ProtocolError:
         return
     within_bounds(snap)
+
+
+# Issue 29 item 11: on Python 3.12 and 3.13 json.loads nests about a thousand deep (3.11's
+# refuses sooner), and a merge patch that deep raised RecursionError out of feed().
+NESTED_CHECK = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])  # -I: the checkout only, no site-packages
+from gpudash.protocol.source import ProtocolError
+from gpudash.protocol.wire import SnapshotDecoder
+
+decoder = SnapshotDecoder("h")
+decoder.feed(sys.argv[2].encode())
+kept = decoder.state
+said = {}
+for depth in (30, 500, 990, 1000, 1100, 5000, 50000):
+    nested = '{"a":' * depth + "{}" + "}" * depth
+    for where, line in (
+        ("a patch's value", '{"k":"patch","s":{"can_act":%s}}' % nested),
+        ("a process", '{"k":"patch","s":{"procs":{"100":{"gpu_memory_mib":%s}}}}' % nested),
+        ("a full snapshot", '{"k":"full","s":{"errors":[%s]}}' % nested),
+    ):
+        try:
+            decoder.feed(line.encode())
+            said[f"{where} {depth} deep"] = "decoded"
+        except ProtocolError:
+            said[f"{where} {depth} deep"] = "ProtocolError"
+        except BaseException as exc:  # what must never come out of feed()
+            said[f"{where} {depth} deep"] = type(exc).__name__
+        if decoder.state is not kept:
+            said[f"{where} {depth} deep"] += ", and the state changed"
+decoder.feed(b'{"k":"patch","s":{"cpu_pct":1.5}}')  # the link goes on
+print(json.dumps({"version": list(sys.version_info[:2]), "said": said}))
+"""
+WANTED_PYTHONS = ("3.12", "3.13")
+
+
+def python(version: str) -> str | None:
+    """An interpreter of ``version`` on this machine: pyenv's (``$PYENV_ROOT``), else
+    ``python3.1x`` on PATH, that runs and is that version (a pyenv shim of a version not
+    selected is not)."""
+    root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+    found = sorted(root.glob(f"versions/{version}.*/bin/python{version}"),
+                   key=lambda p: [int(x) if x.isdigit() else -1
+                                  for x in p.parents[1].name.split(".")], reverse=True)
+    for candidate in [*map(str, found), shutil.which(f"python{version}")]:
+        if candidate is None:
+            continue
+        try:
+            ran = subprocess.run([candidate, "-I", "-c", "import sys; print(sys.version[:5])"],
+                                 capture_output=True, text=True, timeout=30)
+        except OSError:
+            continue
+        if ran.returncode == 0 and ran.stdout.strip().rsplit(".", 1)[0] == version:
+            return candidate
+    return None
+
+
+@pytest.mark.parametrize("version", ["this", *WANTED_PYTHONS])
+def test_a_deeply_nested_message_is_a_protocol_error_on_every_python(version: str) -> None:
+    if version == "this":
+        interpreter: str | None = sys.executable
+    else:
+        interpreter = python(version)
+    if interpreter is None:
+        required = os.environ.get("GPUDASH_REQUIRE_PYTHONS", "").split()
+        if version in required:  # tests/run.sh made sure it is there
+            pytest.fail(f"Python {version} is required (GPUDASH_REQUIRE_PYTHONS) but absent")
+        pytest.skip(f"no Python {version} on this machine (tests/run.sh installs it)")
+    repo = str(Path(__file__).resolve().parents[1])
+    first = json.dumps({"k": "full", "s": good()})
+    ran = subprocess.run([interpreter, "-I", "-c", NESTED_CHECK, repo, first],
+                         capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    doc = json.loads(ran.stdout)
+    if version != "this":
+        assert doc["version"] == [int(x) for x in version.split(".")]
+    wrong = {k: v for k, v in doc["said"].items() if v != "ProtocolError"}
+    assert not wrong, wrong

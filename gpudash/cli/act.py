@@ -251,5 +251,5 @@ def _finish(args: argparse.Namespace, term: Terminal, report: ActionReport,
         term.result_json(json_dumps(audit.outcome_record(
             report, controller.audit_id, audited=controller.audited), indent=2))
     else:
-        term.result("\n".join(report.describe()))
+        term.result(report.describe())
     return Exit(report.exit_status)

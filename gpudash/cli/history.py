@@ -26,6 +26,9 @@ def describe(a: Action) -> list[str]:
     when = datetime.fromtimestamp(a.started).strftime("%Y-%m-%d %H:%M:%S") if (
         a.started is not None) else "?"
     lines = [f"{when}  {a.host}  {a.operator}  {a.action}  {a.subject}"]
+    if a.verdict is None and a.unreadable:
+        lines.append("    no outcome that can be read: a record of it was skipped (see above)")
+        return lines
     if a.verdict is None:
         lines.append("    no outcome recorded: gpudash ended while acting (see the log)")
         return lines
@@ -55,13 +58,20 @@ class Read:
     since: float | None  # epoch seconds; None: all
 
 
+SKIPPED_SHOWN = 10  # damaged lines named one by one; more are counted
+
+
 def read_actions(args: argparse.Namespace, term: Terminal) -> Read:
-    """The actions ``args`` ask for; a damaged line is counted and said, never fatal."""
+    """The actions ``args`` ask for; a damaged line (or a record with a value gpudash
+    does not write) is named with its file and line, skipped, never fatal."""
     since = None if args.since is None else time.time() - args.since
     path = audit_path(simulated=True) if args.demo else audit_path()
     found = history([path], hosts=args.hosts, since=since)
     if found.skipped:
-        term.error(f"{found.skipped} line(s) of the audit file are not records: skipped")
+        term.say([f"gpudash: {s}" for s in found.skipped[:SKIPPED_SHOWN]])
+        more = len(found.skipped) - SKIPPED_SHOWN
+        term.error(f"{len(found.skipped)} line(s) of the audit file are not records: skipped"
+                   + (f" ({more} not named above)" if more > 0 else ""))
     return Read(found, path, since)
 
 
@@ -75,10 +85,10 @@ def cmd_history(args: argparse.Namespace, term: Terminal) -> int:
     found = read.found
     if args.json:
         term.result_json(json_dumps({"actions": [a.to_json() for a in found.actions],
-                                     "skipped": found.skipped}, indent=2))
+                                     "skipped": len(found.skipped)}, indent=2))
         return Exit.OK
     if not found.actions:
         say_none(read, args, term)
         return Exit.OK
-    term.result("\n".join(line for a in found.actions for line in describe(a)))
+    term.result([line for a in found.actions for line in describe(a)])
     return Exit.OK

@@ -100,7 +100,7 @@ def no_gpu_source(snap: HostSnapshot) -> bool:
 
 def cmd_snapshot(args: argparse.Namespace, term: Terminal) -> int:
     from gpudash.render import jsondoc
-    from gpudash.render.textreport import snapshot_text
+    from gpudash.render.textreport import snapshot_lines
 
     try:
         with CommandLoop() as loop:
@@ -117,7 +117,7 @@ def cmd_snapshot(args: argparse.Namespace, term: Terminal) -> int:
             indent=2))
     else:
         for snap in snaps:
-            term.result(snapshot_text(snap))
+            term.result(snapshot_lines(snap))
     for name, message in errors.items():
         term.error(f"{name}: {message}")
     blind = [s for s in snaps if no_gpu_source(s)]
@@ -156,7 +156,7 @@ def cmd_dashboard(args: argparse.Namespace, term: Terminal) -> int:
             loop.run(close_all(sources))
     said = outcome.lines()
     if said:  # the verdict of the action it quit during, or waited for
-        term.result("\n".join(said))
+        term.result(said)
     if outcome.interrupted is not None:
         return Exit.INTERRUPTED
     return outcome.code

@@ -7,6 +7,8 @@ outcome record keeps. In the terminal as text; with ``--svg``/``--html`` the sam
 rendering exported by Rich (``Console(record=True)``), so the picture is what the
 terminal shows. Host text is escaped (``untrusted.clean``) before it is rendered, and
 rendered as plain ``Text``, never as markup: a unit named ``[red]x`` reads as written.
+The picture is written by ``state.files.write_named``: never through a symbolic link (a
+FILE that is one is refused, exit 2), whole or not at all.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from gpudash.cli.terminal import Terminal
 from gpudash.domain.units import MIB_PER_GIB, gib, gib_number
 from gpudash.domain.untrusted import clean, json_dumps
 from gpudash.session.history import Action
+from gpudash.state import files
 from gpudash.ui.plot import gpu_colour, render_series
 
 VERDICT_STYLES = {"confirmed": "bold green", "warning": "bold yellow", "failed": "bold red",
@@ -62,7 +65,8 @@ def timeline(a: Action) -> Text:
     out.append(f"{MARKS.get(verdict, '?')} {verdict}", style=VERDICT_STYLES.get(verdict, "bold"))
     out.append(f"{took}\n")
     if a.verdict is None:
-        out.append("gpudash ended while acting (see the log)\n")
+        out.append("a record of it was skipped (see the warning)\n" if a.unreadable
+                   else "gpudash ended while acting (see the log)\n")
     back = a.mib_back()
     if back:
         out.append(f"{gib(sum(back.values()))} back\n")
@@ -134,7 +138,7 @@ def cmd_report(args: argparse.Namespace, term: Terminal) -> int:
         term.result_json(json_dumps({"actions": [
             {**a.to_json(), "memory": [{"t": t, "mib": {str(g): m for g, m in used.items()}}
                                        for t, used in a.memory]}
-            for a in found.actions], "skipped": found.skipped}, indent=2))
+            for a in found.actions], "skipped": len(found.skipped)}, indent=2))
         return Exit.OK
     if not found.actions:
         say_none(read, args, term)
@@ -153,11 +157,13 @@ def cmd_report(args: argparse.Namespace, term: Terminal) -> int:
     console = Console(record=True, width=WIDTH, file=io.StringIO(), highlight=False,
                       color_system="truecolor", force_terminal=True)
     console.print(rendering(found.actions, WIDTH, title))
+    page = (console.export_svg(title="gpudash report") if args.svg is not None
+            else console.export_html(inline_styles=True))
     try:
-        if args.svg is not None:
-            picture.write_text(console.export_svg(title="gpudash report"), encoding="utf-8")
-        else:
-            picture.write_text(console.export_html(inline_styles=True), encoding="utf-8")
+        files.write_named(picture, page.encode("utf-8"))
+    except files.StateDirError as exc:  # a link, or no file: says why and what to do
+        term.error(f"cannot write the report: {exc}")
+        return Exit.USAGE
     except OSError as exc:
         term.error(f"cannot write {picture}: {exc}")
         return Exit.USAGE

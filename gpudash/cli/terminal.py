@@ -1,7 +1,9 @@
 """Where the command line writes: the result to stdout, everything else to stderr.
 
 Every line that can hold host text goes through ``gpudash.domain.untrusted.clean`` here, in one
-place: a process named ``\\x1b[3A\\x1b[J`` cannot erase the plan above the prompt.
+place: a process named ``\\x1b[3A\\x1b[J`` cannot erase the plan above the prompt. Text is
+given as its lines, never split here: a process named ``a\\n    ✔ ok`` is one line that
+shows its ``\\x0a``, not a forged line of the report.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import time
 from collections.abc import Iterable
 from typing import TextIO
 
-from gpudash.domain.untrusted import clean
+from gpudash.domain.untrusted import clean, clean_lines
 from gpudash.engine import Progress
 
 
@@ -29,16 +31,17 @@ class Terminal:
         self.stdin = stdin or sys.stdin
 
     def say(self, lines: str | Iterable[str]) -> None:
-        """Plans, notices, errors: to stderr, one escaped line each."""
-        for line in [lines] if isinstance(lines, str) else lines:
-            self._write(self.stderr, clean(line) + "\n")
+        """Plans, notices, errors: to stderr, one escaped line each (a ``str``: one line)."""
+        for line in clean_lines(lines):
+            self._write(self.stderr, line + "\n")
 
     def error(self, message: str) -> None:
         self.say(f"gpudash: {message}")
 
-    def result(self, text: str) -> None:
-        """The result, to stdout. Text results are escaped line by line; JSON already is."""
-        self._write(self.stdout, "\n".join(clean(line) for line in text.split("\n")) + "\n")
+    def result(self, lines: str | Iterable[str]) -> None:
+        """The result, to stdout, one escaped line each (a ``str``: one line); JSON
+        already is escaped (``result_json``)."""
+        self._write(self.stdout, "".join(line + "\n" for line in clean_lines(lines)))
 
     def result_json(self, document: str) -> None:
         self._write(self.stdout, document + "\n")

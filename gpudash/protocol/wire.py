@@ -9,6 +9,9 @@ Counts are capped (``host.protocol.MAX_GPUS``, ``MAX_PROCS``, ``MAX_UNITS``, ``M
 every object's key must name it (``"1234"`` holds pid 1234, so a pid or GPU index cannot
 appear twice), and the state built from merge patches keeps only the keys a snapshot has,
 with text cut, and changes only when the result decodes: a patch cannot grow it unbounded.
+A message nests at most ``MAX_DEPTH`` deep, checked as it is read: Python 3.12's and
+3.13's ``json`` read a thousand levels and more (3.11's refuses sooner), which the merge
+patch's recursion would not survive.
 """
 
 from __future__ import annotations
@@ -55,6 +58,9 @@ log = logging.getLogger("gpudash.wire")
 
 # A patch may name every key of the snapshot before it (as null) besides the new one.
 MAX_LINE = 2 * snapshot_bound()
+# Objects and lists in objects and lists: a message is 5 deep at most ({"s": {"procs":
+# {"1234": {"gpu_memory_mib": {...}}}}}); anything deeper is refused before it is used.
+MAX_DEPTH = 8
 _SOURCES = {k.value: k for k in SourceKind}
 _SECTIONS = {
     "gpus": frozenset(GPU_KEYS),
@@ -325,7 +331,25 @@ def parse_message(line: bytes) -> dict[str, Any]:
         raise ProtocolError(f"collector sent something that is not JSON: {text!r}") from exc
     if not isinstance(message, dict) or not isinstance(message.get("k"), str):
         raise ProtocolError("collector message without a kind")
+    if _deeper_than(message, MAX_DEPTH):
+        raise ProtocolError(f"collector message nested more than {MAX_DEPTH} deep")
     return message
+
+
+def _deeper_than(message: dict[str, Any], limit: int) -> bool:
+    """Whether ``message`` has objects or lists more than ``limit`` deep (level by level,
+    no recursion: the depth is the sender's)."""
+    level: list[dict[str, Any] | list[Any]] = [message]
+    for _ in range(limit):
+        inner: list[dict[str, Any] | list[Any]] = []
+        for container in level:
+            for v in container.values() if isinstance(container, dict) else container:
+                if isinstance(v, (dict, list)):
+                    inner.append(v)
+        if not inner:
+            return False
+        level = inner
+    return True
 
 
 def _prune(body: dict[str, Any]) -> dict[str, Any]:

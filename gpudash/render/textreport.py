@@ -18,6 +18,11 @@ def gpu_memory(per_gpu: dict[int, int | None]) -> str:
 
 
 def snapshot_text(snap: HostSnapshot) -> str:
+    return "\n".join(snapshot_lines(snap))
+
+
+def snapshot_lines(snap: HostSnapshot) -> list[str]:
+    """The snapshot's lines, each host text in them ``clean`` (its newlines escaped)."""
     t = triage(snap)
     degraded = ", degraded" if snap.degraded else ""
     lines = [f"{clean(snap.host)}  ({snap.source.value}{degraded})"]
@@ -33,7 +38,7 @@ def snapshot_text(snap: HostSnapshot) -> str:
         flags = " ".join(sorted(f.value for f in group.flags))
         lines.append(f"  {clean(group.key)}  {gib(group.total_gpu_memory_mib)}  {flags}".rstrip())
         for w in group.warnings:
-            lines.append(f"    ! {w}")
+            lines.append(f"    ! {clean(w)}")
         for node in group.nodes():
             p = node.process
             mem = gpu_memory(dict(p.gpu_memory_mib))
@@ -42,4 +47,4 @@ def snapshot_text(snap: HostSnapshot) -> str:
                 f"    {p.pid:>8} {p.state or NA:1} {clean(p.user or '?'):<10} {mem:<13} "
                 f"{f:<10} {clean(p.cmdline or p.name)[:80]}"
             )
-    return "\n".join(lines)
+    return lines

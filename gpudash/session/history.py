@@ -2,15 +2,18 @@
 
 An action leaves an intent record before anything is sent and an outcome record after;
 a re-verification (the link dropped mid-action) writes further outcome records with the
-same id, the last of which says how it ended. ``actions`` joins them; a record that does
-not parse is skipped and counted, never fatal (the file is append-only, written by
-several gpudash at once, and may end in a line a crash cut short).
+same id, the last of which says how it ended. ``actions`` joins them; a line that is not
+a record, or a record with a value that is not what gpudash writes (a time of ``1e300``
+or ``NaN``, a GPU index ``"x"``), is skipped and named (its file and line), never fatal:
+the file is append-only, written by several gpudash at once, may end in a line a crash
+cut short, and can be edited by hand. The records around it are told as usual.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import json
+import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from gpudash.engine.series import from_json
+
+# What a record's values may be, or the record is skipped: a time datetime can show (the
+# epoch to the end of year 9999), a GPU index as the series keys it, MiB a float holds.
+MAX_TIME = 253402300799.0
+MAX_GPU_INDEX = 999
+MAX_MIB = 1 << 50
+MAX_PHASE_S = 1e9
+_TEXT_FIELDS = ("host", "operator", "action", "subject", "verdict", "summary")
+_FLAG_FIELDS = ("demo", "interrupted")
 
 _SPAN = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)?$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -44,10 +56,11 @@ class Action:
     demo: bool = False
     started: float | None = None  # the intent's time
     ended: float | None = None  # the last outcome's time
-    verdict: str | None = None  # None: no outcome recorded
+    verdict: str | None = None  # None: no outcome recorded (or none could be read)
     summary: str = ""
     interrupted: bool = False
     reverified: int = 0  # outcome records before the last one (link lost, looked again)
+    unreadable: int = 0  # records of it skipped (a value not as gpudash writes it)
     gpus: list[dict[str, Any]] = field(default_factory=list)
     phases: list[dict[str, Any]] = field(default_factory=list)
     sent: list[str] = field(default_factory=list)
@@ -77,15 +90,29 @@ class Action:
             "started": self.started, "ended": self.ended, "seconds": self.seconds,
             "verdict": self.verdict, "interrupted": self.interrupted,
             "reverified": self.reverified, "summary": self.summary,
+            "records_skipped": self.unreadable,
             "mib_back_by_gpu": {str(g): m for g, m in sorted(self.mib_back().items())},
             "phases": self.phases, "sent": self.sent,
         }
 
 
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A line of an audit file that is not told: where, and why."""
+
+    path: Path
+    line: int | None  # None: read from the file's end (no line number counted)
+    why: str
+
+    def __str__(self) -> str:
+        where = f"line {self.line}" if self.line is not None else "a line near its end"
+        return f"{self.path} {where}: {self.why}: skipped"
+
+
 @dataclass(slots=True)
 class History:
     actions: list[Action]
-    skipped: int  # lines that were not a record
+    skipped: list[Skipped]  # lines that were not a record, or not one that can be told
 
 
 def _read(path: Path, tail_bytes: int | None) -> str | None:
@@ -106,28 +133,120 @@ def read_records(path: Path, tail_bytes: int | None = None
                  ) -> tuple[list[dict[str, Any]], int]:
     """The records of ``path`` in file order (of its last ``tail_bytes`` if given), and how
     many lines were not records."""
+    numbered, skipped = _records(path, tail_bytes)
+    return [rec for _n, rec in numbered], len(skipped)
+
+
+def _records(path: Path, tail_bytes: int | None
+             ) -> tuple[list[tuple[int | None, dict[str, Any]]], list[Skipped]]:
+    """(line number, record) of each record of ``path``; the lines that are not records."""
     text = _read(path, tail_bytes)
     if text is None:
-        return [], 0
-    records: list[dict[str, Any]] = []
-    skipped = 0
-    for line in text.splitlines():
+        return [], []
+    records: list[tuple[int | None, dict[str, Any]]] = []
+    skipped: list[Skipped] = []
+    # "\n" only: a record is one line of ASCII JSON; str.splitlines would also split at
+    # characters a damaged line may hold, and so miscount the lines after it
+    for number, line in enumerate(text.split("\n"), 1):
+        n = number if tail_bytes is None else None
         if not line.strip():
             continue
         try:
-            rec = json.loads(line)
-        except ValueError:
-            skipped += 1
+            rec = json.loads(line, parse_constant=_no_constant, parse_float=_finite)
+        except (ValueError, RecursionError) as exc:
+            why = str(exc) if isinstance(exc, _NotFinite) else "not a JSON line (cut short?)"
+            skipped.append(Skipped(path, n, why))
             continue
         if isinstance(rec, dict) and isinstance(rec.get("id"), str) and rec.get(
                 "record") in ("intent", "outcome"):
-            records.append(rec)
+            records.append((n, rec))
         else:
-            skipped += 1
+            skipped.append(Skipped(path, n, "not an intent or outcome record"))
     return records, skipped
 
 
-def _text(value: object, default: str = "") -> str:
+class _NotFinite(ValueError):
+    """NaN or an infinity in a record: gpudash writes none, and none can be told."""
+
+
+def _no_constant(text: str) -> float:
+    raise _NotFinite(f"a value is {text}")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotFinite(f"a value is {text[:40]} (too large for a number)")
+    return value
+
+
+def _real(value: object, low: float, high: float) -> bool:
+    """A finite number from ``low`` to ``high`` (a bool is not one)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return low <= value <= high and math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        return False
+
+
+def _show(value: object) -> str:
+    return json.dumps(value)[:40] if isinstance(value, (int, float, str, bool)) or (
+        value is None) else type(value).__name__
+
+
+def why_unreadable(rec: dict[str, Any]) -> str | None:
+    """Why the record cannot be told as it is (a value not as gpudash writes it), or None.
+
+    Every value the history reads is checked here, once, so that what is told never meets
+    a value it cannot show (``datetime`` of ``1e300``, ``int("x")``, NaN seconds)."""
+    when = rec.get("time")
+    if when is not None and not _real(when, 0, MAX_TIME):
+        return f"time {_show(when)} is not a time"
+    for name in _TEXT_FIELDS:
+        if rec.get(name) is not None and not isinstance(rec.get(name), str):
+            return f"{name} {_show(rec.get(name))} is not text"
+    for name in _FLAG_FIELDS:
+        if rec.get(name) is not None and not isinstance(rec.get(name), bool):
+            return f"{name} {_show(rec.get(name))} is not true or false"
+    sent = rec.get("sent")
+    if sent is not None and not (isinstance(sent, list) and all(
+            isinstance(s, str) for s in sent)):
+        return "sent is not a list of text"
+    return _gpus_unreadable(rec.get("gpus")) or _phases_unreadable(rec.get("phases"))
+
+
+def _gpus_unreadable(gpus: object) -> str | None:
+    if gpus is None:
+        return None
+    if not isinstance(gpus, list) or not all(isinstance(g, dict) for g in gpus):
+        return "gpus is not a list of objects"
+    for g in gpus:
+        index = g.get("index")
+        if not isinstance(index, int) or not _real(index, 0, MAX_GPU_INDEX):
+            return f"GPU index {_show(index)} is not one"
+        for name in ("before_mib", "after_mib", "target_mib"):
+            mib = g.get(name)
+            if mib is not None and not (isinstance(mib, int) and _real(mib, 0, MAX_MIB)):
+                return f"GPU{index} {name} {_show(mib)} is not a number of MiB"
+    return None
+
+
+def _phases_unreadable(phases: object) -> str | None:
+    if phases is None:
+        return None
+    if not isinstance(phases, list) or not all(isinstance(ph, dict) for ph in phases):
+        return "phases is not a list of objects"
+    for ph in phases:
+        name, seconds = ph.get("name"), ph.get("seconds")
+        if name is not None and not isinstance(name, str):
+            return f"phase name {_show(name)} is not text"
+        if seconds is not None and not _real(seconds, 0, MAX_PHASE_S):
+            return f"phase {name} seconds {_show(seconds)} is not a number of seconds"
+    return None
+
+
+def _text(value: object, default: str = "") -> str:  # (checked: text, or absent)
     return value if isinstance(value, str) else default
 
 
@@ -172,13 +291,23 @@ def history(paths: Sequence[Path], *, hosts: Sequence[str] = (), since: float | 
     started at or after ``since`` (epoch seconds) if given (``tail_bytes``: read only the
     end of each file, as the dashboard does at start)."""
     records: list[dict[str, Any]] = []
-    skipped = 0
+    skipped: list[Skipped] = []
+    damaged: dict[str, int] = {}  # action id: its records skipped
     for path in paths:
-        found, bad = read_records(path, tail_bytes)
-        records += found
+        found, bad = _records(path, tail_bytes)
         skipped += bad
+        for number, rec in found:
+            why = why_unreadable(rec)
+            if why is None:
+                records.append(rec)
+            else:
+                skipped.append(Skipped(path, number, why))
+                damaged[rec["id"]] = damaged.get(rec["id"], 0) + 1
+    joined = join(records)
+    for a in joined:
+        a.unreadable = damaged.get(a.id, 0)
     actions = [
-        a for a in join(records)
+        a for a in joined
         if (not hosts or any(fnmatch.fnmatchcase(a.host, h) for h in hosts))
         and (since is None or (a.started or 0.0) >= since)
     ]

@@ -17,7 +17,11 @@ file where gpudash writes:
   directory (``O_EXCL``: mkstemp's way), synced, and renamed over the old one: a reader
   never sees half of it and there is no fixed temporary name to pre-plant;
 * an append is written whole (a short write is continued, never left to merge with the
-  next line) and, for the audit, synced before the caller goes on.
+  next line) and, for the audit, synced before the caller goes on;
+* a file the operator names (``report --svg FILE``) may be in any directory they can
+  write, but is written the rewriting way (a fresh name, then a rename: a link planted
+  meanwhile is replaced, never followed), and a name that already is a link, or not a
+  regular file, is refused.
 
 Every error is an ``OSError`` (``StateDirError`` is one): callers that report a file
 they could not write need no other case.
@@ -241,31 +245,65 @@ def replace(path: Path, data: bytes, *, mode: int = PRIVATE_FILE, private_dir: b
     directory (``O_EXCL``), synced, renamed over ``path``: never half a file, no fixed
     temporary name, never through a link."""
     with opened_dir(path.parent, private=private_dir, owners=dir_owners) as dfd:
-        fd, temp = _make_temp(dfd, path, mode)
+        _write_renamed(dfd, path, data, mode)
+
+
+def write_named(path: Path, data: bytes) -> None:
+    """Make ``path``, a file the operator named (a report), hold ``data``, as ``replace``
+    does, in whatever directory it is (the operator's choice: the path to it is theirs to
+    follow). A ``path`` that is a symbolic link, or not a regular file, is refused
+    (``StateDirError``): gpudash, often root, never writes through a name another user
+    may have planted. The file is made as the umask says (a report is for reading)."""
+    path = Path(os.path.abspath(path))
+    dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
         try:
-            try:
-                write_all(fd, data)
+            st = os.stat(path.name, dir_fd=dfd, follow_symlinks=False)
+        except FileNotFoundError:
+            pass
+        else:
+            if stat.S_ISLNK(st.st_mode):
+                raise StateDirError(path, "a symbolic link",
+                                    "gpudash does not write through one: name the file "
+                                    f"itself, or remove the link (rm {path})")
+            if not stat.S_ISREG(st.st_mode):
+                raise StateDirError(path, "not a regular file", "name a file to write")
+        # a link planted after that look is replaced by the rename, never followed
+        _write_renamed(dfd, path, data, None)
+    finally:
+        os.close(dfd)
+
+
+def _write_renamed(dfd: int, path: Path, data: bytes, mode: int | None) -> None:
+    """``data`` to a fresh name in ``dfd``, synced, renamed to ``path.name``. ``mode``:
+    the file's mode (None: as the umask made it)."""
+    fd, temp = _make_temp(dfd, path, PRIVATE_FILE if mode is not None else 0o666)
+    try:
+        try:
+            write_all(fd, data)
+            if mode is not None:
                 os.fchmod(fd, mode)  # mkstemp's 0600 (umask aside), or what was asked
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.rename(temp, path.name, src_dir_fd=dfd, dst_dir_fd=dfd)
-        except BaseException:
-            try:
-                os.unlink(temp, dir_fd=dfd)
-            except OSError:
-                pass
-            raise
-        os.fsync(dfd)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(temp, path.name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    except BaseException:
+        try:
+            os.unlink(temp, dir_fd=dfd)
+        except OSError:
+            pass
+        raise
+    os.fsync(dfd)
 
 
-def _make_temp(dfd: int, path: Path, mode: int) -> tuple[int, str]:
-    """mkstemp in the directory ``dfd``: a random name, created exclusively."""
+def _make_temp(dfd: int, path: Path, mode: int = PRIVATE_FILE) -> tuple[int, str]:
+    """mkstemp in the directory ``dfd``: a random name, created exclusively (``mode``,
+    less the umask)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN
     for _ in range(_TEMP_TRIES):
         temp = f".{path.name}.{secrets.token_hex(6)}.tmp"
         try:
-            fd = os.open(temp, flags, PRIVATE_FILE, dir_fd=dfd)
+            fd = os.open(temp, flags, mode, dir_fd=dfd)
         except FileExistsError:
             continue
         os.set_blocking(fd, True)

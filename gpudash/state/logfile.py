@@ -3,17 +3,22 @@
 Unexpected errors are shown to the operator in a line and written here with their
 traceback, so a programming error is never disguised as "link lost" and never lost.
 The file is opened by the rules of ``gpudash.state.files`` (0600, never through a link,
-in a directory only the effective user can write).
+in a directory only the effective user can write). A record is one line: host text in a
+message (a host's name, what it sent) is escaped as everywhere, so it cannot forge a line
+of the log nor drive the terminal of whoever reads it.
 """
 
 from __future__ import annotations
 
+import copy
 import io
 import logging
 import logging.handlers
 import os
 from pathlib import Path
+from types import TracebackType
 
+from gpudash.domain.untrusted import clean, clean_lines
 from gpudash.state import files
 
 LEVELS = ("debug", "info", "warning", "error")
@@ -37,6 +42,21 @@ class StateFileHandler(logging.handlers.RotatingFileHandler):
         return stream
 
 
+class OneLineFormatter(logging.Formatter):
+    """The message as one escaped line; a traceback below it, each of its lines escaped."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        shown = copy.copy(record)  # other handlers of the record see it as it was
+        shown.message = clean(record.message)
+        return super().formatMessage(shown)
+
+    def formatException(
+        self, ei: tuple[type[BaseException], BaseException, TracebackType | None]
+        | tuple[None, None, None],
+    ) -> str:
+        return "\n".join(clean_lines(super().formatException(ei).split("\n")))
+
+
 def setup(level: str = "warning", path: Path | None = None) -> Path | str:
     """Send the ``gpudash`` loggers to the log file; returns it, or why it cannot be opened
     (a state directory refused: the reason says how to fix it)."""
@@ -54,6 +74,6 @@ def setup(level: str = "warning", path: Path | None = None) -> Path | str:
     except OSError as exc:
         logger.addHandler(logging.NullHandler())
         return f"the log file {target} cannot be opened: {exc}"
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(OneLineFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logger.addHandler(handler)
     return target

@@ -44,7 +44,7 @@ from gpudash.ui.screens import ConfirmModal, HelpScreen
 from gpudash.ui.startup import chosen_theme, load_user_files
 from gpudash.ui.state import LastAction
 from gpudash.ui.stopping import OutsideStop
-from gpudash.ui.text import clean
+from gpudash.ui.text import clean, clean_lines
 from gpudash.ui.themes import VARIABLE_DEFAULTS
 from gpudash.ui.widgets.holder_view import HolderView
 
@@ -104,7 +104,7 @@ class GpudashApp(HoldsKeys):
             self.register_theme(t)
         chosen, unknown = chosen_theme(theme, self.available_themes, DEFAULT_THEME)
         self.theme = chosen or self.theme
-        self._warnings += [unknown] if unknown else []
+        self._warnings += [[unknown]] if unknown else []
         # The app is both: the App the dialogs and workers need, the state screens read.
         self.acting = Acting(self, self, self._refresh_progress,
                              lambda: self.screen is self.main)
@@ -254,16 +254,14 @@ class GpudashApp(HoldsKeys):
         if isinstance(self._driver, SafeLinuxDriver):
             self._driver.give_up_writes()
 
-    def notify(
-        self, message: str, *, title: str = "", severity: SeverityLevel = "information",
-        timeout: float | None = None, markup: bool = False,
-    ) -> None:
+    def notify(self, message: str | Sequence[str], *, title: str = "",
+               severity: SeverityLevel = "information", timeout: float | None = None,
+               markup: bool = False) -> None:
         """Every notification shows host text literally: reasons and unit names come from
-        hosts, so control sequences are escaped and markup is never interpreted."""
-        super().notify(
-            "\n".join(clean(line) for line in str(message).split("\n")),
-            title=clean(title), severity=severity, timeout=timeout, markup=False,
-        )
+        hosts, so control sequences are escaped and markup is never interpreted. A ``str``
+        is one line (a host's newline shown escaped); several come as a list of lines."""
+        super().notify("\n".join(clean_lines(message)), title=clean(title),
+                       severity=severity, timeout=timeout, markup=False)
 
     def drawing_failed(self, where: str, exc: Exception) -> None:
         log.error("%s failed on %s", where, self.view.name, exc_info=exc)

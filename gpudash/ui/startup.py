@@ -21,11 +21,11 @@ class UserFiles:
     settings: config.Settings
     keymap: dict[str, str]
     themes: list[Theme]
-    warnings: list[str] = field(default_factory=list)  # one toast each
+    warnings: list[list[str]] = field(default_factory=list)  # one toast each, as its lines
 
     def warn(self, title: str, errors: Sequence[str]) -> None:
         if errors:
-            self.warnings.append(title + "\n" + "\n".join(map(clean, errors)))
+            self.warnings.append([title, *errors])  # each error one line (notify cleans)
 
 
 def load_user_files(theme_dirs: Sequence[Path] | None) -> UserFiles:

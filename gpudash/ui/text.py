@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from gpudash.domain.untrusted import clean
+from gpudash.domain.untrusted import clean, clean_lines
 
-__all__ = ["clean", "literal", "duration", "same_text"]
+__all__ = ["clean", "clean_lines", "literal", "duration", "same_text"]
 
 
 def same_text(a: Text, b: Text) -> bool:
