@@ -1,7 +1,8 @@
 """``gpudash exporter``: the triage of every host named, as Prometheus metrics.
 
 Served over HTTP (``--listen``, 127.0.0.1:9835 by default; TLS and basic auth from
-``--web.config.file``, required off loopback unless ``--insecure-listen``; see
+``--web.config.file``, one that sets TLS or users required off loopback unless
+``--insecure-listen``; see
 ``metrics_http`` for the bounds) and/or written to ``DIR/gpudash.prom`` every interval
 for node_exporter's textfile collector (``--textfile``), atomically: a fresh temporary
 file in DIR, then a rename. One exposition is built per interval and shared by every
@@ -47,7 +48,8 @@ TEXTFILE_OWNERS = (os.geteuid(), 0)  # its directory: ours or root's, writable b
 EXIT_HELP = """exit codes:
   0  stopped by SIGTERM or Ctrl+C
   2  usage error: bad --listen, --textfile not a writable directory, address in use,
-     a bad --web.config.file, --listen off loopback without it (or --insecure-listen)
+     a bad --web.config.file, --listen off loopback without one that sets TLS or
+     basic_auth_users (or --insecure-listen)
  70  internal error (a bug): $XDG_STATE_HOME/gpudash/gpudash.log has the traceback
 metrics on /metrics (or in DIR/gpudash.prom); which hosts could not be read: stderr."""
 
@@ -118,9 +120,16 @@ def is_loopback(host: str) -> bool:
 
 def listen_problem(args: argparse.Namespace, listen: tuple[str, int] | None,
                    web: WebConfig | None) -> str | None:
-    """Why ``--listen`` is refused: off loopback it needs a web config or the flag."""
-    if listen is None or is_loopback(listen[0]) or web is not None or args.insecure_listen:
+    """Why ``--listen`` is refused: off loopback it needs a web config that sets TLS or
+    users (one of headers only secures nothing), or the flag."""
+    if (listen is None or is_loopback(listen[0]) or (web is not None and web.secures)
+            or args.insecure_listen):
         return None
+    if web is not None:
+        return (f"--listen {listen[0]}: not a loopback address, and --web.config.file "
+                f"{web.path} sets neither TLS nor basic_auth_users: anyone who reaches it "
+                "would read the fleet's metrics over plain HTTP. Add tls_server_config or "
+                "basic_auth_users to it, or give --insecure-listen to serve it as it is")
     return (f"--listen {listen[0]}: not a loopback address: anyone who reaches it would read "
             "the fleet's metrics over plain HTTP. Give --web.config.file FILE (TLS, basic "
             "auth), or --insecure-listen to serve it as it is")

@@ -12,6 +12,9 @@ Prometheus exporters share (the exporter-toolkit's, as node_exporter reads it)::
     basic_auth_users:
       prometheus: $2y$10$...                 # bcrypt hashes (htpasswd -nBC 10 "" | tr -d ':\\n')
 
+A file with neither ``tls_server_config`` nor ``basic_auth_users`` secures nothing: it
+does not count as one where ``--listen`` is off loopback (``WebConfig.secures``).
+
 What the toolkit has and gpudash cannot honour (cipher_suites, curve_preferences,
 client_allowed_sans, RequestClientCert, ...) is refused by name, never silently ignored;
 ``http2`` is accepted and has no effect (gpudash serves HTTP/1.1).
@@ -51,6 +54,12 @@ class WebConfig:
     tls: ssl.SSLContext | None = None
     users: dict[str, bytes] = field(default_factory=dict)  # user -> bcrypt hash
     headers: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def secures(self) -> bool:
+        """Whether it asks anything of a client (TLS or a password): a file of headers
+        only, or an empty one, serves plain HTTP to anyone, as no file at all does."""
+        return self.tls is not None or bool(self.users)
 
     @property
     def describe(self) -> str:
