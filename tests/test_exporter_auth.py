@@ -7,6 +7,8 @@ is a real process, the clients real sockets over loopback with a certificate mad
 
 from __future__ import annotations
 
+import asyncio
+import json
 import queue
 import re
 import signal
@@ -22,9 +24,11 @@ from pathlib import Path
 
 import bcrypt
 import pytest
-from test_exporter_hold import basic
+from prometheus_client import CollectorRegistry
+from test_exporter_hold import basic, make_certificate
 
-from gpudash.cli import webconfig
+from gpudash.cli import metrics_http, webconfig
+from gpudash.cli.metrics_http import Exposition, MetricsServer
 
 TESTS = Path(__file__).resolve().parent
 
@@ -119,6 +123,136 @@ def served_certificate(port: int) -> bytes:
 
 def pem_to_der(path: Path) -> bytes:
     return ssl.PEM_cert_to_DER_cert(path.read_text())
+
+
+# --- a flood of wrong passwords ----------------------------------------------------------
+
+
+def test_a_flood_of_wrong_passwords_never_starves_a_remembered_scraper(tmp_path: Path) -> None:
+    # before: 130 clients with a wrong password, each request marked busy before its auth
+    # check and queued without bound for two bcrypt slots: with 128 busy every new
+    # connection was closed, and the real scraper was reset 7 times in 9
+    cert_file, _key = make_certificate(tmp_path)
+    config = tmp_path / "web.yml"
+    config.write_text(web_yml(prometheus=hashed("s3cret", cost=10)))
+    exporter = Exporter("--web.config.file", str(config))
+    flood = None
+    try:
+        scraper = opener(cert_file)
+        assert status(scraper, exporter.url, "prometheus", "s3cret") == 200  # remembered now
+        flood = subprocess.Popen([sys.executable, str(TESTS / "exporter_flood.py"),
+                                  str(exporter.port), "130", "14"],
+                                 stdout=subprocess.PIPE, text=True)
+        assert flood.stdout is not None
+        assert flood.stdout.readline().strip() == "flooding"
+        answers = []
+        started = time.monotonic()
+        for i in range(9):  # a scrape every ~1.1 s, as Prometheus at a short interval
+            while time.monotonic() < started + i * 1.1:
+                time.sleep(0.05)
+            try:
+                answers.append(status(scraper, exporter.url, "prometheus", "s3cret"))
+            except (urllib.error.URLError, OSError) as exc:
+                answers.append(repr(exc))  # type: ignore[arg-type]
+        seen = json.loads(flood.communicate(timeout=60)[0])
+    finally:
+        if flood is not None and flood.poll() is None:
+            flood.kill()
+        said = exporter.stop()
+    assert answers == [200] * 9, (answers, seen)
+    # it was a flood: hundreds of wrong passwords answered meanwhile, none let in
+    assert seen.get("401", 0) + seen.get("503", 0) > 200 and "200" not in seen, seen
+    assert "Traceback" not in said
+
+
+async def test_auth_waits_inside_the_head_deadline_and_a_long_queue_is_a_503_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(metrics_http, "HEAD_TIMEOUT_S", 2.0)
+    config = tmp_path / "web.yml"  # ~0.6 s a check: the queue outlasts the deadline
+    config.write_text(web_yml(cert=False, prometheus=hashed("s3cret", cost=13)))
+    server = MetricsServer(Exposition(CollectorRegistry(), 60.0), webconfig.load(config))
+    port = await server.start("127.0.0.1", 0)
+    request = (b"GET /metrics HTTP/1.1\r\nAuthorization: " + basic("prometheus", "nope").encode()
+               + b"\r\n\r\n")
+
+    async def ask() -> tuple[bytes, float]:
+        started = time.monotonic()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            writer.write(request)
+            await writer.drain()
+            async with asyncio.timeout(30):
+                answer = await reader.read()
+        except ConnectionError:
+            answer = b""
+        finally:
+            writer.close()
+        return answer[:12], time.monotonic() - started
+
+    try:
+        many = metrics_http.AUTH_CHECKS + metrics_http.AUTH_QUEUE + 30
+        tasks = [asyncio.create_task(ask()) for _ in range(many)]
+        await asyncio.sleep(0.3)
+        # waiting for a check is not being answered: each can be dropped to make room
+        assert not any(c.busy for c in server.connections)
+        results = await asyncio.gather(*tasks)
+    finally:
+        await server.close()
+    busy = [took for answer, took in results if answer == b"HTTP/1.1 503"]
+    # at once, not after a wait (a check that ended meanwhile let one more in)
+    assert len(busy) >= 20 and max(busy) < 1.0, results
+    # the rest: a 401 within the head's deadline, or closed at it; none waits longer
+    assert all(a in (b"HTTP/1.1 401", b"HTTP/1.1 503", b"") for a, _ in results), results
+    assert max(took for _, took in results) < 2.0 + 1.0, results
+
+
+# --- passwords bcrypt cannot take, unknown users ----------------------------------------
+
+
+def test_an_overlong_password_is_a_401_and_no_traceback(tmp_path: Path) -> None:
+    # before: bcrypt raised on a password over 72 bytes: the connection dropped, a traceback
+    make_certificate(tmp_path)
+    config = tmp_path / "web.yml"
+    config.write_text(web_yml(prometheus=hashed("s3cret")))
+    exporter = Exporter("--web.config.file", str(config))
+    try:
+        scraper = opener(tmp_path / "exporter.crt")
+        assert status(scraper, exporter.url, "prometheus", "x" * 73) == 401
+        assert status(scraper, exporter.url, "nobody", "é" * 40) == 401  # 80 bytes
+        assert status(scraper, exporter.url, "prometheus", "s3cret") == 200
+    finally:
+        said = exporter.stop()
+    assert "Traceback" not in said and "failed" not in said, said
+
+
+def test_an_unknown_user_costs_what_a_known_one_does(tmp_path: Path) -> None:
+    # before: the hash compared against for an unknown user was cost 10 whatever the
+    # configured ones were: at cost 12 an unknown user was answered in 0.08 s, a known
+    # one in 0.31 s, which tells who exists
+    config = tmp_path / "web.yml"
+    config.write_text(web_yml(cert=False, prometheus=hashed("s3cret", cost=12)))
+    web = webconfig.load(config)
+    assert web.dummy[:7] == b"$2b$12$"
+    assert not bcrypt.checkpw(b"", web.dummy)  # a hash nothing passes
+    mixed = tmp_path / "mixed.yml"
+    mixed.write_text(web_yml(cert=False, a=hashed("a", cost=5), b=hashed("b", cost=6)))
+    assert webconfig.load(mixed).dummy[:7] == b"$2b$06$"  # as costly as the costliest
+    # and as a client sees it: the fastest of a few answers each, so load only slows both
+    exporter = Exporter("--web.config.file", str(config))
+    try:
+        def fastest(user: str) -> float:
+            took = []
+            for _ in range(4):
+                started = time.monotonic()
+                assert status(urllib.request.build_opener(), exporter.url, user, "wrong") == 401
+                took.append(time.monotonic() - started)
+            return min(took)
+
+        known, unknown = fastest("prometheus"), fastest("nobody")
+    finally:
+        exporter.stop()
+    assert unknown > 0.6 * known, (known, unknown)
 
 
 # --- a web config that secures nothing -------------------------------------------

@@ -24,13 +24,17 @@ from __future__ import annotations
 
 import re
 import ssl
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import bcrypt
 import yaml
 
-BCRYPT = re.compile(r"\$2[aby]\$\d\d\$[./A-Za-z0-9]{53}")
+BCRYPT = re.compile(r"\$2[aby]\$(\d\d)\$[./A-Za-z0-9]{53}")
+BCRYPT_COSTS = range(4, 32)  # what bcrypt computes (2^4 .. 2^31 rounds)
+DEFAULT_COST = 10  # of the hash an unknown user is checked against when no user is set
 HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}")
 TLS_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1,
                 "TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
@@ -54,6 +58,13 @@ class WebConfig:
     tls: ssl.SSLContext | None = None
     users: dict[str, bytes] = field(default_factory=dict)  # user -> bcrypt hash
     headers: tuple[tuple[str, str], ...] = ()
+    # an unknown user's password is checked against this, as costly as the costliest user
+    # (the same time as a known user's: no telling who exists by timing); nothing passes it
+    dummy: bytes = b""
+
+    def __post_init__(self) -> None:
+        if not self.dummy:
+            object.__setattr__(self, "dummy", dummy_hash(self.users.values()))
 
     @property
     def secures(self) -> bool:
@@ -77,6 +88,8 @@ def load(path: Path) -> WebConfig:
         raise WebConfigError(f"{path}: cannot read: {exc}") from None
     except yaml.YAMLError as exc:
         raise WebConfigError(f"{path}: not YAML: {exc}") from None
+    except RecursionError:
+        raise WebConfigError(f"{path}: not YAML: nested too deep") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -91,6 +104,14 @@ def load(path: Path) -> WebConfig:
         users=_users(path, data.get("basic_auth_users")),
         headers=_headers(path, data.get("http_server_config")),
     )
+
+
+def dummy_hash(hashes: Iterable[bytes]) -> bytes:
+    """A bcrypt hash at the highest cost among ``hashes``, with a random salt and a
+    checksum no password gives: checking one costs what a real check costs (the cost is
+    in the computing, the checksum only compared), and making it costs nothing."""
+    cost = max((int(h[4:6]) for h in hashes), default=DEFAULT_COST)
+    return bcrypt.gensalt(rounds=cost, prefix=b"2b") + b"." * 31
 
 
 def _mapping(path: Path, key: str, value: object) -> dict[str, Any]:
@@ -160,9 +181,12 @@ def _users(path: Path, users: object) -> dict[str, bytes]:
     for user, hashed in _mapping(path, "basic_auth_users", users).items():
         if not user or ":" in user or not user.isprintable():
             raise WebConfigError(f"{path}: basic_auth_users: {user!r} is not a user name")
-        if not isinstance(hashed, str) or not BCRYPT.fullmatch(hashed):
+        if not isinstance(hashed, str) or not (valid := BCRYPT.fullmatch(hashed)):
             raise WebConfigError(f"{path}: basic_auth_users: {user}: not a bcrypt hash "
                                  "($2y$..., e.g. from htpasswd -nBC 10)")
+        if int(valid.group(1)) not in BCRYPT_COSTS:
+            raise WebConfigError(f"{path}: basic_auth_users: {user}: cost {valid.group(1)}: "
+                                 f"bcrypt's is {BCRYPT_COSTS.start} to {BCRYPT_COSTS.stop - 1}")
         out[user] = hashed.encode("ascii")
     return out
 
