@@ -168,10 +168,12 @@ def test_a_flood_of_wrong_passwords_never_starves_a_remembered_scraper(tmp_path:
 async def test_auth_waits_inside_the_head_deadline_and_a_long_queue_is_a_503_at_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from gpudash.cli.webreload import WebConfigFile
+
     monkeypatch.setattr(metrics_http, "HEAD_TIMEOUT_S", 2.0)
     config = tmp_path / "web.yml"  # ~0.6 s a check: the queue outlasts the deadline
     config.write_text(web_yml(cert=False, prometheus=hashed("s3cret", cost=13)))
-    server = MetricsServer(Exposition(CollectorRegistry(), 60.0), webconfig.load(config))
+    server = MetricsServer(Exposition(CollectorRegistry(), 60.0), WebConfigFile(config))
     port = await server.start("127.0.0.1", 0)
     request = (b"GET /metrics HTTP/1.1\r\nAuthorization: " + basic("prometheus", "nope").encode()
                + b"\r\n\r\n")
@@ -255,6 +257,96 @@ def test_an_unknown_user_costs_what_a_known_one_does(tmp_path: Path) -> None:
     assert unknown > 0.6 * known, (known, unknown)
 
 
+# --- a web config changed while the exporter runs -----------------------------------------
+
+
+def test_a_revoked_password_and_a_rotated_certificate_take_effect_without_a_restart(
+    tmp_path: Path,
+) -> None:
+    # before: the file was read once: the old password and certificate served until a restart
+    old_cert, _key = make_certificate(tmp_path)
+    config = tmp_path / "web.yml"
+    config.write_text(web_yml(prometheus=hashed("old-password")))
+    exporter = Exporter("--web.config.file", str(config))
+    try:
+        assert status(opener(old_cert), exporter.url, "prometheus", "old-password") == 200
+        assert served_certificate(exporter.port) == pem_to_der(old_cert)
+        rotated = tmp_path / "rotated"
+        rotated.mkdir()
+        new_cert, _key = make_certificate(rotated)
+        # the operator's rotation: new certificate and key in place, the password changed
+        for name in ("exporter.crt", "exporter.key"):
+            (rotated / name).replace(tmp_path / name)
+        config.write_text(web_yml(prometheus=hashed("new-password")))
+        assert served_certificate(exporter.port) == pem_to_der(tmp_path / "exporter.crt")
+        scraper = opener(tmp_path / "exporter.crt")
+        assert status(scraper, exporter.url, "prometheus", "old-password") == 401
+        assert status(scraper, exporter.url, "prometheus", "new-password") == 200
+        exporter.wait_for(r"web config .*reloaded")
+    finally:
+        said = exporter.stop()
+    assert "Traceback" not in said
+
+
+def test_sighup_reloads_the_web_config_and_never_stops_the_exporter(tmp_path: Path) -> None:
+    # before: SIGHUP ended the exporter (exit 0): a reload by systemctl reload stopped it
+    cert_file, _key = make_certificate(tmp_path)
+    config = tmp_path / "web.yml"
+    config.write_text(web_yml(prometheus=hashed("s3cret")))
+    exporter = Exporter("--web.config.file", str(config))
+    try:
+        scraper = opener(cert_file)
+        assert status(scraper, exporter.url, "prometheus", "s3cret") == 200
+        for _ in range(3):
+            exporter.proc.send_signal(signal.SIGHUP)
+            exporter.wait_for(r"web config .*reloaded")
+            assert exporter.proc.poll() is None
+            assert status(scraper, exporter.url, "prometheus", "s3cret") == 200
+    finally:
+        exporter.stop()
+
+
+def test_sighup_without_a_web_config_is_no_stop_either() -> None:
+    exporter = Exporter()
+    try:
+        exporter.proc.send_signal(signal.SIGHUP)
+        exporter.wait_for(r"SIGHUP: .*nothing to reload")
+        with urllib.request.urlopen(exporter.url, timeout=10) as answer:
+            assert answer.status == 200
+    finally:
+        exporter.stop()
+
+
+@pytest.mark.parametrize(("broken", "reason"), [
+    ("tls_server_config: [\n", "not YAML"),
+    ("basic_auth_users:\n  prometheus: plaintext\n", "prometheus: not a bcrypt hash"),
+    ("", "removes tls_server_config: the exporter serves HTTPS until it restarts"),
+])
+def test_a_broken_new_web_config_keeps_the_old_one_and_says_why(
+    tmp_path: Path, broken: str, reason: str,
+) -> None:
+    cert_file, _key = make_certificate(tmp_path)
+    config = tmp_path / "web.yml"
+    config.write_text(web_yml(prometheus=hashed("s3cret")))
+    exporter = Exporter("--web.config.file", str(config))
+    try:
+        scraper = opener(cert_file)
+        assert status(scraper, exporter.url, "prometheus", "s3cret") == 200
+        config.write_text(broken)
+        assert status(scraper, exporter.url, "prometheus", "s3cret") == 200  # the old one
+        assert status(scraper, exporter.url, "prometheus", "wrong") == 401
+        line = exporter.wait_for(r"web config")
+        assert reason in line and str(config) in line and "kept" in line, line
+        exporter.proc.send_signal(signal.SIGHUP)  # said again when asked, kept again
+        assert reason in exporter.wait_for(r"web config")
+        assert status(scraper, exporter.url, "prometheus", "s3cret") == 200
+        config.write_text(web_yml(prometheus=hashed("mended")))  # mended: taken
+        assert status(scraper, exporter.url, "prometheus", "mended") == 200
+    finally:
+        said = exporter.stop()
+    assert "Traceback" not in said
+
+
 # --- a web config that secures nothing -------------------------------------------
 
 
@@ -266,7 +358,7 @@ def test_a_web_config_without_tls_or_users_does_not_lift_the_loopback_guard(
     # before: an empty or headers-only file let --listen 0.0.0.0 serve plain HTTP, no auth.
     # The guard's decision is asked directly: nothing here binds off loopback.
     from gpudash.cli.args import parse
-    from gpudash.cli.exporter import listen_problem
+    from gpudash.cli.exporter import listen_problem, reload_problem
 
     config = tmp_path / "web.yml"
     config.write_text(content)
@@ -286,3 +378,6 @@ def test_a_web_config_without_tls_or_users_does_not_lift_the_loopback_guard(
     users.write_text(web_yml(cert=False, prometheus=hashed("s3cret")))
     _cmd, args = parse(["exporter", "--demo", "--listen", "0.0.0.0:9835"])
     assert listen_problem(args, args.listen, webconfig.load(users)) is None
+    # nor does one read again while it runs: the users removed, it is kept
+    problem = reload_problem(args, args.listen, webconfig.load(users), web)
+    assert problem is not None and "neither TLS nor basic_auth_users" in problem, problem

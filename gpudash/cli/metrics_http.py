@@ -10,15 +10,15 @@
   is closed. At most ``MAX_CONNECTIONS`` are open: a new one closes the oldest that is
   not being answered yet (a scanner, an idle socket, a password not yet checked; never
   an authorised request). The answer is written within ``WRITE_TIMEOUT_S``.
-* **TLS and basic auth** from ``--web.config.file`` (``gpudash.cli.webconfig``). bcrypt
-  checks run in ``AUTH_CHECKS`` threads of their own; when ``AUTH_QUEUE`` more wait, a
-  request that needs one is answered 503 at once: a flood of wrong passwords costs two
-  cores at most and queues nobody for long. A user/password pair that passed is
-  remembered (a SHA-256 digest, with the hash it passed) so a scraper's every request is
-  not a bcrypt, and it is answered however many wrong passwords wait. An unknown user
-  costs a check as costly as a known one (no telling who exists by timing); a password
-  bcrypt cannot take (over 72 bytes) is a 401 at once, as it does not depend on the
-  user.
+* **TLS and basic auth** from ``--web.config.file`` (``gpudash.cli.webconfig``), read
+  again when it changes (``gpudash.cli.webreload``). bcrypt checks run in
+  ``AUTH_CHECKS`` threads of their own; when ``AUTH_QUEUE`` more wait, a request that
+  needs one is answered 503 at once: a flood of wrong passwords costs two cores at most
+  and queues nobody for long. A user/password pair that passed is remembered (a SHA-256
+  digest, with the hash it passed) so a scraper's every request is not a bcrypt, and it
+  is answered however many wrong passwords wait. An unknown user costs a check as
+  costly as a known one (no telling who exists by timing); a password bcrypt cannot
+  take (over 72 bytes) is a 401 at once, as it does not depend on the user.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ import bcrypt
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from gpudash.cli.webconfig import WebConfig
+from gpudash.cli.webreload import WebConfigFile
 
 log = logging.getLogger("gpudash.cli.exporter")
 
@@ -115,7 +116,7 @@ class _Connection:
 class MetricsServer:
     """Serves ``exposition`` on one listening socket until ``close``."""
 
-    def __init__(self, exposition: Exposition, web: WebConfig | None = None,
+    def __init__(self, exposition: Exposition, web: WebConfigFile | None = None,
                  max_connections: int = MAX_CONNECTIONS) -> None:
         self.exposition = exposition
         self.web = web
@@ -127,10 +128,6 @@ class MetricsServer:
         self._checker = ThreadPoolExecutor(AUTH_CHECKS, thread_name_prefix="bcrypt")
         self._checks = 0  # bcrypt checks queued or running in _checker
         self.evicted = 0  # connections closed to make room (for tests and the bench)
-
-    @property
-    def tls(self) -> ssl.SSLContext | None:
-        return None if self.web is None else self.web.tls
 
     async def start(self, host: str, port: int) -> int:
         """Listen on ``host:port`` (OSError if it cannot); returns the port."""
@@ -181,25 +178,29 @@ class MetricsServer:
     async def _connection(self, conn: _Connection, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
         writer: asyncio.StreamWriter | None = None
+        web = None
         try:
+            # the config as its files say now, one for the whole connection
+            web = None if self.web is None else self.web.current()
+            tls = None if web is None else web.tls
             reader = asyncio.StreamReader(limit=HEAD_MAX)
             protocol = asyncio.StreamReaderProtocol(reader)
             async with asyncio.timeout(HEAD_TIMEOUT_S):  # handshake, head and password
                 transport, _ = await loop.connect_accepted_socket(
-                    lambda: protocol, sock, ssl=self.tls,
-                    ssl_handshake_timeout=HEAD_TIMEOUT_S if self.tls else None)
+                    lambda: protocol, sock, ssl=tls,
+                    ssl_handshake_timeout=HEAD_TIMEOUT_S if tls else None)
                 writer = asyncio.StreamWriter(transport, protocol, reader, loop)
                 try:
                     head = await reader.readuntil(b"\r\n\r\n")
                 except asyncio.LimitOverrunError:
                     head = b""
-                request = await self._admit(head, self.web)
+                request = await self._admit(head, web)
             if isinstance(request, Request):
                 conn.busy = True
                 status, headers, body = await self._answer(request)
             else:
                 status, headers, body = request  # refused: it can still be evicted
-            writer.write(_response(status, headers, body, self.web,
+            writer.write(_response(status, headers, body, web,
                                    head_only=head.startswith(b"HEAD ")))
             async with asyncio.timeout(WRITE_TIMEOUT_S):
                 await writer.drain()

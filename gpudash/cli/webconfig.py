@@ -13,7 +13,8 @@ Prometheus exporters share (the exporter-toolkit's, as node_exporter reads it)::
       prometheus: $2y$10$...                 # bcrypt hashes (htpasswd -nBC 10 "" | tr -d ':\\n')
 
 A file with neither ``tls_server_config`` nor ``basic_auth_users`` secures nothing: it
-does not count as one where ``--listen`` is off loopback (``WebConfig.secures``).
+does not count as one where ``--listen`` is off loopback (``WebConfig.secures``). The
+file and the files it names are followed while the exporter runs (``gpudash.cli.webreload``).
 
 What the toolkit has and gpudash cannot honour (cipher_suites, curve_preferences,
 client_allowed_sans, RequestClientCert, ...) is refused by name, never silently ignored;
@@ -58,6 +59,7 @@ class WebConfig:
     tls: ssl.SSLContext | None = None
     users: dict[str, bytes] = field(default_factory=dict)  # user -> bcrypt hash
     headers: tuple[tuple[str, str], ...] = ()
+    files: tuple[Path, ...] = ()  # the certificate, key and CA files it names
     # an unknown user's password is checked against this, as costly as the costliest user
     # (the same time as a known user's: no telling who exists by timing); nothing passes it
     dummy: bytes = b""
@@ -97,13 +99,13 @@ def load(path: Path) -> WebConfig:
     unknown = set(data) - {"tls_server_config", "http_server_config", "basic_auth_users"}
     if unknown:
         raise WebConfigError(f"{path}: unknown key(s) {', '.join(sorted(map(str, unknown)))}")
-    tls = data.get("tls_server_config")
-    return WebConfig(
-        path,
-        tls=None if tls is None else _tls(path, _mapping(path, "tls_server_config", tls)),
-        users=_users(path, data.get("basic_auth_users")),
-        headers=_headers(path, data.get("http_server_config")),
-    )
+    tls: ssl.SSLContext | None = None
+    named: tuple[Path, ...] = ()
+    if (tls_conf := data.get("tls_server_config")) is not None:
+        tls, named = _tls(path, _mapping(path, "tls_server_config", tls_conf))
+    return WebConfig(path, tls=tls, users=_users(path, data.get("basic_auth_users")),
+                     headers=_headers(path, data.get("http_server_config")),
+                     files=named)
 
 
 def dummy_hash(hashes: Iterable[bytes]) -> bytes:
@@ -120,7 +122,8 @@ def _mapping(path: Path, key: str, value: object) -> dict[str, Any]:
     return value
 
 
-def _tls(path: Path, conf: dict[str, Any]) -> ssl.SSLContext:
+def _tls(path: Path, conf: dict[str, Any]) -> tuple[ssl.SSLContext, tuple[Path, ...]]:
+    """The server's TLS context, and the files it was loaded from."""
     where = "tls_server_config"
     refused = set(conf) & UNSUPPORTED
     if refused:
@@ -135,8 +138,9 @@ def _tls(path: Path, conf: dict[str, Any]) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = _version(path, conf, "min_version", ssl.TLSVersion.TLSv1_2)
     ctx.maximum_version = _version(path, conf, "max_version", ssl.TLSVersion.TLSv1_3)
+    named: tuple[Path, ...] = (_file(path, conf["cert_file"]), _file(path, conf["key_file"]))
     try:
-        ctx.load_cert_chain(_file(path, conf["cert_file"]), _file(path, conf["key_file"]))
+        ctx.load_cert_chain(named[0], named[1])
     except (OSError, ssl.SSLError) as exc:
         raise WebConfigError(f"{path}: {where}: certificate or key not loaded: {exc}") from None
     auth = conf.get("client_auth_type", "NoClientCert")
@@ -147,15 +151,16 @@ def _tls(path: Path, conf: dict[str, Any]) -> ssl.SSLContext:
     if CLIENT_AUTH[auth] != ssl.CERT_NONE:
         if not isinstance(ca, str) or not ca:
             raise WebConfigError(f"{path}: {where}: {auth} needs client_ca_file")
+        named += (_file(path, ca),)
         try:
-            ctx.load_verify_locations(_file(path, ca))
+            ctx.load_verify_locations(named[-1])
         except (OSError, ssl.SSLError) as exc:
             raise WebConfigError(f"{path}: {where}: client_ca_file not loaded: {exc}") from None
     elif ca is not None:
         raise WebConfigError(f"{path}: {where}: client_ca_file without a client_auth_type "
                              "that verifies (RequireAndVerifyClientCert)")
     ctx.verify_mode = CLIENT_AUTH[auth]
-    return ctx
+    return ctx, named
 
 
 def _version(path: Path, conf: dict[str, Any], key: str, default: ssl.TLSVersion
@@ -169,9 +174,9 @@ def _version(path: Path, conf: dict[str, Any], key: str, default: ssl.TLSVersion
     return TLS_VERSIONS[value]
 
 
-def _file(path: Path, name: str) -> str:
+def _file(path: Path, name: str) -> Path:
     target = Path(name).expanduser()
-    return str(target if target.is_absolute() else path.parent / target)
+    return target if target.is_absolute() else path.parent / target
 
 
 def _users(path: Path, users: object) -> dict[str, bytes]:
