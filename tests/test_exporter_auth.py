@@ -125,7 +125,7 @@ def pem_to_der(path: Path) -> bytes:
     return ssl.PEM_cert_to_DER_cert(path.read_text())
 
 
-# --- a flood of wrong passwords ----------------------------------------------------------
+# --- a flood of wrong passwords --------------------------------------------------------
 
 
 def test_a_flood_of_wrong_passwords_never_starves_a_remembered_scraper(tmp_path: Path) -> None:
@@ -209,7 +209,7 @@ async def test_auth_waits_inside_the_head_deadline_and_a_long_queue_is_a_503_at_
     assert max(took for _, took in results) < 2.0 + 1.0, results
 
 
-# --- passwords bcrypt cannot take, unknown users ----------------------------------------
+# --- passwords bcrypt cannot take, unknown users ---------------------------------------
 
 
 def test_an_overlong_password_is_a_401_and_no_traceback(tmp_path: Path) -> None:
@@ -257,7 +257,7 @@ def test_an_unknown_user_costs_what_a_known_one_does(tmp_path: Path) -> None:
     assert unknown > 0.6 * known, (known, unknown)
 
 
-# --- a web config changed while the exporter runs -----------------------------------------
+# --- a web config changed while the exporter runs --------------------------------------
 
 
 def test_a_revoked_password_and_a_rotated_certificate_take_effect_without_a_restart(
@@ -347,7 +347,7 @@ def test_a_broken_new_web_config_keeps_the_old_one_and_says_why(
     assert "Traceback" not in said
 
 
-# --- a web config that secures nothing -------------------------------------------
+# --- a web config that secures nothing; plain HTTP to TLS ------------------------------
 
 
 @pytest.mark.parametrize("content", ["", "# nothing yet\n",
@@ -381,3 +381,20 @@ def test_a_web_config_without_tls_or_users_does_not_lift_the_loopback_guard(
     # nor does one read again while it runs: the users removed, it is kept
     problem = reload_problem(args, args.listen, webconfig.load(users), web)
     assert problem is not None and "neither TLS nor basic_auth_users" in problem, problem
+
+
+def test_plain_http_sent_to_the_tls_exporter_is_answered_400(tmp_path: Path) -> None:
+    # before: the TLS handshake failed on it and the connection was dropped without a word
+    cert_file, _key = make_certificate(tmp_path)
+    config = tmp_path / "web.yml"
+    config.write_text(web_yml(prometheus=hashed("s3cret")))
+    exporter = Exporter("--web.config.file", str(config))
+    try:
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(exporter.url.replace("https://", "http://"), timeout=10)
+        assert refused.value.code == 400
+        assert "HTTPS" in refused.value.read().decode()
+        assert status(opener(cert_file), exporter.url, "prometheus", "s3cret") == 200
+    finally:
+        said = exporter.stop()
+    assert "Traceback" not in said

@@ -19,6 +19,7 @@
   is answered however many wrong passwords wait. An unknown user costs a check as
   costly as a known one (no telling who exists by timing); a password bcrypt cannot
   take (over 72 bytes) is a 401 at once, as it does not depend on the user.
+* **Plain HTTP sent to TLS** is answered 400, as Go's servers answer it, not dropped.
 """
 
 from __future__ import annotations
@@ -56,11 +57,13 @@ REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
            405: "Method Not Allowed", 431: "Request Header Fields Too Large",
            503: "Service Unavailable", 505: "HTTP Version Not Supported"}
 INDEX = b"gpudash exporter: the metrics are at /metrics\n"
+TLS_HANDSHAKE = 0x16  # the first byte of a TLS client's first record
 
 Answer = tuple[int, list[tuple[str, str]], bytes]  # status, headers, body
 UNAUTHORIZED: Answer = (401, [("WWW-Authenticate", 'Basic realm="gpudash"')],
                         b"unauthorized\n")
 CHECKS_BUSY: Answer = (503, [("Retry-After", "1")], b"too many password checks waiting\n")
+PLAIN_TO_TLS: Answer = (400, [], b"Client sent an HTTP request to an HTTPS server.\n")
 
 
 class Exposition:
@@ -186,6 +189,9 @@ class MetricsServer:
             reader = asyncio.StreamReader(limit=HEAD_MAX)
             protocol = asyncio.StreamReaderProtocol(reader)
             async with asyncio.timeout(HEAD_TIMEOUT_S):  # handshake, head and password
+                plain_to_tls = tls is not None and await _first_byte(sock) != TLS_HANDSHAKE
+                if plain_to_tls:
+                    tls = None  # read its head in plain, to answer it in plain
                 transport, _ = await loop.connect_accepted_socket(
                     lambda: protocol, sock, ssl=tls,
                     ssl_handshake_timeout=HEAD_TIMEOUT_S if tls else None)
@@ -194,7 +200,7 @@ class MetricsServer:
                     head = await reader.readuntil(b"\r\n\r\n")
                 except asyncio.LimitOverrunError:
                     head = b""
-                request = await self._admit(head, web)
+                request = PLAIN_TO_TLS if plain_to_tls else await self._admit(head, web)
             if isinstance(request, Request):
                 conn.busy = True
                 status, headers, body = await self._answer(request)
@@ -292,6 +298,31 @@ def _checkpw(secret: bytes, hashed: bytes) -> bool:
     except ValueError as exc:  # what the file's check and the length let in, it takes
         log.warning("a password check failed: bcrypt: %s", exc)
         return False
+
+
+async def _first_byte(sock: socket.socket) -> int:
+    """The first byte the client sent, left unread for the TLS handshake."""
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            first = sock.recv(1, socket.MSG_PEEK)
+            if not first:
+                raise ConnectionAbortedError("closed before it sent a byte")
+            return first[0]
+        except (BlockingIOError, InterruptedError):
+            pass
+        readable = loop.create_future()
+
+        def ready(readable: asyncio.Future[None] = readable) -> None:
+            loop.remove_reader(sock)
+            if not readable.done():
+                readable.set_result(None)
+
+        loop.add_reader(sock, ready)
+        try:
+            await readable
+        finally:
+            loop.remove_reader(sock)
 
 
 def _parse(head: bytes) -> tuple[str, str, dict[str, str]] | None:
