@@ -41,7 +41,7 @@ class Exporter:
             [sys.executable, "-m", "gpudash", "exporter", "--demo", "--listen", "127.0.0.1:0",
              "--interval", "0.5", *args],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        self.lines: queue.Queue[str] = queue.Queue()
+        self.lines: queue.Queue[str | None] = queue.Queue()  # None: stderr ended
         self.said: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
         first = self.wait_for(r"https?://127\.0\.0\.1:\d+/metrics")
@@ -52,6 +52,7 @@ class Exporter:
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
             self.lines.put(line)
+        self.lines.put(None)
 
     def wait_for(self, pattern: str, timeout: float = 30.0) -> str:
         """The next stderr line matching ``pattern`` (lines before it are kept in said)."""
@@ -60,8 +61,10 @@ class Exporter:
             try:
                 line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
-                raise AssertionError(f"no line like {pattern!r} in {timeout} s; said: "
-                                     f"{''.join(self.said)}") from None
+                line = ""
+            if not line:
+                raise AssertionError(f"no line like {pattern!r} in {timeout} s (or it "
+                                     f"exited); said: {''.join(self.said)}")
             self.said.append(line)
             if re.search(pattern, line):
                 return line
@@ -71,12 +74,8 @@ class Exporter:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         self.proc.wait(timeout=30)
-        time.sleep(0)  # let the reader thread see the end of stderr
-        while True:
-            try:
-                self.said.append(self.lines.get(timeout=5))
-            except queue.Empty:
-                break
+        while (line := self.lines.get(timeout=30)) is not None:
+            self.said.append(line)
         said = "".join(self.said)
         assert self.proc.returncode == 0, said
         return said
@@ -270,19 +269,25 @@ def test_a_revoked_password_and_a_rotated_certificate_take_effect_without_a_rest
     exporter = Exporter("--web.config.file", str(config))
     try:
         assert status(opener(old_cert), exporter.url, "prometheus", "old-password") == 200
-        assert served_certificate(exporter.port) == pem_to_der(old_cert)
+        old_der = pem_to_der(old_cert)
+        assert served_certificate(exporter.port) == old_der
+        # the certificate rotated (renamed over the old, as certbot and cert-manager do),
+        # the web config file itself untouched
         rotated = tmp_path / "rotated"
         rotated.mkdir()
         new_cert, _key = make_certificate(rotated)
-        # the operator's rotation: new certificate and key in place, the password changed
+        new_der = pem_to_der(new_cert)
         for name in ("exporter.crt", "exporter.key"):
             (rotated / name).replace(tmp_path / name)
-        config.write_text(web_yml(prometheus=hashed("new-password")))
-        assert served_certificate(exporter.port) == pem_to_der(tmp_path / "exporter.crt")
+        assert served_certificate(exporter.port) == new_der != old_der
+        exporter.wait_for(r"web config .*reloaded \(changed\)")
         scraper = opener(tmp_path / "exporter.crt")
+        assert status(scraper, exporter.url, "prometheus", "old-password") == 200
+        # the password revoked: the one a scraper had passed with is checked anew
+        config.write_text(web_yml(prometheus=hashed("new-password")))
         assert status(scraper, exporter.url, "prometheus", "old-password") == 401
         assert status(scraper, exporter.url, "prometheus", "new-password") == 200
-        exporter.wait_for(r"web config .*reloaded")
+        exporter.wait_for(r"web config .*reloaded \(changed\)")
     finally:
         said = exporter.stop()
     assert "Traceback" not in said
