@@ -1,13 +1,15 @@
 """``gpudash exporter``: the triage of every host named, as Prometheus metrics.
 
 Served over HTTP (``--listen``, 127.0.0.1:9835 by default; TLS and basic auth from
-``--web.config.file``, required off loopback unless ``--insecure-listen``; see
-``metrics_http`` for the bounds) and/or written to ``DIR/gpudash.prom`` every interval
-for node_exporter's textfile collector (``--textfile``), atomically: a fresh temporary
-file in DIR, then a rename. One exposition is built per interval and shared by every
-scraper and the textfile. It only looks: every host is opened read-only. It runs until
-SIGTERM or Ctrl+C (exit 0); a host that fails is shown by its ``gpudash_link_up`` and a
-line on stderr, never stops the others.
+``--web.config.file``, one that sets TLS or users required off loopback unless
+``--insecure-listen``; see ``metrics_http`` for the bounds) and/or written to
+``DIR/gpudash.prom`` every interval for node_exporter's textfile collector
+(``--textfile``), atomically: a fresh temporary file in DIR, then a rename. One
+exposition is built per interval and shared by every scraper and the textfile. It only
+looks: every host is opened read-only. It runs until SIGTERM or Ctrl+C (exit 0); SIGHUP
+reads the web config again (it is also read again when it changes) and never stops it. A
+host that fails is shown by its ``gpudash_link_up`` and a line on stderr, never stops the
+others.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from gpudash.cli.contract import Exit
 from gpudash.cli.metrics_http import Exposition, MetricsServer
 from gpudash.cli.terminal import Terminal
 from gpudash.cli.webconfig import WebConfig
+from gpudash.cli.webreload import WebConfigFile
 from gpudash.feed.reconnect import LinkState
 from gpudash.feed.watch import HostWatch
 from gpudash.protocol.source import HostSource
@@ -45,9 +48,10 @@ TEXTFILE_MODE = 0o644  # node_exporter runs as its own user
 TEXTFILE_OWNERS = (os.geteuid(), 0)  # its directory: ours or root's, writable by no one else
 
 EXIT_HELP = """exit codes:
-  0  stopped by SIGTERM or Ctrl+C
+  0  stopped by SIGTERM or Ctrl+C (SIGHUP reads --web.config.file again; never stops it)
   2  usage error: bad --listen, --textfile not a writable directory, address in use,
-     a bad --web.config.file, --listen off loopback without it (or --insecure-listen)
+     a bad --web.config.file, --listen off loopback without one that sets TLS or
+     basic_auth_users (or --insecure-listen)
  70  internal error (a bug): $XDG_STATE_HOME/gpudash/gpudash.log has the traceback
 metrics on /metrics (or in DIR/gpudash.prom); which hosts could not be read: stderr."""
 
@@ -118,12 +122,31 @@ def is_loopback(host: str) -> bool:
 
 def listen_problem(args: argparse.Namespace, listen: tuple[str, int] | None,
                    web: WebConfig | None) -> str | None:
-    """Why ``--listen`` is refused: off loopback it needs a web config or the flag."""
-    if listen is None or is_loopback(listen[0]) or web is not None or args.insecure_listen:
+    """Why ``--listen`` is refused: off loopback it needs a web config that sets TLS or
+    users (one of headers only secures nothing), or the flag."""
+    if (listen is None or is_loopback(listen[0]) or (web is not None and web.secures)
+            or args.insecure_listen):
         return None
+    if web is not None:
+        return (f"--listen {listen[0]}: not a loopback address, and --web.config.file "
+                f"{web.path} sets neither TLS nor basic_auth_users: anyone who reaches it "
+                "would read the fleet's metrics over plain HTTP. Add tls_server_config or "
+                "basic_auth_users to it, or give --insecure-listen to serve it as it is")
     return (f"--listen {listen[0]}: not a loopback address: anyone who reaches it would read "
             "the fleet's metrics over plain HTTP. Give --web.config.file FILE (TLS, basic "
             "auth), or --insecure-listen to serve it as it is")
+
+
+def reload_problem(args: argparse.Namespace, listen: tuple[str, int] | None,
+                   old: WebConfig, new: WebConfig) -> str | None:
+    """Why a web config read again is refused in place of ``old`` while it serves: the
+    scheme scrapers were told stays (TLS is not turned on or off), and the listen
+    guard holds for the new one as it did at the start."""
+    if (old.tls is None) != (new.tls is None):
+        change = "removes tls_server_config" if new.tls is None else "adds tls_server_config"
+        return (f"{new.path}: {change}: the exporter serves "
+                f"{'HTTPS' if old.tls is not None else 'plain HTTP'} until it restarts")
+    return listen_problem(args, listen, new)
 
 
 def cmd_exporter(args: argparse.Namespace, term: Terminal, sources: Sequence[HostSource]
@@ -135,37 +158,47 @@ def cmd_exporter(args: argparse.Namespace, term: Terminal, sources: Sequence[Hos
     if textfile is not None and (problem := textfile_problem(textfile)):
         term.error(problem)
         return Exit.USAGE
-    web = None
+    web_file = None
     if args.web_config is not None:
         if listen is None:
             term.error("--web.config.file: nothing is served over HTTP (only --textfile)")
             return Exit.USAGE
         try:
-            web = webconfig.load(args.web_config)
+            web_file = WebConfigFile(
+                args.web_config, say=term.say,
+                check=lambda old, new: reload_problem(args, listen, old, new))
         except webconfig.WebConfigError as exc:
             term.error(f"--web.config.file: {exc}")
             return Exit.USAGE
+    web = None if web_file is None else web_file.config
     if problem := listen_problem(args, listen, web):
         term.error(problem)
         return Exit.USAGE
     if (web is not None and listen is not None and web.users and web.tls is None
             and not is_loopback(listen[0])):
         term.error("warning: basic auth without TLS: passwords cross the network in the clear")
-    # SIGTERM before the loop's own handler is in place stops it the same way (exit 0)
-    previous = signal.signal(signal.SIGTERM, _interrupt)
+    # SIGTERM before the loop's own handler is in place stops it the same way (exit 0);
+    # SIGHUP then is let go: the web config was just read, and is read again on a change
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _interrupt),
+                signal.SIGHUP: signal.signal(signal.SIGHUP, _let_go)}
     try:
-        return _export(args, term, sources, listen, textfile, web)
+        return _export(args, term, sources, listen, textfile, web_file)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _let_go(signum: int, frame: object) -> None:
+    return None
+
+
 def _export(args: argparse.Namespace, term: Terminal, sources: Sequence[HostSource],
-            listen: tuple[str, int] | None, textfile: Path | None, web: WebConfig | None
-            ) -> int:
+            listen: tuple[str, int] | None, textfile: Path | None,
+            web: WebConfigFile | None) -> int:
     watches = [HostWatch(s, args.interval, on_link=LinkReporter(term)) for s in sources]
     registry = CollectorRegistry()
     registry.register(TriageCollector(watches))
@@ -180,13 +213,15 @@ def _export(args: argparse.Namespace, term: Terminal, sources: Sequence[HostSour
 
 
 async def _serve(watches: Sequence[HostWatch], exposition: Exposition,
-                 listen: tuple[str, int] | None, web: WebConfig | None, path: Path | None,
-                 term: Terminal) -> int:
+                 listen: tuple[str, int] | None, web: WebConfigFile | None,
+                 path: Path | None, term: Terminal) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        loop.add_signal_handler(signal.SIGHUP, _hang_up, web, term)
     server = None
     if listen is not None:
         addr, port = listen
@@ -197,9 +232,10 @@ async def _serve(watches: Sequence[HostWatch], exposition: Exposition,
             term.error(f"cannot listen on {addr}:{port}: {exc.strerror or exc}")
             return Exit.USAGE
         shown = f"[{addr}]" if ":" in addr else addr
-        scheme = "https" if web is not None and web.tls is not None else "http"
+        config = None if web is None else web.config
+        scheme = "https" if config is not None and config.tls is not None else "http"
         term.say(f"gpudash exporter: {scheme}://{shown}:{port}/metrics ({len(watches)} "
-                 f"host(s){'; ' + web.describe if web is not None else ''})")
+                 f"host(s){'; ' + config.describe if config is not None else ''})")
     if path is not None:
         term.say(f"gpudash exporter: writing {path} every {exposition.max_age_s:g} s")
     tasks = [asyncio.create_task(w.run(), name=f"watch {w.view.name}") for w in watches]
@@ -213,6 +249,14 @@ async def _serve(watches: Sequence[HostWatch], exposition: Exposition,
         await asyncio.gather(*tasks, return_exceptions=True)
         await close_all([w.source for w in watches])
     return Exit.OK
+
+
+def _hang_up(web: WebConfigFile | None, term: Terminal) -> None:
+    """SIGHUP (``systemctl reload``): the web config read again; never a stop."""
+    if web is None:
+        term.say("gpudash exporter: SIGHUP: no --web.config.file, nothing to reload")
+    else:
+        web.reload("SIGHUP")
 
 
 async def _tick(stop: asyncio.Event, exposition: Exposition, path: Path | None,

@@ -12,6 +12,10 @@ Prometheus exporters share (the exporter-toolkit's, as node_exporter reads it)::
     basic_auth_users:
       prometheus: $2y$10$...                 # bcrypt hashes (htpasswd -nBC 10 "" | tr -d ':\\n')
 
+A file with neither ``tls_server_config`` nor ``basic_auth_users`` secures nothing: it
+does not count as one where ``--listen`` is off loopback (``WebConfig.secures``). The
+file and the files it names are followed while the exporter runs (``gpudash.cli.webreload``).
+
 What the toolkit has and gpudash cannot honour (cipher_suites, curve_preferences,
 client_allowed_sans, RequestClientCert, ...) is refused by name, never silently ignored;
 ``http2`` is accepted and has no effect (gpudash serves HTTP/1.1).
@@ -21,13 +25,17 @@ from __future__ import annotations
 
 import re
 import ssl
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import bcrypt
 import yaml
 
-BCRYPT = re.compile(r"\$2[aby]\$\d\d\$[./A-Za-z0-9]{53}")
+BCRYPT = re.compile(r"\$2[aby]\$(\d\d)\$[./A-Za-z0-9]{53}")
+BCRYPT_COSTS = range(4, 32)  # what bcrypt computes (2^4 .. 2^31 rounds)
+DEFAULT_COST = 10  # of the hash an unknown user is checked against when no user is set
 HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}")
 TLS_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1,
                 "TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
@@ -51,6 +59,20 @@ class WebConfig:
     tls: ssl.SSLContext | None = None
     users: dict[str, bytes] = field(default_factory=dict)  # user -> bcrypt hash
     headers: tuple[tuple[str, str], ...] = ()
+    files: tuple[Path, ...] = ()  # the certificate, key and CA files it names
+    # an unknown user's password is checked against this, as costly as the costliest user
+    # (the same time as a known user's: no telling who exists by timing); nothing passes it
+    dummy: bytes = b""
+
+    def __post_init__(self) -> None:
+        if not self.dummy:
+            object.__setattr__(self, "dummy", dummy_hash(self.users.values()))
+
+    @property
+    def secures(self) -> bool:
+        """Whether it asks anything of a client (TLS or a password): a file of headers
+        only, or an empty one, serves plain HTTP to anyone, as no file at all does."""
+        return self.tls is not None or bool(self.users)
 
     @property
     def describe(self) -> str:
@@ -68,6 +90,8 @@ def load(path: Path) -> WebConfig:
         raise WebConfigError(f"{path}: cannot read: {exc}") from None
     except yaml.YAMLError as exc:
         raise WebConfigError(f"{path}: not YAML: {exc}") from None
+    except RecursionError:
+        raise WebConfigError(f"{path}: not YAML: nested too deep") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -75,13 +99,21 @@ def load(path: Path) -> WebConfig:
     unknown = set(data) - {"tls_server_config", "http_server_config", "basic_auth_users"}
     if unknown:
         raise WebConfigError(f"{path}: unknown key(s) {', '.join(sorted(map(str, unknown)))}")
-    tls = data.get("tls_server_config")
-    return WebConfig(
-        path,
-        tls=None if tls is None else _tls(path, _mapping(path, "tls_server_config", tls)),
-        users=_users(path, data.get("basic_auth_users")),
-        headers=_headers(path, data.get("http_server_config")),
-    )
+    tls: ssl.SSLContext | None = None
+    named: tuple[Path, ...] = ()
+    if (tls_conf := data.get("tls_server_config")) is not None:
+        tls, named = _tls(path, _mapping(path, "tls_server_config", tls_conf))
+    return WebConfig(path, tls=tls, users=_users(path, data.get("basic_auth_users")),
+                     headers=_headers(path, data.get("http_server_config")),
+                     files=named)
+
+
+def dummy_hash(hashes: Iterable[bytes]) -> bytes:
+    """A bcrypt hash at the highest cost among ``hashes``, with a random salt and a
+    checksum no password gives: checking one costs what a real check costs (the cost is
+    in the computing, the checksum only compared), and making it costs nothing."""
+    cost = max((int(h[4:6]) for h in hashes), default=DEFAULT_COST)
+    return bcrypt.gensalt(rounds=cost, prefix=b"2b") + b"." * 31
 
 
 def _mapping(path: Path, key: str, value: object) -> dict[str, Any]:
@@ -90,7 +122,8 @@ def _mapping(path: Path, key: str, value: object) -> dict[str, Any]:
     return value
 
 
-def _tls(path: Path, conf: dict[str, Any]) -> ssl.SSLContext:
+def _tls(path: Path, conf: dict[str, Any]) -> tuple[ssl.SSLContext, tuple[Path, ...]]:
+    """The server's TLS context, and the files it was loaded from."""
     where = "tls_server_config"
     refused = set(conf) & UNSUPPORTED
     if refused:
@@ -105,8 +138,9 @@ def _tls(path: Path, conf: dict[str, Any]) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = _version(path, conf, "min_version", ssl.TLSVersion.TLSv1_2)
     ctx.maximum_version = _version(path, conf, "max_version", ssl.TLSVersion.TLSv1_3)
+    named: tuple[Path, ...] = (_file(path, conf["cert_file"]), _file(path, conf["key_file"]))
     try:
-        ctx.load_cert_chain(_file(path, conf["cert_file"]), _file(path, conf["key_file"]))
+        ctx.load_cert_chain(named[0], named[1])
     except (OSError, ssl.SSLError) as exc:
         raise WebConfigError(f"{path}: {where}: certificate or key not loaded: {exc}") from None
     auth = conf.get("client_auth_type", "NoClientCert")
@@ -117,15 +151,16 @@ def _tls(path: Path, conf: dict[str, Any]) -> ssl.SSLContext:
     if CLIENT_AUTH[auth] != ssl.CERT_NONE:
         if not isinstance(ca, str) or not ca:
             raise WebConfigError(f"{path}: {where}: {auth} needs client_ca_file")
+        named += (_file(path, ca),)
         try:
-            ctx.load_verify_locations(_file(path, ca))
+            ctx.load_verify_locations(named[-1])
         except (OSError, ssl.SSLError) as exc:
             raise WebConfigError(f"{path}: {where}: client_ca_file not loaded: {exc}") from None
     elif ca is not None:
         raise WebConfigError(f"{path}: {where}: client_ca_file without a client_auth_type "
                              "that verifies (RequireAndVerifyClientCert)")
     ctx.verify_mode = CLIENT_AUTH[auth]
-    return ctx
+    return ctx, named
 
 
 def _version(path: Path, conf: dict[str, Any], key: str, default: ssl.TLSVersion
@@ -139,9 +174,9 @@ def _version(path: Path, conf: dict[str, Any], key: str, default: ssl.TLSVersion
     return TLS_VERSIONS[value]
 
 
-def _file(path: Path, name: str) -> str:
+def _file(path: Path, name: str) -> Path:
     target = Path(name).expanduser()
-    return str(target if target.is_absolute() else path.parent / target)
+    return target if target.is_absolute() else path.parent / target
 
 
 def _users(path: Path, users: object) -> dict[str, bytes]:
@@ -151,9 +186,12 @@ def _users(path: Path, users: object) -> dict[str, bytes]:
     for user, hashed in _mapping(path, "basic_auth_users", users).items():
         if not user or ":" in user or not user.isprintable():
             raise WebConfigError(f"{path}: basic_auth_users: {user!r} is not a user name")
-        if not isinstance(hashed, str) or not BCRYPT.fullmatch(hashed):
+        if not isinstance(hashed, str) or not (valid := BCRYPT.fullmatch(hashed)):
             raise WebConfigError(f"{path}: basic_auth_users: {user}: not a bcrypt hash "
                                  "($2y$..., e.g. from htpasswd -nBC 10)")
+        if int(valid.group(1)) not in BCRYPT_COSTS:
+            raise WebConfigError(f"{path}: basic_auth_users: {user}: cost {valid.group(1)}: "
+                                 f"bcrypt's is {BCRYPT_COSTS.start} to {BCRYPT_COSTS.stop - 1}")
         out[user] = hashed.encode("ascii")
     return out
 
