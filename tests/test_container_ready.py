@@ -218,3 +218,28 @@ def test_only_a_server_that_answers_health_is_held_to_it() -> None:
     assert container_ready_url(c("vllm/vllm-openai", None), None) is None  # no port
     given = "http://127.0.0.1:8888/api"
     assert container_ready_url(c("jupyter/pytorch-notebook", 8888), given) == given
+
+
+def test_a_users_cgroup_named_after_the_container_is_not_its_listener() -> None:
+    # systemd delegates user@UID.service to the user, who may name a cgroup there
+    # docker-<id>.scope (or libpod-conmon-<id>.scope) and race the container's port
+    forged = (f"0::/user.slice/user-1000.slice/user@1000.service/app.slice/"
+              f"docker-{CID}.scope\n")
+    assert container_listener_refusal(8001, CID, "docker", 7, "python3", forged) is not None
+    conmon = (f"0::/user.slice/user-1000.slice/user@1000.service/app.slice/"
+              f"libpod-conmon-{CID}.scope\n")
+    assert container_listener_refusal(8002, CID, "podman", 7, "conmon", conmon) is not None
+    # a rootless container of that very user is in their subtree, and is its own
+    rootless = (f"0::/user.slice/user-1000.slice/user@1000.service/user.slice/"
+                f"libpod-{CID}.scope\n")
+    assert container_listener_refusal(8002, CID, "podman", 7, "python3", rootless,
+                                      user_uid=1000) is None
+    assert container_listener_refusal(8002, CID, "podman", 7, "python3", rootless,
+                                      user_uid=1001) is not None
+    # where the main process's cgroup is known, only that cgroup (or below it) counts
+    same_uid = f"0::/user.slice/user-0.slice/user@0.service/docker-{CID}.scope\n"
+    assert container_listener_refusal(8001, CID, "docker", 7, "python3", same_uid,
+                                      user_uid=0, own_path=f"/system.slice/docker-{CID}.scope"
+                                      ) is not None
+    assert container_listener_refusal(8001, CID, "docker", 7, "python3", SCOPE, user_uid=0,
+                                      own_path=f"/system.slice/docker-{CID}.scope") is None

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from .parsing import cgroup_path, container_of_cgroup, unit_of_cgroup
-from .procfs import read_whole
+from .parsing import cgroup_path, container_of_cgroup, unit_of_cgroup, user_of_cgroup
+from .procfs import _read, read_whole
 from .proof import owned_get
 
 if TYPE_CHECKING:
@@ -91,15 +91,16 @@ def container_get(url: str, timeout_s: float, container_id: str, runtime: str,
     main = collector.containers.last.get(container_id, {}).get("main_pid")
     main = main if isinstance(main, int) else None
     proc = collector.proc.proc
-    uid = None
+    uid, own = None, None
     if main is not None:  # a rootless podman's forwarders run as the container's user
         try:
             uid = os.stat(f"{proc}/{main}").st_uid
         except OSError:
             uid = None
+        own = cgroup_path(_read(f"{proc}/{main}/cgroup") or "")
     return owned_get(
         url, timeout_s, lambda pid, comm, cgroup: container_listener_refusal(
-            port, container_id, runtime, pid, comm, cgroup, uid), proc,
+            port, container_id, runtime, pid, comm, cgroup, uid, own), proc,
         first=[main] if main else [], other_nets=[main] if main else [])
 
 
@@ -124,22 +125,31 @@ PODMAN_FORWARDERS = ("conmon", "rootlessport", "rootlessport-ch", "pasta", "past
 
 
 def container_listener_refusal(port: int, container_id: str, runtime: str, pid: int,
-                               comm: str, cgroup_text: str, user_uid: int | None = None
-                               ) -> str | None:
+                               comm: str, cgroup_text: str, user_uid: int | None = None,
+                               own_path: str | None = None) -> str | None:
     """Why pid ``pid`` listening on ``port`` proves nothing for the container, or None when
     the listener is the container's own: a process of its cgroup (host network), or its
     runtime's port forwarder (docker-proxy in the docker daemon's cgroup; podman's conmon
     of this container, or a rootless forwarder of this container or of the rootless
-    user ``user_uid``'s podman). Decided on what the host said (comm, cgroup text) only."""
+    user ``user_uid``'s podman). Decided on what the host said (comm, cgroup text) only;
+    ``own_path``, where known, is the cgroup of the container's main process.
+
+    A user's own systemd (``user@UID.service``) is theirs to name cgroups in: a cgroup
+    there named after the container counts only for the container's own user (rootless),
+    and only as the very cgroup its main process is in where that is known."""
     path = cgroup_path(cgroup_text) or ""
     name = comm.strip()[:64] or "?"
     owner = container_of_cgroup(path)
-    if owner is not None and owner[0] == runtime and owner[1] == container_id:
+    theirs = user_of_cgroup(path)
+    foreign = theirs is not None and theirs[0] != user_uid
+    if (owner is not None and owner[0] == runtime and owner[1] == container_id
+            and not foreign and (own_path is None or path == own_path
+                                 or path.startswith(own_path.rstrip("/") + "/"))):
         return None
     unit = unit_of_cgroup(path)
     if runtime == "docker" and name in DOCKER_FORWARDERS and unit == "docker.service":
         return None
-    if runtime == "podman" and name in PODMAN_FORWARDERS:
+    if runtime == "podman" and name in PODMAN_FORWARDERS and not foreign:
         parts = path.split("/")
         if (f"libpod-conmon-{container_id}.scope" in parts
                 or f"libpod-{container_id}.scope" in parts):
