@@ -26,15 +26,15 @@ from gpudash.domain.crashloop import RestartWatch
 from gpudash.domain.fleet import summarize
 from gpudash.domain.model import HostSnapshot, Unit
 from gpudash.domain.triage import triage
+from gpudash.feed.follow import Frame, HostFollower
 from gpudash.feed.reconnect import LinkState
-from gpudash.feed.watch import HostWatch, WatchedHost
 from gpudash.protocol.source import ConnectError, HostControl
 from gpudash.render.metrics import MIB, TriageCollector, metric_families
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
-def scrape(*watches: HostWatch) -> Samples:
+def scrape(*watches: HostFollower) -> Samples:
     """What a scraper reads: the exposition text, parsed back."""
     registry = CollectorRegistry()
     registry.register(TriageCollector(watches))
@@ -57,13 +57,13 @@ def value(samples: Samples, name: str, **labels: str) -> float:
     return v
 
 
-def watch_of(demo: DemoHost) -> HostWatch:
-    w = HostWatch(demo, 1.0)
+def watch_of(demo: DemoHost) -> HostFollower:
+    w = HostFollower(demo, 1.0)
     w.link_changed(LinkState("connected", time.time()))
     return w
 
 
-def sample(w: HostWatch, demo: DemoHost) -> HostSnapshot:
+def sample(w: HostFollower, demo: DemoHost) -> HostSnapshot:
     snap = demo.snapshot()
     w.sampled(snap)
     return snap
@@ -228,12 +228,13 @@ class BrokenHost:
 async def test_a_failing_host_shows_link_down_and_never_stops_the_others() -> None:
     demo, broken = DemoHost(), BrokenHost()
     links: list[tuple[str, str]] = []
-    watches = [HostWatch(s, 0.05, on_link=lambda h, st: links.append((h, st.state)))
+    watches = [HostFollower(s, 0.05, on_frame=lambda f, sampled: None if sampled else
+                            links.append((f.name, f.link.state)))
                for s in (broken, demo)]
     tasks = [asyncio.create_task(w.run()) for w in watches]
     try:
         for _ in range(100):
-            if watches[1].view.samples >= 3 and ("gpu-down", "reconnecting") in links:
+            if watches[1].frame.samples >= 3 and ("gpu-down", "reconnecting") in links:
                 break
             await asyncio.sleep(0.05)
     finally:
@@ -262,7 +263,7 @@ def test_a_host_whose_link_dropped_exports_no_stale_numbers() -> None:
 
 
 def test_host_text_in_labels_is_escaped() -> None:
-    view = WatchedHost("gpu\x1b[2J01", LinkState("error", 0.0, error="bad\u202ehost\nkey"))
+    view = Frame("gpu\x1b[2J01", LinkState("error", 0.0, error="bad\u202ehost\nkey"))
     [up] = [f for f in metric_families([view]) if f.name == "gpudash_link_up"]
     assert up.samples[0].labels["host"] == "gpu\\x1b[2J01"
     [info] = [f for f in metric_families([view]) if f.name == "gpudash_link"]
@@ -423,7 +424,7 @@ def test_a_login_sessions_lost_server_and_unattributed_memory_are_exported() -> 
     from test_orphans import SESSION, WORKER_MIB, server, snap
 
     s = snap(server(3700, 1000, SESSION, api_alive=False, user="alice"))
-    w = HostWatch(DemoHost(), 1.0)  # a source for its name only: fed by hand
+    w = HostFollower(DemoHost(), 1.0)  # a source for its name only: fed by hand
     w.link_changed(LinkState("connected", time.time()))
     w.sampled(s)
     got = scrape(w)

@@ -11,7 +11,10 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 
 from gpudash.demo.host import DemoHost
+from gpudash.domain.model import HostSnapshot
 from gpudash.domain.triage import triage
+from gpudash.feed.follow import Frame
+from gpudash.feed.reconnect import LinkState
 from gpudash.ui.app import GpudashApp
 from gpudash.ui.hosts import HostView
 from gpudash.ui.text import same_text
@@ -155,19 +158,23 @@ async def test_the_plot_draws_a_memory_change_at_once_and_a_mere_time_shift_ever
         assert drawn == [6, 9]
 
 
+def framed(snap: HostSnapshot, before: HostSnapshot | None = None) -> Frame:
+    return Frame(snap.host, LinkState("connected", 0.0), snap, triage(snap, before))
+
+
 async def test_history_keeps_every_sample_and_shares_unchanged_memory() -> None:
     demo = DemoHost("gpu-a")
     view = HostView(source=demo, name="gpu-a")
     first = await demo.control.sample()
     later = dataclasses.replace(first, taken_at=first.taken_at + 1)
-    view.record(first, triage(first, None), None, 0.0)
-    view.record(later, triage(later, first), None, 1.0)
+    view.record(framed(first), 0.0)
+    view.record(framed(later, first), 1.0)
     assert [t for t, _ in view.history] == [first.taken_at, first.taken_at + 1]
     assert view.history[0][1] is view.history[1][1] == first.used_by_gpu()
     gpus = list(first.gpus)
     gpus[0] = dataclasses.replace(gpus[0], memory_used_mib=(gpus[0].memory_used_mib or 0) + 1)
     changed = dataclasses.replace(later, taken_at=later.taken_at + 1, gpus=tuple(gpus))
-    view.record(changed, triage(changed, later), None, 2.0)
+    view.record(framed(changed, later), 2.0)
     assert view.history[2][1] == changed.used_by_gpu() != view.history[1][1]
 
 

@@ -34,8 +34,8 @@ from gpudash.cli.metrics_http import Exposition, MetricsServer
 from gpudash.cli.terminal import Terminal
 from gpudash.cli.webconfig import WebConfig
 from gpudash.cli.webreload import WebConfigFile
+from gpudash.feed.follow import Frame, HostFollower
 from gpudash.feed.reconnect import LinkState
-from gpudash.feed.watch import HostWatch
 from gpudash.protocol.source import HostSource
 from gpudash.render.metrics import TriageCollector
 from gpudash.state import files
@@ -63,8 +63,12 @@ class LinkReporter:
         self.term = term
         self.last: dict[str, str | None] = {}
 
+    def framed(self, frame: Frame, sampled: bool) -> None:
+        if not sampled:
+            self(frame.name, frame.link)
+
     def __call__(self, host: str, state: LinkState) -> None:
-        if state.state in ("error", "stale"):
+        if state.state in ("error", "stale", "reconnecting", "failed"):
             if self.last.get(host) != state.error:
                 said = state.error or state.state
                 # transport errors name their host already
@@ -199,7 +203,8 @@ def _let_go(signum: int, frame: object) -> None:
 def _export(args: argparse.Namespace, term: Terminal, sources: Sequence[HostSource],
             listen: tuple[str, int] | None, textfile: Path | None,
             web: WebConfigFile | None) -> int:
-    watches = [HostWatch(s, args.interval, on_link=LinkReporter(term)) for s in sources]
+    report = LinkReporter(term)
+    watches = [HostFollower(s, args.interval, on_frame=report.framed) for s in sources]
     registry = CollectorRegistry()
     registry.register(TriageCollector(watches))
     ProcessCollector(namespace="gpudash_exporter", registry=registry)
@@ -212,7 +217,7 @@ def _export(args: argparse.Namespace, term: Terminal, sources: Sequence[HostSour
         return Exit.OK  # Ctrl+C before the loop's own handler was in place: the same stop
 
 
-async def _serve(watches: Sequence[HostWatch], exposition: Exposition,
+async def _serve(watches: Sequence[HostFollower], exposition: Exposition,
                  listen: tuple[str, int] | None, web: WebConfigFile | None,
                  path: Path | None, term: Terminal) -> int:
     loop = asyncio.get_running_loop()
@@ -238,7 +243,7 @@ async def _serve(watches: Sequence[HostWatch], exposition: Exposition,
                  f"host(s){'; ' + config.describe if config is not None else ''})")
     if path is not None:
         term.say(f"gpudash exporter: writing {path} every {exposition.max_age_s:g} s")
-    tasks = [asyncio.create_task(w.run(), name=f"watch {w.view.name}") for w in watches]
+    tasks = [asyncio.create_task(w.run(), name=f"follow {w.frame.name}") for w in watches]
     try:
         await _tick(stop, exposition, path, term)
     finally:

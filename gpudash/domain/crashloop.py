@@ -24,6 +24,12 @@ CRASH_LOOP_WINDOW_S = 300.0  # ... within this many seconds make a crash loop to
 MAX_UNITS = 512
 
 
+def looping_now(units: Iterable[Unit]) -> frozenset[str]:
+    """What one sample says: the units systemd keeps restarting (a watch that has seen only
+    this sample says the same: the rule is one)."""
+    return frozenset(u.name for u in units if unit_crash_looping(u))
+
+
 class RestartWatch:
     """Automatic restarts of one host's units, as seen sample after sample: crash-looping
     is what the fleet view says of one snapshot (``owners.service.unit_crash_looping``), or
@@ -53,7 +59,8 @@ class RestartWatch:
 
     def observe(self, units: Iterable[Unit], now: float) -> frozenset[str]:
         """Record one sample's units; the names of those crash-looping now."""
-        looping: set[str] = set()
+        units = tuple(units)
+        looping = set(looping_now(units))
         for unit in units:
             self._seen.pop(unit.name, None)
             self._seen[unit.name] = now  # the newest last: the oldest are forgotten first
@@ -64,8 +71,6 @@ class RestartWatch:
                 if before is not None and unit.n_restarts > before:
                     events.append((now, unit.n_restarts - before))
                 self._count[unit.name] = unit.n_restarts
-            if unit_crash_looping(unit):
-                looping.add(unit.name)
         while len(self._seen) > self.max_units:
             self._forget(next(iter(self._seen)))
         cutoff = now - self.window_s

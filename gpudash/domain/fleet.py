@@ -10,15 +10,15 @@ fleet view and anything that exports the triage (Prometheus) share one definitio
   used less what its other holders keep; memory the driver does not report (a device
   holder's N/A) counts as nothing, and ``unknown_holders`` says how many such there are.
 - **crash-looping**: a service that died again after systemd restarted it (``SubState=
-  auto-restart`` with ``NRestarts`` >= 1: one ``kill -9`` is not a loop), or that systemd
-  has restarted by itself ``CRASH_LOOP_RESTARTS`` times or more.
+  auto-restart`` with ``NRestarts`` >= 1: one ``kill -9`` is not a loop), that systemd
+  has restarted by itself ``CRASH_LOOP_RESTARTS`` times or more, or (seen by the host's
+  follower, ``crashloop.RestartWatch``) restarted twice within five minutes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpudash.domain.owners.service import unit_crash_looping
 from gpudash.domain.triage import Flag, HostTriage, OwnerKind, holds
 
 
@@ -40,8 +40,9 @@ class HostSummary:
 
 
 def crash_looping(result: HostTriage) -> tuple[str, ...]:
-    """The services of the host that systemd keeps restarting."""
-    return tuple(sorted(u.name for u in result.snapshot.units if unit_crash_looping(u)))
+    """The services of the host that systemd keeps restarting (the triage's verdict: its
+    follower's, from the samples it saw)."""
+    return tuple(sorted(result.crash_looping))
 
 
 def reclaimable_by_gpu(result: HostTriage) -> tuple[dict[int, int], int]:

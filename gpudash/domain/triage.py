@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+from gpudash.domain.crashloop import looping_now
 from gpudash.domain.lint import Finding, Learned, lint_container, lint_unit
 from gpudash.domain.model import EVERYTHING, HostSnapshot, Process, Unit
 from gpudash.domain.owners import (
@@ -27,7 +28,7 @@ from gpudash.domain.owners import (
     unit_kind,
     unit_respawned,
 )
-from gpudash.domain.owners.service import unit_crash_looping, what
+from gpudash.domain.owners.service import what
 from gpudash.domain.tree import ProcessTree, holds
 from gpudash.domain.units import gib
 from gpudash.serving import processes as serving
@@ -99,6 +100,9 @@ class HostTriage:
     orphans_of: Mapping[int, Orphan] = field(default_factory=dict)
     # unit -> what gpudash saw of its stops on this host, as the caller passed it to the lint
     learned: Mapping[str, Learned] = field(default_factory=dict)
+    # the services systemd keeps restarting: the host's follower's verdict (its history of
+    # samples), else what this one sample says (``crashloop.looping_now``)
+    crash_looping: frozenset[str] = frozenset()
     _by_key: Mapping[str, OwnerGroup] = field(default_factory=dict, compare=False, repr=False)
     _by_pid: Mapping[int, OwnerGroup] = field(default_factory=dict, compare=False, repr=False)
 
@@ -339,7 +343,7 @@ def orphan_summaries(procs: Sequence[Process], orphans_of: Mapping[int, Orphan],
 
 
 def _group(key: str, procs: list[Process], tp: _Pass, prev_units: Mapping[str, Unit],
-           learned: Mapping[str, Learned]) -> OwnerGroup:
+           learned: Mapping[str, Learned], looping: frozenset[str]) -> OwnerGroup:
     owner = tp.owner_of_key[key]
     rules = owner.rules
     gflags: set[Flag] = set()
@@ -348,7 +352,7 @@ def _group(key: str, procs: list[Process], tp: _Pass, prev_units: Mapping[str, U
     respawned = rules.respawned(owner, prev_units.get(owner.unit.name) if owner.unit else None)
     if respawned:
         gflags.add(Flag.RESPAWNED)
-    if owner.unit is not None and unit_crash_looping(owner.unit):
+    if owner.unit is not None and owner.unit.name in looping:
         gflags.add(Flag.CRASH_LOOP)
     orphan_count = sum(1 for p in procs if p.pid in tp.orphans_of)
     if orphan_count:
@@ -370,13 +374,17 @@ def _group(key: str, procs: list[Process], tp: _Pass, prev_units: Mapping[str, U
 
 
 def triage(snapshot: HostSnapshot, previous: HostSnapshot | None = None, *,
-           learned: Mapping[str, Learned] | None = None) -> HostTriage:
+           learned: Mapping[str, Learned] | None = None,
+           crash_looping: frozenset[str] | None = None) -> HostTriage:
     """Group the snapshot's processes by owner, flag them, and explain each owner.
 
     ``learned``: unit -> what gpudash saw of its last stops on this host (how long until
     its memory was back, processes that ignored SIGTERM: the unit lint reads them); the
-    caller reads it, the triage reads no file."""
+    caller reads it, the triage reads no file. ``crash_looping``: the units a follower of
+    the host found crash-looping (``crashloop.RestartWatch``); None: what this sample says.
+    """
     learned = dict(learned or {})
+    looping = looping_now(snapshot.units) if crash_looping is None else crash_looping
     tp = _Pass.of(snapshot)
     prev_units = {u.name: u for u in previous.units} if previous else {}
     groups: list[OwnerGroup] = []
@@ -386,7 +394,7 @@ def triage(snapshot: HostSnapshot, previous: HostSnapshot | None = None, *,
         # owners appear only while they hold memory.
         if not any(holds(p) for p in procs) and not owner.rules.shown_empty(owner):
             continue
-        groups.append(_group(key, procs, tp, prev_units, learned))
+        groups.append(_group(key, procs, tp, prev_units, learned, looping))
     # Units the host reports without any process left (a reclaimed service) stay visible:
     # "inactive, disabled, 0 GiB" is the proof the operator is looking for.
     rules = RULES[OwnerKind.SERVICE]
@@ -394,7 +402,7 @@ def triage(snapshot: HostSnapshot, previous: HostSnapshot | None = None, *,
         if unit.name not in tp.members and unit_kind(unit.name) is OwnerKind.SERVICE:
             owner = Owner(OwnerKind.SERVICE, unit.name, rules, unit)
             tp.owner_of_key[unit.name] = owner
-            groups.append(_group(unit.name, [], tp, prev_units, learned))
+            groups.append(_group(unit.name, [], tp, prev_units, learned, looping))
     # A stopped container stays visible too ("exited, restart policy no, 0 GiB").
     seen_ids = {o.container_id for o in tp.owner_of_key.values()}
     for c in snapshot.containers:
@@ -403,10 +411,10 @@ def triage(snapshot: HostSnapshot, previous: HostSnapshot | None = None, *,
         key = container_key(c.runtime, c.label)
         tp.owner_of_key[key] = Owner(OwnerKind.CONTAINER, key, RULES[OwnerKind.CONTAINER],
                                      container=c, container_id=c.id, runtime=c.runtime)
-        groups.append(_group(key, [], tp, prev_units, learned))
+        groups.append(_group(key, [], tp, prev_units, learned, looping))
     groups.sort(key=lambda g: (g.kind is OwnerKind.NONE, -g.total_gpu_memory_mib, g.key))
     return _indexed(HostTriage(snapshot, tuple(groups), tp.flags, holders_by_gpu(snapshot),
-                               tp.orphans_of, learned), tp.members)
+                               tp.orphans_of, learned, looping), tp.members)
 
 
 def _same_objects(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
@@ -429,7 +437,7 @@ def _unchanged(snapshot: HostSnapshot, previous: HostSnapshot) -> bool:
 
 def retriage(
     snapshot: HostSnapshot, previous: HostSnapshot | None, last: HostTriage | None, *,
-    learned: Mapping[str, Learned] | None = None,
+    learned: Mapping[str, Learned] | None = None, crash_looping: frozenset[str] | None = None,
 ) -> HostTriage:
     """``triage(snapshot, previous)``, reusing ``last`` (the triage of ``previous``) when
     nothing it rests on changed (RESPAWNED is NRestarts > 0 of the very same unit object:
@@ -437,20 +445,22 @@ def retriage(
     the new one. Where only the processes' measurements changed (CPU, RSS), the groups
     are kept and the changed processes put in their nodes."""
     learned = dict(learned or {})
+    looping = looping_now(snapshot.units) if crash_looping is None else crash_looping
     if (
         last is None
         or previous is None
         or last.snapshot is not previous
         or [g.index for g in snapshot.gpus] != [g.index for g in previous.gpus]
         or last.learned != learned  # an action just timed a stop: lint again
+        or last.crash_looping != looping
     ):
-        return triage(snapshot, previous, learned=learned)
+        return triage(snapshot, previous, learned=learned, crash_looping=looping)
     if _unchanged(snapshot, previous):
         return replace(last, snapshot=snapshot)
     changes = snapshot.changes
     if changes is not EVERYTHING and not changes.structure and changes.processes:
         return _rebind(last, snapshot, changes.processes)
-    return triage(snapshot, previous, learned=learned)
+    return triage(snapshot, previous, learned=learned, crash_looping=looping)
 
 
 def _rebind(last: HostTriage, snapshot: HostSnapshot, pids: frozenset[int]) -> HostTriage:

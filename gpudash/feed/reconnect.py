@@ -19,7 +19,9 @@ BACKOFF_MAX_S = 30.0
 class LinkState:
     """What the header shows for one host."""
 
-    state: str  # "connecting", "connected", "stale", "reconnecting", "error"
+    # "connecting", "connected", "stale", "reconnecting", "error"; "failed": given up, the
+    # operator must act (a host key problem the dashboard does not retry)
+    state: str
     since: float  # epoch seconds: when the link entered this state (stale: last sample)
     retry_in: float | None = None  # seconds until the next attempt
     error: str | None = None  # the SourceError's message, shown as is

@@ -1,11 +1,12 @@
 """The triage as Prometheus metrics, for ``gpudash exporter``.
 
-``gpudash.feed.watch.HostWatch`` follows each host and keeps what it knows as one
-immutable ``WatchedHost``, replaced whole on every sample or link change.
-``TriageCollector`` (a ``prometheus_client`` collector) reads each host's view once per
-scrape and triages that snapshot, so a scrape is consistent per host and a
-process, unit or GPU that went away leaves no series behind. ``metric_families`` is the
-pure part: views in, metric families out.
+``gpudash.feed.follow.HostFollower`` follows each host, as it does for the dashboard, and
+keeps what it knows as one immutable ``Frame`` (the snapshot, its triage, the crash-loop
+verdict of the samples seen), replaced whole on every sample or link change.
+``TriageCollector`` (a ``prometheus_client`` collector) reads each host's frame once per
+scrape, so a scrape is consistent per host, says what the dashboard says, and a process,
+unit or GPU that went away leaves no series behind. ``metric_families`` is the pure part:
+frames in, metric families out.
 
 Series of a host whose link is not up are left out (its ``gpudash_link_up`` is 0 and
 ``gpudash_link_info`` carries the error): a number the exporter cannot vouch for now is
@@ -32,12 +33,11 @@ from gpudash.domain.triage import (
     HostTriage,
     OwnerKind,
     owner_kind,
-    triage,
     unattributed_mib,
 )
 from gpudash.domain.untrusted import clean
 from gpudash.engine.target import Target, expected_free
-from gpudash.feed.watch import HostWatch, WatchedHost
+from gpudash.feed.follow import Frame, HostFollower
 
 log = logging.getLogger("gpudash.render.metrics")
 
@@ -102,7 +102,7 @@ class _Families:
         return iter(vars(self).values())
 
 
-def metric_families(views: Sequence[WatchedHost]) -> list[Metric]:
+def metric_families(views: Sequence[Frame]) -> list[Metric]:
     """Every host's series, from one view each."""
     m = _Families()
     for view in views:
@@ -111,8 +111,8 @@ def metric_families(views: Sequence[WatchedHost]) -> list[Metric]:
         m.link_info.add_metric([host], {"state": view.link.state,
                                         "error": clean(view.link.error or "")})
         m.samples.add_metric([host], float(view.samples))
-        if view.up and view.snapshot is not None:
-            _host(m, host, view.snapshot, view)
+        if view.up and view.snapshot is not None and view.triage is not None:
+            _host(m, host, view.snapshot, view.triage, view)
     return list(m)
 
 
@@ -121,7 +121,7 @@ def orphaned_mib(snap: HostSnapshot, orphans: Sequence[Process]) -> dict[int, in
     return expected_free(snap, [Target.of(p, snap.boot_id) for p in orphans])
 
 
-def _host(m: _Families, host: str, snap: HostSnapshot, view: WatchedHost) -> None:
+def _host(m: _Families, host: str, snap: HostSnapshot, tri: HostTriage, view: Frame) -> None:
     m.sample_time.add_metric([host], snap.taken_at)
     if view.round_trip_s is not None:
         m.round_trip.add_metric([host], view.round_trip_s)
@@ -130,7 +130,6 @@ def _host(m: _Families, host: str, snap: HostSnapshot, view: WatchedHost) -> Non
     m.degraded.add_metric([host], 1.0 if snap.degraded else 0.0)
     labels = _GpuLabels(host, snap)
     _gpu_memory(m, snap, labels)
-    tri = triage(snap)
     orphans_of = _orphans_of(snap, tri)
     _orphaned(m, snap, tri, orphans_of, labels)
     _units(m, host, snap, orphans_of, view)
@@ -188,7 +187,7 @@ def _orphaned(m: _Families, snap: HostSnapshot, tri: HostTriage,
 
 
 def _units(m: _Families, host: str, snap: HostSnapshot,
-           orphans_of: dict[str, list[Process]], view: WatchedHost) -> None:
+           orphans_of: dict[str, list[Process]], view: Frame) -> None:
     services = [u for u in snap.units if owner_kind(u.name) is OwnerKind.SERVICE]
     for u in services:
         labels = [host, clean(u.name)]
@@ -211,14 +210,14 @@ def _units(m: _Families, host: str, snap: HostSnapshot,
 
 
 class TriageCollector:
-    """A ``prometheus_client`` collector over the hosts' watches."""
+    """A ``prometheus_client`` collector over the hosts' followers."""
 
-    def __init__(self, watches: Sequence[HostWatch]) -> None:
-        self.watches = tuple(watches)
+    def __init__(self, followers: Sequence[HostFollower]) -> None:
+        self.followers = tuple(followers)
 
     def collect(self) -> Iterator[Metric]:
         started = time.perf_counter()
-        views = [w.view for w in self.watches]  # one reference each: a consistent scrape
+        views = [f.frame for f in self.followers]  # one reference each: a consistent scrape
         yield from metric_families(views)
         cost = GaugeMetricFamily("gpudash_exporter_scrape_duration_seconds",
                                  "What building this scrape took the exporter")

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpudash.domain.model import HostSnapshot
-from gpudash.domain.owners.service import unit_crash_looping
 from gpudash.engine.journal import journal_tail
 from gpudash.protocol.source import Capability, HostControl
 from gpudash.serving.logsigns import Failure, failure
@@ -34,12 +33,12 @@ class CrashReasons:
         self._known: dict[str, CrashReason] = {}
         self._reading: set[str] = set()
 
-    def due(self, snapshot: HostSnapshot, control: HostControl, now: float
-            ) -> list[tuple[str, int | None]]:
+    def due(self, snapshot: HostSnapshot, crash_looping: frozenset[str], control: HostControl,
+            now: float) -> list[tuple[str, int | None]]:
         """The (unit, NRestarts) whose journal should be read now."""
         if Capability.JOURNAL not in control.capabilities:
             return []
-        looping = [u for u in snapshot.units if unit_crash_looping(u)]
+        looping = [u for u in snapshot.units if u.name in crash_looping]
         names = {u.name for u in looping}
         for gone in [n for n in self._known if n not in names]:
             del self._known[gone]  # not crash-looping any more: forgotten

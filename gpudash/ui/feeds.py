@@ -10,12 +10,11 @@ from collections.abc import Callable
 from textual.app import App
 from textual.message import Message
 
-from gpudash.domain.model import HostSnapshot, SourceKind
-from gpudash.domain.triage import HostTriage
+from gpudash.domain.model import SourceKind
 from gpudash.engine import SPECS_BY_NAME
+from gpudash.feed.follow import Frame, HostFollower
 from gpudash.state.footprints import LearnedUnits
 from gpudash.ui.fleet_screen import FleetScreen
-from gpudash.ui.hosts import follow_host
 from gpudash.ui.main_screen import MainScreen
 from gpudash.ui.messages import HostConnecting, HostFailed, HostUpdated
 from gpudash.ui.state import Dashboard
@@ -46,30 +45,30 @@ class HostFeeds:
 
     def _follow(self, index: int) -> None:
         view = self.state.views[index]
-
-        async def loop() -> None:
-            await follow_host(
-                view.source,
-                self.interval,
-                on_snapshot=lambda s, t, lat: self._record(index, s, t, lat),
-                on_error=lambda err, wait: self._post(HostFailed(index, err, wait)),
-                on_connecting=lambda n: self._post(HostConnecting(index, n)),
-                learned=lambda s: self._learned(
-                    s.host, simulated=s.source is SourceKind.DEMO),
-            )
-
+        follower = HostFollower(
+            view.source, self.interval,
+            on_frame=lambda frame, sampled: self._framed(index, frame, sampled),
+            learned=lambda s: self._learned(s.host, simulated=s.source is SourceKind.DEMO),
+            retry_host_key=None)  # an unknown or changed key needs the operator
         self.app.run_worker(
-            loop(), name=f"host {view.name}", group=f"host-{index}", exclusive=True,
+            follower.run(), name=f"host {view.name}", group=f"host-{index}", exclusive=True,
             exit_on_error=False,
         )
 
-    def _record(
-        self, index: int, snapshot: HostSnapshot, result: HostTriage, rtt: float | None
-    ) -> None:
+    def _framed(self, index: int, frame: Frame, sampled: bool) -> None:
         """Every sample is recorded as it arrives (history and triage miss none); only the
         redraw it asks for may be merged with the next one's."""
-        self.state.views[index].record(snapshot, result, rtt, self.state.clock())
-        self._post(HostUpdated(index))
+        if sampled:
+            self.state.views[index].record(frame, self.state.clock())
+            self._post(HostUpdated(index))
+            return
+        link = frame.link
+        if link.state == "connecting":
+            self._post(HostConnecting(index, link.attempt))
+        elif link.state == "reconnecting":
+            self._post(HostFailed(index, link.error or "link lost", link.retry_in))
+        elif link.state == "failed":
+            self._post(HostFailed(index, link.error or "failed", None))
 
     def _post(self, message: Message) -> None:
         self.app.post_message(message)
@@ -104,7 +103,8 @@ class HostFeeds:
             return
         control = view.source.control
         now = self.state.clock()
-        for unit, restarts in view.crashes.due(view.snapshot, control, now):
+        looping = view.triage.crash_looping if view.triage is not None else frozenset()
+        for unit, restarts in view.crashes.due(view.snapshot, looping, control, now):
             async def read(unit: str = unit, restarts: int | None = restarts) -> None:
                 await view.crashes.read(control, unit, restarts, now)
                 if host == self.state.current_host and not self._closing:

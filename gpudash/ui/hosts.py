@@ -1,28 +1,19 @@
-"""Per-host state as the dashboard sees it, and the loop that follows one host.
-
-``follow_host`` reads a ``HostSource`` forever through the transport's
-``reconnecting_stream``: every snapshot is triaged and handed on; a failure marks the host
-failed until the stream is back. Nothing here draws anything.
-"""
+"""Per-host state as the dashboard sees it: the newest frame of the host's follower
+(``gpudash.feed.follow``), the link as the header says it, and the memory history the plot
+draws. Nothing here draws anything."""
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
-from gpudash.domain.lint import Learned
 from gpudash.domain.model import HostSnapshot
-from gpudash.domain.triage import HostTriage, retriage
-from gpudash.feed.reconnect import BACKOFF_MAX_S, LinkState, reconnecting_stream
-from gpudash.protocol.source import HostKeyError, HostSource, round_trip_s
+from gpudash.domain.triage import HostTriage
+from gpudash.feed.follow import Frame
+from gpudash.protocol.source import HostSource
 from gpudash.ui.crashes import CrashReasons
 
 HISTORY = 300  # samples of memory history kept per host
-
-log = logging.getLogger("gpudash.ui.hosts")
 
 
 @dataclass
@@ -44,12 +35,13 @@ class HostView:
     )
     crashes: CrashReasons = field(default_factory=CrashReasons)  # why its units crash-loop
 
-    def record(
-        self, snapshot: HostSnapshot, result: HostTriage, rtt: float | None, now: float
-    ) -> None:
+    def record(self, frame: Frame, now: float) -> None:
+        """The follower's newest sample (its snapshot and triage), received ``now``."""
+        snapshot = frame.snapshot
+        assert snapshot is not None
         self.snapshot = snapshot
-        self.triage = result
-        self.rtt = rtt
+        self.triage = frame.triage
+        self.rtt = frame.round_trip_s
         self.received_at = now
         self.state = "connected"
         self.error = None
@@ -91,51 +83,3 @@ class HostView:
     def orphan_count(self) -> int | None:
         """Orphans in the last sample; None before any (a host never read is not 0)."""
         return None if self.triage is None else len(self.triage.orphans())
-
-
-async def follow_host(
-    source: HostSource,
-    interval: float,
-    *,
-    on_snapshot: Callable[[HostSnapshot, HostTriage, float | None], None],
-    on_error: Callable[[str, float | None], None],
-    on_connecting: Callable[[int], None],
-    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-    learned: Callable[[HostSnapshot], Mapping[str, Learned]] | None = None,
-) -> None:
-    """Follow ``source`` until cancelled; the reconnect policy is the transport's.
-
-    ``learned(snapshot)``: what gpudash saw of the units' stops on that host (unit ->
-    ``Learned``), for the unit lint.
-
-    ``on_snapshot(snapshot, triage, rtt)``: ``rtt`` is the host's request round trip as
-    the transport measures it (None where it is not known, e.g. the demo).
-    ``on_error(message, retry_in)``: ``retry_in`` None means it will not be retried
-    (an unknown or changed host key needs the operator).
-    """
-    previous: HostSnapshot | None = None
-    last: HostTriage | None = None
-
-    def on_state(state: LinkState) -> None:
-        if state.state == "connecting":
-            on_connecting(state.attempt)
-        elif state.state == "reconnecting":
-            on_error(state.error or "link lost", state.retry_in)
-
-    while True:
-        try:
-            async for snapshot in reconnecting_stream(source, interval, on_state, sleep=sleep):
-                # An unchanged sample (the same processes and units) is not triaged again.
-                seen = None if learned is None else learned(snapshot)
-                last = retriage(snapshot, previous, last, learned=seen)
-                on_snapshot(snapshot, last, round_trip_s(source))
-                previous = snapshot
-            message = "the host closed the stream"
-        except HostKeyError as exc:
-            on_error(str(exc), None)
-            return
-        except Exception as exc:  # a bug in a source must not freeze the screen
-            log.exception("following %s failed", source.name)
-            message = f"{type(exc).__name__}: {exc} (details in the log file)"
-        on_error(message, BACKOFF_MAX_S)
-        await sleep(BACKOFF_MAX_S)
