@@ -316,3 +316,16 @@ def test_a_hostile_host_cannot_grow_the_restart_watch() -> None:
     for t, n in ((0.0, 0), (10.0, 1), (20.0, 2)):
         seen = honest.observe([Unit("vllm.service", "active", "running", n_restarts=n)], t)
     assert seen == {"vllm.service"}
+
+
+def test_a_restart_count_no_systemd_writes_is_no_restart() -> None:
+    # Seen: a snapshot with NRestarts 2**63 then inf ended the host's follower (the sum of
+    # the events overflowed); the decoder bounds them, a source that skips it may not
+    from gpudash.domain.crashloop import RestartWatch
+    from gpudash.domain.model import Unit
+
+    watch = RestartWatch()
+    for t, n in enumerate((0, 2**63, float("inf"), float("nan"), -5, True, 1)):
+        looping = watch.observe([Unit("vllm.service", "active", "running",
+                                      n_restarts=n)], float(t))  # type: ignore[arg-type]
+    assert looping == frozenset()  # one real restart (0 -> 1) is not a loop

@@ -199,3 +199,49 @@ async def test_host_rows_off_screen_wait_and_are_current_once_scrolled_to() -> N
         host_list.scroll_end(animate=False)
         await pilot.pause(0.1)
         assert str(host_list.get_row(str(last))[1]) == f"renamed-{last}"
+
+
+async def test_a_sample_that_changes_one_holders_memory_rebuilds_that_row_only() -> None:
+    # Seen: every redraw built every holder row's Rich Text again and compared every
+    # cell; what changed was decided at the decoder already. Now a row whose inputs are
+    # the same objects is the very row drawn before: one changed worker rebuilds its row
+    # and its owner's (whose total moved), nothing else.
+    from test_ui_holder_reasons import PAL
+
+    from gpudash.domain.model import Changes
+    from gpudash.domain.triage import retriage
+    from gpudash.ui.widgets.holders import RowCache, holder_rows
+
+    first = DemoHost().snapshot()
+    worker = next(p for p in first.processes if p.gpu_memory_mib.get(3))
+    more = dataclasses.replace(worker, gpu_memory_mib={3: worker.gpu_memory_mib[3] + 512})
+    later = dataclasses.replace(
+        first, taken_at=first.taken_at, processes=tuple(
+            more if p is worker else p for p in first.processes),
+        changes=Changes(gpus=frozenset({3}), processes=frozenset({worker.pid}),
+                        units=frozenset(), containers=frozenset(), pods=frozenset(),
+                        structure=True))  # as the decoder says it: a holder's memory moved
+    before = triage(first)
+    after = retriage(later, first, before)
+    pal, cache = PAL, RowCache()
+    app = OneTable()
+    async with app.run_test(size=(160, 60)) as pilot:
+        table = app.query_one(HoldersTable)
+        table.show(holder_rows(before, pal, cache=cache))
+        cache.drawn()
+        await pilot.pause()
+        built = cache.made
+        changed: list[set[str]] = []
+        original = table.set_rows
+
+        def spy(changes: Any) -> None:
+            changed.append({k for k, cells in changes.items() if cells})
+            original(changes)
+
+        table.set_rows = spy  # type: ignore[method-assign]
+        table.show(holder_rows(after, pal, cache=cache))
+        await pilot.pause()
+    group = after.group_of(worker.pid)
+    assert group is not None
+    assert cache.made - built == 2  # the worker's row and its owner's: built again
+    assert changed == [{f"p:{worker.pid}", f"u:{group.key}"}], changed

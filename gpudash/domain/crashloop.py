@@ -22,6 +22,7 @@ CRASH_LOOP_WINDOW_S = 300.0  # ... within this many seconds make a crash loop to
 # host that sends new names sample after sample (each one a series of the exporter's)
 # pushes out the names it sent longest ago, never grows what is kept.
 MAX_UNITS = 512
+MAX_RESTARTS = 1 << 31  # NRestarts is a systemd unsigned
 
 
 def looping_now(units: Iterable[Unit]) -> frozenset[str]:
@@ -66,11 +67,14 @@ class RestartWatch:
             self._seen[unit.name] = now  # the newest last: the oldest are forgotten first
             # each event counts one restart or more: this many decide a loop
             events = self._events.setdefault(unit.name, deque(maxlen=max(1, self.restarts)))
-            if unit.n_restarts is not None:
+            n = unit.n_restarts
+            # a count no systemd writes (a host that lies, or a bug) is no restart: the
+            # watch must never end the follower that asks it
+            if isinstance(n, int) and not isinstance(n, bool) and 0 <= n < MAX_RESTARTS:
                 before = self._count.get(unit.name)
-                if before is not None and unit.n_restarts > before:
-                    events.append((now, unit.n_restarts - before))
-                self._count[unit.name] = unit.n_restarts
+                if before is not None and n > before:
+                    events.append((now, n - before))
+                self._count[unit.name] = n
         while len(self._seen) > self.max_units:
             self._forget(next(iter(self._seen)))
         cutoff = now - self.window_s

@@ -35,6 +35,8 @@ class HostFeeds:
         # redrawn together (with 256 hosts, a redraw per sample was most of the CPU).
         self.rows_redraw = RedrawThrottle(app, self._draw_rows)
         self._available: tuple[bool | None, ...] = ()
+        # what the availability was last asked of: values, and objects (compared by identity)
+        self._depends: tuple[tuple[object, ...], tuple[object, ...]] = ((), ())
         self._learned = LearnedUnits()  # what the unit lint reads of past stops, per host
 
     def start(self) -> None:
@@ -85,15 +87,28 @@ class HostFeeds:
         elif message.host == self.state.current_host:
             self.view_redraw.ask()
             # The footer rebuilds its keys on every refresh_bindings: only when one
-            # changed (availability follows the shown host only).
+            # changed (availability follows the shown host only). What the prechecks read
+            # (the selection, the owners and orphans as triaged) is kept as objects: a
+            # sample that changed none of them asks no precheck again.
+            view, app = self.state.views[message.host], self.state
+            state = (app.read_only, app.running, app.selected_key)
+            objects = (() if view.triage is None else
+                       (view.triage.groups, view.triage.orphans_of, view.triage.learned))
+            if state == self._depends[0] and len(objects) == len(self._depends[1]) and all(
+                    a is b for a, b in zip(objects, self._depends[1], strict=True)):
+                return self._sampled(message.host)
+            self._depends = (state, objects)
             available = tuple(self.main.availability(name)[0] for name in SPECS_BY_NAME)
             if available != self._available:
                 self._available = available
                 self.app.refresh_bindings()
         else:
             self.rows_redraw.ask(message.host)
-        self._read_crash_reasons(message.host)
-        self._on_sample(message.host)
+        self._sampled(message.host)
+
+    def _sampled(self, host: int) -> None:
+        self._read_crash_reasons(host)
+        self._on_sample(host)
 
     def _read_crash_reasons(self, host: int) -> None:
         """A unit systemd keeps restarting: its journal says why (read in a worker, now

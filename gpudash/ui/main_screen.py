@@ -42,7 +42,13 @@ from gpudash.ui.widgets.footer import DashboardFooter
 from gpudash.ui.widgets.gpus import GpuGrid, GpuTable
 from gpudash.ui.widgets.guide import Guide
 from gpudash.ui.widgets.header import HeaderBar, HostList, header_text
-from gpudash.ui.widgets.holders import HoldersTable, filter_rows, holder_rows, selection_of
+from gpudash.ui.widgets.holders import (
+    HoldersTable,
+    RowCache,
+    filter_rows,
+    holder_rows,
+    selection_of,
+)
 from gpudash.ui.widgets.notice import HostNotice
 from gpudash.ui.widgets.plotview import MemoryPlot
 from gpudash.ui.widgets.progress import ActionProgressPanel
@@ -82,6 +88,7 @@ class MainScreen(ViewKeys):
         self.ready = False  # widgets mounted: drawing may start
         self._toast_until: dict[tuple[str, str], float] = {}
         self._key_to_action: dict[str, str] = {}
+        self._row_cache = RowCache()  # holder rows whose inputs did not change: kept
 
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
@@ -201,7 +208,9 @@ class MainScreen(ViewKeys):
         hv = app.holder_view
         triage = app.view.triage
         pal = palette(self.app)
-        rows = filter_rows(holder_rows(triage, pal, hv), app.holder_filter) if triage else []
+        cache = self._row_cache
+        rows = filter_rows(holder_rows(triage, pal, hv, cache), app.holder_filter) if triage \
+            else []
         column, header = hv.indicator()
         self.holders.show(rows, {column: header})
         filters = [f"“{escape(clean(app.holder_filter))}”"] if app.holder_filter else []
@@ -209,11 +218,12 @@ class MainScreen(ViewKeys):
         filters += [f"GPU {hv.gpu}"] if hv.gpu is not None else []
         title = "Holders (by owner)"
         if filters and triage is not None:
-            unfiltered = holder_rows(triage, pal, replace(hv, user=None, gpu=None))
+            unfiltered = holder_rows(triage, pal, replace(hv, user=None, gpu=None), cache)
             hidden = len(unfiltered) - len(rows)
             # border titles are markup: the typed text is escaped, never interpreted
             title += f" — only {', '.join(filters)}: {hidden} hidden (esc clears)"
         quiet_border(self.holders, "title", title)
+        cache.drawn()
         app.selected_key = self.holders.selected_key()
 
     @drawing

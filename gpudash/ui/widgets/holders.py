@@ -7,7 +7,9 @@ driver reports used that no listed process accounts for (never silently dropped)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from rich.text import Text
 from textual.binding import Binding
@@ -114,8 +116,12 @@ def gpu_memory_text(memory: dict[int, int | None] | dict[int, int]) -> Text:
     return Text(" ".join(parts), no_wrap=True, overflow="ellipsis")
 
 
+def _orphans(group: OwnerGroup) -> int:
+    return sum(1 for n in group.nodes() if Flag.ORPHAN in n.flags)
+
+
 def _group_row(group: OwnerGroup, pal: Palette, collapsed: bool) -> HolderRow:
-    orphans = sum(1 for n in group.nodes() if Flag.ORPHAN in n.flags)
+    orphans = _orphans(group)
     who = Text("▸ " if collapsed else "▾ ", style="bold")
     who.append_text(literal(group.key, style="bold"))
     total = group.total_gpu_memory_mib
@@ -153,6 +159,39 @@ def command_text(p: Process, why: str | None, pal: Palette) -> Text:
     return out
 
 
+class RowCache:
+    """The rows of the last drawings, by key, each with what it was made from: a row whose
+    inputs are the very same objects (snapshots are immutable, and the decoder and the
+    triage keep the objects of what did not change) is reused as it is, its Rich Text not
+    built again, and the table sees the same row and compares nothing."""
+
+    KEEP = 2  # drawings a row is kept for unseen (the title's unfiltered count is one)
+
+    def __init__(self) -> None:
+        self._rows: dict[str, tuple[tuple[object, ...], HolderRow, int]] = {}
+        self._drawing = 0
+        self.made = 0  # rows built (not reused) in all: what a test counts
+
+    def row(self, key: str, inputs: tuple[object, ...],
+            make: Callable[[], HolderRow]) -> HolderRow:
+        hit = self._rows.get(key)
+        if hit is not None and len(hit[0]) == len(inputs) and all(
+                a is b or a == b for a, b in zip(hit[0], inputs, strict=True)):
+            row = hit[1]
+        else:
+            row = make()
+            self.made += 1
+        self._rows[key] = (inputs, row, self._drawing)
+        return row
+
+    def drawn(self) -> None:
+        """One drawing done: rows unseen for ``KEEP`` drawings are forgotten."""
+        self._drawing += 1
+        old = self._drawing - self.KEEP
+        if len(self._rows) > 64:
+            self._rows = {k: v for k, v in self._rows.items() if v[2] >= old}
+
+
 @dataclass(frozen=True, slots=True)
 class _Walk:
     """What every process row of one table needs."""
@@ -161,6 +200,7 @@ class _Walk:
     pal: Palette
     result: HostTriage
     view: HolderView
+    cache: RowCache | None = None
 
 
 def _kept(node: ProcessNode, view: HolderView) -> bool:
@@ -194,14 +234,24 @@ def _process_rows(node: ProcessNode, prefix: str, last: bool, w: _Walk,
     children = [c for c in sort_nodes(node.children, w.view, w.now) if _kept(c, w.view)]
     collapsed = key in w.view.collapsed
     branch = "└─ " if last else "├─ "
-    who = Text(prefix + branch, style="dim")
-    if children:  # a subtree: Left/Right/Space fold it
-        who.append("▸ " if collapsed else "▾ ", style="bold")
-    who.append(f"{p.pid} ", style=f"bold {w.pal.orphan}" if Flag.ORPHAN in node.flags
-               else "bold")
-    who.append_text(literal(node.label or p.name))
-    out.append(HolderRow(key, process_cells(p, node, who, w),
-                         short_flags_text(node.flags - {Flag.UNIT_INACTIVE}, w.pal)))
+
+    def make() -> HolderRow:
+        who = Text(prefix + branch, style="dim")
+        if children:  # a subtree: Left/Right/Space fold it
+            who.append("▸ " if collapsed else "▾ ", style="bold")
+        who.append(f"{p.pid} ", style=f"bold {w.pal.orphan}" if Flag.ORPHAN in node.flags
+                   else "bold")
+        who.append_text(literal(node.label or p.name))
+        return HolderRow(key, process_cells(p, node, who, w),
+                         short_flags_text(node.flags - {Flag.UNIT_INACTIVE}, w.pal))
+
+    if w.cache is None:
+        out.append(make())
+    else:  # what the row shows, and nothing else: the age only as it is written
+        age = None if p.started_at is None else duration(w.now - p.started_at)
+        out.append(w.cache.row(key, (p, node.flags, node.label, prefix + branch,
+                                     bool(children), collapsed, age,
+                                     w.result.orphan_cause(p.pid), w.pal), make))
     if collapsed:
         return
     child_prefix = prefix + ("   " if last else "│  ")
@@ -210,19 +260,26 @@ def _process_rows(node: ProcessNode, prefix: str, last: bool, w: _Walk,
 
 
 def holder_rows(result: HostTriage, pal: Palette,
-                view: HolderView | None = None) -> list[HolderRow]:
+                view: HolderView | None = None, cache: RowCache | None = None
+                ) -> list[HolderRow]:
     """The rows of the holders table for one triaged snapshot, as ``view`` arranges them
-    (sorted, filtered by user and GPU, collapsed)."""
+    (sorted, filtered by user and GPU, collapsed); with ``cache``, a row whose inputs did
+    not change is the very row drawn before."""
     view = view or HolderView()
     now = result.snapshot.taken_at  # ages on the host's own clock
-    walk = _Walk(now, pal, result, view)
+    walk = _Walk(now, pal, result, view, cache)
     rows: list[HolderRow] = []
     for group in sort_groups(result.groups, view, now):
         roots = [r for r in sort_nodes(group.roots, view, now) if _kept(r, view)]
         if not roots and (view.user is not None or view.gpu is not None):
             continue
         key = "u:" + group.key
-        rows.append(_group_row(group, pal, key in view.collapsed))
+        collapsed = key in view.collapsed
+        # what the owner's row shows: a new triage makes new groups of the same facts
+        rows.append(_group_row(group, pal, collapsed) if cache is None else cache.row(
+            key, (group.key, group.kind, group.unit, group.flags, group.total_gpu_memory_mib,
+                  tuple(group.gpu_memory_mib.items()), _orphans(group), collapsed, pal),
+            partial(_group_row, group, pal, collapsed)))
         if key in view.collapsed:
             continue
         for i, root in enumerate(roots):
@@ -332,6 +389,7 @@ class HoldersTable(CellTable):
         self._rows: list[HolderRow] = []
         self._add_columns(self._fit)
         self._cells: dict[str, tuple[Text, ...]] = {}
+        self._drawn: dict[str, HolderRow] = {}  # the row objects on screen, by key
 
     def _add_columns(self, fit: Fit) -> None:
         self._fit = fit
@@ -396,7 +454,10 @@ class HoldersTable(CellTable):
         if keys == current and fit == self._fit:
             # Only the cells that changed: every update_cell redraws the whole table.
             changes = {}
-            for key, cells in shown:
+            for row, (key, cells) in zip(rows, shown, strict=True):
+                if self._drawn.get(key) is row and self._cells.get(key) == cells:
+                    continue  # the very row drawn before (a RowCache hit)
+                self._drawn[key] = row
                 before = self._cells.get(key)
                 if before is None:
                     before = (Text("\0"),) * len(cells)
@@ -413,6 +474,7 @@ class HoldersTable(CellTable):
         if not self.columns:
             self._add_columns(fit)
         self._cells = {}
+        self._drawn = {row.key: row for row in rows}
         for key, cells in shown:
             self.add_row(*cells, key=key)
             self._cells[key] = cells
