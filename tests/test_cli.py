@@ -647,3 +647,16 @@ def test_a_swap_leaves_the_new_unit_enabled_as_the_old_one_was(flag: tuple[str, 
     assert ("$ systemctl enable vllm-kimi-k25.service" in r.stderr) is enabled, r.stderr
     sent = json.loads(r.stdout)["sent"]
     assert any(s.startswith("systemctl enable vllm-kimi-k25") for s in sent) is enabled
+
+
+@pytest.mark.parametrize("stdin", ["", None])
+def test_the_dashboard_without_a_terminal_says_what_to_run_and_exits_2(stdin: str | None) -> None:
+    # issue 33, item 12: `gpudash --demo </dev/null` (cron, a pipe, a script's mistake)
+    # wrote terminal escape codes and exited 0 silently; once it printed a traceback
+    r = subprocess.run([sys.executable, "-m", "gpudash", "--demo"], capture_output=True,
+                       text=True, timeout=60, stdin=subprocess.DEVNULL if stdin is None else None,
+                       input=stdin, env=os.environ.copy())
+    assert r.returncode == 2, r.stderr
+    assert r.stdout == ""  # no escape codes where nobody can see them
+    assert "the dashboard needs a terminal" in r.stderr and "snapshot --json" in r.stderr
+    assert "Traceback" not in r.stderr

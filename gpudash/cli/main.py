@@ -134,7 +134,17 @@ def cmd_act(command: str, args: argparse.Namespace, term: Terminal) -> int:
     return run(args, open_sources(args, demo_speed=20.0)[0], term)
 
 
+NO_TERMINAL = ("the dashboard needs a terminal (stdin and stdout a tty); from a script, "
+               "cron or a pipe: gpudash snapshot --json (what holds the memory), gpudash "
+               "reclaim/reap --yes --json (act), gpudash exporter (Prometheus)")
+
+
 def cmd_dashboard(args: argparse.Namespace, term: Terminal) -> int:
+    if not (term.stdin.isatty() and term.stdout.isatty()):
+        # seen: `gpudash --demo </dev/null` wrote escape codes and exited 0 silently, once
+        # with a traceback; nothing is drawn where nobody can see it
+        term.error(NO_TERMINAL)
+        return Exit.USAGE
     from gpudash.state import kept
     from gpudash.ui.app import run_dashboard
 
