@@ -660,3 +660,21 @@ def test_the_dashboard_without_a_terminal_says_what_to_run_and_exits_2(stdin: st
     assert r.stdout == ""  # no escape codes where nobody can see them
     assert "the dashboard needs a terminal" in r.stderr and "snapshot --json" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("argv", [
+    ("reclaim", "--demo", "--unit", "vllm-minimax-m25"),
+    ("swap", "--demo", "--from", "vllm-minimax-m25", "--to", "vllm-kimi-k25"),
+])
+def test_a_dry_run_prints_its_plan_on_stdout_and_sends_nothing(argv: tuple[str, ...]) -> None:
+    # issue 33, item 7: `reclaim --dry-run` did not exist
+    r = gpudash(*argv, "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert "$ systemctl stop vllm-minimax-m25.service" in r.stdout, r.stdout
+    assert "--dry-run: nothing sent" in r.stderr and "Proceed?" not in r.stderr
+    assert audit_records() == []  # nothing planned to be sent: nothing audited
+    j = gpudash(*argv, "--dry-run", "--json")
+    doc = json.loads(j.stdout)
+    assert doc["dry_run"] is True and doc["action"] == argv[0]
+    assert any("systemctl stop" in line for line in doc["plan"])
+    assert audit_records() == []

@@ -49,12 +49,12 @@ def _lint(demo: DemoHost) -> list[dict]:
 
 
 def test_dry_run_prints_the_diff_and_sends_nothing() -> None:
+    # issue 33, item 7: the plan and the diff went to stderr: `> fix.diff` was empty
     r = gpudash("fix", "--demo", "--unit", "vllm-minimax-m25", "--dry-run")
     assert r.returncode == 0, r.stderr
-    assert r.stdout == ""
-    assert f"+# {PATH}" in r.stderr and "+KillMode=mixed" in r.stderr
-    assert "+StartLimitIntervalSec=600s" in r.stderr and "--dry-run: nothing sent" in r.stderr
-    assert "KillMode: in force from its next stop or restart" in r.stderr
+    assert f"+# {PATH}" in r.stdout and "+KillMode=mixed" in r.stdout
+    assert "+StartLimitIntervalSec=600s" in r.stdout and "--dry-run: nothing sent" in r.stderr
+    assert "KillMode: in force from its next stop or restart" in r.stdout
     assert audit_records() == []
     j = gpudash("fix", "--demo", "--unit", "vllm-minimax-m25", "--dry-run", "--json")
     doc = json.loads(j.stdout)
@@ -179,9 +179,9 @@ def test_the_drop_in_gives_the_stop_time_learned_here() -> None:
 
     footprints.learn_stop("demo-gpu01", MINIMAX, 200.0, footprints.store_path(simulated=True))
     demo = DemoHost(speed=50)
-    code, _out, err = _fix(demo, "--dry-run")
+    code, out, err = _fix(demo, "--dry-run")
     assert code == 0, err
-    assert "+TimeoutStopSec=300s" in err, err  # 200 s x 1.5, in tens of seconds
+    assert "+TimeoutStopSec=300s" in out, out  # 200 s x 1.5, in tens of seconds
     code, out, err = _fix(demo, "--yes")
     assert code == 0, err + out  # proven: systemctl show reports what the lint wants
     assert demo.units[MINIMAX].timeout_stop_s == 300.0
@@ -194,13 +194,13 @@ def test_the_plan_says_what_mixed_does_to_workers_that_ignored_sigterm_here() ->
     from gpudash.state import footprints
 
     demo = DemoHost(speed=50)
-    code, _out, err = _fix(demo, "--dry-run")
-    assert code == 0 and "workers ignore SIGTERM" not in err, err  # nothing seen yet
+    code, out, err = _fix(demo, "--dry-run")
+    assert code == 0 and "workers ignore SIGTERM" not in out, err  # nothing seen yet
     footprints.learn_term_ignored("demo-gpu01", MINIMAX, 1,
                                   footprints.store_path(simulated=True))
-    code, _out, err = _fix(demo, "--dry-run")
+    code, out, err = _fix(demo, "--dry-run")
     assert code == 0, err
-    assert "Once in force, KillMode=mixed, workers ignore SIGTERM: 1 of its processes" in err
+    assert "Once in force, KillMode=mixed, workers ignore SIGTERM: 1 of its processes" in out
     code, out, err = _fix(demo, "--yes")
     assert code == 0, err + out
     settings = [f["setting"] for f in _lint(demo)]

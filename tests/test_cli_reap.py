@@ -21,9 +21,9 @@ from gpudash.cli.contract import WORST_FIRST, Exit, worst
 def test_dry_run_prints_the_plan_and_sends_nothing() -> None:
     r = gpudash("reap", "--demo", "--dry-run")
     assert r.returncode == 0, r.stderr
-    assert r.stdout == ""  # the plan is for people: stderr
-    assert "Reap orphans: 16 orphan(s)" in r.stderr and "--dry-run: nothing sent" in r.stderr
-    assert "90211" in r.stderr.split("Left alone:")[1]  # alice's kernel is named, not taken
+    # a dry run's plan is its result: stdout (issue 33, item 7: it was on stderr)
+    assert "Reap orphans: 16 orphan(s)" in r.stdout and "--dry-run: nothing sent" in r.stderr
+    assert "90211" in r.stdout.split("Left alone:")[1]  # alice's kernel is named, not taken
     assert audit_records() == []  # nothing planned to be sent: nothing audited
     j = gpudash("reap", "--demo", "--dry-run", "--json")
     doc = json.loads(j.stdout)

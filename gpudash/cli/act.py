@@ -17,6 +17,7 @@ import signal
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from gpudash.cli import dryrun
 from gpudash.cli.closing import CommandLoop, close_all
 from gpudash.cli.contract import Exit
 from gpudash.cli.terminal import Terminal
@@ -92,6 +93,8 @@ def run_action(
         if runner is None:
             runner = stack.enter_context(CommandLoop())
         try:
+            if getattr(args, "dry_run", False):
+                return _dry_run(args, source, term, runner, request)
             return _run(args, source, term, options, runner, finished, request)
         except KeyboardInterrupt:
             if finished:  # after the last line was printed: the verdict stands
@@ -146,6 +149,19 @@ def prepared(args: argparse.Namespace, source: HostSource, request: Request,
     ``runner``."""
     return runner.run(prepare(request, source.control, source.name,
                               Prompt(Terminal(), asks=False), args.settings.models))
+
+
+def _dry_run(args: argparse.Namespace, source: HostSource, term: Terminal,
+             runner: CommandLoop, request: Request) -> int:
+    """The plan as it would be confirmed, on stdout; nothing sent, nothing audited."""
+    plan = prepared(args, source, request, runner)
+    if isinstance(plan, Ended):
+        term.error(plan.why)
+        return EXIT_OF[plan.kind]
+    doc = dryrun.show(args, plan, term)
+    if args.json:
+        term.result_json(json_dumps(doc, indent=2))
+    return Exit.OK
 
 
 def _run(

@@ -271,6 +271,9 @@ def _acting_parser(command: str) -> argparse.ArgumentParser:
         p.add_argument("--ready-url", default=None, metavar="URL",
                        help="what proves it serves, asked on the host (default: "
                        "http://127.0.0.1:PORT/health, PORT from the unit's ExecStart)")
+    if command in ("reclaim", "start", "swap"):
+        p.add_argument("--dry-run", action="store_true",
+                       help="print the plan (stdout; with --json, as JSON) and send nothing")
     p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
     p.add_argument("--no-audit", action="store_true",
                    help="act even if the audit record cannot be written (the report "

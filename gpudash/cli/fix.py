@@ -10,15 +10,14 @@ removes exactly that file and reloads. Planned, confirmed, audited as every acti
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
-from gpudash.cli import act
+from gpudash.cli import act, dryrun
 from gpudash.cli.closing import CommandLoop, close_all
 from gpudash.cli.contract import Exit
 from gpudash.cli.terminal import Terminal
 from gpudash.domain.model import unit_name
 from gpudash.domain.untrusted import json_dumps
-from gpudash.engine import ActionKind, ActionPlan, Selection
+from gpudash.engine import ActionKind, Selection
 from gpudash.protocol.source import HostSource
 from gpudash.session.lifecycle import Ended, Request
 
@@ -33,16 +32,7 @@ def run_fix(args: argparse.Namespace, source: HostSource, term: Terminal) -> int
     if isinstance(plan, Ended):
         term.error(plan.why)
         return act.EXIT_OF[plan.kind]
-    lines = plan.describe(args.term_timeout)
-    term.say(lines)
-    term.say("--dry-run: nothing sent")
+    doc = dryrun.show(args, plan, term)
     if args.json:
-        term.result_json(json_dumps(dry_run_document(plan, lines), indent=2))
+        term.result_json(json_dumps(doc, indent=2))
     return Exit.OK
-
-
-def dry_run_document(plan: ActionPlan, lines: list[str]) -> dict[str, Any]:
-    return {"dry_run": True, "host": plan.host, "action": plan.kind.value,
-            "subject": plan.subject, "revert": plan.selection.revert, "plan": lines,
-            "diff": list(plan.preview),
-            "settings": [f"[{s}] {k}={v}" for s, k, v in plan.settings]}

@@ -14,7 +14,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from gpudash.cli import act
+from gpudash.cli import act, dryrun
 from gpudash.cli.closing import CommandLoop, close_all
 from gpudash.cli.contract import Exit, worst
 from gpudash.cli.terminal import Terminal
@@ -82,14 +82,7 @@ def _one(args: argparse.Namespace, source: HostSource, out: Terminal
 
 
 def _dry_run(args: argparse.Namespace, plan: ActionPlan, out: Terminal) -> Any:
-    """The plan, shown (and, with --json, returned); nothing is sent."""
-    lines = plan.describe(args.term_timeout)
-    out.say(lines)
-    out.say("--dry-run: nothing sent")
-    if not args.json:
-        return None
-    return {"dry_run": True, "host": plan.host, "action": plan.kind.value,
-            "subject": plan.subject, "plan": lines,
-            "targets": [{"pid": t.pid, "start_ticks": t.start_ticks, "user": t.user,
-                         "label": t.label} for t in plan.targets],
-            "expected_free_mib": {str(g): m for g, m in sorted(plan.expected_free_mib.items())}}
+    """The plan, shown on stdout (with --json, returned for the one document); nothing is
+    sent."""
+    doc = dryrun.show(args, plan, out)
+    return doc if args.json else None
