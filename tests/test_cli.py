@@ -678,3 +678,13 @@ def test_a_dry_run_prints_its_plan_on_stdout_and_sends_nothing(argv: tuple[str, 
     assert doc["dry_run"] is True and doc["action"] == argv[0]
     assert any("systemctl stop" in line for line in doc["plan"])
     assert audit_records() == []
+
+
+def test_snapshot_help_names_the_schema_it_prints() -> None:
+    # issue 33, item 7: `snapshot --help` said schema 1; the output is schema 2
+    from gpudash.render.jsondoc import SCHEMA
+
+    r = gpudash("snapshot", "--help")
+    assert f"schema {SCHEMA}" in " ".join(r.stdout.split()), r.stdout
+    doc = json.loads(gpudash("snapshot", "--demo", "--json").stdout)
+    assert doc["schema"] == SCHEMA

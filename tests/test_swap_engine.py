@@ -347,7 +347,8 @@ async def test_a_failed_swap_that_enabled_the_next_model_disables_it_again() -> 
     demo = DemoHost(speed=100.0, release_delay=1.0)
     assert demo.units[DEEPSEEK].unit_file_state == "disabled"
     plan = SPECS[ActionKind.SWAP].plan(await demo.sample(), Selection(
-        unit=MINIMAX, target=DEEPSEEK, footprint=DEEPSEEK_LEARNED, enable=True))
+        unit=MINIMAX, target=DEEPSEEK, footprint=DEEPSEEK_LEARNED, enable=True,
+        ready_url="http://127.0.0.1:8002/health"))
     text = "\n".join(plan.describe())
     assert f"$ systemctl enable {DEEPSEEK}" in text  # the swap enables it...
     assert (f"    $ systemctl stop {DEEPSEEK}\n    $ systemctl disable {DEEPSEEK}\n"
@@ -361,6 +362,10 @@ async def test_a_failed_swap_that_enabled_the_next_model_disables_it_again() -> 
     assert report.boots == {MINIMAX: "enabled", DEEPSEEK: "disabled"}
     assert (f"  boots: {MINIMAX} enabled, {DEEPSEEK} disabled"
             in report.describe()), report.describe()
+    # the ready URL that never answered says why, never "-> None" (issue 33, item 7)
+    said = "\n".join(report.describe())
+    assert "http://127.0.0.1:8002/health -> no answer: connection refused" in said, said
+    assert "-> None" not in said
 
 
 async def test_without_rollback_it_says_nothing_serves_on_the_host_now() -> None:

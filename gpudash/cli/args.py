@@ -119,7 +119,10 @@ def _snapshot_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gpudash snapshot", epilog=epilog, formatter_class=fmt,
                                 description="Print one snapshot of each host.")
     _common(p)
-    p.add_argument("--json", action="store_true", help="JSON (schema 1) instead of text")
+    # the schema's number is render.jsondoc.SCHEMA (not imported to build a parser: a
+    # test holds the two together)
+    p.add_argument("--json", action="store_true",
+                   help="JSON (schema 2, as the README's JSON section says) instead of text")
     return p
 
 

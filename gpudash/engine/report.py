@@ -90,7 +90,15 @@ class ServingOutcome:
     serving: bool = False
     ready_url: str | None = None
     ready_status: int | None = None
+    ready_error: str | None = None  # why there was no status (host text: "connection refused")
     ready_s: float | None = None  # from start to serving
+
+    @property
+    def ready_answer(self) -> str:
+        """What the ready URL answered, in words: its status, or why it gave none."""
+        if self.ready_status is not None:
+            return str(self.ready_status)
+        return f"no answer: {self.ready_error}" if self.ready_error else "no answer"
     mib_per_gpu: dict[int, int] = field(default_factory=dict)  # at serving: the footprint
     failure_line: str | None = None  # host text, as the journal had it
     failure_advice: str | None = None
@@ -215,7 +223,7 @@ class ActionReport:
         if back is not None:
             lines.append(f"  rollback: {back.unit} "
                          + ("SERVING again" if back.serving else "NOT serving either")
-                         + (f"; {back.ready_url} -> {back.ready_status}" if back.ready_url
+                         + (f"; {back.ready_url} -> {back.ready_answer}" if back.ready_url
                             else ""))
         if self.boots:  # what starts at the next boot, as the host said after the rollback
             lines.append("  boots: " + ", ".join(f"{u} {state}"
@@ -235,7 +243,7 @@ def serving_lines(sv: ServingOutcome) -> list[str]:
         state = "SERVING" if sv.serving else "NOT serving"
     ready = "" if sv.ready_s is None else f" after {sv.ready_s:.0f} s"
     lines = [f"  {sv.unit}: {state}{ready}"
-             + (f"; {sv.ready_url} -> {sv.ready_status}" if sv.ready_url else "")]
+             + (f"; {sv.ready_url} -> {sv.ready_answer}" if sv.ready_url else "")]
     if sv.mib_per_gpu:
         lines.append("  footprint: " + ", ".join(
             f"GPU{g} {gib(m)}" for g, m in sorted(sv.mib_per_gpu.items())))

@@ -226,7 +226,7 @@ class Run(RunIO):
         report.container_after = snap.container(c.id)
         outcome.mib_per_gpu = dict(loaded.now)
         if ready is not None:
-            outcome.ready_status = ready.status
+            outcome.ready_status, outcome.ready_error = ready.status, ready.error
         state = "ready" if ready is not None else "running"
         if all(st.state is GoalState.MET for st in self.statuses):
             outcome.serving = True
@@ -271,7 +271,7 @@ class Run(RunIO):
         outcome.log_tail = tuple(self.log_tail)
         by_title = dict(zip((g.title for g in goals), self.statuses, strict=True))
         if ready is not None:
-            outcome.ready_status = ready.status
+            outcome.ready_status, outcome.ready_error = ready.status, ready.error
         outcome.mib_per_gpu = unit_memory(snap, serving.unit)
         if all(st.state is GoalState.MET for st in self.statuses):
             outcome.serving = True

@@ -118,6 +118,7 @@ def _serving(sv: ServingOutcome | None) -> dict[str, Any] | None:
         "serving": sv.serving,
         "ready_url": sv.ready_url,
         "ready_status": sv.ready_status,
+        "ready_error": sv.ready_error,
         "ready_s": sv.ready_s,
         "mib_per_gpu": {str(g): m for g, m in sorted(sv.mib_per_gpu.items())},
         "failure_line": sv.failure_line,
