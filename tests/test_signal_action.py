@@ -70,6 +70,10 @@ async def test_stop_pauses_and_cont_resumes(demo: DemoHost) -> None:
     again = await execute(plan(await demo.sample(), pid, signal.SIGCONT), demo, FAST)
     assert again.confirmed and "still runs (state S)" in again.summary, again.summary
     assert demo.processes[pid].state == "S"
+    # the two are told apart wherever they are listed (history showed "signal pid N"
+    # twice, issue 33 item 7): the subject names the signal
+    assert (stopped.subject, again.plan.subject) == (f"SIGSTOP to pid {pid}",
+                                                     f"SIGCONT to pid {pid}")
 
 
 async def test_a_reused_pid_is_not_signalled(demo: DemoHost) -> None:

@@ -199,8 +199,11 @@ def plan_process(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Ac
     container = owner_of(p, snapshot).container
     if container is not None:
         owner = None  # a container's scope unit does not restart it: its runtime does
+    # a picked signal is named in the subject: history showed STOP then CONT as two
+    # identical "signal pid N" lines
+    subject = f"{step.name} to pid {p.pid}" if spec.kind is ActionKind.SIGNAL else f"pid {p.pid}"
     plan = new_plan(
-        spec, snapshot, Selection(pid=p.pid, signal=sel.signal), f"pid {p.pid}",
+        spec, snapshot, Selection(pid=p.pid, signal=sel.signal), subject,
         container_before=container,
         steps=(step,),
         expected_free_mib=({} if spec.kind is ActionKind.SIGNAL
