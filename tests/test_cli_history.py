@@ -101,3 +101,21 @@ def test_a_record_with_an_odd_value_is_skipped_with_a_warning_naming_its_line(
             assert doc["skipped"] == 1
         elif "--svg" not in args:
             assert "✔ confirmed" in r.stdout and "✘ failed" in r.stdout, (args, r.stdout)
+
+
+def test_history_and_report_give_one_duration_for_an_action() -> None:
+    # issue 33, item 7: one demo reclaim was "0.7 s" in history (this machine's clock,
+    # the demo at 20x) and "13.1 s" in report (the host's clock, as its chart)
+    import re
+    import subprocess
+    import sys
+
+    def run(*args: str) -> str:
+        return subprocess.run([sys.executable, "-m", "gpudash", *args], capture_output=True,
+                              text=True, timeout=120).stdout
+
+    run("reclaim", "--demo", "--unit", "vllm-minimax-m25", "--yes")
+    took = re.findall(r"confirmed in ([0-9.]+) s", run("history", "--demo"))
+    shown = re.findall(r"confirmed in ([0-9.]+) s", run("report", "--demo"))
+    assert took and took == shown, (took, shown)
+    assert float(took[0]) > 5  # the demo's reclaim takes ~13 s on the host's clock

@@ -60,8 +60,7 @@ def timeline(a: Action) -> Text:
     out.append(f"{clean(a.action)} {clean(a.subject)}".rstrip() + "\n", style="bold cyan")
     verdict = _verdict(a)
     # on the clock its curve and phases are on (the demo's runs faster than the wall's)
-    took = (f" in {a.memory[-1][0]:.1f} s" if a.memory else
-            f" in {a.seconds:.1f} s" if a.seconds is not None else "")
+    took = f" in {a.seconds:.1f} s" if a.seconds is not None else ""
     out.append(f"{MARKS.get(verdict, '?')} {verdict}", style=VERDICT_STYLES.get(verdict, "bold"))
     out.append(f"{took}\n")
     if a.verdict is None:
