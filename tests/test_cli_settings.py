@@ -190,3 +190,21 @@ async def test_the_theme_chosen_with_t_is_kept_for_the_next_run(config: Path) ->
     # a kept file that is not ours is ignored, never a crash
     kept.kept_path().write_bytes(b"[1, 2")  # noqa: ASYNC240 (the app is gone by now)
     assert kept.resolve_theme(None, "gpudash-day") == "gpudash-day"
+
+
+@pytest.mark.parametrize("command", ["reclaim", "start", "swap", "fix", "reap", "snapshot"])
+def test_a_commands_help_puts_its_own_flags_first_and_shows_examples(command: str) -> None:
+    # issue 33, item 7: each --help repeated ~25 lines of connection options and the exit
+    # code table before the command's own flags, with no example
+    r = subprocess.run([sys.executable, "-m", "gpudash", command, "--help"],
+                       capture_output=True, text=True, timeout=60, env=os.environ.copy())
+    out = r.stdout
+    shared = out.index("hosts and connection (the same for every command):")
+    own = {"reclaim": "--unit UNIT", "start": "--enable", "swap": "--from UNIT",
+           "fix": "--revert", "reap": "--dry-run", "snapshot": "--json"}[command]
+    assert out.index(own, out.index("options:")) < shared
+    assert out.count("--ssh-config FILE ") == 1  # once, in the shared group
+    assert f"examples:\n  gpudash {command} " in out
+    assert out.index("examples:") < out.index("exit codes:")
+    if command == "fix":  # it signals nothing: no flag that does nothing for it
+        assert "--term-timeout" not in out

@@ -50,7 +50,7 @@ def options_of(args: argparse.Namespace) -> ExecOptions:
     # reclaim: --timeout is how long the memory may take to come back. start/swap: it is
     # the loading's (30 min by default); a swap's reclaim phase keeps at most 10 min.
     starts = hasattr(args, "enable")
-    return ExecOptions(term_timeout=args.term_timeout,
+    return ExecOptions(term_timeout=getattr(args, "term_timeout", 10.0),
                        verify_timeout=min(timeout, 600.0) if starts else timeout,
                        poll=min(0.5, max(0.05, args.interval / 2)), serve_timeout=timeout,
                        stop_crash_loop=not getattr(args, "leave_crashing", False))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import math
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
@@ -57,7 +58,10 @@ def _demo_hosts(text: str) -> int:
     return value
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def _common(parser: argparse.ArgumentParser) -> None:
+    """The hosts and how to reach them: one group, the same in every command's help,
+    after the command's own options."""
+    p = parser.add_argument_group("hosts and connection (the same for every command)")
     p.add_argument("hosts", nargs="*", metavar="HOST",
                    help="user@host, ssh://user@host:port or a ~/.ssh/config alias; a glob "
                    "('gpu*') means every concrete Host of the ssh config it matches; "
@@ -113,16 +117,44 @@ DESCRIPTIONS = {
 }
 
 
+EXAMPLES = {
+    "": """examples:
+  gpudash --demo                      the simulated incident, every key works
+  gpudash root@10.1.230.174           one host over SSH (~/.ssh/config honoured)
+  gpudash gpu01 gpu02 'gpu1*'         several hosts: the fleet table first
+  gpudash                             this machine, no SSH""",
+    "snapshot": """examples:
+  gpudash snapshot --demo
+  gpudash snapshot gpu01 gpu02 --json | jq '.hosts[].owners[].key'""",
+    "reclaim": """examples:
+  gpudash reclaim gpu01 --unit vllm-minimax-m25 --dry-run   the plan, nothing sent
+  gpudash reclaim gpu01 --unit vllm-minimax-m25 --yes --json > verdict.json
+  gpudash reclaim gpu01 --container vllm-embed""",
+    "start": """examples:
+  gpudash start gpu01 --unit vllm-kimi-k25 --enable
+  gpudash start gpu01 --unit vllm-kimi-k25 --ready-url http://127.0.0.1:8001/v1/models""",
+    "swap": """examples:
+  gpudash swap gpu01 --from vllm-minimax-m25 --to vllm-kimi-k25 --dry-run
+  gpudash swap gpu01 --from vllm-minimax-m25 --to vllm-kimi-k25 --yes --timeout 1200""",
+    "fix": """examples:
+  gpudash fix gpu01 --unit vllm-minimax-m25 --dry-run > fix.diff
+  gpudash fix gpu01 --unit vllm-minimax-m25 --revert""",
+    "reap": """examples:
+  gpudash reap gpu01 gpu02 --dry-run                  each host's plan, nothing sent
+  gpudash reap localhost --yes --json                  a Slurm epilog or a cron job""",
+}
+
+
 def _snapshot_parser() -> argparse.ArgumentParser:
-    epilog = EXIT_CODES_HELP
+    epilog = EXAMPLES["snapshot"] + "\n\n" + EXIT_CODES_HELP
     fmt = argparse.RawDescriptionHelpFormatter
     p = argparse.ArgumentParser(prog="gpudash snapshot", epilog=epilog, formatter_class=fmt,
                                 description="Print one snapshot of each host.")
-    _common(p)
     # the schema's number is render.jsondoc.SCHEMA (not imported to build a parser: a
     # test holds the two together)
     p.add_argument("--json", action="store_true",
                    help="JSON (schema 2, as the README's JSON section says) instead of text")
+    _common(p)
     return p
 
 
@@ -187,8 +219,8 @@ def _exporter_parser() -> argparse.ArgumentParser:
     from gpudash.cli.exporter import EXIT_HELP, listen_address
 
     p = argparse.ArgumentParser(prog="gpudash exporter", epilog=EXIT_HELP,
-                                formatter_class=fmt, description=DESCRIPTIONS["exporter"])
-    _common(p)
+                                formatter_class=fmt,
+                                description=textwrap.fill(DESCRIPTIONS["exporter"], 79))
     p.add_argument("--listen", type=listen_address, default=None, metavar="HOST:PORT",
                    help="serve /metrics here (default 127.0.0.1:9835, unless only "
                    "--textfile is given; port 0 picks a free port)")
@@ -201,6 +233,7 @@ def _exporter_parser() -> argparse.ArgumentParser:
     p.add_argument("--insecure-listen", action="store_true",
                    help="allow --listen off loopback without --web.config.file: plain "
                    "HTTP, no auth")
+    _common(p)
     return p
 
 
@@ -256,11 +289,11 @@ def _which(p: argparse.ArgumentParser, command: str) -> None:
 
 
 def _acting_parser(command: str) -> argparse.ArgumentParser:
-    epilog = EXIT_CODES_HELP
+    epilog = EXAMPLES[command] + "\n\n" + EXIT_CODES_HELP
     fmt = argparse.RawDescriptionHelpFormatter
     p = argparse.ArgumentParser(prog=f"gpudash {command}", epilog=epilog,
-                                formatter_class=fmt, description=DESCRIPTIONS[command])
-    _common(p)
+                                formatter_class=fmt,
+                                description=textwrap.fill(DESCRIPTIONS[command], 79))
     _which(p, command)
     if command in ("start", "swap"):
         p.add_argument("--enable", action=argparse.BooleanOptionalAction, default=None,
@@ -289,14 +322,16 @@ def _acting_parser(command: str) -> argparse.ArgumentParser:
                    + ("memory back)" if freeing else
                       "systemctl show reports the fix)" if command == "fix" else
                       "a big model loads for 10+ minutes)"))
-    p.add_argument("--term-timeout", type=seconds(0, 3600), default=10.0, metavar="S",
-                   help="seconds between SIGTERM and SIGKILL (default 10)")
+    if command != "fix":  # it signals nothing
+        p.add_argument("--term-timeout", type=seconds(0, 3600), default=10.0, metavar="S",
+                       help="seconds between SIGTERM and SIGKILL (default 10)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    _common(p)
     return p
 
 
 def _dashboard_parser() -> argparse.ArgumentParser:
-    epilog = EXIT_CODES_HELP
+    epilog = EXAMPLES[""] + "\n\n" + EXIT_CODES_HELP
     fmt = argparse.RawDescriptionHelpFormatter
     p = argparse.ArgumentParser(
         prog="gpudash", epilog=epilog, formatter_class=fmt,
@@ -304,11 +339,11 @@ def _dashboard_parser() -> argparse.ArgumentParser:
         "back with proof. Subcommands: " + ", ".join(SUBCOMMANDS) + " (see "
         "`gpudash COMMAND -h`).",
     )
-    _common(p)
     p.add_argument("--read-only", action=argparse.BooleanOptionalAction, default=False,
                    help="disable every action")
     p.add_argument("--theme", default=None, help="a Textual theme or one from themes/")
     p.add_argument("--version", action="version", version=f"gpudash {__version__}")
+    _common(p)
     return p
 
 

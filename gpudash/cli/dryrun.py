@@ -34,7 +34,7 @@ def document(plan: ActionPlan, lines: list[str]) -> dict[str, Any]:
 def show(args: argparse.Namespace, plan: ActionPlan, term: Terminal) -> dict[str, Any]:
     """Print the plan (stdout: it is the result) unless ``--json`` wants the document
     (which is returned, for the caller to print alone or among several hosts')."""
-    lines = plan.describe(args.term_timeout)
+    lines = plan.describe(getattr(args, "term_timeout", 10.0))
     if not args.json:
         term.result(lines)
     term.error(NOTHING_SENT)
