@@ -21,6 +21,7 @@ if not {"lab.fixtures", "tests.lab.fixtures"} & set(sys.modules):  # not a pytes
     _fx = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(_fx)
     lab, lab_host, lab_hosts = _fx.lab, _fx.lab_host, _fx.lab_hosts  # noqa: F401
+    lab_module_host = _fx.lab_module_host  # noqa: F401
 
 L = sys.modules["gpudash_lab"]
 
@@ -224,6 +225,111 @@ def test_alice_kernel_in_session_scope(lab_host):
     # GPU 0 carries minimax's worker and alice's kernel
     used = h.gpu_used_mib()
     assert used[0] >= WORKER_MIB + L.ALICE_KERNEL.mib
+
+
+# --- a host starts what the lab gives it, nothing of this machine's own ---------------
+
+
+def _given_links(spec) -> dict[str, str]:
+    """The unit symlinks the lab writes under /etc/systemd for this spec, and no other."""
+    system = "etc/systemd/system"
+    given = {
+        f"{system}/default.target": "/lib/systemd/system/multi-user.target",
+        f"{system}/sysinit.target.wants/fakegpu-init.service":
+            f"/{system}/fakegpu-init.service",
+        **{f"{system}/{wants}/{unit}": f"/lib/systemd/system/{unit}"
+           for wants, unit in L.WANTED_UNITS},
+    }
+    for u in spec.units:
+        if u.enabled:
+            given[f"{system}/{u.wanted_by}.wants/{u.name}"] = f"/{system}/{u.name}"
+    return given
+
+
+def test_a_host_enables_only_what_the_lab_gives(lab_module_host):
+    h = lab_module_host
+    # what this machine's /etc enables (prometheus, postgresql, docker, timers...) is gone
+    assert L.enabled_links(h.root_dir) == _given_links(h.spec)
+    # and every generator is masked: none turns /etc/init.d or /etc/fstab into units
+    gens = h.exec(["ls", "-l", "/etc/systemd/system-generators"]).stdout
+    assert "systemd-sysv-generator -> /dev/null" in gens, gens
+    state = h.exec(["systemctl", "is-system-running"], check=False).stdout.strip()
+    failed = h.exec(["systemctl", "--failed", "--no-legend", "--plain"]).stdout
+    assert state == "running", (state, failed)  # nothing of the machine's failed to start
+
+
+def test_the_machines_prometheus_does_not_run_in_a_host(lab_module_host):
+    # tests/run.sh installs prometheus (the exporter's end-to-end test), and Debian's
+    # package enables it on this machine: a host booted on this machine's / ran it, on
+    # *:9090 of the network it shares with the machine
+    h = lab_module_host
+    if not Path("/lib/systemd/system/prometheus.service").exists():
+        pytest.skip("prometheus is not installed on this machine (tests/run.sh installs it)")
+    s = h.unit_show("prometheus.service", ["LoadState", "ActiveState", "UnitFileState"])
+    assert s == {"LoadState": "loaded", "ActiveState": "inactive",
+                 "UnitFileState": "disabled"}, s
+    assert h.exec(["pgrep", "-x", "prometheus"], check=False).stdout == ""
+    # the network is the machine's: only a process of this host may not hold the port
+    held = h.exec(["ss", "-Hltnp", "sport", "=", ":9090"]).stdout
+    assert "users:" not in held, held
+
+
+SLEEPS = {"system": "86401", "sysv": "86402", "user": "86403"}
+
+
+def _machine_layer(d: Path) -> Path:
+    """More of a machine's own configuration: a unit it enables, a SysV script in its
+    runlevels and a user unit every login starts (each sleeps a number of its own)."""
+    def write(rel: str, text: str, mode: int = 0o644) -> None:
+        f = d / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(text)
+        f.chmod(mode)
+
+    def link(rel: str, target: str) -> None:
+        (d / rel).parent.mkdir(parents=True, exist_ok=True)
+        (d / rel).symlink_to(target)
+
+    unit = "[Unit]\nDescription=the machine's own {0}\n\n[Service]\n" \
+        "ExecStart=/bin/sleep {1}\n\n[Install]\nWantedBy={2}\n"
+    write("etc/systemd/system/gpulab-machine.service",
+          unit.format("service", SLEEPS["system"], "multi-user.target"))
+    link("etc/systemd/system/multi-user.target.wants/gpulab-machine.service",
+         "/etc/systemd/system/gpulab-machine.service")
+    write("etc/systemd/user/gpulab-user.service",
+          unit.format("user service", SLEEPS["user"], "default.target"))
+    link("etc/systemd/user/default.target.wants/gpulab-user.service",
+         "/etc/systemd/user/gpulab-user.service")
+    write("etc/init.d/gpulab-sysv", (
+        "#!/bin/sh\n### BEGIN INIT INFO\n# Provides: gpulab-sysv\n"
+        "# Default-Start: 2 3 4 5\n# Default-Stop: 0 1 6\n### END INIT INFO\n"
+        f"case \"$1\" in start) setsid -f /bin/sleep {SLEEPS['sysv']} ;; esac\n"), 0o755)
+    for level in "2345":
+        link(f"etc/rc{level}.d/S01gpulab-sysv", "../init.d/gpulab-sysv")
+    return d
+
+
+def test_what_the_machine_enables_does_not_start_in_a_host(lab_hosts, tmp_path):
+    layer = _machine_layer(tmp_path / "machine")
+    [h] = lab_hosts([L.HostSpec(machine_layer=str(layer))])
+    # the layer reached the host: its units are there to be started...
+    assert h.unit_show("gpulab-machine.service", ["LoadState"])["LoadState"] == "loaded"
+    assert h.exec(["test", "-x", "/etc/init.d/gpulab-sysv"], check=False).returncode == 0
+    uid = h.exec(["id", "-u", "alice"]).stdout.strip()
+    _wait(lambda: h.unit_show(f"user@{uid}.service", ["ActiveState"])["ActiveState"]
+          == "active", what="alice's user manager")
+    user = ["systemctl", "--user", "--machine=alice@.host"]
+    _wait(lambda: h.exec([*user, "is-system-running"], check=False).stdout.strip()
+          in ("running", "degraded"), what="alice's user manager up")
+    loaded = h.exec([*user, "show", "gpulab-user.service", "--property=LoadState"]).stdout
+    assert loaded.strip() == "LoadState=loaded", loaded
+    # ...and none of them ran
+    for unit in ("gpulab-machine.service", "gpulab-sysv.service"):
+        assert h.unit_show(unit, ["ActiveState"])["ActiveState"] == "inactive", unit
+    active = h.exec([*user, "is-active", "gpulab-user.service"], check=False).stdout
+    assert active.strip() == "inactive", active
+    ran = h.exec(["pgrep", "-af", "sleep (" + "|".join(SLEEPS.values()) + ")"], check=False)
+    assert ran.stdout == "", ran.stdout
 
 
 def test_power_off_and_boot_again(lab_host):
