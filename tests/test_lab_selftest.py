@@ -1,12 +1,15 @@
 """Self-test of the container lab (tests/lab): real systemd, real sshd, stand-in GPUs.
 
-Each test boots a fresh host (well under a second or two on a 2-core VM) and checks
-that the incident of shared/PRODUCT.md reproduces exactly as shared/LAB.md describes.
+The incident of shared/PRODUCT.md reproduces exactly as shared/LAB.md describes, and a
+host starts only what the lab gives it. The checks that change nothing (or put back what
+they change) share one host of the module; those that kill, stop or power off boot
+their own.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 import time
@@ -72,8 +75,8 @@ def _ancestors(host, pid: int) -> list[int]:
     return out
 
 
-def test_ssh_answers_and_users(lab_host):
-    h = lab_host
+def test_ssh_answers_and_users(lab_module_host):
+    h = lab_module_host
     t0 = time.monotonic()
     cp = subprocess.run(
         ["ssh", "-F", str(h.ssh_config_path), h.alias, "true"],
@@ -90,7 +93,11 @@ def test_ssh_answers_and_users(lab_host):
     assert h.ssh("id", "-un", user="operator").stdout.strip() == "operator"
     assert h.ssh("sudo", "-n", "true", user="operator").returncode != 0
     h.grant_sudo()
-    assert h.ssh("sudo", "-n", "id", "-un", user="operator").stdout.strip() == "root"
+    try:
+        assert h.ssh("sudo", "-n", "id", "-un", user="operator").stdout.strip() == "root"
+    finally:
+        h.revoke_sudo()  # the host is the module's: put back what this test changed
+    assert h.ssh("sudo", "-n", "true", user="operator").returncode != 0
     # strict host key checking really is on: a wrong known_hosts entry is refused
     bad = h.dir / "bad_known_hosts"
     bad.write_text(
@@ -108,11 +115,11 @@ def test_ssh_answers_and_users(lab_host):
     assert cp.returncode != 0
 
 
-def test_asyncssh_with_lab_files(lab_host):
+def test_asyncssh_with_lab_files(lab_module_host):
     asyncssh = pytest.importorskip("asyncssh")
     import asyncio
 
-    h = lab_host
+    h = lab_module_host
 
     async def go():
         async with asyncssh.connect(
@@ -188,8 +195,8 @@ def test_incident_reproduces(lab_host):
     _wait(lambda: max(h.gpu_used_mib()) < WORKER_MIB, timeout=15, what="memory freed")
 
 
-def test_sglang_schedulers_escape_tree(lab_host):
-    h = lab_host
+def test_sglang_schedulers_escape_tree(lab_module_host):
+    h = lab_module_host
     main = int(h.unit_show(SGLANG, ["MainPID"])["MainPID"])
     scheds = _wait_n(lambda: h.pids_of(r"sglang::scheduler_DP"), 2, what="schedulers")
     for pid in scheds:
@@ -200,8 +207,8 @@ def test_sglang_schedulers_escape_tree(lab_host):
         assert sid == str(pid), "scheduler leads its own session"
 
 
-def test_term_ignoring_worker(lab_host):
-    h = lab_host
+def test_term_ignoring_worker(lab_module_host):
+    h = lab_module_host
     assert h.unit_show(EMBED, ["KillMode"])["KillMode"] == "control-group"
     [w] = _wait(lambda: h.pids_of(r"embed-worker hold"), what="embed worker")
     assert h.proc(w)["cgroup"].endswith(f"/system.slice/{EMBED}")
@@ -212,8 +219,8 @@ def test_term_ignoring_worker(lab_host):
     assert h.alive(w)
 
 
-def test_alice_kernel_in_session_scope(lab_host):
-    h = lab_host
+def test_alice_kernel_in_session_scope(lab_module_host):
+    h = lab_module_host
     [k] = h.pids_of(r"ipykernel_launcher")
     info = h.proc(k)
     assert info["user"] == "alice"
@@ -346,6 +353,35 @@ def test_power_off_and_boot_again(lab_host):
     assert h.unit_show(VLLM, ["NRestarts"])["NRestarts"] == "0"
     assert len(_workers(h)) == 8
     print(f"\nreboot after power-off: {took:.2f}s")
+
+
+SHARED_HOST_TESTS = """
+import pytest
+
+def test_a_look(lab_module_host):
+    assert lab_module_host.unit_show("vllm-minimax-m25.service", ["ActiveState"])
+
+def test_a_kill(lab_module_host):
+    main = lab_module_host.unit_show("vllm-minimax-m25.service", ["MainPID"])["MainPID"]
+    lab_module_host.exec(["kill", "-9", main])
+"""
+
+
+def test_a_test_that_changes_the_shared_host_is_named(lab, tmp_path):
+    # `lab` for its availability check; the pytest run below makes its own
+    (tmp_path / "test_shared.py").write_text(SHARED_HOST_TESTS)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent),
+           "GPUDASH_FAKEGPU_DIR": str(lab.fakegpu_dir)}
+    cp = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "lab.fixtures",
+         "--rootdir", str(tmp_path), str(tmp_path / "test_shared.py")],
+        capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+    )
+    out = cp.stdout + cp.stderr
+    assert "2 passed, 1 error" in out, out  # the kill itself passed; its teardown did not
+    assert "ERROR at teardown of test_a_kill" in out, out
+    assert "test_a_kill changed the module's shared host" in out, out
 
 
 def _procs_under(base: Path) -> list[int]:
