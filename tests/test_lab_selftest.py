@@ -1,12 +1,15 @@
 """Self-test of the container lab (tests/lab): real systemd, real sshd, stand-in GPUs.
 
-Each test boots a fresh host (well under a second or two on a 2-core VM) and checks
-that the incident of shared/PRODUCT.md reproduces exactly as shared/LAB.md describes.
+The incident of shared/PRODUCT.md reproduces exactly as shared/LAB.md describes, and a
+host starts only what the lab gives it. The checks that change nothing (or put back what
+they change) share one host of the module; those that kill, stop or power off boot
+their own.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 import time
@@ -21,6 +24,7 @@ if not {"lab.fixtures", "tests.lab.fixtures"} & set(sys.modules):  # not a pytes
     _fx = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(_fx)
     lab, lab_host, lab_hosts = _fx.lab, _fx.lab_host, _fx.lab_hosts  # noqa: F401
+    lab_module_host = _fx.lab_module_host  # noqa: F401
 
 L = sys.modules["gpudash_lab"]
 
@@ -71,8 +75,8 @@ def _ancestors(host, pid: int) -> list[int]:
     return out
 
 
-def test_ssh_answers_and_users(lab_host):
-    h = lab_host
+def test_ssh_answers_and_users(lab_module_host):
+    h = lab_module_host
     t0 = time.monotonic()
     cp = subprocess.run(
         ["ssh", "-F", str(h.ssh_config_path), h.alias, "true"],
@@ -89,7 +93,11 @@ def test_ssh_answers_and_users(lab_host):
     assert h.ssh("id", "-un", user="operator").stdout.strip() == "operator"
     assert h.ssh("sudo", "-n", "true", user="operator").returncode != 0
     h.grant_sudo()
-    assert h.ssh("sudo", "-n", "id", "-un", user="operator").stdout.strip() == "root"
+    try:
+        assert h.ssh("sudo", "-n", "id", "-un", user="operator").stdout.strip() == "root"
+    finally:
+        h.revoke_sudo()  # the host is the module's: put back what this test changed
+    assert h.ssh("sudo", "-n", "true", user="operator").returncode != 0
     # strict host key checking really is on: a wrong known_hosts entry is refused
     bad = h.dir / "bad_known_hosts"
     bad.write_text(
@@ -107,11 +115,11 @@ def test_ssh_answers_and_users(lab_host):
     assert cp.returncode != 0
 
 
-def test_asyncssh_with_lab_files(lab_host):
+def test_asyncssh_with_lab_files(lab_module_host):
     asyncssh = pytest.importorskip("asyncssh")
     import asyncio
 
-    h = lab_host
+    h = lab_module_host
 
     async def go():
         async with asyncssh.connect(
@@ -187,8 +195,8 @@ def test_incident_reproduces(lab_host):
     _wait(lambda: max(h.gpu_used_mib()) < WORKER_MIB, timeout=15, what="memory freed")
 
 
-def test_sglang_schedulers_escape_tree(lab_host):
-    h = lab_host
+def test_sglang_schedulers_escape_tree(lab_module_host):
+    h = lab_module_host
     main = int(h.unit_show(SGLANG, ["MainPID"])["MainPID"])
     scheds = _wait_n(lambda: h.pids_of(r"sglang::scheduler_DP"), 2, what="schedulers")
     for pid in scheds:
@@ -199,8 +207,8 @@ def test_sglang_schedulers_escape_tree(lab_host):
         assert sid == str(pid), "scheduler leads its own session"
 
 
-def test_term_ignoring_worker(lab_host):
-    h = lab_host
+def test_term_ignoring_worker(lab_module_host):
+    h = lab_module_host
     assert h.unit_show(EMBED, ["KillMode"])["KillMode"] == "control-group"
     [w] = _wait(lambda: h.pids_of(r"embed-worker hold"), what="embed worker")
     assert h.proc(w)["cgroup"].endswith(f"/system.slice/{EMBED}")
@@ -211,8 +219,8 @@ def test_term_ignoring_worker(lab_host):
     assert h.alive(w)
 
 
-def test_alice_kernel_in_session_scope(lab_host):
-    h = lab_host
+def test_alice_kernel_in_session_scope(lab_module_host):
+    h = lab_module_host
     [k] = h.pids_of(r"ipykernel_launcher")
     info = h.proc(k)
     assert info["user"] == "alice"
@@ -224,6 +232,111 @@ def test_alice_kernel_in_session_scope(lab_host):
     # GPU 0 carries minimax's worker and alice's kernel
     used = h.gpu_used_mib()
     assert used[0] >= WORKER_MIB + L.ALICE_KERNEL.mib
+
+
+# --- a host starts what the lab gives it, nothing of this machine's own ---------------
+
+
+def _given_links(spec) -> dict[str, str]:
+    """The unit symlinks the lab writes under /etc/systemd for this spec, and no other."""
+    system = "etc/systemd/system"
+    given = {
+        f"{system}/default.target": "/lib/systemd/system/multi-user.target",
+        f"{system}/sysinit.target.wants/fakegpu-init.service":
+            f"/{system}/fakegpu-init.service",
+        **{f"{system}/{wants}/{unit}": f"/lib/systemd/system/{unit}"
+           for wants, unit in L.WANTED_UNITS},
+    }
+    for u in spec.units:
+        if u.enabled:
+            given[f"{system}/{u.wanted_by}.wants/{u.name}"] = f"/{system}/{u.name}"
+    return given
+
+
+def test_a_host_enables_only_what_the_lab_gives(lab_module_host):
+    h = lab_module_host
+    # what this machine's /etc enables (prometheus, postgresql, docker, timers...) is gone
+    assert L.enabled_links(h.root_dir) == _given_links(h.spec)
+    # and every generator is masked: none turns /etc/init.d or /etc/fstab into units
+    gens = h.exec(["ls", "-l", "/etc/systemd/system-generators"]).stdout
+    assert "systemd-sysv-generator -> /dev/null" in gens, gens
+    state = h.exec(["systemctl", "is-system-running"], check=False).stdout.strip()
+    failed = h.exec(["systemctl", "--failed", "--no-legend", "--plain"]).stdout
+    assert state == "running", (state, failed)  # nothing of the machine's failed to start
+
+
+def test_the_machines_prometheus_does_not_run_in_a_host(lab_module_host):
+    # tests/run.sh installs prometheus (the exporter's end-to-end test), and Debian's
+    # package enables it on this machine: a host booted on this machine's / ran it, on
+    # *:9090 of the network it shares with the machine
+    h = lab_module_host
+    if not Path("/lib/systemd/system/prometheus.service").exists():
+        pytest.skip("prometheus is not installed on this machine (tests/run.sh installs it)")
+    s = h.unit_show("prometheus.service", ["LoadState", "ActiveState", "UnitFileState"])
+    assert s == {"LoadState": "loaded", "ActiveState": "inactive",
+                 "UnitFileState": "disabled"}, s
+    assert h.exec(["pgrep", "-x", "prometheus"], check=False).stdout == ""
+    # the network is the machine's: only a process of this host may not hold the port
+    held = h.exec(["ss", "-Hltnp", "sport", "=", ":9090"]).stdout
+    assert "users:" not in held, held
+
+
+SLEEPS = {"system": "86401", "sysv": "86402", "user": "86403"}
+
+
+def _machine_layer(d: Path) -> Path:
+    """More of a machine's own configuration: a unit it enables, a SysV script in its
+    runlevels and a user unit every login starts (each sleeps a number of its own)."""
+    def write(rel: str, text: str, mode: int = 0o644) -> None:
+        f = d / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(text)
+        f.chmod(mode)
+
+    def link(rel: str, target: str) -> None:
+        (d / rel).parent.mkdir(parents=True, exist_ok=True)
+        (d / rel).symlink_to(target)
+
+    unit = "[Unit]\nDescription=the machine's own {0}\n\n[Service]\n" \
+        "ExecStart=/bin/sleep {1}\n\n[Install]\nWantedBy={2}\n"
+    write("etc/systemd/system/gpulab-machine.service",
+          unit.format("service", SLEEPS["system"], "multi-user.target"))
+    link("etc/systemd/system/multi-user.target.wants/gpulab-machine.service",
+         "/etc/systemd/system/gpulab-machine.service")
+    write("etc/systemd/user/gpulab-user.service",
+          unit.format("user service", SLEEPS["user"], "default.target"))
+    link("etc/systemd/user/default.target.wants/gpulab-user.service",
+         "/etc/systemd/user/gpulab-user.service")
+    write("etc/init.d/gpulab-sysv", (
+        "#!/bin/sh\n### BEGIN INIT INFO\n# Provides: gpulab-sysv\n"
+        "# Default-Start: 2 3 4 5\n# Default-Stop: 0 1 6\n### END INIT INFO\n"
+        f"case \"$1\" in start) setsid -f /bin/sleep {SLEEPS['sysv']} ;; esac\n"), 0o755)
+    for level in "2345":
+        link(f"etc/rc{level}.d/S01gpulab-sysv", "../init.d/gpulab-sysv")
+    return d
+
+
+def test_what_the_machine_enables_does_not_start_in_a_host(lab_hosts, tmp_path):
+    layer = _machine_layer(tmp_path / "machine")
+    [h] = lab_hosts([L.HostSpec(machine_layer=str(layer))])
+    # the layer reached the host: its units are there to be started...
+    assert h.unit_show("gpulab-machine.service", ["LoadState"])["LoadState"] == "loaded"
+    assert h.exec(["test", "-x", "/etc/init.d/gpulab-sysv"], check=False).returncode == 0
+    uid = h.exec(["id", "-u", "alice"]).stdout.strip()
+    _wait(lambda: h.unit_show(f"user@{uid}.service", ["ActiveState"])["ActiveState"]
+          == "active", what="alice's user manager")
+    user = ["systemctl", "--user", "--machine=alice@.host"]
+    _wait(lambda: h.exec([*user, "is-system-running"], check=False).stdout.strip()
+          in ("running", "degraded"), what="alice's user manager up")
+    loaded = h.exec([*user, "show", "gpulab-user.service", "--property=LoadState"]).stdout
+    assert loaded.strip() == "LoadState=loaded", loaded
+    # ...and none of them ran
+    for unit in ("gpulab-machine.service", "gpulab-sysv.service"):
+        assert h.unit_show(unit, ["ActiveState"])["ActiveState"] == "inactive", unit
+    active = h.exec([*user, "is-active", "gpulab-user.service"], check=False).stdout
+    assert active.strip() == "inactive", active
+    ran = h.exec(["pgrep", "-af", "sleep (" + "|".join(SLEEPS.values()) + ")"], check=False)
+    assert ran.stdout == "", ran.stdout
 
 
 def test_power_off_and_boot_again(lab_host):
@@ -240,6 +353,35 @@ def test_power_off_and_boot_again(lab_host):
     assert h.unit_show(VLLM, ["NRestarts"])["NRestarts"] == "0"
     assert len(_workers(h)) == 8
     print(f"\nreboot after power-off: {took:.2f}s")
+
+
+SHARED_HOST_TESTS = """
+import pytest
+
+def test_a_look(lab_module_host):
+    assert lab_module_host.unit_show("vllm-minimax-m25.service", ["ActiveState"])
+
+def test_a_kill(lab_module_host):
+    main = lab_module_host.unit_show("vllm-minimax-m25.service", ["MainPID"])["MainPID"]
+    lab_module_host.exec(["kill", "-9", main])
+"""
+
+
+def test_a_test_that_changes_the_shared_host_is_named(lab, tmp_path):
+    # `lab` for its availability check; the pytest run below makes its own
+    (tmp_path / "test_shared.py").write_text(SHARED_HOST_TESTS)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent),
+           "GPUDASH_FAKEGPU_DIR": str(lab.fakegpu_dir)}
+    cp = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "lab.fixtures",
+         "--rootdir", str(tmp_path), str(tmp_path / "test_shared.py")],
+        capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+    )
+    out = cp.stdout + cp.stderr
+    assert "2 passed, 1 error" in out, out  # the kill itself passed; its teardown did not
+    assert "ERROR at teardown of test_a_kill" in out, out
+    assert "test_a_kill changed the module's shared host" in out, out
 
 
 def _procs_under(base: Path) -> list[int]:

@@ -4,7 +4,9 @@
 - ``lab_host``: a freshly booted host per test (default :class:`HostSpec`, or the spec
   given with ``@pytest.mark.parametrize("lab_host", [HostSpec(...)], indirect=True)``);
   destroyed after the test (power off, unmount, remove), even when the test fails.
-- ``lab_module_host``: one default host shared by a test module.
+- ``lab_module_host``: one default host shared by a test module, for the tests that change
+  nothing on it or put back what they change (a test that kills, stops, disables, swaps or
+  powers off takes ``lab_host``).
 - ``lab_hosts``: factory ``lab_hosts(n_or_specs) -> list[LabHost]``, booted in parallel,
   destroyed after the test.
 
@@ -77,13 +79,32 @@ def lab_host(lab, request):
 
 
 @pytest.fixture(scope="module")
-def lab_module_host(lab):
-    """One host shared by a module's tests (for read-only checks; boot is ~1 s anyway)."""
+def _lab_module_host_booted(lab):
     [host] = lab.start([HostSpec()])
     try:
         yield host
     finally:
         lab.remove(host)
+
+
+UNIT_STATE = ("ActiveState", "UnitFileState", "MainPID", "NRestarts")
+
+
+def _units_state(host) -> dict:
+    return {u.name: host.unit_show(u.name, UNIT_STATE) for u in host.spec.units}
+
+
+@pytest.fixture
+def lab_module_host(_lab_module_host_booted, request):
+    """One host shared by a module's tests that leave it as they found it: a test that
+    stopped, restarted, disabled or powered off one of its units errors here."""
+    host = _lab_module_host_booted
+    before = _units_state(host)
+    yield host
+    after = _units_state(host) if host.running else "powered off"
+    if after != before:
+        pytest.fail(f"{request.node.name} changed the module's shared host (give it its own:"
+                    f" lab_host): units {before} -> {after}", pytrace=False)
 
 
 @pytest.fixture

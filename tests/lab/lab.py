@@ -55,50 +55,53 @@ FAKEGPU_ENV = {
 CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PYPATH = "/opt/gpulab/py"
 
-# Units of the host machine's own /etc that must never start inside a container that
-# shares the host's network (they would bind its ports or touch its interfaces), plus
-# timers/noise that only slow the boot.
-MASKED_UNITS = (
-    "postgresql.service",
-    "postgresql@.service",
-    "ssh.socket",
-    "rescue-ssh.target",
-    "systemd-networkd.service",
-    "systemd-networkd.socket",
-    "systemd-resolved.service",
-    "systemd-networkd-wait-online.service",
-    "networking.service",
-    "NetworkManager.service",
-    "systemd-timesyncd.service",
-    "cron.service",
-    "exim4.service",
-    "docker.service",
-    "docker.socket",
-    "containerd.service",
-    "podman.service",
-    "podman.socket",
-    "podman-restart.service",
-    "podman-auto-update.service",
-    "podman-auto-update.timer",
-    "apt-daily.timer",
-    "apt-daily-upgrade.timer",
-    "dpkg-db-backup.timer",
-    "e2scrub_all.timer",
-    "e2scrub_reap.service",
-    "fstrim.timer",
-    "man-db.timer",
-    "logrotate.timer",
-    "systemd-tmpfiles-clean.timer",
-    "getty@tty1.service",
-    "console-getty.service",
-    "systemd-pstore.service",
-    "systemd-firstboot.service",
-    "systemd-binfmt.service",
-    "proc-sys-fs-binfmt_misc.automount",
-    "systemd-repart.service",
-    "systemd-machine-id-commit.service",
-    "unattended-upgrades.service",
-)
+# A lab host starts what the lab gives it, nothing more: its own units (fakegpu-init, the
+# spec's), the units of this machine's install named here, and systemd's static vendor
+# wants under /lib (journald, dbus, logind, user sessions). Every other unit this
+# machine's /etc enables (*.wants, *.requires, aliases: enablement lives in symlinks
+# there) is dropped in the host's upper dir, and every generator is masked (they turn
+# /etc/init.d, /etc/rc.local, /etc/fstab, /etc/crypttab into units). A host shares this
+# machine's network: a service of the machine started inside binds its ports (a lab host
+# was seen running the machine's Prometheus on *:9090), and a list of units to mask
+# always lags behind what the machine installs.
+WANTED_UNITS = (("multi-user.target.wants", "ssh.service"),)  # (where, unit of /lib)
+ENABLEMENT_DIRS = ("etc/systemd/system", "etc/systemd/user")
+GENERATOR_DIRS = {  # where systemd looks for generators -> where /etc masks them
+    "etc/systemd/system-generators": (
+        "etc/systemd/system-generators", "usr/local/lib/systemd/system-generators",
+        "usr/lib/systemd/system-generators", "lib/systemd/system-generators"),
+    "etc/systemd/user-generators": (
+        "etc/systemd/user-generators", "usr/local/lib/systemd/user-generators",
+        "usr/lib/systemd/user-generators", "lib/systemd/user-generators"),
+}
+
+
+def enabled_links(root: Path) -> dict[str, str]:
+    """Symlinks under ``root``'s /etc/systemd/{system,user} that enable or name a unit
+    (every one but masks, which point at /dev/null): path (from root) -> target."""
+    out = {}
+    for rel in ENABLEMENT_DIRS:
+        for d, dirs, files in os.walk(root / rel):
+            for name in (*dirs, *files):
+                p = Path(d, name)
+                if p.is_symlink() and (target := os.readlink(p)) != "/dev/null":
+                    out[str(p.relative_to(root))] = target
+    return out
+
+
+def drop_machine_units(root: Path) -> None:
+    """Drop what this machine enables and mask its generators, in a host's merged root
+    (a lower file removed there is whited out in the upper dir; the machine is untouched)."""
+    for rel in enabled_links(root):
+        (root / rel).unlink()
+    for masks, dirs in GENERATOR_DIRS.items():
+        names = {n for d in dirs if (root / d).is_dir() for n in os.listdir(root / d)}
+        (root / masks).mkdir(parents=True, exist_ok=True)
+        for n in names:
+            p = root / masks / n
+            if p.is_symlink() or p.exists():
+                p.unlink()
+            p.symlink_to("/dev/null")
 
 
 class LabUnavailable(RuntimeError):
@@ -291,11 +294,13 @@ class HostSpec:
     teardown_ms: int | None = None
     users: tuple[str, ...] = ("operator", "alice")
     # a real dockerd can run inside (shared/LAB.md): all capabilities, no seccomp filter,
-    # cgroup v2 inside; docker.service is left unmasked and started by the test
+    # cgroup v2 inside; docker.service is not enabled: start_docker() starts it
     docker: bool = False
+    # a directory laid over this machine's / beneath the host's upper dir: a test stands
+    # in for more of the machine's own configuration with it (a unit it enables, ...)
+    machine_layer: str | None = None
 
 
-DOCKER_UNITS = ("docker.service", "docker.socket", "containerd.service")
 # overlay-on-overlay and iptables are not there; /proc/sys is read-only
 DOCKER_DAEMON_JSON = (
     '{"storage-driver": "vfs", "iptables": false, "ip-forward": false, "bridge": "none"}\n'
@@ -603,17 +608,24 @@ class LabHost:
         for d in ("upper", "work", "root"):
             (self.dir / d).mkdir(parents=True, exist_ok=True)
         if not mounts_under(self.root_dir):
-            _run(
-                [
-                    "mount",
-                    "-t",
-                    "overlay",
-                    "overlay",
-                    "-o",
-                    f"lowerdir=/,upperdir={self.dir / 'upper'},workdir={self.dir / 'work'}",
-                    str(self.root_dir),
-                ]
-            )
+            opts = f"lowerdir={self._lower()},upperdir={self.upper_dir},workdir={self.dir / 'work'}"
+            _run(["mount", "-t", "overlay", "overlay", "-o", opts, str(self.root_dir)])
+
+    def _lower(self) -> str:
+        """This machine's /, or with a spec's machine_layer: / with the layer over it (an
+        overlay of its own, the host's lower: overlayfs refuses a layer inside another)."""
+        if not self.spec.machine_layer:
+            return "/"
+        machine = self.dir / "machine"
+        if not mounts_under(machine):
+            for d in ("machine", "machine-upper", "machine-work"):
+                (self.dir / d).mkdir(exist_ok=True)
+            shutil.copytree(self.spec.machine_layer, self.dir / "machine-upper", symlinks=True,
+                            dirs_exist_ok=True)
+            opts = (f"lowerdir=/,upperdir={self.dir / 'machine-upper'},"
+                    f"workdir={self.dir / 'machine-work'}")
+            _run(["mount", "-t", "overlay", "overlay", "-o", opts, str(machine)])
+        return str(machine)
 
     def _write(self, rel: str, text: str, mode: int = 0o644) -> Path:
         p = self.root_dir / rel.lstrip("/")
@@ -643,19 +655,13 @@ class LabHost:
         )
         (r / "etc/machine-id").unlink(missing_ok=True)
         self._write("/etc/machine-id", uuid.uuid4().hex + "\n", 0o444)
-        # systemd: boot target, masks, env, speed
+        # systemd: only what the lab gives (WANTED_UNITS), the boot target, env, speed
+        drop_machine_units(r)
         self._symlink("/etc/systemd/system/default.target", "/lib/systemd/system/multi-user.target")
-        for u in MASKED_UNITS:
-            if not (spec.docker and u in DOCKER_UNITS):
-                self._symlink(f"/etc/systemd/system/{u}", "/dev/null")
+        for wants, unit in WANTED_UNITS:
+            self._symlink(f"/etc/systemd/system/{wants}/{unit}", f"/lib/systemd/system/{unit}")
         if spec.docker:
             self._write("/etc/docker/daemon.json", DOCKER_DAEMON_JSON)
-        for w in ("multi-user.target.wants", "timers.target.wants", "getty.target.wants"):
-            d = r / "etc/systemd/system" / w
-            if d.is_dir():
-                for link in d.iterdir():
-                    if link.name in MASKED_UNITS or link.name.startswith("postgresql"):
-                        link.unlink()
         self._write(
             "/etc/systemd/system.conf.d/gpulab.conf",
             "[Manager]\n"
