@@ -509,8 +509,17 @@ def test_starting_a_model_that_does_not_fit_is_refused_and_nothing_sent() -> Non
     # issue 19, item 2: no Fit line, `systemctl start` sent, vLLM's crash named nobody
     r = gpudash("start", "--demo", "--unit", "vllm-kimi-k25", "--yes")
     assert r.returncode == 2, r.stderr[-2000:]
-    assert "vllm-kimi-k25.service does not fit: GPU0: needs 86.0 GiB" in r.stderr
-    assert "alice's Jupyter kernel (pid 90211) holds 2.0 GiB" in r.stderr
+    # issue 33, item 11: one line of ~1,100 characters named each process, never the
+    # unit that owns them: the owners in the way come first, over several lines
+    lines = r.stderr.splitlines()
+    at = lines.index("gpudash: vllm-kimi-k25.service does not fit (nothing done; --force "
+                     "starts it anyway):")
+    assert lines[at + 1].startswith("  in the way: vllm-minimax-m25.service holds 92.5 GiB on "
+                                    "GPU0, 94.5 GiB on each of GPU1-7; alice's "
+                                    "session-4.scope holds 2.0 GiB on GPU0"), lines[at + 1]
+    assert "  GPU0-6: needs 86.0 GiB, 1.1 GiB will be free on each" in lines
+    assert "  alice's session-4.scope: alice's Jupyter kernel (pid 90211)" in lines
+    assert max(len(line) for line in lines) < 300
     assert "systemctl start" not in r.stderr and audit_records() == []
 
 

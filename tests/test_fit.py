@@ -13,8 +13,9 @@ import pytest
 
 from gpudash.collector.host.parsing import parse_systemctl_show
 from gpudash.domain.model import Gpu, HostSnapshot, Process, Unit
+from gpudash.domain.units import gib
 from gpudash.engine import SPECS, ActionKind, PlanError, Selection
-from gpudash.engine.fit import check, estimate
+from gpudash.engine.fit import Need, check, estimate
 
 TOTAL = 97_887  # MiB: 95.6 GiB, as the demo's GPUs
 
@@ -42,7 +43,8 @@ def test_vllms_arguments_say_what_it_takes_on_the_gpus_it_is_given() -> None:
     snap = snapshot({0: 0, 1: 0, 2: 0, 3: 61_440}, unit)
     lines, problems = check(snap, estimate(unit, snap), {}, set())
     assert lines == [] and problems == [
-        "GPU3: needs 47.8 GiB, 35.6 GiB will be free; bob's python3 (pid 5003) holds 60.0 GiB"]
+        "in the way: bob's python3 (pid 5003) holds 60.0 GiB on GPU3",
+        "GPU3: needs 47.8 GiB, 35.6 GiB will be free"]
 
 
 def test_gpus_not_said_are_the_ones_with_the_most_room() -> None:
@@ -54,18 +56,23 @@ def test_gpus_not_said_are_the_ones_with_the_most_room() -> None:
                                                   "(GPU1, GPU2 have the room"), lines
     snap = snapshot({0: 61_440, 1: 0, 2: 61_440, 3: 61_440}, unit)
     lines, problems = check(snap, estimate(unit, snap), {}, set())
-    assert problems[0].startswith("needs 86.0 GiB on each of 2 GPU(s)") and \
-        problems[0].endswith("1 have that much free"), problems
-    assert problems[1].startswith("GPU0: 35.6 GiB will be free; bob's python3 (pid 5000)")
+    assert problems[0] == "in the way: bob's python3 (pid 5000) holds 60.0 GiB on GPU0"
+    assert problems[1].startswith("needs 86.0 GiB on each of 2 GPU(s)") and \
+        problems[1].endswith("1 have that much free"), problems
+    assert problems[2] == "GPU0: 35.6 GiB will be free"
 
 
 def test_a_start_that_does_not_fit_is_refused_unless_forced() -> None:
     unit = vllm("--model m --tensor-parallel-size 1", "0")
     snap = snapshot({0: 61_440}, unit)
-    with pytest.raises(PlanError, match=r"vllm-x.service does not fit: GPU0: needs 86.0 GiB"):
+    with pytest.raises(PlanError) as refused:
         SPECS[ActionKind.START].plan(snap, Selection(unit=unit.name))
+    assert refused.value.lines == (
+        "vllm-x.service does not fit (nothing done; --force starts it anyway):",
+        "  in the way: bob's python3 (pid 5000) holds 60.0 GiB on GPU0",
+        "  GPU0: needs 86.0 GiB, 35.6 GiB will be free")
     plan = SPECS[ActionKind.START].plan(snap, Selection(unit=unit.name, force=True))
-    assert plan.fit[0].startswith("FORCED: started although it does not fit: GPU0")
+    assert plan.fit[0].startswith("FORCED: started although it does not fit: in the way")
     assert "Fit: FORCED" in "\n".join(plan.describe())
     # a learned footprint wins over the arguments
     plan = SPECS[ActionKind.START].plan(snap, Selection(unit=unit.name, footprint={0: 30_000}))
@@ -87,3 +94,16 @@ def test_only_cuda_visible_devices_of_a_units_environment_travels() -> None:
     [u] = parse_systemctl_show("Id=a.service\nEnvironment=CUDA_VISIBLE_DEVICES=GPU-1a\n")
     assert "cuda_visible_devices" not in u  # UUIDs: not indices, not guessed
     assert Unit("a.service", cuda_visible_devices="9,x").visible_gpus is None
+
+
+def test_a_shortfall_gib_rounds_away_is_said_in_mib() -> None:
+    # issue 33, item 5: "GPU7: needs 94.6 GiB, 94.6 GiB will be free" hid a ~21 MiB gap
+    unit = vllm("--model m --tensor-parallel-size 1", "0")
+    snap = snapshot({0: 0}, unit)
+    free = snap.gpus[0].memory_total_mib
+    assert free is not None
+    _lines, problems = check(snap, Need({0: free + 21}, "learned when it last served here"),
+                             {}, set())
+    assert gib(free + 21) == gib(free)  # the figure that hid it
+    assert problems[-1] == (f"GPU0: needs {gib(free + 21)}, {gib(free)} will be free "
+                            "(short by 21 MiB)")

@@ -156,7 +156,7 @@ def _dry_run(args: argparse.Namespace, source: HostSource, term: Terminal,
     """The plan as it would be confirmed, on stdout; nothing sent, nothing audited."""
     plan = prepared(args, source, request, runner)
     if isinstance(plan, Ended):
-        term.error(plan.why)
+        term.error(plan.said())
         return EXIT_OF[plan.kind]
     doc = dryrun.show(args, plan, term)
     if args.json:
@@ -174,7 +174,7 @@ def _run(
     if not isinstance(plan, Ended):
         plan = runner.run(confirm(plan, control, ports, options.term_timeout))
     if isinstance(plan, Ended):
-        term.error(plan.why)
+        term.error(plan.said())
         return EXIT_OF[plan.kind]
     return runner.run(_act(args, source, term, options, plan, finished))
 

@@ -30,7 +30,7 @@ def run_fix(args: argparse.Namespace, source: HostSource, term: Terminal) -> int
         plan = act.prepared(args, source, request, runner)
         runner.run(close_all([source]))  # it logs what fails
     if isinstance(plan, Ended):
-        term.error(plan.why)
+        term.error(plan.said())
         return act.EXIT_OF[plan.kind]
     doc = dryrun.show(args, plan, term)
     if args.json:

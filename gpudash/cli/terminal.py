@@ -12,7 +12,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TextIO
 
 from gpudash.domain.untrusted import clean, clean_lines
@@ -35,8 +35,10 @@ class Terminal:
         for line in clean_lines(lines):
             self._write(self.stderr, line + "\n")
 
-    def error(self, message: str) -> None:
-        self.say(f"gpudash: {message}")
+    def error(self, message: str | Sequence[str]) -> None:
+        """A message (a ``str``: one line) on stderr; several lines come as a list."""
+        lines = [message] if isinstance(message, str) else list(message)
+        self.say([f"gpudash: {lines[0]}", *lines[1:]] if lines else [])
 
     def result(self, lines: str | Iterable[str]) -> None:
         """The result, to stdout, one escaped line each (a ``str``: one line); JSON

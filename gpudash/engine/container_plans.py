@@ -28,7 +28,7 @@ from gpudash.engine.plan import (
     PlanError,
     Selection,
 )
-from gpudash.engine.planners import left_alone, new_plan, pin, startable
+from gpudash.engine.planners import does_not_fit, left_alone, new_plan, pin, startable
 from gpudash.engine.spec import ActionSpec
 from gpudash.engine.steps import ContainerCommand, Signal, Step
 from gpudash.engine.target import Target, expected_free
@@ -183,8 +183,7 @@ def plan_container_start(spec: ActionSpec, snapshot: HostSnapshot, sel: Selectio
         lines = ["not checked: what it holds is not known yet (learned when gpudash stops "
                  "or starts it with proof)"]
     if problems and not sel.force:
-        raise PlanError(f"{owner.describe()} does not fit: " + "; ".join(problems)
-                        + " (nothing done; --force starts it anyway)")
+        raise does_not_fit(owner.describe(), problems)
     if problems:
         lines = ["FORCED: started although it does not fit: " + "; ".join(problems)]
     plan_steps = tuple(steps)

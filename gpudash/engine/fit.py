@@ -16,8 +16,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gpudash.domain.model import HostSnapshot, Process, Unit
+from gpudash.domain.owners import OwnerKind, owner_of
 from gpudash.domain.triage import label
 from gpudash.domain.units import gib
+from gpudash.domain.untrusted import clean
 from gpudash.serving.processes import server_process
 
 # (server, memory fraction flags, its default, tensor-parallel flags)
@@ -90,12 +92,68 @@ def need_of(unit: Unit, snapshot: HostSnapshot, learned: Mapping[int, int] | Non
     return estimate(unit, snapshot)
 
 
-def _holders(snapshot: HostSnapshot, gpu: int, freed: set[int]) -> str:
-    staying: list[Process] = [p for p in snapshot.processes if p.pid not in freed
-                              and (p.gpu_memory_mib.get(gpu) or gpu in p.device_gpus)]
-    return ", ".join(f"{p.user or '?'}'s {label(p) or p.name} (pid {p.pid}) "
-                     f"holds {gib(p.gpu_memory_mib.get(gpu))}" for p in staying) \
-        or "nobody listed"
+def _staying(snapshot: HostSnapshot, gpus: Iterable[int], freed: set[int]
+             ) -> list[tuple[Process, int]]:
+    """(process, GPU) of every holder that stays on ``gpus``."""
+    wanted = set(gpus)
+    return [(p, g) for p in snapshot.processes if p.pid not in freed
+            for g in sorted(wanted) if p.gpu_memory_mib.get(g) or g in p.device_gpus]
+
+
+def _gpus(indexes: list[int]) -> str:
+    """``GPU0``, ``GPU1-7``, ``GPU0, GPU2``: runs of indexes written as ranges."""
+    runs: list[list[int]] = []
+    for g in sorted(indexes):
+        if runs and g == runs[-1][-1] + 1:
+            runs[-1].append(g)
+        else:
+            runs.append([g])
+    return ", ".join(f"GPU{r[0]}" if len(r) == 1 else f"GPU{r[0]}-{r[-1]}" for r in runs)
+
+
+def _amounts(per_gpu: Mapping[int, int | None]) -> str:
+    """``92.5 GiB on GPU0, 94.5 GiB on each of GPU1-7``."""
+    by_amount: dict[str, list[int]] = {}
+    for g, mib in sorted(per_gpu.items()):
+        by_amount.setdefault(gib(mib), []).append(g)
+    return ", ".join(f"{amount} on {'each of ' if len(gs) > 1 else ''}{_gpus(gs)}"
+                     for amount, gs in by_amount.items())
+
+
+def in_the_way(snapshot: HostSnapshot, gpus: Iterable[int], freed: set[int]) -> list[str]:
+    """Who keeps the room, owners first (what the operator decides about: a unit, a
+    container, a login), then their processes. Host text is escaped here: each entry is
+    one line."""
+    staying = _staying(snapshot, gpus, freed)
+    if not staying:
+        return ["in the way: nobody listed (memory no listed process accounts for)"]
+    owners: dict[str, dict[int, int | None]] = {}
+    members: dict[str, list[str]] = {}
+    for p, g in staying:
+        owner = owner_of(p, snapshot)
+        name = f"{clean(p.user or '?')}'s {clean(label(p) or p.name)} (pid {p.pid})"
+        if owner.kind is OwnerKind.NONE:  # owned by nobody: the process is the owner
+            who = name
+        else:
+            who = clean(owner.key if owner.kind is not OwnerKind.SESSION
+                        else f"{p.user or '?'}'s {owner.key}")
+        held = owners.setdefault(who, {})
+        held[g] = (held.get(g) or 0) + (p.gpu_memory_mib.get(g) or 0)
+        if name != who and name not in members.setdefault(who, []):
+            members[who].append(name)
+    order = sorted(owners, key=lambda w: -sum(m or 0 for m in owners[w].values()))
+    lines = ["in the way: " + "; ".join(f"{w} holds {_amounts(owners[w])}" for w in order)]
+    for who in [w for w in order if members.get(w)]:
+        names = members[who]
+        more = f" and {len(names) - 6} more" if len(names) > 6 else ""
+        lines.append(f"{who}: " + ", ".join(names[:6]) + more)
+    return lines
+
+
+def _short(need_mib: int, free_mib: int) -> str:
+    """How much is missing, in MiB where GiB rounds the two to the same figure."""
+    gap = need_mib - free_mib
+    return f" (short by {gap} MiB)" if gib(need_mib) == gib(free_mib) else ""
 
 
 def check(snapshot: HostSnapshot, need: Need | None, freed_mib: Mapping[int, int],
@@ -118,18 +176,24 @@ def check(snapshot: HostSnapshot, need: Need | None, freed_mib: Mapping[int, int
         enough = sum(1 for g in free if free[g] >= need.each_mib)
         problems = [f"needs {gib(need.each_mib)} on each of {need.any_gpus} GPU(s) "
                     f"({need.source}); {enough} have that much free"]
-        problems += [f"GPU{g}: {gib(free[g])} will be free; {_holders(snapshot, g, freed_pids)}"
+        problems += [f"GPU{g}: {gib(free[g])} will be free{_short(need.each_mib, free[g])}"
                      for g in sorted(short)]
-        return [], problems
-    problems = []
+        way = in_the_way(snapshot, short, freed_pids)
+        return [], way[:1] + problems + way[1:]
+    problems, short_gpus = [], []
+    lacking: dict[tuple[str, str], list[int]] = {}  # (needs, free) -> GPUs: said once
     for gpu, mib in sorted(need.mib_per_gpu.items()):
         if gpu not in free:
             problems.append(f"GPU{gpu}: not reported by the host")
         elif free[gpu] < mib:
-            problems.append(f"GPU{gpu}: needs {gib(mib)}, {gib(free[gpu])} will be free; "
-                            f"{_holders(snapshot, gpu, freed_pids)}")
-    if problems:
-        return [], problems
+            short_gpus.append(gpu)
+            lacking.setdefault((gib(mib), f"{gib(free[gpu])} will be free"
+                                + _short(mib, free[gpu])), []).append(gpu)
+    problems += [f"{_gpus(gs)}: needs {needs}, {left}" + (" on each" if len(gs) > 1 else "")
+                 for (needs, left), gs in lacking.items()]
+    if problems:  # who is in the way, what is short, then the processes
+        way = in_the_way(snapshot, short_gpus, freed_pids) if short_gpus else []
+        return [], way[:1] + problems + way[1:]
     top = max(need.mib_per_gpu.values(), default=0)
     return [f"fits: up to {gib(top)} per GPU on {len(need.mib_per_gpu)} GPU(s), "
             f"{need.source}"], []

@@ -53,7 +53,14 @@ COMMANDS = (Systemctl, ContainerCommand, DropIn, DaemonReload)  # the steps that
 
 
 class PlanError(ValueError):
-    """The action makes no sense for this selection; the message says why."""
+    """The action makes no sense for this selection; the message says why, in one line.
+    ``lines``, where given, says it over several (a refused fit: the owners in the way,
+    what is short, their processes), each one line of its own: the front ends show them
+    so, never by splitting a message that may hold host text."""
+
+    def __init__(self, message: str, lines: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.lines = lines or (message,)
 
 
 @dataclass(frozen=True, slots=True)

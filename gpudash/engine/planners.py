@@ -331,9 +331,16 @@ def fitting(snapshot: HostSnapshot, unit: Unit, sel: Selection, freed_mib: Mappi
     if not problems:
         return tuple(lines)
     if not sel.force:
-        raise PlanError(f"{unit.name} does not fit{after}: " + "; ".join(problems)
-                        + " (nothing done; --force starts it anyway)")
+        raise does_not_fit(unit.name, problems, after)
     return ("FORCED: started although it does not fit: " + "; ".join(problems),)
+
+
+def does_not_fit(what: str, problems: list[str], after: str = "") -> PlanError:
+    """The refusal of a start that does not fit: the owners in the way first, what is
+    short, their processes; one line (the message), or one line each (``lines``)."""
+    head = f"{what} does not fit{after} (nothing done; --force starts it anyway)"
+    return PlanError(f"{head}: " + "; ".join(problems),
+                     (f"{head}:", *(f"  {p}" for p in problems)))
 
 
 def container_kill_notes(snapshot: HostSnapshot, p: Process) -> list[str]:

@@ -61,7 +61,12 @@ class Ending(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class Ended:
     kind: Ending
-    why: str
+    why: str  # one line
+    lines: tuple[str, ...] = ()  # the same over several, where it has them
+
+    def said(self) -> list[str]:
+        """What to show: its lines, else its one."""
+        return list(self.lines) or [self.why]
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +132,7 @@ async def prepare(request: Request, control: HostControl, host: str, ports: Port
         snapshot = request.snapshot or await control.sample()
         return SPECS[request.kind].plan(snapshot, request.selection)
     except PlanError as exc:
-        return Ended(Ending.PLAN, str(exc))
+        return Ended(Ending.PLAN, str(exc), exc.lines)
     except SourceError as exc:
         return Ended(Ending.UNREACHABLE, f"{host}: {exc}")
 

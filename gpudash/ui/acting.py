@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Coroutine, Sequence
 from itertools import count
-from typing import Any
+from typing import Any, cast
 
 from textual.app import App
 from textual.message import Message
@@ -97,8 +97,9 @@ class Acting:
             self.state.log_action(host, title, "cancelled: nothing was done", None)
             self.app.notify("Cancelled: nothing was done.")
             return
-        if not asked:  # not planned at all: said, not logged
-            self.app.notify(ended.why, title=title, severity="warning")
+        if not asked:  # not planned at all: said (over its lines), not logged
+            notify = cast(Callable[..., None], self.app.notify)  # GpudashApp's takes lines
+            notify(ended.said(), title=title, severity="warning")
             return
         self.state.log_action(host, title, f"not started: {ended.why}", None)
         self.app.notify(f"not started: {ended.why}", title=title, severity="warning")
