@@ -57,8 +57,10 @@ async def test_after_a_swap_the_proof_says_its_figures_are_the_reclaims() -> Non
         await wait_for(pilot, lambda: app.last_report is not None, within=60)
         await pilot.pause(0.3)
         panel = str(app.query_one("#progress").render()).replace("\n", " ")
-        assert f"freed by the reclaim, per GPU (GiB before→after); then {KIMI}" in panel, panel
+        assert "reclaimed: 754.3 GiB back on 8 GPU(s), per GPU (GiB before → after):" \
+            in panel, panel
         assert "94.5→0.0" in panel and "footprint learned" in panel, panel
+        assert "GPU memory now: GPU0 88.0" in panel, panel  # the end, Kimi loaded
 
 
 async def test_at_80x24_while_acting_holders_keep_rows_and_the_log_gives_way() -> None:

@@ -42,6 +42,12 @@ async def test_swap_picks_the_next_model_and_proves_it_serves() -> None:
         assert "serving after" in panel and "footprint learned" in panel
         assert demo.units[KIMI].active and not demo.units[MINIMAX].active
         assert demo.units[KIMI].unit_file_state == "enabled"
+        # issue 33, item 2: the panel said "GPU0 ... 94.5 -> 2.0 GiB now 2.0 GiB" (the
+        # reclaim phase's figure) while GPU0 held 88 GiB of Kimi: the result is the end's
+        now = {g.index: g.memory_used_mib for g in demo.snapshot().gpus}
+        assert "now 2.0 GiB" not in panel, panel
+        assert f"GPU0 {now[0] / 1024:.1f}" in panel and "GPU memory now" in panel, panel
+        assert "reclaimed: 754.3 GiB back" in panel, panel
 
 
 async def test_the_swap_picker_can_leave_the_new_unit_disabled() -> None:

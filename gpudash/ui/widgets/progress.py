@@ -156,12 +156,7 @@ def progress_text(
         used.update({g.index: g.after_mib for g in report.gpus})
         done = {g.index: g.confirmed for g in report.gpus}
     if not targets:
-        if plan.phases and progress is not None and progress.used_mib:
-            out.append("\nGPU memory now: " + "  ".join(
-                f"GPU{g} {gib_number(m)}" for g, m in sorted(progress.used_mib.items()))
-                + " GiB", style="dim")
-        elif not plan.phases:
-            out.append("\nno GPU memory expected back", style="dim")
+        _append_nothing_back(out, plan, progress)
         return out
     def rank(g: int) -> int:  # 0: memory still held, 1: at target, settling, 2: back
         if done.get(g, False):
@@ -171,15 +166,36 @@ def progress_text(
 
     order = sorted(targets, key=lambda g: (rank(g), g))
     _append_legend(out, report, compact=columns > 1)
+    phase = _reclaim_then_start(report)
     cells = [
         _gpu_cell(g, plan.used_before_mib.get(g), targets[g], used.get(g), done.get(g, False),
-                  stable.get(g, 0), settle, pal, compact=columns > 1)
+                  stable.get(g, 0), settle, pal, compact=columns > 1 or phase)
         for g in order
     ]
     for i, cell in enumerate(cells):
         out.append("\n" if i % columns == 0 else "   ")
         out.append_text(cell)
+    if phase and report is not None:
+        _append_end(out, report)
     return out
+
+
+def _append_nothing_back(out: Text, plan: ActionPlan, progress: Progress | None) -> None:
+    """A plan that frees nothing: what the GPUs hold as it goes (a start), or that."""
+    if plan.phases and progress is not None and progress.used_mib:
+        out.append("\nGPU memory now: " + "  ".join(
+            f"GPU{g} {gib_number(m)}" for g, m in sorted(progress.used_mib.items()))
+            + " GiB", style="dim")
+    elif not plan.phases:
+        out.append("\nno GPU memory expected back", style="dim")
+
+
+def _append_end(out: Text, report: ActionReport) -> None:
+    """What the GPUs hold at the action's end (its last sample): a swap's new model."""
+    if report.memory.used:
+        final = report.memory.used[-1]
+        out.append("\nGPU memory now: " + "  ".join(
+            f"GPU{g} {gib_number(m)}" for g, m in sorted(final.items())) + " GiB", style="bold")
 
 
 def _append_legend(out: Text, report: ActionReport | None, *, compact: bool) -> None:
@@ -190,14 +206,22 @@ def _append_legend(out: Text, report: ActionReport | None, *, compact: bool) -> 
 
 
 def _legend(report: ActionReport | None, *, compact: bool) -> str | None:
-    """What the per-GPU figures are, where it is not plain: a swap's are its reclaim's
-    (what the new model took since is the footprint line above, and the GPU table). A
-    small screen's cells say "before→now" without a line for it."""
-    sv = report.serving if report is not None else None
-    if sv is not None and sv.serving and sv.mib_per_gpu:
-        figures = "GiB before→after" if compact else "before → target, after"
-        return f"freed by the reclaim, per GPU ({figures}); then {sv.unit} took its share:"
+    """What the per-GPU figures are, where it is not plain: a swap's are its reclaim's;
+    what the GPUs hold at its end is said after them. A small screen's cells say
+    "before→now" without a line for it."""
+    if _reclaim_then_start(report):
+        assert report is not None
+        back = sum(g.freed_mib or 0 for g in report.gpus)
+        return (f"reclaimed: {gib(back)} back on {len(report.gpus)} GPU(s), per GPU "
+                f"(GiB before → after):")
     return None
+
+
+def _reclaim_then_start(report: ActionReport | None) -> bool:
+    """A swap that went on to start a model: its per-GPU figures are its first phase's,
+    never what the GPUs hold at its end."""
+    return report is not None and bool(report.gpus) and report.serving is not None and \
+        len(report.plan.phases) > 1
 
 
 def _gpu_cell(
