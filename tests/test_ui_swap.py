@@ -101,6 +101,13 @@ async def test_a_failed_swap_from_the_keyboard_leaves_the_failed_model_disabled(
         lines = "\n".join(app.screen.lines)
         assert f"$ systemctl enable {DEEPSEEK}" in lines
         assert f"$ systemctl disable {DEEPSEEK}" in lines, lines  # in the rollback
+        # issue 33, item 4: the rollback's commands read as step 2's (their heading was
+        # below the scrolling part): the scrolled plan says whose they are
+        from textual.widgets import Static
+
+        shown = str(app.screen.query_one("#plan-text", Static).render())
+        assert shown.index("2. start") < shown.index("if it does not serve: rollback") \
+            < shown.index(f"$ systemctl disable {DEEPSEEK}"), shown
         await pilot.press("y")
         await wait_for(pilot, lambda: app.last_report is not None, within=60)
         report = app.last_report

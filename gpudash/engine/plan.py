@@ -52,6 +52,9 @@ STARTING = frozenset({ActionKind.START, ActionKind.RESTART, ActionKind.SWAP})
 COMMANDS = (Systemctl, ContainerCommand, DropIn, DaemonReload)  # the steps that are commands
 
 
+ROLLBACK_HEADING = "if it does not serve:"  # a swap plan's last part: what puts it back
+
+
 class PlanError(ValueError):
     """The action makes no sense for this selection; the message says why, in one line.
     ``lines``, where given, says it over several (a refused fit: the owners in the way,
@@ -188,7 +191,7 @@ class ActionPlan:
             if phase.serving is not None:
                 lines.append(f"{indent}{phase.serving.describe()}")
         if self.rollback is not None:
-            lines.append(f"  if it does not serve: {self.rollback.name}, the old one again")
+            lines.append(f"  {ROLLBACK_HEADING} {self.rollback.name}, the old one again")
             lines += [f"    $ {s.describe(term_timeout)}" for s in self.rollback.steps]
         if not self.steps and not self.phases:
             lines.append("  (nothing to send)")

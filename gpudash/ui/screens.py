@@ -12,6 +12,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 
+from gpudash.engine.plan import ROLLBACK_HEADING
 from gpudash.ui.keyhold import release
 from gpudash.ui.text import literal
 
@@ -37,9 +38,11 @@ def plan_text(lines: Iterable[str], *, first_bold: bool = True) -> Text:
 
 
 def _scrolls(line: str) -> bool:
-    """A command of the plan, or a phase's heading or proof: the part that may scroll."""
+    """A command of the plan, or a phase's heading or proof: the part that may scroll.
+    (The rollback's heading scrolls with its commands: without it they read as the start
+    phase's own.)"""
     text = line.lstrip()
-    return text.startswith(("$ ", "Serving when:")) or (
+    return text.startswith(("$ ", "Serving when:", ROLLBACK_HEADING)) or (
         line.startswith("  ") and text[:1].isdigit() and ". " in text[:4])
 
 
