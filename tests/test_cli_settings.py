@@ -208,3 +208,11 @@ def test_a_commands_help_puts_its_own_flags_first_and_shows_examples(command: st
     assert out.index("examples:") < out.index("exit codes:")
     if command == "fix":  # it signals nothing: no flag that does nothing for it
         assert "--term-timeout" not in out
+
+
+def test_demo_without_dashes_is_not_taken_for_a_host() -> None:
+    # issue 33, item 9: `gpudash demo` tried SSH to a host named demo
+    r = subprocess.run([sys.executable, "-m", "gpudash", "demo"], capture_output=True,
+                       text=True, timeout=60, env=os.environ.copy(), stdin=subprocess.DEVNULL)
+    assert r.returncode == 2 and "did you mean --demo?" in r.stderr, r.stderr
+    assert "gpudash -- demo" in r.stderr

@@ -150,3 +150,19 @@ def test_walkthrough_steps_follow_the_demo_state() -> None:
     assert "select vllm-kimi-k25 and press u" in guide_text(four, keys).plain  # type: ignore[arg-type]
     demo.units[KIMI].active = True  # the next model was started
     assert demo_step(triage(demo.snapshot())) == 5
+
+
+async def test_ctrl_c_says_how_to_quit_in_plain_words() -> None:
+    # issue 33, item 9: Ctrl+C showed raw markup, "Press [b]ctrl+q[/b] to quit"
+    from test_ui import SIZE, make_app
+
+    from gpudash.demo.host import DemoHost
+
+    app = make_app(DemoHost(speed=50))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+c")
+        await pilot.pause(0.2)
+        said = [n.message for n in app._notifications]
+        assert any(m.startswith("Press ") and m.endswith(" to quit the app") for m in said), said
+        assert not any("[b]" in m for m in said), said
+        assert app.is_running

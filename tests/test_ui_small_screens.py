@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from test_ui_sizes import make_app, screen_text, select, wait_for
 
-from gpudash.demo.host import KIMI, MINIMAX, DemoHost
+from gpudash.demo.host import MINIMAX, DemoHost
 from gpudash.ui.models import ModelPicker
 from gpudash.ui.screens import ConfirmModal
 from gpudash.ui.widgets.action_log import ActionLog

@@ -403,6 +403,9 @@ def parse(argv: list[str]) -> tuple[str | None, argparse.Namespace]:
     if meant is not None:
         parser.error(f"{argv[0]!r} is not a command (did you mean {meant!r}?); "
                      f"for a host of that name: gpudash -- {argv[0]}")
+    if command is None and argv and argv[0] in FLAG_WORDS:  # `gpudash demo`: SSH to "demo"
+        parser.error(f"{argv[0]!r} is not a command (did you mean --{argv[0]}?); "
+                     f"for a host of that name: gpudash -- {argv[0]}")
     settings, problems = config.load()
     _with_settings(parser, settings)
     closed = [] if command in LOCAL_ONLY else [p for p in problems if p.fails_closed]
@@ -421,6 +424,8 @@ def parse(argv: list[str]) -> tuple[str | None, argparse.Namespace]:
     return command, args
 
 
+# The dashboard's flags a first word may be meant as (``gpudash demo``): never a host
+FLAG_WORDS = ("demo", "help", "version")
 # Commands that read only this machine's files: a broken setting of the hosts' is no reason
 # to refuse them (completion runs in every new shell).
 LOCAL_ONLY = ("history", "report", "completion")

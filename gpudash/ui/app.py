@@ -19,7 +19,6 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.driver import Driver
 from textual.drivers.linux_driver import LinuxDriver
-from textual.notifications import SeverityLevel
 from textual.reactive import reactive
 from textual.screen import ModalScreen, Screen
 from textual.theme import Theme
@@ -39,12 +38,13 @@ from gpudash.ui.heap import steady_heap
 from gpudash.ui.hosts import HostView
 from gpudash.ui.keyhold import HoldsKeys
 from gpudash.ui.main_screen import MainScreen
+from gpudash.ui.notices import LiteralNotices
 from gpudash.ui.outcome import DashboardOutcome, still_held
 from gpudash.ui.screens import ConfirmModal, HelpScreen
 from gpudash.ui.startup import chosen_theme, load_user_files
 from gpudash.ui.state import LastAction
 from gpudash.ui.stopping import OutsideStop
-from gpudash.ui.text import clean, clean_lines
+from gpudash.ui.text import clean
 from gpudash.ui.themes import VARIABLE_DEFAULTS
 from gpudash.ui.widgets.holder_view import HolderView
 
@@ -55,7 +55,7 @@ DEFAULT_THEME = "gpudash-night"
 log = logging.getLogger("gpudash.ui")
 
 
-class GpudashApp(HoldsKeys):
+class GpudashApp(HoldsKeys, LiteralNotices):
     """The dashboard. ``clock`` gives epoch seconds; tests freeze it for snapshots."""
 
     TITLE = "gpudash"
@@ -253,15 +253,6 @@ class GpudashApp(HoldsKeys):
         from a signal handler or another thread: it only sets a flag)."""
         if isinstance(self._driver, SafeLinuxDriver):
             self._driver.give_up_writes()
-
-    def notify(self, message: str | Sequence[str], *, title: str = "",
-               severity: SeverityLevel = "information", timeout: float | None = None,
-               markup: bool = False) -> None:
-        """Every notification shows host text literally: reasons and unit names come from
-        hosts, so control sequences are escaped and markup is never interpreted. A ``str``
-        is one line (a host's newline shown escaped); several come as a list of lines."""
-        super().notify("\n".join(clean_lines(message)), title=clean(title),
-                       severity=severity, timeout=timeout, markup=False)
 
     def drawing_failed(self, where: str, exc: Exception) -> None:
         log.error("%s failed on %s", where, self.view.name, exc_info=exc)
