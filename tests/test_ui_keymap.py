@@ -168,3 +168,14 @@ def test_every_key_is_written_once_and_each_has_its_action_on_its_screen() -> No
             assert callable(getattr(actor, method, None)), (k.where, method)
             assert [getattr(b, "id", None) for b in holder.BINDINGS
                     if getattr(b, "id", None) == k.binding_id] == [k.binding_id]
+
+
+def test_help_lists_every_column_the_holders_sort_by() -> None:
+    # issue 33, item 9: help's sort list omitted SM% (it was written by hand)
+    from gpudash.ui.bindings import help_rows
+    from gpudash.ui.widgets.holder_view import SORTS
+
+    [sort] = [text for keys, text, _ in help_rows("main", {}, 1, {})
+              if text.startswith("Sort the holders")]
+    assert all(label in sort for _key, label in SORTS), sort
+    assert "SM%" in sort

@@ -17,6 +17,7 @@ from textual.binding import Binding
 
 from gpudash.engine import SPECS_BY_NAME
 from gpudash.ui.screens import ConfirmModal, FilterScreen, HelpScreen
+from gpudash.ui.widgets.holder_view import SORTS
 
 # "holders": the holders table's own keys (Left/Right/Space fold, over the table's own
 # scrolling), shown in the host screen's help.
@@ -61,7 +62,7 @@ KEYS: tuple[Key, ...] = (
         help="Filter the holders (pid, user, unit, command)"),
     Key("main", "sort", "greater_than_sign,f6", "sort_next", "Sort", show=False,
         help_keys="> or F6",
-        help="Sort the holders: memory, CPU, RSS, age, pid, user",
+        help="Sort the holders: " + ", ".join(label for _key, label in SORTS),
         palette="Holders: sort by the next column"),
     Key("main", "sort_reverse", "less_than_sign", "sort_reverse", "Reverse", show=False,
         help_keys="<", help="Reverse the holders' order", palette="Holders: reverse the order"),
