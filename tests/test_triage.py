@@ -142,7 +142,7 @@ def test_a_reclaimed_unit_without_processes_stays_visible_as_inactive() -> None:
              main_pid=None, n_restarts=1)
     g = triage(snap([], [u])).group(SVC)
     assert g is not None and g.roots == () and g.total_gpu_memory_mib == 0
-    assert g.flags == {Flag.UNIT_INACTIVE, Flag.RESPAWNED}
+    assert g.flags == {Flag.UNIT_INACTIVE}  # stopped: no longer respawning (issue 33)
 
 
 def test_retriage_of_an_unchanged_sample_is_the_triage_with_the_new_snapshot() -> None:
@@ -174,3 +174,30 @@ def test_retriage_after_a_respawn_computes_again_as_triage_does() -> None:
     # RESPAWNED is NRestarts > 0 of the very same unit: the triage holds, and is reused
     # (it was computed again every sample of a host whose unit had ever respawned)
     assert t_still == triage(still, after) and t_still.groups is t.groups
+
+
+async def test_a_stopped_disabled_unit_is_not_respawned_any_more() -> None:
+    # issue 33, item 9: after kill -9 (RESPAWNED), then stop + disable, the unit kept its
+    # RESPAWNED flag: NRestarts is reset only by the next start by hand
+    from gpudash.demo.host import MINIMAX, DemoHost
+    from gpudash.domain.triage import Flag, triage
+
+    demo = DemoHost(speed=100.0)
+    main = demo.units[MINIMAX].main_pid
+    assert main is not None
+    snap = await demo.sample()
+    await demo.signal(main, snap.process(main).start_ticks, 9)  # type: ignore[union-attr]
+    for _ in range(200):
+        snap = await demo.sample()
+        unit = snap.unit(MINIMAX)
+        if unit is not None and unit.n_restarts == 1 and unit.main_pid not in (None, main):
+            break
+        await demo.sleep(0.5)
+    group = triage(snap).group(MINIMAX)
+    assert group is not None and Flag.RESPAWNED in group.flags
+    assert (await demo.systemctl("stop", MINIMAX)).ok
+    assert (await demo.systemctl("disable", MINIMAX)).ok
+    after = triage(await demo.sample()).group(MINIMAX)
+    assert after is not None and Flag.UNIT_INACTIVE in after.flags
+    assert Flag.RESPAWNED not in after.flags
+    assert not any("restarted this unit by itself" in w for w in after.warnings)

@@ -220,9 +220,11 @@ async def test_after_the_incident_flags_abbreviate_and_cpu_rss_st_age_stay() -> 
         await run_confirmed(pilot, app, "D")
         await wait_for(pilot, lambda: len(app.view.triage.orphans()) == 16)  # type: ignore[union-attr]
         group = app.view.triage.group(MINIMAX)  # type: ignore[union-attr]
-        assert group is not None and {Flag.ORPHAN, Flag.RESPAWNED} <= group.flags
+        # stopped and disabled: orphaned workers, no longer respawning (issue 33, item 9)
+        assert group is not None and {Flag.ORPHAN, Flag.UNIT_INACTIVE} <= group.flags
+        assert Flag.RESPAWNED not in group.flags
         table = app.query_one(HoldersTable)
-        await wait_for(pilot, lambda: cell(app, f"u:{MINIMAX}", "flags") == "ORPH+2")
+        await wait_for(pilot, lambda: cell(app, f"u:{MINIMAX}", "flags") == "ORPH+1")
         for column in ("cpu", "rss", "st", "age"):
             assert column in table.shown_columns, table.shown_columns
         orphan = app.view.triage.orphans()[0]  # type: ignore[union-attr]

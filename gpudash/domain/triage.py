@@ -347,9 +347,13 @@ def _group(key: str, procs: list[Process], tp: _Pass, prev_units: Mapping[str, U
     owner = tp.owner_of_key[key]
     rules = owner.rules
     gflags: set[Flag] = set()
-    if rules.inactive(owner):
+    inactive = rules.inactive(owner)
+    if inactive:
         gflags.add(Flag.UNIT_INACTIVE)
-    respawned = rules.respawned(owner, prev_units.get(owner.unit.name) if owner.unit else None)
+    # NRestarts is reset only by the next start by hand: a stopped unit that respawned once
+    # is stopped now, not respawning (it kept RESPAWNED after stop + disable)
+    respawned = not inactive and rules.respawned(
+        owner, prev_units.get(owner.unit.name) if owner.unit else None)
     if respawned:
         gflags.add(Flag.RESPAWNED)
     if owner.unit is not None and owner.unit.name in looping:
