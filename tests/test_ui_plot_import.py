@@ -39,3 +39,15 @@ def test_the_lean_import_draws_what_the_whole_package_draws() -> None:
     assert lean["chart"] == whole["chart"] and lean["styles"] == whole["styles"]
     assert lean["docs"] is False and whole["docs"] is True  # its docs were never built
     assert lean["api"] and whole["api"]  # and `import plotext` still gives its API
+
+
+def test_the_time_axis_has_whole_steps_with_their_unit() -> None:
+    # issue 33, item 9: the plot's time axis had no unit and ticks like -217.2
+    from gpudash.ui.plot import render_history, time_ticks
+
+    assert time_ticks(-217.2, 0, 56, since_start=False) == (
+        [-180.0, -120.0, -60.0, 0.0], ["-3m", "-2m", "-1m", "now"])
+    assert time_ticks(0, 13.2, 60, since_start=True) == ([0.0, 5.0, 10.0], ["0", "5s", "10s"])
+    history = [(1000.0 + i, {0: 40_000 + 100 * i}) for i in range(218)]
+    axis = render_history(history, [0], width=60, height=10, ymax_gib=95.6).plain
+    assert "-3m" in axis and "now" in axis and "-217" not in axis, axis

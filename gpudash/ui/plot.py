@@ -147,4 +147,46 @@ def _draw(
         return Text("no memory readings (N/A)")
     if ymax_gib:
         fig.ruler("y").lim(0, ymax_gib)
+    xs = [x for x, _ in points]
+    positions, labels = time_ticks(min(xs), max(xs), width, since_start=lone > 0)
+    if positions:
+        fig.ruler("x").ticks(positions, labels)
     return Text.from_ansi(str(fig.build()), no_wrap=True)
+
+
+# Tick steps in seconds a reader counts in: never "-217.2".
+NICE_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600)
+
+
+def seconds_label(seconds: float, unit: int = 1) -> str:
+    """A tick's time with its unit: ``45s``; in minutes (``unit`` 60) ``2m``, ``1m30s``;
+    in hours ``2h``. One unit per axis: the step's."""
+    s = int(round(abs(seconds)))
+    if unit < 60:
+        text = f"{s}s"
+    elif unit < 3600:
+        text = f"{s // 60}m" + (f"{s % 60}s" if s % 60 else "")
+    else:
+        text = f"{s // 3600}h" + (f"{s % 3600 // 60}m" if s % 3600 // 60 else "")
+    return text if seconds >= 0 else "-" + text
+
+
+def time_ticks(lo: float, hi: float, width: int, *, since_start: bool
+               ) -> tuple[list[float], list[str]]:
+    """The x ticks of a chart from ``lo`` to ``hi`` seconds: whole steps of ``NICE_STEPS``,
+    at most one per 12 columns (and six), labelled with their unit; a history's last is
+    ``now``, an action's first ``0``."""
+    span = hi - lo
+    if span <= 0:
+        return [], []
+    most = max(2, min(6, width // 12))
+    step = next((n for n in NICE_STEPS if span / n <= most), NICE_STEPS[-1])
+    first = -(-lo // step) * step  # the first whole step at or after lo
+    positions = []
+    at = first
+    while at <= hi + 1e-9:
+        positions.append(float(at))
+        at += step
+    labels = [("0" if since_start else "now") if p == 0 else seconds_label(p, step)
+              for p in positions]
+    return positions, labels
