@@ -467,6 +467,16 @@ async def test_the_crash_loop_column_shows_the_whole_unit_name_where_there_is_ro
         await wait_for(pilot, lambda: cells(app, 4)["crash"].startswith("1 vllm-"),
                        within=15)  # demo-gpu05's crash loop
         longest = cells(app, 4)["crash"]
-        assert crash.width >= len(longest), (crash.width, longest)
+        # the column follows its longest cell, once the crash loop shows (the next tick)
+        await wait_for(pilot, lambda: next(c for c in table.columns.values()
+                                           if str(c.key.value) == "crash").width
+                       >= len(longest), within=5)
         assert sum(c.get_render_width(table) for c in table.columns.values()) <= 200 - 2
     assert [w for c, _t, w in fleet_rows.column_widths(160) if c.key == "crash"] == [16]
+    # as wide as its longest cell where there is room, never wider (issue 33, item 9: at
+    # 200 columns it cut the name beside 30 empty ones)
+    name = "1 vllm-deepseek-v3-very-long-model-name.service"
+    assert [w for c, _t, w in fleet_rows.column_widths(200, len(name))
+            if c.key == "crash"] == [len(name) + 1]
+    assert [w for c, _t, w in fleet_rows.column_widths(150, len(name))
+            if c.key == "crash"] == [26]  # 16 + what 150 has over 140

@@ -64,19 +64,19 @@ COLUMNS = (
 )
 COLUMN_KEYS = tuple(c.key for c in COLUMNS)
 MODES = ((140, "wide"), (100, "medium"), (0, "narrow"))  # from this many columns
-# Crash loop ("1 vllm-deepseek-v3.service") widens by half of what a terminal has over
-# this many columns, up to CRASH_EXTRA_MAX more: at 200 it cut the name with room to spare
-CRASH_GROWS_FROM = 160
-CRASH_EXTRA_MAX = 24
+# Crash loop ("1 vllm-deepseek-v3.service") takes what its longest cell needs, wide: by
+# all a terminal has over this many columns (at 200 it cut the name beside 30 empty ones)
+CRASH_GROWS_FROM = 140
 
 
 def mode_of(width: int) -> str:
     return next(mode for least, mode in MODES if width >= least)
 
 
-def column_widths(width: int) -> list[tuple[FleetColumn, str, int]]:
+def column_widths(width: int, crash_len: int = 0) -> list[tuple[FleetColumn, str, int]]:
     """(column, title, width) of the columns a terminal ``width`` wide shows: the memory
-    column from 140, short titles under 100; Link and Last action share the rest."""
+    column from 140, short titles under 100; Crash loop as wide as its longest cell
+    (``crash_len``) where the terminal has the room; Link and Last action share the rest."""
     mode = mode_of(width)
     fixed: list[tuple[FleetColumn, str, int]] = []
     for col in COLUMNS:
@@ -86,7 +86,7 @@ def column_widths(width: int) -> list[tuple[FleetColumn, str, int]]:
         title = col.short if narrow and col.short else col.title
         w = col.narrow if narrow and col.narrow is not None else col.width
         if col.key == "crash" and mode == "wide":  # room to spare: the unit's whole name
-            w += min(CRASH_EXTRA_MAX, max(0, width - CRASH_GROWS_FROM) // 2)
+            w = max(w, min(crash_len + 1, w + max(0, width - CRASH_GROWS_FROM)))
         fixed.append((col, title, max(w, len(title) + 1) if w else 0))
     taken = sum(w + 2 for _c, _t, w in fixed if w)  # a cell is padded by one on each side
     rest = max(24, width - 4 - taken - 4)  # the border, the scrollbar, two flexible cells

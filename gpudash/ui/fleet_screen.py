@@ -88,6 +88,7 @@ class FleetScreen(Screen[None]):
         self.descending = True
         self.ready = False
         self._rows: dict[int, FleetRow] = {}
+        self._columns_dirty = False  # a cell outgrew its column: laid out at the next tick
         self._summaries: dict[int, tuple[HostTriage, HostSummary | None]] = {}
         self._shown: list[int] = []  # host indices in table order
         self._order_dirty = False
@@ -194,9 +195,20 @@ class FleetScreen(Screen[None]):
     def _columns(self) -> None:
         self._mode = mode_of(self.app.size.width)
         self.table.clear(columns=True)
-        for col, title, width in column_widths(self.app.size.width):
+        crash = max((self.row(i).cells["crash"].cell_len
+                     for i in range(len(self.dashboard.views))), default=0)
+        for col, title, width in column_widths(self.app.size.width, crash):
             arrow = ("▼" if self.descending else "▲") if col.key == self.sort_key else ""
             self.table.add_column(f"{title}{arrow}", key=col.key, width=width)
+
+    def _crash_room(self, crash_len: int) -> int:
+        """How wide the Crash loop column would be for a cell that long."""
+        return next(w for c, _t, w in column_widths(self.app.size.width, crash_len)
+                    if c.key == "crash")
+
+    def _crash_width(self) -> int:
+        column = self.table.columns.get(ColumnKey("crash"))
+        return column.width if column is not None else 0
 
     def _link_width(self) -> int:
         column = self.table.columns.get(ColumnKey("link"))
@@ -259,6 +271,8 @@ class FleetScreen(Screen[None]):
                 self._order_dirty = True
             if visible and link_lines(new, self._link_width()) != self._heights.get(index):
                 self._order_dirty = True  # its error got longer or shorter: rows are re-laid
+            if self._crash_room(new.cells["crash"].cell_len) > self._crash_width():
+                self._columns_dirty = True  # a longer unit name: the column takes the room
             if visible and index == self._cursor_index():
                 self._subtitle(index)
             if visible:
@@ -280,7 +294,10 @@ class FleetScreen(Screen[None]):
             row = self._rows.get(i)
             if row is None or view.status(now, app.stale_after)[0] != row.link_text:
                 self.host_changed(i)
-        if self._order_dirty:
+        if self._columns_dirty:
+            self._columns_dirty = False
+            self.rebuild(columns=True)
+        elif self._order_dirty:
             self.rebuild()
         else:
             self.refresh_header()
