@@ -138,10 +138,23 @@ def test_help_lists_every_command() -> None:
     ("gpudash completion ", {"bash", "zsh", "fish"}),
     ("gpudash swap --from-c", {"--from-container"}),
     ("gpudash fix --re", {"--revert"}),
+    # issue 33, item 9: completion offered no unit or host names
+    ("gpudash reclaim --demo --unit vllm-k", {"vllm-kimi-k25"}),
+    ("gpudash swap --demo --from vllm-minimax-m25 --to vllm-", {
+        "vllm-minimax-m25", "vllm-kimi-k25", "vllm-deepseek-v3", "vllm-rerank"}),
+    ("gpudash --ssh-config {config} gpu", {"gpu01", "gpu02"}),
+    ("gpudash @p", {"prod"}),  # bash breaks the word at @: it keeps the @ it has
 ])
 def test_bash_completes_commands_and_options(line: str, expected: set[str],
                                              tmp_path: Path) -> None:
     # the real bash, the script `gpudash completion bash` prints, the installed gpudash
+    ssh = tmp_path / "ssh_config"
+    ssh.write_text("Host gpu01\n  HostName 127.0.0.1\nHost gpu02 gpu*\n  User root\n")
+    ssh.chmod(0o600)
+    config = tmp_path / "xdg-config" / "gpudash" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text('[groups]\nprod = ["gpu01"]\n')
+    line = line.format(config=ssh)
     bindir = tmp_path / "bin"
     bindir.mkdir()
     (bindir / "gpudash").write_text(f"#!/bin/sh\nexec {sys.executable} -m gpudash \"$@\"\n")
@@ -153,7 +166,8 @@ def test_bash_completes_commands_and_options(line: str, expected: set[str],
         f"COMP_LINE={line!r}; COMP_POINT={len(line)}\n"
         f"_python_argcomplete gpudash {words[-1]!r} {words[-2]!r}\n"
         'printf "%s\\n" "${COMPREPLY[@]}"\n')
-    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}",
+           "XDG_CONFIG_HOME": str(tmp_path / "xdg-config")}
     cp = subprocess.run(["bash", "--norc", "-c", script], capture_output=True, text=True,
                         timeout=60, env=env)
     got = {w.strip() for w in cp.stdout.splitlines() if w.strip()}
