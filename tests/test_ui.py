@@ -173,7 +173,8 @@ async def test_reclaim_in_one_action() -> None:
         assert report is not None and report.plan.kind is ActionKind.RECLAIM
         assert report.confirmed and len(report.gpus) == 8
         assert NOTEBOOK in demo.processes
-        assert "Reclaim unit" in log_text(app) and "confirmed" in log_text(app)
+        # the entry names its target (issue 33, item 3: a generic title, cut at 40 columns)
+        assert f"Reclaim {MINIMAX} | confirmed" in log_text(app), log_text(app)
 
 
 async def test_confirm_focuses_cancel_and_escape_cancels() -> None:

@@ -172,7 +172,7 @@ async def test_log_entry_opens_in_full_and_the_focused_log_shows_it() -> None:
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, DetailScreen))
         body = app.screen.body.plain
-        assert "Reclaim unit" in body and "cancelled: nothing was done" in body
+        assert "Reclaim vllm-minimax-m25.service" in body and "cancelled: nothing was done" in body
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, DetailScreen))
 
@@ -381,7 +381,7 @@ async def test_80x24_log_shows_the_outcome() -> None:
         log = app.query_one(ActionLog)
         await wait_for(pilot, lambda: bool(log.entries))
         await pilot.pause(0.2)
-        line = next(t for t in screen_text(app).splitlines() if "Reclaim unit" in t)
+        line = next(t for t in screen_text(app).splitlines() if "Reclaim vllm-minimax" in t)
         assert "cancelled: nothing was done" in line, line
     two = GpudashApp([DemoHost("a", speed=50), DemoHost("b", speed=50, seed=3)], interval=0.25,
                      read_only=False, theme=None, exec_options=None)

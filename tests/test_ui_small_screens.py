@@ -82,7 +82,7 @@ async def test_at_80x24_while_acting_holders_keep_rows_and_the_log_gives_way() -
         await wait_for(pilot, lambda: app.last_report is not None, within=40)
         await pilot.press("x")
         await pilot.pause(0.3)
-        assert log.display and "Reclaim unit" in screen_text(app)
+        assert log.display and "Reclaim vllm-minimax" in screen_text(app)
         assert "GPU0" in screen_text(app)  # the GPU grid is back
 
 

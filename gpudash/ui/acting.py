@@ -28,6 +28,7 @@ from gpudash.ui.outcome import exit_code
 from gpudash.ui.quit import AFTER, KEEP, NOW, QuitWhileActing
 from gpudash.ui.screens import ConfirmModal
 from gpudash.ui.state import Dashboard
+from gpudash.ui.widgets.action_log import entry_title
 
 # The one-line toast of a result while another screen hides the Action panel; the panel
 # and the log have the whole verdict.
@@ -79,7 +80,7 @@ class Acting:
         ports = Dialogs(self.app, state)
         plan = await lifecycle.prepare(request, control, view.name, ports, state.settings.models)
         if not isinstance(plan, Ended):
-            title = plan.title
+            title = entry_title(plan.kind.value, plan.subject)
             plan = await lifecycle.confirm(plan, control, ports, state.exec_options.term_timeout)
         if not isinstance(plan, Ended) and state.running:
             plan = Ended(Ending.BUSY, "another action is running; not started")
@@ -124,7 +125,7 @@ class Acting:
         plan = self.state.controller.take_reverify(host)
         if plan is None:
             return
-        self.state.log_action(plan.host, plan.title,
+        self.state.log_action(plan.host, entry_title(plan.kind.value, plan.subject),
                               "link is back: re-verifying (nothing is re-sent)", None)
         self.start(plan, host, act=False)
 
@@ -159,10 +160,12 @@ class Acting:
             self.waited_for = report
             self.app.exit(exit_code(report))
         if report is None:
-            state.log_action(plan.host, plan.title, f"failed: {message.error}", False)
+            state.log_action(plan.host, entry_title(plan.kind.value, plan.subject),
+                             f"failed: {message.error}", False)
             self.app.notify(str(message.error), title="Action failed", severity="error")
             return
-        state.log_action(plan.host, plan.title, outcome_line(report),
+        state.log_action(plan.host, entry_title(plan.kind.value, plan.subject),
+                         outcome_line(report),
                          report.verdict == "confirmed",
                          report.describe()[1:])  # line 0 repeats the title and summary
         # The verdict in full is in the Action panel and the log. A toast over them would

@@ -144,7 +144,8 @@ class MainScreen(ViewKeys):
             return
         # Under 30 rows the log's column header would leave it one row.
         self.action_log.show_header = not self.has_class("-tiny")
-        self.action_log.fit(hosts=len(self.dashboard.views) > 1, narrow=self.has_class("-thin"))
+        self.action_log.fit(hosts=len(self.dashboard.views) > 1, narrow=self.has_class("-thin"),
+                            width=width)
         self.refresh_gpus()
         self.refresh_unit()
         self.refresh_progress()

@@ -15,6 +15,7 @@ from rich.text import Text
 from textual.binding import Binding
 from textual.widgets import DataTable
 
+from gpudash.engine import SPECS, ActionKind
 from gpudash.session.audit import audit_path
 from gpudash.session.history import history
 from gpudash.ui.text import clean, literal
@@ -45,26 +46,33 @@ class ActionLog(DataTable[Text]):
         super().__init__(cursor_type="row", **kwargs)  # type: ignore[arg-type]
         self.entries: list[LogEntry] = []
         self._styles: list[str] = []  # each entry's outcome style
-        self._layout: tuple[bool, bool] | None = None  # (host column, narrow)
+        # (host column, narrow, action width, room): the columns as last laid out
+        self._layout: tuple[bool, bool, int, int] | None = None
 
     def on_mount(self) -> None:
         self.border_title = "Action log"
         self.border_subtitle = "Enter: full entry"
         self.fit(hosts=True, narrow=False)
 
-    def fit(self, *, hosts: bool, narrow: bool) -> None:
+    def fit(self, *, hosts: bool, narrow: bool, width: int = 0) -> None:
         """The columns for the screen: the host only with several hosts (the header names
-        one), a shorter action when narrow, so that the outcome keeps room at 80 columns."""
-        if self._layout == (hosts, narrow):
+        one); Action as wide as its entries need, up to two fifths of the table (it names
+        each target: it sat at 40 columns beside 120 empty ones at 200x50), 24 when
+        narrow so that the outcome keeps room at 80 columns; Outcome the rest."""
+        room = max(0, width - 4 - 10 - (16 if hosts else 0))  # borders, Time, Host
+        longest = max((len(e.action) for e in self.entries), default=0)
+        action = 24 if narrow else max(24, min(longest + 1, room * 2 // 5 or 40))
+        layout = (hosts, narrow, action, room)
+        if self._layout == layout:
             return
-        self._layout = (hosts, narrow)
+        self._layout = layout
         row = self.cursor_row
         self.clear(columns=True)
         self.add_column("Time", key="time", width=8)
         if hosts:
             self.add_column("Host", key="host", width=14)
-        self.add_column("Action", key="action", width=24 if narrow else 40)
-        self.add_column("Outcome", key="outcome", width=100)
+        self.add_column("Action", key="action", width=action)
+        self.add_column("Outcome", key="outcome", width=max(40, room - action - 2))
         for index, (entry, style) in enumerate(zip(self.entries, self._styles, strict=True)):
             self._add_row(index, entry, style)
         if self.row_count:
@@ -81,10 +89,19 @@ class ActionLog(DataTable[Text]):
         self.entries.append(entry)
         style = "" if entry.ok is None else ok_style if entry.ok else bad_style
         self._styles.append(style)
-        self._add_row(len(self.entries) - 1, entry, style)
+        if self._layout is not None and not self._layout[1] and \
+                len(entry.action) >= self._action_width():  # it names a longer target
+            hosts, narrow, _action, room = self._layout
+            self._layout = None  # laid out again, every row with it
+            self.fit(hosts=hosts, narrow=narrow, width=room + 4 + 10 + (16 if hosts else 0))
+        else:
+            self._add_row(len(self.entries) - 1, entry, style)
         # After the next refresh: the table knows its new height only then, and a short
         # log must scroll to the newest entry.
         self.call_after_refresh(self.move_cursor, row=self.row_count - 1, animate=False)
+
+    def _action_width(self) -> int:
+        return self._layout[2] if self._layout is not None else 40
 
     def entry_at(self, row: int) -> LogEntry | None:
         return self.entries[row] if 0 <= row < len(self.entries) else None
@@ -104,20 +121,35 @@ class ActionLog(DataTable[Text]):
         return out
 
 
-RECENT_S = 24 * 3600  # the Action log starts with the audit's last day of these hosts
 RECENT_MAX = 20
 
 
+def entry_title(kind: str, subject: str) -> str:
+    """What an entry's Action cell says: the action, short, and its target (two rows of
+    "Fix unit config (gpudash's drop-in): vl…" on two units looked the same)."""
+    try:
+        label = SPECS[ActionKind(kind)].label
+    except ValueError:
+        label = kind
+    return f"{label} {subject}".strip()
+
+
+def start_of_today(now: float) -> float:
+    day = time.localtime(now)
+    return time.mktime((day.tm_year, day.tm_mon, day.tm_mday, 0, 0, 0, 0, 0, -1))
+
+
 def recent_entries(hosts: Sequence[str], now: float) -> list[LogEntry]:
-    """The audit's actions on ``hosts`` in the last day (the newest ``RECENT_MAX``), as
-    the Action log shows them: what was done before this dashboard started."""
-    found = history([audit_path(), audit_path(simulated=True)],
-                    hosts=[glob.escape(h) for h in hosts], since=now - RECENT_S,
-                    tail_bytes=1 << 20)
+    """The audit's actions on ``hosts`` today (the newest ``RECENT_MAX``), as the Action
+    log shows them: what was done before this dashboard started, marked as earlier. Not
+    the demo's: its simulated host starts over on every run, and earlier runs' swaps
+    contradicted the screen."""
+    found = history([audit_path()], hosts=[glob.escape(h) for h in hosts],
+                    since=start_of_today(now), tail_bytes=1 << 20)
     out = []
     for a in found.actions[-RECENT_MAX:]:
         ok = None if a.verdict in (None, "interrupted") else a.verdict != "failed"
-        out.append(LogEntry(a.started or 0.0, a.host, f"{a.action} {a.subject}",
+        out.append(LogEntry(a.started or 0.0, a.host, entry_title(a.action, a.subject),
                             f"{a.verdict or 'no outcome'} (earlier, by {a.operator})", ok,
                             (a.summary,)))
     return out
