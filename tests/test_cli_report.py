@@ -63,6 +63,12 @@ def test_a_reclaim_and_a_swap_on_the_demo_are_drawn_beside_each_gpus_memory(
     legend_colours = {fills.get(c) for c, text in texts if text.startswith("━━")}
     assert {gpu_colour(int(g)) for g in gpus} <= legend_colours
     assert sum(braille(row) for row in rows) >= 2 * 8  # two plots, several rows each
+    # issue 33, item 8: it loaded Fira Code from a CDN, and offline the braille fell back
+    # to a font of another width: nothing is fetched, system monospace fonts are named
+    svg = picture.read_text()
+    assert "cdnjs" not in svg and "@font-face" not in svg
+    assert not re.findall(r"https?://(?!www\.w3\.org|www\.textualize\.io)", svg)
+    assert "'DejaVu Sans Mono'" in svg
 
     text = gpudash("report", "--demo")
     assert text.returncode == 0 and "reclaim vllm-minimax-m25.service" in text.stdout
@@ -141,10 +147,22 @@ def test_an_action_of_one_sample_is_drawn_from_its_first_second_on() -> None:
     series = render_series([(0.0, {0: 4000, 1: 8000})], [0, 1], width=60, height=10,
                            ymax_gib=10).plain.splitlines()
     assert braille("".join(series)) and "-" not in series[-1], series[-1]
-    assert series[-1].split()[0] == "0.00" and series[-1].split()[-1] == "1.00"
+    assert series[-1].split()[0] == "0" and series[-1].split()[-1] == "1s"
     history = render_history([(100.0, {0: 4000})], [0], width=60, height=10,
                              ymax_gib=10).plain.splitlines()
-    assert history[-1].split()[-1] == "0.00" and history[-1].split()[0].startswith("-")
+    assert history[-1].split()[-1] == "now" and history[-1].split()[0].startswith("-")
+
+
+def test_an_action_whose_memory_never_moved_is_one_line_not_a_chart(tmp_path: Path) -> None:
+    # issue 33, item 8: a 0.0 s action got a full 16-line flat chart
+    from gpudash.cli.report import memory
+    from gpudash.session.history import Action
+
+    flat = Action("a" * 32, memory=[(0.0, {0: 4096, 1: 8192}), (0.0, {0: 4096, 1: 8192})])
+    shown = memory(flat, 80)
+    assert str(shown) == "GPU memory unchanged over 0.0 s: GPU0 4.0 GiB, GPU1 8.0 GiB"
+    moved = Action("b" * 32, memory=[(0.0, {0: 4096}), (2.0, {0: 0})])
+    assert not str(memory(moved, 80)).startswith("GPU memory unchanged")
 
 
 def test_a_report_file_that_is_a_symbolic_link_is_refused_not_followed(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import io
 import math
+import re
 import shutil
 from collections.abc import Sequence
 from datetime import datetime
@@ -91,11 +92,17 @@ def timeline(a: Action) -> Text:
 
 
 def memory(a: Action, width: int) -> RenderableType:
-    """The action's memory, one curve per GPU (GiB over seconds from its start)."""
+    """The action's memory, one curve per GPU (GiB over seconds from its start); one line
+    where nothing moved (a 0.0 s action had a 16-line flat chart)."""
     if not a.memory:
         return Text("no memory series in this record (written by an older gpudash, or "
                     "none was sampled)", style="dim")
     gpus = sorted({g for _t, used in a.memory for g in used})
+    if len({tuple(sorted(used.items())) for _t, used in a.memory}) == 1:
+        first = a.memory[0][1]
+        shown = ", ".join(f"GPU{g} {gib(first.get(g))}" for g in gpus) or "no GPU"
+        return Text(f"GPU memory unchanged over {a.memory[-1][0]:.1f} s: {shown}",
+                    style="dim")
     top = max((m for _t, used in a.memory for m in used.values() if m is not None),
               default=0)
     ymax = float(max(1, math.ceil(top / MIB_PER_GIB * 1.05)))
@@ -119,6 +126,21 @@ def rendering(actions: Sequence[Action], width: int, title: str) -> RenderableTy
         row.add_row(timeline(a), memory(a, max(20, width - left - 4)))
         parts += [Rule(style="dim"), row]
     return Group(*parts)
+
+
+def _offline_svg() -> str:
+    """Rich's SVG template without its web font: it fetched Fira Code from a CDN, and
+    offline the charts' braille fell back to a font of another width (dotted lines, stray
+    bars). Monospace fonts a system has, with the Braille block, are named instead."""
+    from rich._export_format import CONSOLE_SVG_FORMAT
+
+    page = re.sub(r"@font-face \{\{.*?\}\}\s*", "", CONSOLE_SVG_FORMAT, flags=re.S)
+    return page.replace("font-family: Fira Code, monospace;", f"font-family: {FONTS};")
+
+
+FONTS = ("'DejaVu Sans Mono', 'Noto Sans Mono', Menlo, Consolas, 'Liberation Mono', "
+         "monospace")
+OFFLINE_SVG = _offline_svg()
 
 
 def _title(actions: Sequence[Action], hosts: Sequence[str], since: float | None) -> str:
@@ -156,8 +178,8 @@ def cmd_report(args: argparse.Namespace, term: Terminal) -> int:
     console = Console(record=True, width=WIDTH, file=io.StringIO(), highlight=False,
                       color_system="truecolor", force_terminal=True)
     console.print(rendering(found.actions, WIDTH, title))
-    page = (console.export_svg(title="gpudash report") if args.svg is not None
-            else console.export_html(inline_styles=True))
+    page = (console.export_svg(title="gpudash report", code_format=OFFLINE_SVG)
+            if args.svg is not None else console.export_html(inline_styles=True))
     try:
         files.write_named(picture, page.encode("utf-8"))
     except files.StateDirError as exc:  # a link, or no file: says why and what to do

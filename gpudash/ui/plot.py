@@ -148,6 +148,7 @@ def _draw(
     if ymax_gib:
         fig.ruler("y").lim(0, ymax_gib)
     xs = [x for x, _ in points]
+    xs += [xs[0] + lone] if len(set(xs)) == 1 else []  # a lone sample's short line
     positions, labels = time_ticks(min(xs), max(xs), width, since_start=lone > 0)
     if positions:
         fig.ruler("x").ticks(positions, labels)
