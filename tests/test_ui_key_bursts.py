@@ -92,17 +92,36 @@ async def test_slash_quit_in_the_journal_filters_and_never_closes_it() -> None:
 
 
 async def test_keys_typed_after_a_refused_plan_are_dropped_and_said() -> None:
-    # u on Kimi beside a loaded MiniMax: the fit refuses it, no dialog opens; the k typed
-    # after it must not kill the selected process
+    # u on Kimi while the host stops answering: the plan ends, no dialog opens; the k
+    # typed after it must not kill the selected process
+    from gpudash.protocol.source import LinkLost
+
+    demo = DemoHost(speed=50)
+    app = make_app(demo)
+    async with app.run_test(size=SIZE) as pilot:
+        await select(pilot, app, f"u:{KIMI}")
+
+        async def gone() -> None:
+            raise LinkLost("demo-gpu01: the link dropped")
+
+        demo.sample = gone  # type: ignore[method-assign]
+        burst(app, "uk")
+        await wait_for(pilot, lambda: "dropped" in notices(app), within=15)
+        assert "1 key(s) typed meanwhile were dropped" in notices(app)
+        await pilot.pause(0.3)
+        assert not any(isinstance(s, ConfirmModal) for s in app.screen_stack)
+
+
+async def test_keys_typed_after_a_start_that_does_not_fit_go_to_its_force_question() -> None:
+    # u on Kimi beside a loaded MiniMax: refused, and asked whether to force it; the k typed
+    # after u reaches that question (too early to count), never the holders' kill
     app = make_app(DemoHost(speed=50))
     async with app.run_test(size=SIZE) as pilot:
         await select(pilot, app, f"u:{KIMI}")
         burst(app, "uk")
-        await wait_for(pilot, lambda: "dropped" in notices(app), within=15)
-        assert "does not fit" in notices(app), notices(app)
-        assert "1 key(s) typed meanwhile were dropped" in notices(app)
-        await pilot.pause(0.3)
-        assert not any(isinstance(s, ConfirmModal) for s in app.screen_stack)
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), within=15)
+        assert any("force it?" in line for line in app.screen.lines)
+        assert "Kill" not in notices(app)
 
 
 async def test_quitting_is_never_held() -> None:

@@ -115,3 +115,33 @@ async def test_a_failed_swap_from_the_keyboard_leaves_the_failed_model_disabled(
         assert report.rollback is not None and report.rollback.serving, report.describe()
         assert demo.units[DEEPSEEK].unit_file_state == "disabled"
         assert demo.units[MINIMAX].active and demo.units[MINIMAX].unit_file_state == "enabled"
+
+
+async def test_the_picker_shows_each_models_fit_and_a_refused_one_can_be_forced() -> None:
+    # issue 33, item 5: the picker showed no fit verdict, and the refusal ended "--force
+    # starts it anyway" where the dashboard had no force
+    from gpudash.demo.host import DEEPSEEK
+
+    demo = DemoHost(speed=50, release_delay=1)
+    app = make_app(demo)
+    async with app.run_test(size=SIZE) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.press("w")
+        await wait_for(pilot, lambda: isinstance(app.screen, ModelPicker))
+        shown = {c.name: c.fit for c in app.screen.choices}
+        assert shown[KIMI] == "fits", shown  # 0.9 x 95.6 GiB, once MiniMax is reclaimed
+        assert (shown[DEEPSEEK] or "").startswith("does not fit: GPU0"), shown  # 0.99
+        assert "✓ fits" in choice_text(next(c for c in app.screen.choices
+                                             if c.name == KIMI)).plain
+        await pilot.press(*"deepseek", "enter")
+        # refused: the refusal, and a question whose answer is no by default
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
+        asked = "\n".join(app.screen.lines)
+        assert "does not fit" in asked and "force it?" in asked, asked
+        await pilot.press("y")
+        # forced: its own plan, saying so, confirmed like a kill
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed
+                       and any("FORCED" in line for line in app.screen.lines))
+        await pilot.press("n")
+        await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmModal))
+        assert demo.units[MINIMAX].active  # nothing was done

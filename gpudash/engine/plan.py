@@ -61,9 +61,11 @@ class PlanError(ValueError):
     what is short, their processes), each one line of its own: the front ends show them
     so, never by splitting a message that may hold host text."""
 
-    def __init__(self, message: str, lines: tuple[str, ...] = ()) -> None:
+    def __init__(self, message: str, lines: tuple[str, ...] = (), *,
+                 forceable: bool = False) -> None:
         super().__init__(message)
         self.lines = lines or (message,)
+        self.forceable = forceable  # a start that does not fit: the operator may force it
 
 
 @dataclass(frozen=True, slots=True)

@@ -340,7 +340,7 @@ def does_not_fit(what: str, problems: list[str], after: str = "") -> PlanError:
     short, their processes; one line (the message), or one line each (``lines``)."""
     head = f"{what} does not fit{after} (nothing done; --force starts it anyway)"
     return PlanError(f"{head}: " + "; ".join(problems),
-                     (f"{head}:", *(f"  {p}" for p in problems)))
+                     (f"{head}:", *(f"  {p}" for p in problems)), forceable=True)
 
 
 def container_kill_notes(snapshot: HostSnapshot, p: Process) -> list[str]:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from gpudash.domain.model import HostSnapshot, SourceKind, unit_name
+from gpudash.domain.model import HostSnapshot, SourceKind, Unit, unit_name
 from gpudash.engine import (
     SPECS,
     STARTING,
@@ -33,6 +33,7 @@ from gpudash.engine import (
     ActionPlan,
     PlanError,
     Selection,
+    fit,
     replan,
     selected_owner,
 )
@@ -63,6 +64,8 @@ class Ended:
     kind: Ending
     why: str  # one line
     lines: tuple[str, ...] = ()  # the same over several, where it has them
+    # a start refused because it does not fit: this request would start it anyway (forced)
+    forced: Request | None = None
 
     def said(self) -> list[str]:
         """What to show: its lines, else its one."""
@@ -82,6 +85,7 @@ class Candidate:
     restart: str | None = None  # the unit's Restart= (always: a failing start loops)
     ready_s: float | None = None  # learned: seconds from start to serving
     unit: ModelUnit | None = None  # as the host said it (its port: the ready URL's)
+    fit: str | None = None  # whether it fits once the old model is reclaimed, in words
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +141,14 @@ async def prepare(request: Request, control: HostControl, host: str, ports: Port
         return Ended(Ending.UNREACHABLE, f"{host}: {exc}")
 
 
+def forced(request: Request, chosen: Selection) -> Request:
+    """The request that starts ``chosen`` although it does not fit (nothing picked again:
+    the swap's target is named)."""
+    return dataclasses.replace(request, selection=dataclasses.replace(chosen, force=True),
+                               enable=chosen.enable, ready_url=chosen.ready_url,
+                               snapshot=None)
+
+
 async def _prepare_start(request: Request, control: HostControl, host: str, ports: Ports,
                          models: Sequence[str]) -> ActionPlan | Ended:
     """start / restart / swap: the target (a swap's, picked when not named), its enablement,
@@ -167,7 +179,12 @@ async def _prepare_start(request: Request, control: HostControl, host: str, port
         sel, ready_url=url, footprint=learned, enable=bool(enable),
         target=target if request.kind is ActionKind.SWAP else None,
         container=sel.container if request.kind is ActionKind.SWAP else None)
-    return SPECS[request.kind].plan(snapshot, chosen)
+    try:
+        return SPECS[request.kind].plan(snapshot, chosen)
+    except PlanError as exc:
+        if not exc.forceable:
+            raise
+        return Ended(Ending.PLAN, str(exc), exc.lines, forced(request, chosen))
 
 
 async def _prepare_container_start(request: Request, control: HostControl,
@@ -231,11 +248,38 @@ async def _pick(control: HostControl, host: str, snapshot: HostSnapshot, sel: Se
     found = await candidates(control, host, models, simulated=simulated, leave_out=source)
     if not found:
         return Ended(Ending.PLAN, "no other model-server units on this host")
+    found = fits_after(snapshot, sel, found, host, simulated)
     picked = await ports.pick(source, found, enable)
     if picked is None:
         return Ended(Ending.NOT_PICKED, "nothing picked: nothing done")
     read = next((c.unit for c in found if c.name == picked.unit), None)
     return dataclasses.replace(picked, read=read)  # its port is known: not asked again
+
+
+def fits_after(snapshot: HostSnapshot, sel: Selection, found: list[Candidate], host: str,
+               simulated: bool) -> list[Candidate]:
+    """Each candidate with whether it fits once ``sel`` (the model swapped from) is
+    reclaimed, as the swap's plan will check it: the picker shows it before anything."""
+    try:
+        reclaim = SPECS[ActionKind.RECLAIM].plan(snapshot, Selection(
+            unit=sel.unit, container=sel.container))
+        freed, pids = dict(reclaim.expected_free_mib), {t.pid for t in reclaim.targets}
+    except PlanError:
+        freed, pids = {}, set()
+    path = footprints.store_path(simulated=simulated)
+    out = []
+    for c in found:
+        unit = snapshot.unit(c.name) or Unit(
+            c.name, exec_start=c.unit.exec_start if c.unit else None)
+        fp = footprints.lookup(host, c.name, path)
+        lines, problems = fit.check(snapshot, fit.need_of(
+            unit, snapshot, fp.mib_per_gpu if fp else None), freed, pids)
+        short = [p for p in problems if p.startswith("GPU") or p.startswith("needs")]
+        verdict = ("fits" if lines and lines[0].startswith("fits") else
+                   "fit not known" if not problems else
+                   "does not fit: " + (short[0] if short else problems[0]))
+        out.append(dataclasses.replace(c, fit=verdict))
+    return out
 
 
 async def candidates(control: HostControl, host: str, models: Sequence[str], *,

@@ -84,6 +84,14 @@ class Acting:
             plan = await lifecycle.confirm(plan, control, ports, state.exec_options.term_timeout)
         if not isinstance(plan, Ended) and state.running:
             plan = Ended(Ending.BUSY, "another action is running; not started")
+        if isinstance(plan, Ended) and plan.forced is not None and not request.selection.force:
+            # a start that does not fit: the operator may start it anyway (its own plan,
+            # saying FORCED, is then confirmed as any other)
+            if await ports.force(title, plan.said()):
+                hold(self.app)
+                await self._planned_and_confirmed(plan.forced, host)
+                return
+            plan = Ended(Ending.DECLINED, "not forced: nothing was done")
         if isinstance(plan, Ended):
             self._ended(view.name, title, plan, asked=ports.asked)
             return
@@ -243,6 +251,17 @@ class Dialogs:
                 self.state.key_of("confirm.escape"))
         confirmed: bool = await self.app.push_screen_wait(ConfirmModal(plan.title, lines, keys))
         return confirmed
+
+    async def force(self, title: str, refusal: list[str]) -> bool:
+        """A start that does not fit: start it anyway? (No is the default, as for a kill.)"""
+        self.asked = True
+        keys = (self.state.key_of("confirm.yes"), self.state.key_of("confirm.no"),
+                self.state.key_of("confirm.escape"))
+        lines = [f"{title}: force it?", *refusal,
+                 "Started anyway, it takes memory others hold: expect it to crash, or them "
+                 "to run short. Its plan, marked FORCED, is shown next."]
+        answer: bool = await self.app.push_screen_wait(ConfirmModal(title, lines, keys))
+        return answer
 
     async def pick(self, source: str, candidates: Sequence[lifecycle.Candidate],
                    enable: bool) -> lifecycle.Picked | None:

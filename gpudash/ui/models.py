@@ -33,6 +33,9 @@ def choice_text(c: Candidate) -> Text:
     out.append(f" {gib(c.footprint_mib) if c.footprint_mib else 'footprint ?':>11}")
     if c.ready_s is not None:
         out.append(f" ready in {c.ready_s:.0f} s")
+    if c.fit is not None:  # once the old model is reclaimed, as the swap will check it
+        out.append("  ✓ fits" if c.fit == "fits" else f"  {c.fit}",
+                   style="green" if c.fit == "fits" else "yellow")
     out.append_text(literal(f"  {c.description}", style="dim"))
     return out
 
