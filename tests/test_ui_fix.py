@@ -30,6 +30,9 @@ async def test_fix_key_shows_the_diff_and_clears_the_lint() -> None:
         await wait_for(pilot, lambda: app.view.snapshot is not None)
         await select(pilot, app, f"u:{MINIMAX}")
         assert "KillMode=process" in str(app.query_one(UnitPanel).render())
+        # the key that fixes it is said where the findings are (issue 33, item 6: c was in
+        # no footer and not in the configuration findings)
+        assert " c  fix the cause" in str(app.query_one(UnitPanel).render())
         await pilot.press("c")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         shown = "\n".join(app.screen.lines)
@@ -51,6 +54,7 @@ async def test_fix_key_is_refused_in_read_only_mode() -> None:
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.view.snapshot is not None)
         await select(pilot, app, f"u:{MINIMAX}")
+        assert "fix the cause" not in str(app.query_one(UnitPanel).render())  # it cannot
         await pilot.press("c")
         await pilot.pause(0.3)
         assert not isinstance(app.screen, ConfirmModal)

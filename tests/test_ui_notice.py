@@ -112,7 +112,7 @@ async def test_walkthrough_covers_nothing_follows_the_keymap_and_the_incident() 
                      exec_options=ExecOptions(term_timeout=10.0, poll=0.5), welcome=True)
     async with app.run_test(size=LAPTOP, notifications=True) as pilot:
         guide = app.query_one("#guide")
-        await wait_for(pilot, lambda: "Demo 1/4" in guide.render().plain)
+        await wait_for(pilot, lambda: "Demo 1/6" in guide.render().plain)
         assert "press K" in guide.render().plain and "press k" not in guide.render().plain
         assert not [n for n in app._notifications if n.title == "Welcome"]
         # In the layout, between the log and the footer: over nothing.
@@ -126,7 +126,7 @@ async def test_walkthrough_covers_nothing_follows_the_keymap_and_the_incident() 
         await pilot.press("K")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("y")
-        await wait_for(pilot, lambda: "Demo 2/4" in guide.render().plain, within=20)
+        await wait_for(pilot, lambda: "Demo 2/6" in guide.render().plain, within=20)
         assert "press D" in guide.render().plain
 
 
@@ -136,7 +136,8 @@ def test_walkthrough_steps_follow_the_demo_state() -> None:
 
     demo = DemoHost(seed=7)
     keys = {"kill": "K", "reclaim": "r", "stop_disable": "D", "reap": "o", "swap": "w",
-            "start_unit": "u", "journal": "j", "help": "?", "quit": "q"}.get
+            "start_unit": "u", "enable_unit": "e", "fix_unit": "c", "journal": "j",
+            "help": "?", "quit": "q"}.get
     first = triage(demo.snapshot())
     assert demo_step(first) == 1 and "press K" in guide_text(first, keys).plain  # type: ignore[arg-type]
     assert "the action runs" in guide_text(first, keys, running=True).plain  # type: ignore[arg-type]
@@ -150,6 +151,17 @@ def test_walkthrough_steps_follow_the_demo_state() -> None:
     assert "select vllm-kimi-k25 and press u" in guide_text(four, keys).plain  # type: ignore[arg-type]
     demo.units[KIMI].active = True  # the next model was started
     assert demo_step(triage(demo.snapshot())) == 5
+    # issue 33, item 6: the demo said "done" with the new unit disabled, and never
+    # suggested c (fix the cause): it goes on through both
+    five = triage(demo.snapshot())
+    assert "press e to start it at boot" in guide_text(five, keys).plain  # type: ignore[arg-type]
+    demo.units[KIMI].unit_file_state = "enabled"
+    six = triage(demo.snapshot())
+    assert demo_step(six) == 6 and "press c to fix the cause" in guide_text(six, keys).plain  # type: ignore[arg-type]
+    demo.units[KIMI].restart = "on-failure"  # what the drop-in leaves no finding for
+    demo.units[KIMI].start_limit_interval_s, demo.units[KIMI].start_limit_burst = 600.0, 5
+    done = triage(demo.snapshot())
+    assert demo_step(done) == 7 and "Demo done" in guide_text(done, keys).plain  # type: ignore[arg-type]
 
 
 async def test_ctrl_c_says_how_to_quit_in_plain_words() -> None:

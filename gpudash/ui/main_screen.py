@@ -237,7 +237,9 @@ class MainScreen(ViewKeys):
         pal = palette(self.app)
         why = view.triage.orphan_why(pid) if view.triage and pid is not None else None
         crash = view.crashes.reason(group.unit.name) if group and group.unit else None
-        self.unit_panel.show(unit_text(group, process, pal, why, crash))
+        fixes = self.availability("fix_unit")[0] is True  # the key only where it works
+        self.unit_panel.show(unit_text(group, process, pal, why, crash,
+                                       self.dashboard.key_of("fix_unit") if fixes else None))
         # Too thin for the unit panel: its gist goes on Holders' border, Enter shows it all.
         quiet_border(self.holders, "subtitle",
                      unit_gist(group, pal) if self.has_class("-thin") else None)

@@ -17,12 +17,16 @@ KeyOf = Callable[[str], str]  # action name -> the key the user presses for it
 
 def demo_step(result: HostTriage | None) -> int:
     """0 before the first sample; 1 kill the server; 2 stop + disable; 3 reap; 4 start the
-    next model; 5 done (Kimi serves)."""
+    next model; 5 enable it (a reboot must bring a model up); 6 fix the cause in its
+    configuration; 7 done."""
     if result is None:
         return 0
     kimi = result.snapshot.unit(KIMI)
     if kimi is not None and not kimi.is_down:
-        return 5
+        if not (kimi.unit_file_state or "").startswith("enabled"):
+            return 5
+        group = result.group(KIMI)
+        return 6 if group is not None and group.lint else 7
     group = result.group(MINIMAX)
     unit = result.snapshot.unit(MINIMAX)
     if group is None or unit is None or not group.total_gpu_memory_mib:
@@ -32,6 +36,9 @@ def demo_step(result: HostTriage | None) -> int:
     if unit.n_restarts or Flag.RESPAWNED in group.flags:
         return 2
     return 1
+
+
+STEPS = 6  # what the operator does; 7 is the end
 
 
 def guide_text(result: HostTriage | None, key: KeyOf, running: bool = False) -> Text:
@@ -45,18 +52,13 @@ def guide_text(result: HostTriage | None, key: KeyOf, running: bool = False) -> 
     if step == 0:
         out.append("Demo: waiting for the first sample…", style="dim")
         return out
-    if step == 5:
+    if step == 7:
         out.append("Demo done ", style="bold")
-        out.append(f"· the next model came up. {key('journal')} shows a unit's journal, "
-                   f"{key('help')} every key, {key('quit')} quits.")
+        out.append(f"· the next model serves, starts at boot, and its unit no longer sets "
+                   f"the trap. {key('journal')} shows a unit's journal, {key('help')} every "
+                   f"key, {key('quit')} quits.")
         return out
-    if step == 4:
-        out.append("Demo 4/4: ", style="bold")
-        out.append("the memory is back: select vllm-kimi-k25 and press ")
-        out.append(key("start_unit"), style="bold reverse")
-        out.append(" to start the next model and watch it load until it serves.")
-        return out
-    out.append(f"Demo {step}/4: ", style="bold")
+    out.append(f"Demo {step}/{STEPS}: ", style="bold")
     if step == 1:
         out.append("select the vLLM server (↓) and press ")
         out.append(key("kill"), style="bold reverse")
@@ -69,8 +71,22 @@ def guide_text(result: HostTriage | None, key: KeyOf, running: bool = False) -> 
         out.append("on the unit row press ")
         out.append(key("stop_disable"), style="bold reverse")
         out.append(" (stop + disable); its TP workers stay, ORPHAN.")
-    else:
+    elif step == 3:
         out.append("on the unit row press ")
         out.append(key("reap"), style="bold reverse")
         out.append(" to reap the orphans; watch each GPU's memory come back.")
+    elif step == 4:
+        out.append("the memory is back: select vllm-kimi-k25 and press ")
+        out.append(key("start_unit"), style="bold reverse")
+        out.append(" to start the next model and watch it load until it serves.")
+    elif step == 5:
+        out.append("vllm-kimi-k25 serves, but it is disabled: a reboot brings up no model. "
+                   "On its row press ")
+        out.append(key("enable_unit"), style="bold reverse")
+        out.append(" to start it at boot.")
+    else:
+        out.append("its configuration sets the same trap (the unit panel's Configuration): "
+                   "on its row press ")
+        out.append(key("fix_unit"), style="bold reverse")
+        out.append(" to fix the cause with gpudash's drop-in, previewed and reversible.")
     return out

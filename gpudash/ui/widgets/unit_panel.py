@@ -28,7 +28,8 @@ def _row(out: Text, name: str, value: str | None, style: str = "") -> None:
     out.append("\n")
 
 
-def _service_rows(out: Text, group: OwnerGroup, unit: Unit, pal: Palette) -> None:
+def _service_rows(out: Text, group: OwnerGroup, unit: Unit, pal: Palette,
+                  fix_key: str | None = None) -> None:
     down = unit.is_down
     _row(out, "Active", f"{unit.active_state or NA} / {unit.sub_state or NA}",
          pal.notice if down else pal.success)
@@ -41,11 +42,13 @@ def _service_rows(out: Text, group: OwnerGroup, unit: Unit, pal: Palette) -> Non
     _row(out, "NRestarts", None if unit.n_restarts is None else str(unit.n_restarts),
          pal.notice if unit.n_restarts else "")
     _row(out, "MainPID", None if unit.main_pid is None else str(unit.main_pid))
-    _lint_rows(out, group, pal)
+    _lint_rows(out, group, pal, fix_key)
 
 
-def _lint_rows(out: Text, group: OwnerGroup, pal: Palette) -> None:
-    """What sets the trap, in the owner's own configuration (a unit's, a container's)."""
+def _lint_rows(out: Text, group: OwnerGroup, pal: Palette, fix_key: str | None = None
+               ) -> None:
+    """What sets the trap, in the owner's own configuration (a unit's, a container's);
+    ``fix_key``: the key that fixes it, where it can be (the findings named no way out)."""
     if group.lint:
         out.append("Configuration\n", style=f"bold {pal.notice}")
         for finding in group.lint:
@@ -53,6 +56,9 @@ def _lint_rows(out: Text, group: OwnerGroup, pal: Palette) -> None:
             out.append_text(literal(finding.setting, style="bold"))
             out.append_text(literal(f": {finding.why}"))
             out.append("\n")
+        if fix_key:
+            out.append(f" {fix_key} ", style="bold reverse")
+            out.append(" fix the cause: gpudash's drop-in, previewed, reversible\n")
 
 
 def _crash_rows(out: Text, unit: Unit, crash: CrashReason | None, pal: Palette) -> None:
@@ -106,7 +112,8 @@ def _process_rows(out: Text, process: Process, pal: Palette, why: str | None) ->
 
 
 def unit_text(group: OwnerGroup | None, process: Process | None, pal: Palette,
-              why: str | None = None, crash: CrashReason | None = None) -> Text:
+              why: str | None = None, crash: CrashReason | None = None,
+              fix_key: str | None = None) -> Text:
     """The panel's content for the selected owner group (and process, if one is selected;
     ``why``: what makes it an orphan, in the triage's words; ``crash``: why its unit
     crash-loops, as its journal says)."""
@@ -132,7 +139,7 @@ def unit_text(group: OwnerGroup | None, process: Process | None, pal: Palette,
         out.append_text(flags_text(group.flags, pal, orphans))
         out.append("\n")
     if unit is not None and group.kind is OwnerKind.SERVICE:
-        _service_rows(out, group, unit, pal)
+        _service_rows(out, group, unit, pal, fix_key)
     elif group.owner is not None and group.owner.container is not None:
         _container_rows(out, group, group.owner.container, pal)
     else:
