@@ -18,17 +18,17 @@ import time
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gpudash.demo.host import MINIMAX, DemoHost
+from gpudash.feed.follow import HostFollower
 from gpudash.feed.reconnect import LinkState
-from gpudash.feed.watch import HostWatch
 from gpudash.render.metrics import TriageCollector
 
 
-def watches(n: int) -> list[HostWatch]:
+def watches(n: int) -> list[HostFollower]:
     out = []
     for i in range(n):
         host = DemoHost(name=f"gpu{i:03d}")
         asyncio.run(host.systemctl("stop", MINIMAX))
-        w = HostWatch(host, 1.0)
+        w = HostFollower(host, 1.0)
         w.link_changed(LinkState("connected", time.time()))
         w.sampled(host.snapshot())
         out.append(w)
