@@ -1,5 +1,6 @@
 """The docs say what the code does: the reference pages and the man page are generated from
-the code (``python -m gpudash.cli.reference``) and must equal what it generates now.
+the code (``python -m gpudash.cli.reference``) and must equal what it generates now; the
+README stays short and keeps its two set-up commands; every link between the pages lands.
 
 Seen before (issue 33, item 13): a 1000-line README whose key table, JSON schema and metric
 list were copied by hand, and nothing checked them.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -19,9 +21,12 @@ import pytest
 from gpudash.cli.args import SUBCOMMANDS, build_parser
 from gpudash.cli.reference import COMMAND, PAGES
 from gpudash.cli.reference.manpage import roff
+from gpudash.cli.reference.markdown import shown_keys
 from gpudash.cli.reference.schema import UndescribedField, check, documents, fields_of
+from gpudash.ui.bindings import KEYS
 
 ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 
 
@@ -120,3 +125,89 @@ def test_the_man_page_renders_without_a_warning() -> None:
     for command in SUBCOMMANDS:
         assert f"gpudash {command} [-h]" in text, command
     assert "--accept-new-host-key, --no-accept-new-host-key" in text
+
+
+# --- the README ----------------------------------------------------------------------------
+
+def test_the_readme_is_short_and_keeps_the_two_set_up_commands() -> None:
+    text = README.read_text()
+    assert len(text.splitlines()) < 200
+    setup = text.split("## Set-up (fresh machine, two commands)", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```sh\n(.*?)```", setup, re.DOTALL)
+    assert blocks == ["bash scripts/bootstrap.sh && .venv/bin/gpudash --demo\n",
+                      "bash tests/run.sh\n"]
+    assert "exec bash tests/run.sh" in (ROOT / ".ci" / "run").read_text()
+    for command in SUBCOMMANDS:  # the cheat sheet names every subcommand
+        assert f"`gpudash {command}" in text, command
+
+
+def _known_keys() -> set[str]:
+    out = set()
+    for k in KEYS:
+        for keys in (k.keys, k.help_keys):
+            for key in re.split(r",| or ", shown_keys(keys) if keys else ""):
+                out.add(key.strip().lower())
+    return out - {""}
+
+
+def _key_table_tokens(text: str) -> set[str]:
+    """The backticked keys of the first column of the Markdown tables in ``text``."""
+    out = set()
+    for line in text.splitlines():
+        if line.startswith("| `"):
+            first = line.split(" | ", 1)[0]
+            out |= {t.lower() for t in re.findall(r"`([^`]+)`", first)}
+    return out
+
+
+@pytest.mark.parametrize("where", ["README.md", "docs/GUIDE.md"])
+def test_the_keys_written_by_hand_are_the_dashboards_keys(where: str) -> None:
+    text = (ROOT / where).read_text()
+    if where == "README.md":
+        table = text.split("\nKeys (", 1)[1].split("\nCommands (", 1)[0]
+    else:
+        table = text.split("\n## Keys\n", 1)[1].split("\n## ", 1)[0]
+    tokens = _key_table_tokens(table)
+    assert {"r", "o", "q"} <= tokens
+    unknown = tokens - _known_keys()
+    assert not unknown, f"{where} names keys the dashboard does not have: {sorted(unknown)}"
+
+
+# --- links -------------------------------------------------------------------------------
+
+def _pages() -> list[Path]:
+    return [README, *sorted(DOCS.rglob("*.md"))]
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a heading."""
+    text = re.sub(r"[`*]", "", heading.strip()).lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    out, seen = set(), dict[str, int]()
+    for line in re.sub(r"```.*?```", "", page.read_text(), flags=re.DOTALL).splitlines():
+        if m := re.match(r"#{1,6} (.+)", line):
+            slug = _slug(m.group(1))
+            n = seen.get(slug, 0)
+            seen[slug] = n + 1
+            out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+
+@pytest.mark.parametrize("page", _pages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_link_lands_on_a_file_and_heading_that_exist(page: Path) -> None:
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.DOTALL)
+    text = re.sub(r"`[^`\n]*`", "", text)
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target):
+            continue  # a URL: not checked offline
+        path, _, anchor = target.partition("#")
+        file = (page.parent / path).resolve() if path else page
+        if not file.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and file.suffix == ".md" and anchor not in _anchors(file):
+            broken.append(f"{target}: no such heading in {file.relative_to(ROOT)}")
+    assert not broken, f"{page.relative_to(ROOT)}: " + "; ".join(broken)
