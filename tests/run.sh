@@ -17,6 +17,7 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   command -v make >/dev/null || need+=(make)
   command -v tmux >/dev/null || need+=(tmux)
   command -v xauth >/dev/null || need+=(xauth)  # the no-X11-forwarding test needs a real one
+  command -v groff >/dev/null || need+=(groff-base)  # the man page renders (docs/gpudash.1)
   # the exporter's end-to-end test starts its own server on 127.0.0.1 (promtool: the rules)
   command -v prometheus >/dev/null || need+=(prometheus)
   [ -x /usr/sbin/dockerd ] || need+=(docker.io)  # a real dockerd inside a lab host

@@ -1,6 +1,6 @@
 """The command line as a script would use it: real subprocesses, exit codes, JSON, signals.
 
-The contract (README, gpudash/cli/contract.py): stdout carries only the result; plan,
+The contract (docs/GUIDE.md, gpudash/cli/contract.py): stdout carries only the result; plan,
 prompt, progress and errors go to stderr; every exit code is documented, interrupts too.
 """
 
@@ -469,11 +469,11 @@ def test_a_bug_is_exit_70_with_one_line_and_the_traceback_in_the_log() -> None:
     assert "Traceback" in text and "RuntimeError: a bug for the test" in text
 
 
-def test_the_readme_and_help_document_exactly_the_exit_codes_gpudash_uses() -> None:
+def test_the_guide_and_help_document_exactly_the_exit_codes_gpudash_uses() -> None:
     from gpudash.cli.contract import EXIT_CODES_HELP, Exit
 
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    contract = readme.split("### The CLI contract", 1)[1].split("\n### ", 1)[0]
+    guide = (Path(__file__).parents[1] / "docs" / "GUIDE.md").read_text()
+    contract = guide.split("\n## The CLI contract", 1)[1].split("\n## ", 1)[0]
     table = {int(m) for m in re.findall(r"^\| *(\d+) *\|", contract, re.MULTILINE)}
     assert table == {int(e) for e in Exit}
     helped = {int(m) for m in re.findall(r"^ *(\d+)  ", EXIT_CODES_HELP, re.MULTILINE)}

@@ -67,7 +67,7 @@ def test_prometheus_scrapes_the_exporter_over_the_demo(prometheus_server, tmp_pa
         assert {r["name"]: r["health"] for r in group["rules"]} == {
             "GPUMemoryOrphaned": "ok", "GPUUnitCrashLooping": "ok", "GPUHostUnwatched": "ok"}
         assert prom.api("/api/v1/alerts")["alerts"] == []
-        # the README's Grafana-free ways to look: the expression browser and promtool
+        # docs/EXPORTER.md's Grafana-free ways to look: the expression browser and promtool
         with urllib.request.urlopen(f"{prom.base}/graph", timeout=10) as page:
             assert page.status == 200
         cp = subprocess.run(["promtool", "query", "instant", prom.base,

@@ -393,13 +393,13 @@ ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "docs" / "prometheus" / "gpudash-alerts.yml"
 
 
-def test_the_readme_shows_the_rules_file_as_it_is() -> None:
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index("```yaml\ngroups:\n") + len("```yaml\n")
-    block = readme[start:readme.index("```", start)]
+def test_the_exporter_page_shows_the_rules_file_as_it_is() -> None:
+    page = (ROOT / "docs" / "EXPORTER.md").read_text()
+    start = page.index("```yaml\ngroups:\n") + len("```yaml\n")
+    block = page[start:page.index("```", start)]
     rules = "".join(ln for ln in RULES.read_text().splitlines(keepends=True)
                     if not ln.startswith("#"))
-    assert rules.startswith(block), "README's alert rule differs from " + str(RULES)
+    assert rules.startswith(block), "docs/EXPORTER.md's alert rule differs from " + str(RULES)
     assert "alert: GPUMemoryOrphaned" in block and "for: 10m" in block
 
 

@@ -102,7 +102,7 @@ def _snapshot_parser() -> argparse.ArgumentParser:
     # the schema's number is render.jsondoc.SCHEMA (not imported to build a parser: a
     # test holds the two together)
     p.add_argument("--json", action="store_true",
-                   help="JSON (schema 2, as the README's JSON section says) instead of text")
+                   help="JSON (schema 2: docs/reference/JSON.md) instead of text")
     _common(p)
     return p
 

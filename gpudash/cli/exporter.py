@@ -205,9 +205,7 @@ def _export(args: argparse.Namespace, term: Terminal, sources: Sequence[HostSour
             web: WebConfigFile | None) -> int:
     report = LinkReporter(term)
     watches = [HostFollower(s, args.interval, on_frame=report.framed) for s in sources]
-    registry = CollectorRegistry()
-    registry.register(TriageCollector(watches))
-    ProcessCollector(namespace="gpudash_exporter", registry=registry)
+    registry = exporter_registry(watches)
     path = None if textfile is None else textfile / TEXTFILE_NAME
     try:
         with CommandLoop() as loop:
@@ -215,6 +213,15 @@ def _export(args: argparse.Namespace, term: Terminal, sources: Sequence[HostSour
                                    path, term))
     except KeyboardInterrupt:
         return Exit.OK  # Ctrl+C before the loop's own handler was in place: the same stop
+
+
+def exporter_registry(followers: Sequence[HostFollower]) -> CollectorRegistry:
+    """Every metric family the exporter serves: the hosts' triage and its own cost (also
+    what docs/reference/METRICS.md is generated from)."""
+    registry = CollectorRegistry()
+    registry.register(TriageCollector(followers))
+    ProcessCollector(namespace="gpudash_exporter", registry=registry)
+    return registry
 
 
 async def _serve(watches: Sequence[HostFollower], exposition: Exposition,

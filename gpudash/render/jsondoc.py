@@ -1,4 +1,5 @@
-"""The ``--json`` snapshot format (``"schema": 2``), documented in the README.
+"""The ``--json`` snapshot format (``"schema": 2``), documented in docs/reference/JSON.md
+(generated; each field's meaning is in ``jsonfields``).
 
 N/A is ``null``. GPU memory per process is keyed by the GPU index as a string (JSON
 object keys are strings). Every field of the model's ``Gpu``, ``Process``, ``Unit``,

@@ -56,8 +56,9 @@ class _Families:
         g, c = GaugeMetricFamily, CounterMetricFamily
         self.link_up = g("gpudash_link_up", "1 when the host's link is up and sampling, "
                          "else 0 (the other series of the host are left out)", labels=HOST)
-        self.link_info = InfoMetricFamily("gpudash_link", "The host's link state and its "
-                                          "last error", labels=HOST)
+        self.link_info = InfoMetricFamily("gpudash_link", "The host's link state "
+                                          "(connecting, connected, stale, reconnecting, "
+                                          "error) and its last error", labels=HOST)
         self.samples = c("gpudash_samples", "Snapshots received from the host since the "
                          "exporter started", labels=HOST)
         self.sample_time = g("gpudash_sample_timestamp_seconds", "When the host took its "
@@ -67,34 +68,41 @@ class _Families:
                             "the demo)", labels=HOST)
         self.collector_cpu = c("gpudash_collector_cpu_seconds", "CPU time the collector (and "
                                "the programs it ran) used on the host since it started; "
-                               "re-read every 10 s", labels=HOST)
+                               "re-read every 10 s; starts again with each connection: "
+                               "rate() of it is the host side's cost", labels=HOST)
         self.degraded = g("gpudash_host_degraded", "1 when the host's collector is degraded "
                           "(no python3, or no NVML and no nvidia-smi)", labels=HOST)
         self.used = g("gpudash_gpu_memory_used_bytes", "GPU memory in use, as the driver "
-                      "reports it", labels=GPU)
+                      "reports it (absent where it reports N/A)", labels=GPU)
         self.total = g("gpudash_gpu_memory_total_bytes", "GPU memory in all", labels=GPU)
         self.gpu_orphaned = g("gpudash_gpu_orphaned_bytes", "GPU memory held by orphaned "
-                              "processes (what reaping them brings back)", labels=GPU)
+                              "processes (what reaping them brings back), all owners "
+                              "together; 0 when none", labels=GPU)
         self.unattributed = g("gpudash_gpu_memory_unattributed_bytes", "GPU memory the "
                               "driver reports used that no listed process accounts for (a "
                               "process in another PID namespace, one the collector could "
-                              "not read, the driver's own)", labels=GPU)
+                              "not read, the driver's own); absent where a holder's memory "
+                              "is unknown", labels=GPU)
         self.reclaimable = g("gpudash_reclaimable_bytes", "GPU memory reclaim would give "
                              "back: held by orphans, or by units down or respawning (the fleet "
                              "view's figure)", labels=GPU)
         self.orphaned = g("gpudash_orphaned_bytes", "GPU memory held by orphaned processes "
-                          "of the unit (what reaping them brings back); only where > 0",
-                          labels=GPU_UNIT)
+                          "of the owner (the unit label: a unit, a login session, a "
+                          "container, 'no unit'): what `gpudash reap` brings back; only "
+                          "where > 0", labels=GPU_UNIT)
         self.orphans = g("gpudash_orphaned_processes", "Orphaned processes of the owner (a "
-                         "unit, a login session, a container) that hold GPU memory",
-                         labels=UNIT)
+                         "unit; a login session, a container, 'no unit' where they have "
+                         "any) that hold GPU memory", labels=UNIT)
         self.unit_memory = g("gpudash_unit_gpu_memory_bytes", "GPU memory held by the "
                              "unit's processes", labels=GPU_UNIT)
         self.restarts = c("gpudash_unit_restarts", "Automatic restarts of the unit "
                           "(systemd's NRestarts: reset when started by hand)", labels=UNIT)
         self.crash_looping = g("gpudash_unit_crash_looping", "1 while systemd keeps "
-                               "restarting the unit (died again after a restart, 3 restarts "
-                               "or more, or 2 within 5 min)", labels=UNIT)
+                               "restarting the unit, the dashboard's verdict: it died again "
+                               "after a restart (auto-restart with NRestarts >= 1), NRestarts "
+                               ">= 3, or 2 restarts within 5 min seen by the host's follower "
+                               "(a unit that holds no memory between crashes is remembered "
+                               "meanwhile)", labels=UNIT)
         self.unit_info = InfoMetricFamily("gpudash_unit", "The unit's systemd state",
                                           labels=UNIT)
 

@@ -28,7 +28,7 @@ log = logging.getLogger("gpudash.ui.stopping")
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 # From the first signal to the end of the process, whatever the teardown is waiting for
-# (the README promises a few seconds; the tests allow 5).
+# (docs/GUIDE.md promises a few seconds; the tests allow 5).
 DEADLINE_S = 4.0
 
 
