@@ -16,6 +16,7 @@ from gpudash.cli.args import parse
 from gpudash.cli.terminal import Terminal
 from gpudash.demo.host import DemoHost
 from gpudash.engine import ActionKind, ActionReport, plan_action
+from gpudash.protocol.wire import SnapshotDecoder
 from gpudash.session import audit
 
 UNIT = "vllm-minimax-m25"
@@ -34,7 +35,10 @@ async def test_lone_surrogates_and_escapes_are_written_as_ascii_json(tmp_path: P
     demo = DemoHost(speed=50)
     name = f"evil{SURROGATE}{ERASE}\u202e"
     demo.spawn(ppid=1, user=name, name=name, cmdline=name, unit=None, gpu_memory_mib={1: 100})
-    plan = plan_action(await demo.sample(), ActionKind.RECLAIM, unit=UNIT)
+    # as a hostile host may write it: JSON escapes (\ud800) that decode to a lone
+    # surrogate (the collector's own lines would carry "?" for it)
+    line = json.dumps({"k": "full", "s": demo.wire()}).encode()
+    plan = plan_action(SnapshotDecoder(demo.name).feed(line), ActionKind.RECLAIM, unit=UNIT)
     trail = audit.AuditTrail(plan, 10.0, tmp_path / "a.jsonl")
     trail.intent()  # raised UnicodeEncodeError (not OSError): the app crashed
     trail.outcome(ActionReport(plan))

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpudash.collector.host import gpus
-from gpudash.collector.host.collector import HostCollector, merge_patch
+from gpudash.collector.host.collector import HostCollector
 from gpudash.collector.host.gpus import gpu_reader
 from gpudash.collector.host.parsing import (
     cgroup_path,
@@ -24,7 +24,7 @@ from gpudash.collector.host.parsing import (
     unit_of_cgroup,
 )
 from gpudash.collector.host.procs import STAT_EVERY, ProcReader
-from gpudash.collector.host.protocol import PROTOCOL
+from gpudash.collector.host.protocol import PROTOCOL, merge_patch
 from gpudash.collector.host.signals import send_signal
 from gpudash.collector.host.units import UnitReader
 from gpudash.protocol import shell

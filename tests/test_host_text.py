@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import io
+import json
 import logging
 import time
 import unicodedata
@@ -255,7 +256,13 @@ async def test_the_dashboard_shows_the_hostile_corpus_in_one_safe_line_each() ->
     from gpudash.demo.host import DemoHost
     from gpudash.ui.widgets.holders import HoldersTable
 
-    demo = DemoHost(speed=50)
+    class Hostile(DemoHost):
+        def line(self, message: dict[str, Any]) -> bytes:
+            # JSON's escapes, as a hostile host may write them: a lone surrogate arrives
+            # as one (the collector's own lines carry "?" for it)
+            return json.dumps(message).encode() + b"\n"
+
+    demo = Hostile(speed=50)
     pids = [demo.spawn(ppid=1, user=text, name=text, cmdline=text, unit=None,
                        gpu_memory_mib={3: 100 + i}).pid for i, text in enumerate(HOSTILE)]
     app = make_app(demo)

@@ -73,7 +73,10 @@ async def test_what_is_typed_while_the_picker_asks_the_host_goes_to_the_picker()
     async with app.run_test(size=SIZE) as pilot:
         await select(pilot, app, f"u:{MINIMAX}")
         burst(app, "wkimi\r")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), within=20)
+        # mounted, not just pushed: an app that exits while the dialog mounts leaves it
+        # without its buttons, and its on_mount fails
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal)
+                       and app.screen.is_mounted, within=20)
         lines = "\n".join(app.screen.lines)
         assert f"$ systemctl start {KIMI}" in lines, lines
         assert not any(isinstance(s, ModelPicker) for s in app.screen_stack)

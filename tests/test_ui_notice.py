@@ -3,13 +3,12 @@ to do; the demo's walkthrough covers nothing and follows the keymap."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from gpudash.demo.host import KIMI, MINIMAX, DemoHost
-from gpudash.domain.model import HostSnapshot
 from gpudash.engine import ExecOptions
 from gpudash.protocol.source import ConnectError
 from gpudash.ui.app import GpudashApp
@@ -55,12 +54,11 @@ class UnknownHost:
 class NoDriverHost(DemoHost):
     """A host without the NVIDIA driver: processes and units, no GPU."""
 
-    def snapshot(self) -> HostSnapshot:
-        snap = super().snapshot()
-        return dataclasses.replace(
-            snap, gpus=(), degraded=True,
-            errors=("no NVIDIA driver: libnvidia-ml not loadable and nvidia-smi not found",),
-        )
+    def wire(self) -> dict[str, Any]:
+        return {
+            **super().wire(), "gpus": {}, "degraded": True,
+            "errors": ["no NVIDIA driver: libnvidia-ml not loadable and nvidia-smi not found"],
+        }
 
 
 async def test_unreachable_host_says_in_the_body_what_failed_was_tried_and_to_do() -> None:

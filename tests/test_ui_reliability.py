@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_ui import NOTEBOOK, SIZE, main_pid, make_app, select, wait_for
@@ -156,13 +158,12 @@ async def test_a_changed_plan_is_shown_again_before_anything_is_sent() -> None:
 
 
 class Hostile(DemoHost):
-    """A host whose refusal reason carries terminal control sequences."""
+    """A host whose refusal reason carries terminal control sequences (in what it sends
+    on the wire: the decoder keeps text as it is)."""
 
-    def snapshot(self) -> HostSnapshot:
-        return dataclasses.replace(
-            super().snapshot(), can_act=False,
-            cannot_act_reason="login \x1b]0;pwned\x07 \x1b[31mred\x9b2J\u202e",
-        )
+    def wire(self) -> dict[str, Any]:
+        return {**super().wire(), "can_act": False,
+                "cannot_act_reason": "login \x1b]0;pwned\x07 \x1b[31mred\x9b2J\u202e"}
 
 
 async def test_notifications_never_carry_host_escapes() -> None:
@@ -223,14 +224,23 @@ async def test_textual_logging_still_works(monkeypatch: pytest.MonkeyPatch) -> N
         assert main_pid(app)
 
 
+def absurd(snap: HostSnapshot) -> HostSnapshot:
+    gpus = tuple(dataclasses.replace(g, memory_used_mib=10**400, memory_total_mib=10**400,
+                                     power_w=1e308) for g in snap.gpus)
+    return dataclasses.replace(snap, gpus=gpus, taken_at=1e308)
+
+
 class Absurd(DemoHost):
-    """A host (compromised, or a driver gone mad) reporting impossible numbers."""
+    """A host (compromised, or a driver gone mad) reporting impossible numbers, put in
+    its snapshots past the wire's decoder (which would refuse or blank them): what the
+    screen does with numbers nobody bounded."""
 
     def snapshot(self) -> HostSnapshot:
-        snap = super().snapshot()
-        gpus = tuple(dataclasses.replace(g, memory_used_mib=10**400, memory_total_mib=10**400,
-                                         power_w=1e308) for g in snap.gpus)
-        return dataclasses.replace(snap, gpus=gpus, taken_at=1e308)
+        return absurd(super().snapshot())
+
+    async def stream(self, interval: float) -> AsyncIterator[HostSnapshot]:
+        async for snap in super().stream(interval):
+            yield absurd(snap)
 
 
 async def test_no_redraw_can_end_the_app() -> None:

@@ -16,6 +16,10 @@ A reranker unit (``vllm-rerank``, stopped) fits in its place: the container -> u
 It runs on simulated time: ``speed`` simulated seconds pass per real second, so tests
 play minutes of incident in a fraction of a second. The world itself (processes, systemd,
 dockerd) is ``gpudash.demo.sim``; ``DemoHost`` is its ``HostSource`` and ``HostControl``.
+Its samples travel as a real host's do: the simulation writes the collector's JSON
+(``HostSimulation.wire``), a stream sends it whole and then as merge patches, and the
+wire's ``SnapshotDecoder`` reads it, so the decoder's account of what changed reaches
+triage as it does from SSH and local hosts.
 """
 
 
@@ -35,7 +39,7 @@ from gpudash.demo.incident import (
     NOTEBOOK_MIB,
     RERANK,
 )
-from gpudash.demo.records import HZ, SimContainer, SimProcess, SimUnit, docker_argv
+from gpudash.demo.records import HZ, Json, SimContainer, SimProcess, SimUnit, docker_argv
 from gpudash.demo.sim import HostSimulation
 from gpudash.demo.unitfiles import reload, unit_file
 from gpudash.domain.dropin import drop_in_path
@@ -53,6 +57,7 @@ from gpudash.protocol.source import (
     SignalOutcome,
     SourceError,
 )
+from gpudash.protocol.wire import K_FULL, SnapshotDecoder, SnapshotStream, message_line
 
 __all__ = [
     "DEEPSEEK", "EMBED_ID", "EMBED_MIB", "EMBED_NAME", "GPU_TOTAL_MIB", "HZ", "KIMI", "MINIMAX",
@@ -127,15 +132,31 @@ class DemoHost(HostControl):
         return None  # no link to measure
 
     async def stream(self, interval: float) -> AsyncIterator[HostSnapshot]:
+        """What a real host's collector streams (its first snapshot whole, then the merge
+        patch from each to the next), read by the decoder SSH and local hosts have."""
+        written = SnapshotStream()
+        decoder = SnapshotDecoder(self.name)
         while True:
-            yield await self.sample()
+            yield decoder.feed(self.line(written.message(self.wire())))
             await asyncio.sleep(interval)
 
     async def close(self) -> None:
         return None
 
+    def wire(self) -> Json:
+        """The host now, as its collector writes a snapshot: what every sample of this
+        host is decoded from."""
+        return self.sim.wire(READ_ONLY_REASON if self.read_only else None)
+
+    def line(self, message: Json) -> bytes:
+        """One message as it goes down the wire: the collector's line (a test host may
+        write what a hostile one would)."""
+        return message_line(message)
+
     def snapshot(self) -> HostSnapshot:
-        return self.sim.snapshot(READ_ONLY_REASON if self.read_only else None)
+        """A fresh snapshot, as a collector answers a sample request: written whole,
+        decoded as any host's is."""
+        return SnapshotDecoder(self.name).feed(self.line({"k": K_FULL, "s": self.wire()}))
 
     # --- HostControl ------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 """What the demo's simulation keeps of each process, unit and container, and how a real
-host's collector would report each (the domain's ``Process``, ``Unit``, ``Container``)."""
+host's collector writes each on the wire (``PROC_KEYS``, ``UNIT_KEYS``, ``CONTAINER_KEYS``,
+``GPU_KEYS`` of the host's protocol; keys whose value is None left out)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from typing import Any
 
 from gpudash.demo.incident import GPU_NAME, GPU_TOTAL_MIB, RESPAWN_MIB
 from gpudash.demo.models import SimLoad, SimServer
-from gpudash.domain.model import Container, Gpu, Process, Unit
 
 HZ = 100  # clock ticks per second, as in /proc/PID/stat
+Json = dict[str, Any]  # a JSON object, as the collector writes it
 
 
 @dataclass(slots=True)
@@ -95,26 +96,33 @@ class SimUnit:
         return self.loads[-1] if self.loads else None
 
 
-def process_view(p: SimProcess, boot_epoch: float) -> Process:
-    return Process(
-        pid=p.pid,
-        ppid=p.ppid,
-        start_ticks=p.start_ticks,
-        started_at=boot_epoch + p.start_ticks / HZ,
-        state=p.state,
-        user=p.user,
-        name=p.name,
-        cmdline=p.cmdline,
-        cgroup=cgroup_of(p),
-        unit=p.unit,
-        **container_of(p),
-        # what the driver lists; a device holder's memory is N/A, as on a real host
-        gpu_memory_mib={**p.gpu_memory_mib, **dict.fromkeys(p.device_mib)},
-        device_gpus=tuple(sorted(p.device_mib)),
-        cpu_pct=p.cpu_pct,
-        rss_mib=p.rss_mib,
-        sm_util_pct=p.sm_util_pct,
-    )
+def process_wire(p: SimProcess, boot_epoch: float) -> Json:
+    """``p`` as a real host's collector writes a process (keys whose value is None left
+    out)."""
+    out: Json = {
+        "pid": p.pid,
+        "ppid": p.ppid,
+        "start_ticks": p.start_ticks,
+        "started_at": boot_epoch + p.start_ticks / HZ,
+        "state": p.state,
+        "user": p.user,
+        "name": p.name,
+        "cmdline": p.cmdline,
+        # what the driver lists; a device holder's memory is N/A (-1), as on a real host
+        "gpu_memory_mib": {**{str(g): mib for g, mib in p.gpu_memory_mib.items()},
+                           **{str(g): -1 for g in p.device_mib}},
+        "cpu_pct": p.cpu_pct,
+        "rss_mib": p.rss_mib,
+    }
+    if p.unit is not None:
+        out["cgroup"] = cgroup_of(p)
+        out["unit"] = p.unit
+        out.update(container_of(p))
+    if p.device_mib:
+        out["device_gpus"] = sorted(p.device_mib)
+    if p.sm_util_pct is not None:
+        out["sm_util_pct"] = p.sm_util_pct
+    return out
 
 
 def cgroup_of(p: SimProcess) -> str | None:
@@ -133,39 +141,55 @@ def container_of(p: SimProcess) -> dict[str, Any]:
     return {}
 
 
-def container_view(c: SimContainer) -> Container:
-    state = "restarting" if c.restart_at is not None else c.state
-    return Container(c.id, "docker", c.name, c.image, state, c.restart_policy,
-                     c.restart_count, c.main_pid, c.health, c.init, c.pid_mode, c.port)
+def container_wire(c: SimContainer) -> Json:
+    """``c`` as a real host's collector writes a container."""
+    out: Json = {
+        "id": c.id, "runtime": "docker", "name": c.name, "image": c.image,
+        "state": "restarting" if c.restart_at is not None else c.state,
+        "restart_policy": c.restart_policy, "restart_count": c.restart_count,
+        "health": c.health, "init": c.init, "pid_mode": c.pid_mode,
+    }
+    if c.main_pid is not None:
+        out["main_pid"] = c.main_pid
+    if c.port is not None:
+        out["port"] = c.port
+    return out
 
 
-def unit_view(u: SimUnit) -> Unit:
+def unit_state(u: SimUnit) -> tuple[str, str]:
+    """The unit's ActiveState and SubState, as systemd says them."""
     if u.active and u.restart_at is not None:
-        active, sub = "activating", "auto-restart"
-    elif u.active:
-        active, sub = "active", "running"
-    else:
-        active, sub = "inactive", "dead"
-    return Unit(
-        name=u.name,
-        active_state=active,
-        sub_state=sub,
-        unit_file_state=u.unit_file_state,
-        restart=u.restart,
-        kill_mode=u.kill_mode,
-        n_restarts=u.n_restarts,
-        main_pid=u.main_pid,
-        control_group=f"/system.slice/{u.name}",
-        description=u.description,
-        timeout_stop_s=u.timeout_stop_s,
-        restart_s=u.restart_sec,
-        start_limit_interval_s=u.start_limit_interval_s,
-        start_limit_burst=u.start_limit_burst,
-        send_sigkill=u.send_sigkill,
-        exec_start=f"/usr/bin/{u.server.cmdline()}" if u.server is not None else None,
-        cuda_visible_devices=(",".join(map(str, u.server.gpus)) if u.server is not None
-                              else None),
-    )
+        return "activating", "auto-restart"
+    if u.active:
+        return "active", "running"
+    return "inactive", "dead"
+
+
+def unit_wire(u: SimUnit) -> Json:
+    """``u`` as a real host's collector writes a unit."""
+    active, sub = unit_state(u)
+    out: Json = {
+        "name": u.name,
+        "active_state": active,
+        "sub_state": sub,
+        "unit_file_state": u.unit_file_state,
+        "restart": u.restart,
+        "kill_mode": u.kill_mode,
+        "n_restarts": u.n_restarts,
+        "control_group": f"/system.slice/{u.name}",
+        "description": u.description,
+        "timeout_stop_s": u.timeout_stop_s,
+        "restart_s": u.restart_sec,
+        "start_limit_interval_s": u.start_limit_interval_s,
+        "start_limit_burst": u.start_limit_burst,
+        "send_sigkill": u.send_sigkill,
+    }
+    if u.main_pid is not None:
+        out["main_pid"] = u.main_pid
+    if u.server is not None:
+        out["exec_start"] = f"/usr/bin/{u.server.cmdline()}"
+        out["cuda_visible_devices"] = ",".join(map(str, u.server.gpus))
+    return out
 
 
 def docker_argv(runtime: str, verb: str, container: str, stop_timeout: int,
@@ -197,18 +221,19 @@ def sm_util(p: SimProcess, unit: SimUnit | None, now: float) -> int | None:
     return 0  # an orphan, a loading or crashing worker, an idle notebook kernel
 
 
-def sim_gpu(index: int, used_mib: int, sm_pct: int, rng: random.Random) -> Gpu:
-    """GPU ``index`` as NVML reports it: busy (warmer, more power) past 10 GB used."""
+def sim_gpu(index: int, used_mib: int, sm_pct: int, rng: random.Random) -> Json:
+    """GPU ``index`` as NVML reports it (and the collector writes it): busy (warmer, more
+    power) past 10 GB used."""
     busy = used_mib > 10000
-    return Gpu(
-        index=index,
-        uuid=f"GPU-5e1f{index:02d}c2-8d3a-4b71-9f0e-{0xa1b2c3d40000 + index:012x}",
-        name=GPU_NAME,
-        memory_total_mib=GPU_TOTAL_MIB,
-        memory_used_mib=used_mib,
-        memory_reserved_mib=0,
-        utilization_pct=max(sm_pct, rng.randint(0, 3) if busy else 0),
-        temperature_c=(44 if busy else 33) + rng.randint(0, 3),
-        power_w=round((118.0 if busy else 36.0) + rng.uniform(0, 6), 1),
-        power_limit_w=600.0,
-    )
+    return {
+        "index": index,
+        "uuid": f"GPU-5e1f{index:02d}c2-8d3a-4b71-9f0e-{0xa1b2c3d40000 + index:012x}",
+        "name": GPU_NAME,
+        "memory_total_mib": GPU_TOTAL_MIB,
+        "memory_used_mib": used_mib,
+        "memory_reserved_mib": 0,
+        "utilization_pct": max(sm_pct, rng.randint(0, 3) if busy else 0),
+        "temperature_c": (44 if busy else 33) + rng.randint(0, 3),
+        "power_w": round((118.0 if busy else 36.0) + rng.uniform(0, 6), 1),
+        "power_limit_w": 600.0,
+    }

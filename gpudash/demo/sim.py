@@ -4,7 +4,8 @@
 short delay after its holder dies) and systemd's (``Restart=``, ``KillMode=``, unit
 files); its ``Dockerd`` (``gpudash.demo.dockerd``) keeps the containers. The host it
 builds is the incident's (``gpudash.demo.incident``). It knows nothing of the host
-protocol but the answers it gives. ``DemoHost`` serves it.
+protocol but the answers it gives and the snapshot its collector would write (``wire``).
+``DemoHost`` serves it.
 """
 
 from __future__ import annotations
@@ -35,19 +36,22 @@ from gpudash.demo.incident import (
 from gpudash.demo.models import SimLoad
 from gpudash.demo.records import (
     HZ,
+    Json,
     SimContainer,
     SimProcess,
     SimUnit,
-    container_view,
-    process_view,
+    container_wire,
+    process_wire,
     sim_gpu,
     sm_util,
-    unit_view,
+    unit_state,
+    unit_wire,
 )
-from gpudash.domain.model import HostSnapshot, SourceKind, unit_name
+from gpudash.domain.model import SourceKind, unit_name
 from gpudash.engine.signals import PICKABLE
 from gpudash.protocol.shell_listener import ShellListener
 from gpudash.protocol.source import CommandResult, ModelUnit, SignalOutcome
+from gpudash.protocol.wire import PROTOCOL
 
 # the signals whose default action ends a process that does not catch them
 ENDING = frozenset(p.sig for p in PICKABLE if p.ends)
@@ -316,8 +320,9 @@ class HostSimulation:
             for q in [q for q in self.processes.values() if q.unit == unit.name]:
                 self.die(q)
 
-    def snapshot(self, cannot_act_reason: str | None = None) -> HostSnapshot:
-        """The host now, as its collector would report it."""
+    def wire(self, cannot_act_reason: str | None = None) -> Json:
+        """The host now, as its collector writes a snapshot (keys whose value is None
+        left out): what ``DemoHost`` sends down its wire."""
         self.advance()
         now = self.now()
         used = self._used()
@@ -326,27 +331,28 @@ class HostSimulation:
             p.sm_util_pct = sm_util(p, self.units.get(p.unit or ""), now)
             for gpu in p.gpu_memory_mib:
                 sm[gpu] = min(100, sm[gpu] + (p.sm_util_pct or 0))
-        gpus = [sim_gpu(i, used[i], sm[i], self._rng) for i in range(8)]
         sims = list(self.processes.values())
-        procs = tuple(process_view(p, self.boot_epoch)
-                      for p in sorted(self.processes.values(), key=lambda p: p.pid))
-        units = tuple(unit_view(u) for u in self.units.values())
-        return HostSnapshot(
-            host=self.name,
-            taken_at=self.boot_epoch + now,
-            gpus=tuple(gpus),
-            processes=procs,
-            units=units,
-            containers=tuple(container_view(c) for c in self.containers.values()
-                             if c.state != "removed"),
-            source=SourceKind.DEMO,
-            boot_id=self.boot_id,
-            cpu_pct=round(min(100.0, sum(p.cpu_pct for p in sims) / HOST_CPUS + 0.4), 1),
-            mem_used_mib=HOST_BASE_MIB + sum(p.rss_mib for p in sims),
-            mem_total_mib=HOST_MEM_MIB,
-            can_act=cannot_act_reason is None,
-            cannot_act_reason=cannot_act_reason,
-        )
+        snap: Json = {
+            "v": PROTOCOL,
+            "host": self.name,
+            "taken_at": self.boot_epoch + now,
+            "boot_id": self.boot_id,
+            "source": SourceKind.DEMO.value,
+            "errors": [],
+            "can_act": cannot_act_reason is None,
+            "cpu_pct": round(min(100.0, sum(p.cpu_pct for p in sims) / HOST_CPUS + 0.4), 1),
+            "mem_used_mib": HOST_BASE_MIB + sum(p.rss_mib for p in sims),
+            "mem_total_mib": HOST_MEM_MIB,
+            "gpus": {str(i): sim_gpu(i, used[i], sm[i], self._rng) for i in range(8)},
+            "procs": {str(p.pid): process_wire(p, self.boot_epoch) for p in sims},
+            "units": {u.name: unit_wire(u) for u in self.units.values()},
+            "containers": {c.id: container_wire(c) for c in self.containers.values()
+                           if c.state != "removed"},
+            "pods": {},
+        }
+        if cannot_act_reason is not None:
+            snap["cannot_act_reason"] = cannot_act_reason
+        return snap
 
     # --- systemd and dockerd --------------------------------------------------------
 
@@ -445,10 +451,9 @@ class HostSimulation:
         for u in self.units.values():
             if u.server is None:
                 continue
-            view = unit_view(u)
-            out.append(ModelUnit(u.name, u.description, view.active_state or "",
-                                 u.unit_file_state, u.server.cmdline(), "vllm",
-                                 u.server.port, view.restart))
+            active, _sub = unit_state(u)
+            out.append(ModelUnit(u.name, u.description, active, u.unit_file_state,
+                                 u.server.cmdline(), "vllm", u.server.port, u.restart))
         return tuple(sorted(out, key=lambda m: m.name))
 
     def answers(self, port: int | None) -> bool:

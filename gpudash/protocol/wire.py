@@ -25,7 +25,6 @@ from gpudash.collector.host.protocol import (
     ERROR_MAX,
     GPU_KEYS,
     K_ERROR,
-    K_FULL,
     K_PATCH,
     K_READY,
     MAX_CONTAINERS,
@@ -35,10 +34,17 @@ from gpudash.collector.host.protocol import (
     MAX_UNITS,
     POD_KEYS,
     PROC_KEYS,
-    PROTOCOL,
     SNAPSHOT_KEYS,
     UNIT_KEYS,
 )
+
+# The collector's side of the wire, for the hosts gpudash simulates (the demo, which may not
+# import the host's program): the one definition of how a snapshot is written, whole or as
+# the merge patch from the one before, and how a message becomes a line.
+from gpudash.collector.host.protocol import K_FULL as K_FULL
+from gpudash.collector.host.protocol import PROTOCOL as PROTOCOL
+from gpudash.collector.host.protocol import SnapshotStream as SnapshotStream
+from gpudash.collector.host.protocol import message_line as message_line
 from gpudash.collector.host.text import snapshot_bound
 from gpudash.domain.model import (
     EVERYTHING,

@@ -1,5 +1,6 @@
 """One snapshot of the host: GPUs, their holders and the holders' units, containers and
-pods, bounded by the protocol's limits; and the merge patch between two snapshots."""
+pods, bounded by the protocol's limits (``protocol.merge_patch`` is the patch between
+two of them)."""
 
 from __future__ import annotations
 
@@ -273,25 +274,3 @@ class HostCollector:
         if self.reason:
             snap["cannot_act_reason"] = cap_text(self.reason, ERROR_MAX)
         return snap
-
-
-def merge_patch(old: Json, new: Json) -> Json:
-    """The RFC 7386 merge patch that turns ``old`` into ``new`` (both None-free)."""
-    patch: Json = {}
-    for key, value in new.items():
-        before = old.get(key, _MISSING)
-        if before is value:  # the collector reuses unchanged dicts
-            continue
-        if isinstance(value, dict) and isinstance(before, dict):
-            sub = merge_patch(before, value)
-            if sub:
-                patch[key] = sub
-        elif before != value or type(before) is not type(value):
-            patch[key] = value
-    for key in old:
-        if key not in new:
-            patch[key] = None
-    return patch
-
-
-_MISSING = object()

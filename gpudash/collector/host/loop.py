@@ -10,14 +10,13 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from .collector import HostCollector, merge_patch
+from .collector import HostCollector
 from .hoststats import HostStats
 from .protocol import (
     CONTAINER_ID,
     K_ERROR,
     K_FULL,
     K_HTTP,
-    K_PATCH,
     K_PONG,
     K_READY,
     K_SIGNAL,
@@ -29,6 +28,8 @@ from .protocol import (
     OP_SIGNAL,
     OP_WATCH,
     PROTOCOL,
+    SnapshotStream,
+    message_line,
 )
 from .ready import container_get, http_get, unit_get
 from .signals import send_signal
@@ -50,10 +51,7 @@ class Emitter:
         self.lock = threading.Lock()
 
     def __call__(self, message: Json) -> None:
-        # UTF-8 as is: a \u escape makes every non-ASCII character of a host's text 6
-        # bytes; "replace" turns lone surrogates (undecodable passwd names) into "?".
-        line = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
-        data = line.encode("utf-8", "replace") + b"\n"
+        data = message_line(message)
         with self.lock:
             self.out.write(data)
             self.out.flush()
@@ -193,17 +191,12 @@ def main(argv: list[str], nvml_source: str | None = None, inp: Any = None, out: 
                 if reply is not None:
                     emit(reply)
         interval = max(0.05, float(argv[1]) if len(argv) > 1 else 1.0)
-        last: Json | None = None
+        written = SnapshotStream()
         force = False
         next_at = time.monotonic()
         while True:
-            snap = collector.sample(force_units=force)
+            emit(written.message(collector.sample(force_units=force)))
             force = False
-            if last is None:
-                emit({"k": K_FULL, "s": snap})
-            else:
-                emit({"k": K_PATCH, "s": merge_patch(last, snap)})
-            last = snap
             next_at += interval
             while True:
                 wait = next_at - time.monotonic()

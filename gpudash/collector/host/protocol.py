@@ -1,11 +1,15 @@
 """The one definition of what travels between gpudash and this collector.
 
 gpudash's decoder (gpudash/protocol/wire.py) imports these names, and a test holds the key
-lists equal to the fields of gpudash's model (Gpu, Process, Unit, HostSnapshot).
+lists equal to the fields of gpudash's model (Gpu, Process, Unit, HostSnapshot). How a
+stream writes its snapshots (``SnapshotStream``: whole, then merge patches) and a message
+becomes a line (``message_line``) are here too: the demo host, which simulates a
+collector, writes its lines the same way.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -129,3 +133,47 @@ if TYPE_CHECKING:  # the host may run Python 3.7: no runtime generic aliases
     from typing import TypeAlias  # novermin: type checking only
 
     Json: TypeAlias = dict[str, Any]
+
+
+def message_line(message: Json) -> bytes:
+    """One message as the line the collector writes: UTF-8 as is (a \\u escape makes every
+    non-ASCII character of a host's text 6 bytes); "replace" turns lone surrogates
+    (undecodable passwd names) into "?"."""
+    line = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+    return line.encode("utf-8", "replace") + b"\n"
+
+
+def merge_patch(old: Json, new: Json) -> Json:
+    """The RFC 7386 merge patch that turns ``old`` into ``new`` (both None-free)."""
+    patch: Json = {}
+    for key, value in new.items():
+        before = old.get(key, _MISSING)
+        if before is value:  # the collector reuses unchanged dicts
+            continue
+        if isinstance(value, dict) and isinstance(before, dict):
+            sub = merge_patch(before, value)
+            if sub:
+                patch[key] = sub
+        elif before != value or type(before) is not type(value):
+            patch[key] = value
+    for key in old:
+        if key not in new:
+            patch[key] = None
+    return patch
+
+
+_MISSING = object()
+
+
+class SnapshotStream:
+    """What a stream writes of each snapshot: the first whole (``K_FULL``), every later
+    one as the merge patch from the one before (``K_PATCH``)."""
+
+    def __init__(self) -> None:
+        self.last: Json | None = None
+
+    def message(self, snap: Json) -> Json:
+        last, self.last = self.last, snap
+        if last is None:
+            return {"k": K_FULL, "s": snap}
+        return {"k": K_PATCH, "s": merge_patch(last, snap)}
