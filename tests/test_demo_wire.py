@@ -16,30 +16,32 @@ from gpudash.demo.fleet import ScenarioHost
 from gpudash.demo.host import DemoHost
 from gpudash.domain.model import EVERYTHING, HostSnapshot
 from gpudash.domain.triage import HostTriage
-from gpudash.ui.hosts import follow_host
+from gpudash.feed.follow import Frame, HostFollower
 
 NOTEBOOK = 90211  # alice's kernel: its own process, nobody else's parent
 LONG = "python train.py " + "--flag " * 2000  # 14 kB: beyond what a snapshot carries
 
 
 async def _followed(host: DemoHost, samples: int) -> list[tuple[HostSnapshot, HostTriage]]:
-    """The first ``samples`` (snapshot, triage) pairs the dashboard's follower makes of
-    ``host``'s stream."""
+    """The first ``samples`` (snapshot, triage) pairs the host's follower (the dashboard's
+    and the exporter's) makes of ``host``'s stream."""
     seen: list[tuple[HostSnapshot, HostTriage]] = []
     enough = asyncio.Event()
 
-    def on_snapshot(snap: HostSnapshot, triaged: HostTriage, rtt: float | None) -> None:
-        seen.append((snap, triaged))
+    def on_frame(frame: Frame, sampled: bool) -> None:
+        if not sampled:
+            assert frame.link.state in ("connecting", "connected"), frame.link
+            return
+        assert frame.snapshot is not None and frame.triage is not None
+        seen.append((frame.snapshot, frame.triage))
         if len(seen) >= samples:
             enough.set()
 
-    def on_error(message: str, retry_in: float | None) -> None:
-        raise AssertionError(f"the demo stream failed: {message}")
-
-    task = asyncio.create_task(follow_host(host, 0.0, on_snapshot=on_snapshot,
-                                           on_error=on_error, on_connecting=lambda n: None))
+    follower = HostFollower(host, 0.0, on_frame=on_frame)
+    task = asyncio.create_task(follower.run())
     try:
-        await asyncio.wait_for(enough.wait(), 10)
+        async with asyncio.timeout(10):
+            await enough.wait()
     except TimeoutError:
         raise AssertionError(f"{len(seen)} of {samples} samples within 10 s") from None
     finally:
