@@ -2,8 +2,8 @@
 then merge patches), read by the same ``SnapshotDecoder`` as SSH and local hosts, so the
 decoder's bounds hold for it and its account of what changed reaches triage.
 
-The simulated clock stands still here (``speed=0``): nothing happens on the host between
-two samples but what a test does to it, so no test waits on time.
+The host's clock stands still here (a ``SteppedClock`` never stepped): nothing happens on
+the host between two samples but what a test does to it, so no test waits on time.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import signal
 from gpudash.collector.host.protocol import CMDLINE_MAX, TRUNCATED
 from gpudash.demo.fleet import ScenarioHost
 from gpudash.demo.host import DemoHost
+from gpudash.domain.clock import SteppedClock
 from gpudash.domain.model import EVERYTHING, HostSnapshot
 from gpudash.domain.triage import HostTriage
 from gpudash.feed.follow import Frame, HostFollower
@@ -53,7 +54,7 @@ async def _followed(host: DemoHost, samples: int) -> list[tuple[HostSnapshot, Ho
 async def test_an_unchanged_demo_sample_is_not_triaged_again() -> None:
     # The decoder's Changes say no process, unit or container changed (only the GPUs'
     # sensors did): the follower keeps the triage it has, the very same groups.
-    (first, t1), (second, t2), (third, t3) = await _followed(DemoHost(speed=0), 3)
+    (first, t1), (second, t2), (third, t3) = await _followed(DemoHost(clock=SteppedClock()), 3)
     assert first.changes is EVERYTHING  # the stream's first, full snapshot
     for snap in (second, third):
         assert snap.changes is not EVERYTHING, "the demo's sample did not come from a patch"
@@ -63,7 +64,7 @@ async def test_an_unchanged_demo_sample_is_not_triaged_again() -> None:
 
 
 async def test_a_demo_patch_names_what_changed() -> None:
-    demo = DemoHost(speed=0)
+    demo = DemoHost(clock=SteppedClock())
     stream = demo.stream(0.0)
     first = await anext(stream)
     kernel = first.process(NOTEBOOK)
@@ -80,8 +81,8 @@ async def test_a_demo_patch_names_what_changed() -> None:
 async def test_a_demo_hosts_text_is_bounded_as_any_hosts() -> None:
     # The decoder cuts what a host says to the protocol's bounds: a demo sample, streamed,
     # asked for, or from a fleet's demo host, is cut the same way.
-    demo = DemoHost(speed=0)
-    fleet = ScenarioHost("demo-gpu02", "healthy", speed=0)
+    demo = DemoHost(clock=SteppedClock())
+    fleet = ScenarioHost("demo-gpu02", "healthy", clock=SteppedClock())
     for host in (demo, fleet):
         host.spawn(ppid=1, user="bob", name="python", cmdline=LONG, unit=None, pid=4242)
     streams = [demo.stream(0.0), fleet.stream(0.0)]

@@ -9,10 +9,12 @@ import time
 from pathlib import Path
 
 import pytest
+from support import BUDGET_S, STEP_S, stepped_clock_of
 from textual.widgets import Button
 
 from gpudash.demo.host import MINIMAX, DemoHost
 from gpudash.domain import units
+from gpudash.domain.clock import SteppedClock
 from gpudash.domain.triage import Flag
 from gpudash.engine import ActionKind, ExecOptions
 from gpudash.protocol.source import HostKeyError, LinkLost
@@ -64,15 +66,23 @@ async def run_confirmed(pilot, app: GpudashApp, key: str) -> None:  # type: igno
     before = len(app.reports)
     await pilot.press(key)
     await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
+    clock = stepped(app)
     for _ in range(3):
         shown = app.screen
         await pilot.press("y")
         deadline = time.monotonic() + 20
-        while len(app.reports) == before and time.monotonic() < deadline:
+        waited = 0.0
+        while len(app.reports) == before and (time.monotonic() < deadline if clock is None
+                                              else waited < BUDGET_S):
             if (isinstance(app.screen, ConfirmModal) and app.screen is not shown
                     and app.screen.armed):
                 break  # shown again
-            await pilot.pause(0.05)
+            if clock is None:
+                await pilot.pause(0.05)
+            else:  # the action runs on the host's clock: step it (never the wall's)
+                await clock.advance(STEP_S)
+                waited += STEP_S
+                await pilot.pause(0.01)
         if len(app.reports) > before:
             return
         if not (isinstance(app.screen, ConfirmModal) and app.screen is not shown):
@@ -81,6 +91,14 @@ async def run_confirmed(pilot, app: GpudashApp, key: str) -> None:  # type: igno
     raise AssertionError(f"no report after {key!r}: screen {type(app.screen).__name__}, "
                          f"running {app.running}, lines {lines}, notices "
                          f"{[n.message for n in app._notifications]}")
+
+
+def stepped(app: GpudashApp) -> SteppedClock | None:
+    """The stepped clock of the app's demo host, if it runs on one."""
+    try:
+        return stepped_clock_of(app)
+    except AssertionError:
+        return None
 
 
 def main_pid(app: GpudashApp) -> int:

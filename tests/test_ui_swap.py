@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from support import until
 from test_ui import SIZE, make_app, select, wait_for
 from textual.widgets import Checkbox, RichLog
 
 from gpudash.demo.host import KIMI, MINIMAX, DemoHost
+from gpudash.domain.clock import SteppedClock
 from gpudash.engine import ActionKind
 from gpudash.ui.models import JournalScreen, ModelPicker, choice_text
 from gpudash.ui.screens import ConfirmModal
 
 
 async def test_swap_picks_the_next_model_and_proves_it_serves() -> None:
-    demo = DemoHost(speed=50, release_delay=1)
+    demo = DemoHost(clock=SteppedClock(), release_delay=1)
     app = make_app(demo)
     async with app.run_test(size=SIZE) as pilot:
         await select(pilot, app, f"u:{MINIMAX}")
@@ -33,7 +35,7 @@ async def test_swap_picks_the_next_model_and_proves_it_serves() -> None:
         assert f"$ systemctl enable {KIMI}" in lines, lines
         assert "http://127.0.0.1:8001/health answers 200" in lines
         await pilot.press("y")
-        await wait_for(pilot, lambda: app.last_report is not None, within=40)
+        await until(pilot, lambda: app.last_report is not None, what="the swap's report")
         report = app.last_report
         assert report is not None and report.plan.kind is ActionKind.SWAP
         assert report.confirmed, report.describe()
@@ -51,7 +53,7 @@ async def test_swap_picks_the_next_model_and_proves_it_serves() -> None:
 
 
 async def test_the_swap_picker_can_leave_the_new_unit_disabled() -> None:
-    demo = DemoHost(speed=50, release_delay=1)
+    demo = DemoHost(clock=SteppedClock(), release_delay=1)
     app = make_app(demo)
     async with app.run_test(size=SIZE) as pilot:
         await select(pilot, app, f"u:{MINIMAX}")
@@ -65,14 +67,14 @@ async def test_the_swap_picker_can_leave_the_new_unit_disabled() -> None:
 
 
 async def test_journal_of_the_selected_unit_is_live_and_literal() -> None:
-    demo = DemoHost(speed=50)
+    demo = DemoHost(clock=SteppedClock())
     app = make_app(demo)
     async with app.run_test(size=SIZE) as pilot:
         await select(pilot, app, f"u:{MINIMAX}")
         await pilot.press("j")
         await wait_for(pilot, lambda: isinstance(app.screen, JournalScreen))
         journal = app.screen
-        await wait_for(pilot, lambda: len(journal.lines) > 0)
+        await until(pilot, lambda: len(journal.lines) > 0, what="journal lines")
         assert any("vLLM API server version" in line.message for line in journal.lines)
         log = journal.query_one(RichLog)
         assert log.lines  # shown, wrapped, never interpreted
@@ -89,7 +91,7 @@ async def test_a_failed_swap_from_the_keyboard_leaves_the_failed_model_disabled(
     # it once served here in 90 GiB a GPU: the fit lets the swap go ahead
     footprints.learn("demo-gpu01", DEEPSEEK, dict.fromkeys(range(8), 92_160), 600.0,
                      footprints.store_path(simulated=True))
-    demo = DemoHost(speed=50, release_delay=1)
+    demo = DemoHost(clock=SteppedClock(), release_delay=1)
     app = make_app(demo)
     async with app.run_test(size=SIZE) as pilot:
         await select(pilot, app, f"u:{MINIMAX}")
@@ -109,7 +111,7 @@ async def test_a_failed_swap_from_the_keyboard_leaves_the_failed_model_disabled(
         assert shown.index("2. start") < shown.index("if it does not serve: rollback") \
             < shown.index(f"$ systemctl disable {DEEPSEEK}"), shown
         await pilot.press("y")
-        await wait_for(pilot, lambda: app.last_report is not None, within=60)
+        await until(pilot, lambda: app.last_report is not None, what="the swap's report")
         report = app.last_report
         assert report is not None and not report.confirmed
         assert report.rollback is not None and report.rollback.serving, report.describe()
@@ -122,7 +124,7 @@ async def test_the_picker_shows_each_models_fit_and_a_refused_one_can_be_forced(
     # starts it anyway" where the dashboard had no force
     from gpudash.demo.host import DEEPSEEK
 
-    demo = DemoHost(speed=50, release_delay=1)
+    demo = DemoHost(clock=SteppedClock(), release_delay=1)
     app = make_app(demo)
     async with app.run_test(size=SIZE) as pilot:
         await select(pilot, app, f"u:{MINIMAX}")

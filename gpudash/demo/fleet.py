@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Sequence
 
 from gpudash.demo.host import DEEPSEEK, MINIMAX, DemoHost
 from gpudash.demo.incident import MAX_DEMO_HOSTS
+from gpudash.domain.clock import Clock
 from gpudash.domain.model import HostSnapshot
 from gpudash.protocol.source import (
     CommandResult,
@@ -41,8 +42,8 @@ class ScenarioHost(DemoHost):
     """The demo host, played to ``scenario`` before it is first read."""
 
     def __init__(self, name: str, scenario: str, *, speed: float = 1.0,
-                 read_only: bool = False, seed: int = 7) -> None:
-        super().__init__(name, speed=speed, read_only=False, seed=seed)
+                 read_only: bool = False, seed: int = 7, clock: Clock | None = None) -> None:
+        super().__init__(name, speed=speed, read_only=False, seed=seed, clock=clock)
         self.scenario = scenario
         self._arranged = False
         self._keep_read_only = read_only

@@ -25,7 +25,6 @@ triage as it does from SSH and local hosts.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Sequence
 from urllib.parse import urlsplit
 
@@ -42,6 +41,7 @@ from gpudash.demo.incident import (
 from gpudash.demo.records import HZ, Json, SimContainer, SimProcess, SimUnit, docker_argv
 from gpudash.demo.sim import HostSimulation
 from gpudash.demo.unitfiles import reload, unit_file
+from gpudash.domain.clock import Clock
 from gpudash.domain.dropin import drop_in_path
 from gpudash.domain.model import HostSnapshot, unit_name
 from gpudash.protocol.shell_listener import shell_listener_refusal
@@ -82,11 +82,12 @@ class DemoHost(HostControl):
         seed: int = 7,
         read_only: bool = False,
         containers: bool = False,
+        clock: Clock | None = None,
     ) -> None:
         self.name = name
         self.read_only = read_only
         self.sim = HostSimulation(name, speed=speed, release_delay=release_delay, seed=seed,
-                                  containers=containers)
+                                  containers=containers, clock=clock)
         # the simulation's state, as tests and scenarios arrange it
         self.processes = self.sim.processes
         self.units = self.sim.units
@@ -96,8 +97,9 @@ class DemoHost(HostControl):
         self.leave_orphans = self.sim.leave_orphans
 
     @property
-    def speed(self) -> float:
-        return self.sim.speed
+    def sim_clock(self) -> Clock:
+        """The one clock of this host's world, its stream and its followers."""
+        return self.sim.clock
 
     @property
     def release_delay(self) -> float:
@@ -112,7 +114,7 @@ class DemoHost(HostControl):
         self.sim.boot_id = value
 
     async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(max(0.0, seconds) / self.sim.speed)
+        await self.sim.clock.sleep(seconds)
 
     def clock(self) -> float:
         return self.sim.now()  # simulated seconds: what sleep waits on
@@ -138,7 +140,7 @@ class DemoHost(HostControl):
         decoder = SnapshotDecoder(self.name)
         while True:
             yield decoder.feed(self.line(written.message(self.wire())))
-            await asyncio.sleep(interval)
+            await self.sim.clock.pace(interval)
 
     async def close(self) -> None:
         return None

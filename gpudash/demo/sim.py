@@ -47,6 +47,7 @@ from gpudash.demo.records import (
     unit_state,
     unit_wire,
 )
+from gpudash.domain.clock import Clock, ScaledClock
 from gpudash.domain.model import SourceKind, unit_name
 from gpudash.engine.signals import PICKABLE
 from gpudash.protocol.shell_listener import ShellListener
@@ -68,12 +69,14 @@ class HostSimulation:
         release_delay: float = 2.0,
         seed: int = 7,
         containers: bool = False,
+        clock: Clock | None = None,
     ) -> None:
         self.name = name
-        self.speed = speed
+        # one clock for the world, its stream and whoever follows it (a test steps it)
+        self.clock: Clock = clock if clock is not None else ScaledClock(speed)
         self.release_delay = release_delay
         self._rng = random.Random(seed)
-        self._t0_real = time.monotonic()
+        self._clock0 = self.clock.now()
         self.boot_epoch = time.time() - 3 * 86400  # booted three days ago
         self._t0_sim = 3 * 86400.0  # simulated seconds since boot at start
         self._next_pid = 215000
@@ -99,7 +102,7 @@ class HostSimulation:
 
     def now(self) -> float:
         """Simulated seconds since boot."""
-        return self._t0_sim + (time.monotonic() - self._t0_real) * self.speed
+        return self._t0_sim + self.clock.now() - self._clock0
 
     def _ticks(self, at: float | None = None) -> int:
         return int((self.now() if at is None else at) * HZ)

@@ -24,11 +24,15 @@ from typing import Protocol
 
 
 class Clock(Protocol):
-    """Seconds that only go forward, and a way to wait for them."""
+    """Seconds that only go forward, and a way to wait for them. ``pace`` waits the
+    operator's seconds (a sample interval, as ``--interval`` says it): real ones for a
+    scaled clock, the clock's own for a stepped one."""
 
     def now(self) -> float: ...
 
     async def sleep(self, seconds: float) -> None: ...
+
+    async def pace(self, seconds: float) -> None: ...
 
 
 class WallClock:
@@ -38,6 +42,9 @@ class WallClock:
         return time.monotonic()
 
     async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds))
+
+    async def pace(self, seconds: float) -> None:
         await asyncio.sleep(max(0.0, seconds))
 
 
@@ -56,6 +63,9 @@ class ScaledClock:
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(max(0.0, seconds) / self.speed)
+
+    async def pace(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds))  # an operator's interval is real seconds
 
 
 # Turns of the event loop given to what a wake-up sets going before the next deadline is
@@ -87,6 +97,9 @@ class SteppedClock:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         heapq.heappush(self._sleepers, (self._now + seconds, next(self._order), future))
         await future
+
+    async def pace(self, seconds: float) -> None:
+        await self.sleep(seconds)  # one clock: the test's
 
     async def settle(self) -> None:
         """Let what is runnable run (woken sleepers, the work they set going)."""
