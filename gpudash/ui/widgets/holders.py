@@ -31,8 +31,8 @@ from gpudash.ui.widgets.celltable import CellTable
 from gpudash.ui.widgets.holder_columns import COLUMNS, FLAGS_MAX, INDEX, Fit, fit_columns
 from gpudash.ui.widgets.holder_view import HolderView, sort_groups, sort_nodes
 
-__all__ = ["COLUMNS", "FLAGS_MAX", "HolderRow", "HolderView", "HoldersTable", "filter_rows",
-           "holder_rows", "selection_of"]
+__all__ = ["COLUMNS", "FLAGS_MAX", "HolderRow", "HolderView", "HoldersTable", "holder_rows",
+           "selection_of"]
 FLAGS = INDEX["flags"]
 
 def column_widths(rows: list[HolderRow]) -> tuple[int, ...]:
@@ -61,11 +61,13 @@ UNATTRIBUTED_MIN_MIB = 256
 @dataclass(frozen=True, slots=True)
 class HolderRow:
     """One row: its key and a cell per column of ``COLUMNS``; ``short_flags`` is the Flags
-    cell as a narrow table shows it (``ORPH+2``)."""
+    cell as a narrow table shows it (``ORPH+2``); ``flags``: what the row is flagged
+    (a flag filter reads them)."""
 
     key: str
     cells: tuple[Text, ...]
     short_flags: Text | None = None
+    flags: frozenset[Flag] = frozenset()
 
 
 def _flag_style(flag: Flag, pal: Palette) -> str:
@@ -140,7 +142,8 @@ def _group_row(group: OwnerGroup, pal: Palette, collapsed: bool) -> HolderRow:
     cells = [Text("")] * len(COLUMNS)
     cells[INDEX["who"]], cells[INDEX["mem"]], cells[FLAGS] = who, mem, flags
     cells[INDEX["cmd"]] = desc
-    return HolderRow("u:" + group.key, tuple(cells), short_flags_text(group.flags, pal))
+    return HolderRow("u:" + group.key, tuple(cells), short_flags_text(group.flags, pal),
+                     group.flags)
 
 
 def command_text(p: Process, why: str | None, pal: Palette) -> Text:
@@ -243,7 +246,8 @@ def _process_rows(node: ProcessNode, prefix: str, last: bool, w: _Walk,
                    else "bold")
         who.append_text(literal(node.label or p.name))
         return HolderRow(key, process_cells(p, node, who, w),
-                         short_flags_text(node.flags - {Flag.UNIT_INACTIVE}, w.pal))
+                         short_flags_text(node.flags - {Flag.UNIT_INACTIVE}, w.pal),
+                         node.flags - {Flag.UNIT_INACTIVE})
 
     if w.cache is None:
         out.append(make())
@@ -306,46 +310,6 @@ def _unattributed_row(result: HostTriage, pal: Palette) -> HolderRow | None:
     cells[INDEX["who"]], cells[INDEX["mem"]], cells[INDEX["cmd"]] = \
         who, gpu_memory_text(memory), why
     return HolderRow(UNATTRIBUTED_KEY, tuple(cells))
-
-
-def filter_rows(rows: list[HolderRow], text: str) -> list[HolderRow]:
-    """Rows matching ``text`` (case-insensitive, anywhere in the row), with their owner.
-
-    An owner row that matches keeps all its processes; otherwise only its matching
-    processes are kept, under it. Owners with nothing left are dropped.
-    """
-    needle = text.strip().lower()
-    if not needle:
-        return rows
-
-    def hit(row: HolderRow) -> bool:
-        return any(needle in cell.plain.lower() for cell in row.cells)
-
-    out: list[HolderRow] = []
-    group: HolderRow | None = None
-    members: list[HolderRow] = []
-
-    def flush() -> None:
-        if group is None:
-            return
-        kept = members if hit(group) else [m for m in members if hit(m)]
-        if kept or hit(group):
-            out.append(group)
-            out.extend(kept)
-
-    for row in rows:
-        if row.key.startswith("u:"):
-            flush()
-            group, members = row, []
-        elif row.key.startswith("x:"):  # a row of its own, under no owner
-            flush()
-            group, members = None, []
-            if hit(row):
-                out.append(row)
-        else:
-            members.append(row)
-    flush()
-    return out
 
 
 def selection_of(
@@ -491,3 +455,10 @@ class HoldersTable(CellTable):
             return False
         self.move_cursor(row=keys.index(key))
         return True
+
+
+def filter_rows(rows: list[HolderRow], text: str) -> list[HolderRow]:
+    """``holder_filter.filter_rows`` (kept here for the callers that import it so)."""
+    from gpudash.ui.widgets.holder_filter import filter_rows as rows_matching
+
+    return rows_matching(rows, text)
