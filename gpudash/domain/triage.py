@@ -15,15 +15,14 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from gpudash.domain.crashloop import looping_now
-from gpudash.domain.lint import Finding, Learned, lint_container, lint_unit
+from gpudash.domain.lint import Finding, Learned
 from gpudash.domain.model import EVERYTHING, HostSnapshot, Process, Unit
 from gpudash.domain.owners import (
     NO_UNIT,
-    RULES,
     Orphan,
     Owner,
     OwnerKind,
-    container_key,
+    idle_owners,
     owners,
     unit_kind,
     unit_respawned,
@@ -82,6 +81,16 @@ class OwnerGroup:
     @property
     def total_gpu_memory_mib(self) -> int:
         return sum(self.gpu_memory_mib.values())
+
+    @property
+    def service(self) -> Unit | None:
+        """Its systemd unit when that unit is the owner (a service)."""
+        return None if self.owner is None else self.owner.service
+
+    @property
+    def nobody(self) -> bool:
+        """No owner: each process stands for itself (listed last)."""
+        return self.owner is None or self.owner.nobody
 
     def nodes(self) -> Iterable[ProcessNode]:
         for root in self.roots:
@@ -364,14 +373,10 @@ def _group(key: str, procs: list[Process], tp: _Pass, prev_units: Mapping[str, U
     warnings = rules.warnings(owner, orphan_count, respawned)
     if orphan_count:
         warnings += tuple(orphan_summaries(procs, tp.orphans_of, tp.tree))
-    unit = owner.unit if owner.kind is not OwnerKind.NONE else None
+    unit = owner.unit
     memory = _memory(procs)
-    lint: tuple[Finding, ...] = ()
-    if unit is not None and owner.kind is OwnerKind.SERVICE:
-        lint = lint_unit(unit, holds_gpu_memory=any(memory.values()),
-                         learned=learned.get(unit.name))
-    elif owner.kind is OwnerKind.CONTAINER and owner.container is not None:
-        lint = lint_container(owner.container)
+    lint: tuple[Finding, ...] = rules.lint(owner, any(memory.values()),
+                                           learned.get(unit.name) if unit else None)
     return OwnerGroup(key, owner.kind, unit, frozenset(gflags),
                       _tree(procs, tp.flags, rules.main_pid(owner)), memory, warnings,
                       owner, lint)
@@ -399,24 +404,13 @@ def triage(snapshot: HostSnapshot, previous: HostSnapshot | None = None, *,
         if not any(holds(p) for p in procs) and not owner.rules.shown_empty(owner):
             continue
         groups.append(_group(key, procs, tp, prev_units, learned, looping))
-    # Units the host reports without any process left (a reclaimed service) stay visible:
-    # "inactive, disabled, 0 GiB" is the proof the operator is looking for.
-    rules = RULES[OwnerKind.SERVICE]
-    for unit in snapshot.units:
-        if unit.name not in tp.members and unit_kind(unit.name) is OwnerKind.SERVICE:
-            owner = Owner(OwnerKind.SERVICE, unit.name, rules, unit)
-            tp.owner_of_key[unit.name] = owner
-            groups.append(_group(unit.name, [], tp, prev_units, learned, looping))
-    # A stopped container stays visible too ("exited, restart policy no, 0 GiB").
-    seen_ids = {o.container_id for o in tp.owner_of_key.values()}
-    for c in snapshot.containers:
-        if c.state == "removed" or c.id in seen_ids:
-            continue
-        key = container_key(c.runtime, c.label)
-        tp.owner_of_key[key] = Owner(OwnerKind.CONTAINER, key, RULES[OwnerKind.CONTAINER],
-                                     container=c, container_id=c.id, runtime=c.runtime)
-        groups.append(_group(key, [], tp, prev_units, learned, looping))
-    groups.sort(key=lambda g: (g.kind is OwnerKind.NONE, -g.total_gpu_memory_mib, g.key))
+    # Owners the host reports without any process left (a reclaimed service, an exited
+    # container) stay visible: "inactive, disabled, 0 GiB" is the proof the operator is
+    # looking for.
+    for owner in idle_owners(snapshot, list(tp.owner_of_key.values())):
+        tp.owner_of_key[owner.key] = owner
+        groups.append(_group(owner.key, [], tp, prev_units, learned, looping))
+    groups.sort(key=lambda g: (g.nobody, -g.total_gpu_memory_mib, g.key))
     return _indexed(HostTriage(snapshot, tuple(groups), tp.flags, holders_by_gpu(snapshot),
                                tp.orphans_of, learned, looping), tp.members)
 

@@ -15,15 +15,13 @@ from gpudash.domain.model import HostSnapshot, Process, SourceKind, Unit, unit_n
 from gpudash.domain.owners import (
     container_members,
     owner_of,
-    pod_advice,
+    service_unit,
 )
 from gpudash.domain.tree import ProcessTree
 from gpudash.domain.triage import (
     Flag,
-    OwnerKind,
     holds,
     orphan_summaries,
-    owner_kind,
     process_flags,
     triage,
 )
@@ -74,7 +72,7 @@ def require_unit(snapshot: HostSnapshot, name: str | None) -> Unit:
     if not name:
         raise PlanError("select a unit first")
     full = unit_name(name)
-    if owner_kind(full) is not OwnerKind.SERVICE:
+    if not service_unit(full):
         raise PlanError(f"{full} is not a system service; signal its processes instead")
     unit = snapshot.unit(full)
     if unit is None:
@@ -157,15 +155,13 @@ def _process_notes(snapshot: HostSnapshot, p: Process, owner: Unit | None,
                 f"(Restart={owner.restart}): systemd will respawn it. Stop the unit instead."
             )
     notes += container_kill_notes(snapshot, p)
-    kind = owner_kind(p.unit)
-    if kind is OwnerKind.CONTAINER:
-        return notes
-    if kind is OwnerKind.SESSION:
+    mine = owner_of(p, snapshot)
+    if mine.personal:
         notes.append(
             f"pid {p.pid} belongs to {p.user or '?'}'s login session ({p.unit}): "
             "this is a person's live work, not a service. Make sure they know."
         )
-    elif ends and kind is OwnerKind.SERVICE and owner is not None and not owner.is_down:
+    elif ends and mine.service is not None and owner is not None and not owner.is_down:
         flags = process_flags(snapshot)
         peers = [
             q for q in members_of(snapshot, owner)
@@ -346,11 +342,5 @@ def does_not_fit(what: str, problems: list[str], after: str = "") -> PlanError:
 def container_kill_notes(snapshot: HostSnapshot, p: Process) -> list[str]:
     """Killing a container's main process: its runtime's restart policy brings it back."""
     owner = owner_of(p, snapshot)
-    if owner.kind is OwnerKind.POD:
-        return [f"pid {p.pid}: " + pod_advice(owner)]
-    c = owner.container
-    if owner.kind is OwnerKind.CONTAINER and c is not None and owner.respawner:
-        return [f"pid {p.pid} belongs to {owner.describe()} (restart policy "
-                f"{c.restart_policy}): {c.runtime} will restart it. Stop or reclaim the "
-                "container instead."]
-    return []
+    note = owner.rules.kill_note(owner, p)
+    return [] if note is None else [note]

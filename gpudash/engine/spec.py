@@ -18,7 +18,6 @@ from gpudash.domain.owners import (
 )
 from gpudash.domain.triage import (
     HostTriage,
-    OwnerKind,
 )
 from gpudash.engine.plan import (
     ActionKind,
@@ -119,7 +118,7 @@ def selected_owner(snapshot: HostSnapshot, sel: Selection) -> Owner | None:
     if sel.pod is not None:
         for p in snapshot.processes:
             o = owner_of(p, snapshot)
-            if o.kind is OwnerKind.POD and o.pod_uid == sel.pod:
+            if o.selector.get("pod") == sel.pod:
                 return o
     return None
 

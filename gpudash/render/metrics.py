@@ -28,11 +28,10 @@ from prometheus_client.core import (
 
 from gpudash.domain.fleet import reclaimable_by_gpu
 from gpudash.domain.model import HostSnapshot, Process
+from gpudash.domain.owners import service_unit
 from gpudash.domain.triage import (
     NO_UNIT,
     HostTriage,
-    OwnerKind,
-    owner_kind,
     unattributed_mib,
 )
 from gpudash.domain.untrusted import clean
@@ -142,7 +141,7 @@ def _host(m: _Families, host: str, snap: HostSnapshot, tri: HostTriage, view: Fr
     _orphaned(m, snap, tri, orphans_of, labels)
     _units(m, host, snap, orphans_of, view)
     for group in tri.groups:
-        if group.kind is OwnerKind.SERVICE:
+        if group.owner is not None and group.owner.rules.manages_unit:
             for gpu, mib in sorted(group.gpu_memory_mib.items()):
                 m.unit_memory.add_metric(labels(gpu) + [clean(group.key)], float(mib * MIB))
 
@@ -196,7 +195,7 @@ def _orphaned(m: _Families, snap: HostSnapshot, tri: HostTriage,
 
 def _units(m: _Families, host: str, snap: HostSnapshot,
            orphans_of: dict[str, list[Process]], view: Frame) -> None:
-    services = [u for u in snap.units if owner_kind(u.name) is OwnerKind.SERVICE]
+    services = [u for u in snap.units if service_unit(u.name)]
     for u in services:
         labels = [host, clean(u.name)]
         m.orphans.add_metric(labels, float(len(orphans_of.get(u.name, ()))))

@@ -2,19 +2,23 @@
 
 An ``Owner`` is a group's owner as one snapshot shows it (a systemd service, a user's
 own service, a login session, a container, a Kubernetes pod, a transient scope, or
-nobody). What an owner can do, why it cannot, when its processes are orphans and what to
-warn about are its kind's ``OwnerRules`` (one class per kind, in this package's modules):
-the triage, the action specs and the screens ask the owner, never switch on its kind.
+nobody). Each kind is one adapter, an ``OwnerRules`` class in this package: how it is
+recognised in a snapshot, what it can do and why it cannot, when its processes are
+orphans, what to warn about, its lint, how the panel and the engine name it. The
+triage, the action specs and the screens ask the owner, never switch on its kind
+(tests/test_owner_adapters.py fails when a kind is named outside this package and the
+demo).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
-from gpudash.domain.model import Container, Pod, Process, Unit
+from gpudash.domain.lint import Finding, Learned
+from gpudash.domain.model import Container, HostSnapshot, Pod, Process, Unit
 from gpudash.domain.tree import ProcessTree
 
 
@@ -49,9 +53,29 @@ class Orphan:
 
 
 class OwnerRules(Protocol):
-    """The rules of one kind of owner."""
+    """One kind of owner: the whole contract of an adapter (``BaseRules`` has defaults)."""
 
     kind: OwnerKind
+    # Its systemd unit is the owner (a service): the unit's state, lint and actions are
+    # the owner's. A container's scope is a unit too, but the runtime is its owner.
+    manages_unit: bool
+    nobody: bool  # no owner at all: listed last; each process stands for itself
+    personal: bool  # somebody's live work (a login): signalling it says so
+
+    def recognize(self, p: Process, snapshot: HostSnapshot, units: Mapping[str, Unit]
+                  ) -> Owner | None:
+        """``p``'s owner when it is of this kind (the registry asks the kinds in order)."""
+        ...
+
+    def claims_unit(self, name: str) -> bool:
+        """A systemd unit of this name, alone, is of this kind."""
+        ...
+
+    def idle(self, snapshot: HostSnapshot, seen: Sequence[Owner]) -> Iterable[Owner]:
+        """Owners of this kind the host reports with no process left (a stopped service,
+        an exited container): shown, as the proof an operator looks for. ``seen``: the
+        owners already shown (those with processes)."""
+        ...
 
     def capabilities(self, owner: Owner) -> frozenset[OwnerCapability]: ...
 
@@ -60,6 +84,10 @@ class OwnerRules(Protocol):
         ...
 
     def describe(self, owner: Owner) -> str: ...
+
+    def about(self, owner: Owner) -> str:
+        """What the unit panel says of an owner it has no more facts about."""
+        ...
 
     def respawner(self, owner: Owner) -> str | None:
         """Who brings a killed main process back by itself, or None."""
@@ -85,10 +113,95 @@ class OwnerRules(Protocol):
         """Plain-words advice for the operator about this owner."""
         ...
 
+    def lint(self, owner: Owner, holds_gpu_memory: bool, learned: Learned | None
+             ) -> tuple[Finding, ...]:
+        """What in its configuration makes the incident likely."""
+        ...
+
     def shown_empty(self, owner: Owner) -> bool:
         """Shown even when none of its processes holds GPU memory (a service's state is
         the proof an operator looks for)."""
         ...
+
+    def selector(self, owner: Owner) -> Mapping[str, str]:
+        """How an action names it (``Selection``'s fields: ``unit``, ``container``,
+        ``pod``); empty: it is not acted on as a whole."""
+        ...
+
+    def kill_note(self, owner: Owner, p: Process) -> str | None:
+        """What killing ``p``, one of its processes, does beyond it (a runtime restarts
+        it), or None."""
+        ...
+
+    def holder(self, owner: Owner, p: Process, process: str) -> str:
+        """Who is in the way, for a start that does not fit (``process``: ``p`` in words)."""
+        ...
+
+
+class BaseRules:
+    """The defaults of a kind: named, nothing to ask, not acted on (the generic owner)."""
+
+    kind: OwnerKind
+    manages_unit = False
+    nobody = False
+    personal = False
+
+    def recognize(self, p: Process, snapshot: HostSnapshot, units: Mapping[str, Unit]
+                  ) -> Owner | None:
+        return None
+
+    def claims_unit(self, name: str) -> bool:
+        return False
+
+    def idle(self, snapshot: HostSnapshot, seen: Sequence[Owner]) -> Iterable[Owner]:
+        return ()
+
+    def capabilities(self, owner: Owner) -> frozenset[OwnerCapability]:
+        return frozenset()
+
+    def unable(self, owner: Owner, capability: OwnerCapability) -> str:
+        return f"{self.describe(owner)} cannot {capability.value}: signal its processes"
+
+    def describe(self, owner: Owner) -> str:
+        return owner.key
+
+    def about(self, owner: Owner) -> str:
+        return self.kind.value
+
+    def respawner(self, owner: Owner) -> str | None:
+        return None
+
+    def main_pid(self, owner: Owner) -> int | None:
+        return None
+
+    def inactive(self, owner: Owner) -> bool:
+        return False
+
+    def respawned(self, owner: Owner, previous: Unit | None) -> bool:
+        return False
+
+    def orphans(self, owner: Owner, members: Sequence[Process], tree: ProcessTree
+                ) -> Mapping[int, Orphan]:
+        return {}
+
+    def warnings(self, owner: Owner, orphan_count: int, respawned: bool) -> tuple[str, ...]:
+        return ()
+
+    def lint(self, owner: Owner, holds_gpu_memory: bool, learned: Learned | None
+             ) -> tuple[Finding, ...]:
+        return ()
+
+    def shown_empty(self, owner: Owner) -> bool:
+        return False
+
+    def selector(self, owner: Owner) -> Mapping[str, str]:
+        return {}
+
+    def kill_note(self, owner: Owner, p: Process) -> str | None:
+        return None
+
+    def holder(self, owner: Owner, p: Process, process: str) -> str:
+        return owner.key
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +219,26 @@ class Owner:
     pod: Pod | None = None
     user_uid: int | None = None  # under this user's own systemd: theirs, not the host's
     user: str | None = None  # that user's name, as the host reported its processes' owner
+    # what a kind that has no field above knows of its owner (a job's facts), as the host
+    # reported them: untrusted text
+    facts: Mapping[str, object] = field(default_factory=dict, compare=False)
+
+    @property
+    def service(self) -> Unit | None:
+        """Its systemd unit when that unit is the owner (a service), else None."""
+        return self.unit if self.rules.manages_unit else None
+
+    @property
+    def nobody(self) -> bool:
+        return self.rules.nobody
+
+    @property
+    def personal(self) -> bool:
+        return self.rules.personal
+
+    @property
+    def selector(self) -> Mapping[str, str]:
+        return self.rules.selector(self)
 
     @property
     def capabilities(self) -> frozenset[OwnerCapability]:

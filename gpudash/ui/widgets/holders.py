@@ -19,7 +19,6 @@ from gpudash.domain.triage import (
     Flag,
     HostTriage,
     OwnerGroup,
-    OwnerKind,
     ProcessNode,
     unattributed_mib,
 )
@@ -328,7 +327,7 @@ def selection_of(
         group = result.group_of(pid)
     if group is None:
         return None, None, pid
-    unit = group.key if group.kind is OwnerKind.SERVICE and group.unit is not None else None
+    unit = group.key if group.service is not None else None
     return group.key, unit, pid
 
 
@@ -455,10 +454,3 @@ class HoldersTable(CellTable):
             return False
         self.move_cursor(row=keys.index(key))
         return True
-
-
-def filter_rows(rows: list[HolderRow], text: str) -> list[HolderRow]:
-    """``holder_filter.filter_rows`` (kept here for the callers that import it so)."""
-    from gpudash.ui.widgets.holder_filter import filter_rows as rows_matching
-
-    return rows_matching(rows, text)
