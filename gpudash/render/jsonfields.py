@@ -99,6 +99,8 @@ _FIELDS: dict[str, dict[str, str]] = {
         "user_unit": "and the unit there" + _NA,
         "unreadable": "listed by the driver, not readable on the host: `gone`, `hidden`, "
         "`denied` or `namespace`" + _NA,
+        "claim": "`KIND:KEY`: an owner its cgroup names of a kind with no field above "
+        "(a Slurm job: `slurm job:1234`)" + _NA,
         "flags": "its triage flags (`ORPHAN`, `RESPAWNED`, …; see the values below)",
         "orphan": "why it is ORPHAN, in words; null when it is not",
     },
@@ -163,6 +165,8 @@ _FIELDS: dict[str, dict[str, str]] = {
         "warnings": "what to know before acting on it, one line each",
         "lint": "its configuration findings (the unit lint, the container lint): the "
         "settings that set the trap",
+        "facts": "what the host says of an owner of a kind with no field above (a Slurm "
+        "job's user, partition, state, allocated GPUs), by name; {} for the others",
     },
     "hosts[].owners[].lint[]": {
         "setting": "the setting as systemd (or the container's runtime) names it",
