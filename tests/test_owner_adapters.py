@@ -8,20 +8,25 @@ metrics, the unit panel...): a new kind meant finding them all.
 from __future__ import annotations
 
 import ast
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
+import gpudash.domain.owners as owners_pkg
 from gpudash.domain.model import Container, HostSnapshot, Process, Unit
 from gpudash.domain.owners import (
     FALLBACK,
     KINDS,
+    BaseRules,
+    Owner,
     OwnerKind,
+    Stray,
     owner_of,
     service_unit,
     unit_kind,
 )
-from gpudash.domain.triage import triage
+from gpudash.domain.triage import Flag, triage
 
 PACKAGE = Path(__file__).resolve().parent.parent / "gpudash"
 ALLOWED = (PACKAGE / "domain" / "owners", PACKAGE / "demo")
@@ -85,3 +90,28 @@ def test_idle_owners_of_every_kind_stay_visible() -> None:
     shown = {(g.kind, g.key, g.service is not None) for g in result.groups}
     assert shown == {(OwnerKind.SERVICE, "vllm.service", True),
                      (OwnerKind.CONTAINER, "docker:old", False)}
+
+
+class _Scheduler(BaseRules):
+    """A kind whose manager allocated GPU 0 to nobody: whatever holds memory there strays,
+    whoever owns it (the contract's hook, without a real scheduler)."""
+
+    kind = OwnerKind.SCOPE  # stands in: the registry is keyed by kind
+
+    def strays(self, snapshot: HostSnapshot, owner_by_pid: Mapping[int, Owner]
+               ) -> Mapping[int, Stray]:
+        return {p.pid: Stray("no job", f"pid {p.pid} holds GPU 0, which no job has")
+                for p in snapshot.processes if p.gpu_memory_mib.get(0)}
+
+
+def test_a_kind_flags_what_its_manager_did_not_allocate_whoever_owns_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(owners_pkg, "KINDS", (_Scheduler(), *KINDS))
+    held = Process(pid=20, unit="session-3.scope", user="bob", gpu_memory_mib={0: 900})
+    other = Process(pid=21, unit="session-3.scope", user="bob", gpu_memory_mib={1: 900})
+    result = triage(HostSnapshot("h", 0.0, processes=(held, other)))
+    assert Flag.STRAY in result.flags[20] and Flag.STRAY not in result.flags[21]
+    assert result.strays[20].reason == "no job"
+    group = result.group_of(20)
+    assert group is not None and Flag.STRAY in group.flags
+    assert "pid 20 holds GPU 0, which no job has" in group.warnings

@@ -22,8 +22,10 @@ from gpudash.domain.owners import (
     Orphan,
     Owner,
     OwnerKind,
+    Stray,
     idle_owners,
     owners,
+    strays,
     unit_kind,
     unit_respawned,
 )
@@ -46,6 +48,9 @@ class Flag(StrEnum):
     DEVICE_HOLDER = "DEVICE HOLDER"
     # the driver lists it, the collector could not read it (``Process.unreadable``)
     UNREADABLE = "UNREADABLE"
+    # holds GPU memory its scheduler did not allocate to it (``Stray``: a Slurm node's GPU
+    # no running job has, or another job's)
+    STRAY = "STRAY"
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +112,8 @@ class HostTriage:
     holders_by_gpu: Mapping[int, tuple[tuple[Process, int | None], ...]]
     # pid -> why it is an orphan (the top of its orphaned subtree, and what happened to it)
     orphans_of: Mapping[int, Orphan] = field(default_factory=dict)
+    # pid -> what it holds that its scheduler did not allocate to it, and why
+    strays: Mapping[int, Stray] = field(default_factory=dict)
     # unit -> what gpudash saw of its stops on this host, as the caller passed it to the lint
     learned: Mapping[str, Learned] = field(default_factory=dict)
     # the services systemd keeps restarting: the host's follower's verdict (its history of
@@ -199,6 +206,7 @@ class _Pass:
     owner_of_key: dict[str, Owner]
     orphans_of: dict[int, Orphan]
     flags: dict[int, frozenset[Flag]]
+    strays: dict[int, Stray]
 
     @classmethod
     def of(cls, snapshot: HostSnapshot) -> _Pass:
@@ -214,6 +222,7 @@ class _Pass:
         for key, procs in members.items():
             owner = owner_of_key[key]
             orphans_of.update(owner.rules.orphans(owner, procs, tree))
+        stray = strays(snapshot, owner_by_pid)
         # what an owner says of its processes, asked once per owner
         facts = {
             key: (o.rules.inactive(o), o.rules.main_pid(o) if o.rules.respawned(o, None)
@@ -225,7 +234,8 @@ class _Pass:
         for p in snapshot.processes:
             inactive, respawned_main = facts[owner_by_pid[p.pid].key]
             if not (inactive or p.pid in orphans_of or p.pid == respawned_main
-                    or p.state in ("Z", "D") or p.device_gpus or p.unreadable):
+                    or p.state in ("Z", "D") or p.device_gpus or p.unreadable
+                    or p.pid in stray):
                 flags[p.pid] = plain
                 continue
             f = _state_flags(p)
@@ -235,8 +245,11 @@ class _Pass:
                 f.add(Flag.ORPHAN)
             if p.pid == respawned_main:
                 f.add(Flag.RESPAWNED)
+            if p.pid in stray:
+                f.add(Flag.STRAY)
             flags[p.pid] = frozenset(f)
-        return cls(snapshot, tree, owner_by_pid, members, owner_of_key, orphans_of, flags)
+        return cls(snapshot, tree, owner_by_pid, members, owner_of_key, orphans_of, flags,
+                   stray)
 
 
 def process_flags(snapshot: HostSnapshot) -> dict[int, frozenset[Flag]]:
@@ -373,6 +386,11 @@ def _group(key: str, procs: list[Process], tp: _Pass, prev_units: Mapping[str, U
     warnings = rules.warnings(owner, orphan_count, respawned)
     if orphan_count:
         warnings += tuple(orphan_summaries(procs, tp.orphans_of, tp.tree))
+    strayed = [tp.strays[p.pid].why for p in procs if p.pid in tp.strays]
+    if strayed:
+        gflags.add(Flag.STRAY)
+        warnings += tuple(strayed[:3]) + ((f"... and {len(strayed) - 3} more",)
+                                          if len(strayed) > 3 else ())
     unit = owner.unit
     memory = _memory(procs)
     lint: tuple[Finding, ...] = rules.lint(owner, any(memory.values()),
@@ -412,7 +430,7 @@ def triage(snapshot: HostSnapshot, previous: HostSnapshot | None = None, *,
         groups.append(_group(owner.key, [], tp, prev_units, learned, looping))
     groups.sort(key=lambda g: (g.nobody, -g.total_gpu_memory_mib, g.key))
     return _indexed(HostTriage(snapshot, tuple(groups), tp.flags, holders_by_gpu(snapshot),
-                               tp.orphans_of, learned, looping), tp.members)
+                               tp.orphans_of, tp.strays, learned, looping), tp.members)
 
 
 def _same_objects(a: tuple[object, ...], b: tuple[object, ...]) -> bool:

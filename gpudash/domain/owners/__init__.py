@@ -27,6 +27,7 @@ from gpudash.domain.owners.kinds import (
     OwnerCapability,
     OwnerKind,
     OwnerRules,
+    Stray,
 )
 from gpudash.domain.owners.people import (
     NoOwnerRules,
@@ -38,9 +39,9 @@ from gpudash.domain.owners.service import ServiceRules, unit_respawned
 
 __all__ = [
     "KINDS", "NO_UNIT", "RESTARTING_POLICIES", "RULES", "BaseRules", "OwnerCapability", "Orphan",
-    "Owner", "OwnerKind", "OwnerRules", "container_key", "container_members", "container_owner",
-    "idle_owners", "owner_of", "owners", "pod_advice", "pod_label", "service_unit", "unit_kind",
-    "unit_respawned",
+    "Owner", "OwnerKind", "OwnerRules", "Stray", "container_key", "container_members",
+    "container_owner", "idle_owners", "owner_of", "owners", "pod_advice", "pod_label",
+    "service_unit", "strays", "unit_kind", "unit_respawned",
 ]
 
 # The kinds in the order they are asked: what a cgroup names (a pod, a container) before
@@ -84,6 +85,15 @@ def owner_of(p: Process, snapshot: HostSnapshot, units: Mapping[str, Unit] | Non
     raise AssertionError("the fallback recognises every process")  # pragma: no cover
 
 
+def strays(snapshot: HostSnapshot, owner_by_pid: Mapping[int, Owner]) -> dict[int, Stray]:
+    """What every kind finds held outside what its manager allocated (pid -> why)."""
+    out: dict[int, Stray] = {}
+    for rules in KINDS:
+        for pid, stray in rules.strays(snapshot, owner_by_pid).items():
+            out.setdefault(pid, stray)
+    return out
+
+
 def idle_owners(snapshot: HostSnapshot, seen: list[Owner]) -> list[Owner]:
     """The owners the host reports with no process left, of every kind (``seen``: those
     with processes; it grows with what this returns)."""
@@ -102,7 +112,7 @@ def owners(snapshot: HostSnapshot) -> dict[int, Owner]:
     out: dict[int, Owner] = {}
     for p in snapshot.processes:
         key = (p.unit, p.container_runtime, p.container_id, p.pod_uid, p.user_uid,
-               p.user_unit, p.user if p.user_uid is not None else None)
+               p.user_unit, p.user if p.user_uid is not None else None, p.claim)
         owner = seen.get(key)
         if owner is None:
             owner = seen[key] = owner_of(p, snapshot, units)

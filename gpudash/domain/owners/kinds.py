@@ -43,6 +43,17 @@ class OwnerCapability(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class Stray:
+    """A process (of any owner) holding GPU memory that a kind's manager did not give it: a
+    Slurm node's GPU that no running job was allocated, or another job's. ``reason``: one
+    of a few short words (a metric's label: "no job", "outside allocation"); ``why``: the
+    whole story, naming the GPU and who it most likely came from."""
+
+    reason: str
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
 class Orphan:
     """Why a process is an orphan: the top of its orphaned subtree (itself, or the process
     it is under) and what happened to that one, as a predicate ("lost its API server
@@ -123,6 +134,16 @@ class OwnerRules(Protocol):
         the proof an operator looks for)."""
         ...
 
+    def rows(self, owner: Owner) -> tuple[tuple[str, str], ...]:
+        """Its facts as the unit panel lists them, (name, value) each (host text)."""
+        ...
+
+    def strays(self, snapshot: HostSnapshot, owner_by_pid: Mapping[int, Owner]
+               ) -> Mapping[int, Stray]:
+        """Processes of any owner that hold GPU memory this kind's manager allocated to
+        nobody, or to another owner (a Slurm node's GPUs): pid -> why."""
+        ...
+
     def selector(self, owner: Owner) -> Mapping[str, str]:
         """How an action names it (``Selection``'s fields: ``unit``, ``container``,
         ``pod``); empty: it is not acted on as a whole."""
@@ -193,6 +214,13 @@ class BaseRules:
 
     def shown_empty(self, owner: Owner) -> bool:
         return False
+
+    def rows(self, owner: Owner) -> tuple[tuple[str, str], ...]:
+        return ()
+
+    def strays(self, snapshot: HostSnapshot, owner_by_pid: Mapping[int, Owner]
+               ) -> Mapping[int, Stray]:
+        return {}
 
     def selector(self, owner: Owner) -> Mapping[str, str]:
         return {}

@@ -50,7 +50,7 @@ def cell_widths(rows: list[HolderRow]) -> tuple[dict[str, int], int]:
 
 FLAG_ORDER = (
     Flag.ORPHAN, Flag.CRASH_LOOP, Flag.RESPAWNED, Flag.UNIT_INACTIVE, Flag.ZOMBIE,
-    Flag.D_STATE, Flag.DEVICE_HOLDER, Flag.UNREADABLE,
+    Flag.D_STATE, Flag.DEVICE_HOLDER, Flag.UNREADABLE, Flag.STRAY,
 )
 UNATTRIBUTED_KEY = "x:unattributed"
 # Below this on every GPU the driver's own bookkeeping is not worth a row.
@@ -72,7 +72,7 @@ class HolderRow:
 def _flag_style(flag: Flag, pal: Palette) -> str:
     if flag is Flag.ORPHAN:
         return f"bold {pal.orphan}"
-    if flag in (Flag.ZOMBIE, Flag.D_STATE, Flag.UNREADABLE, Flag.CRASH_LOOP):
+    if flag in (Flag.ZOMBIE, Flag.D_STATE, Flag.UNREADABLE, Flag.CRASH_LOOP, Flag.STRAY):
         return f"bold {pal.warning}"
     return f"bold {pal.notice}"
 
@@ -92,7 +92,7 @@ SHORT_FLAG = {
     Flag.ORPHAN: "ORPH", Flag.CRASH_LOOP: "LOOP", Flag.RESPAWNED: "RESP",
     Flag.UNIT_INACTIVE: "INACT",
     Flag.ZOMBIE: "ZOMB", Flag.D_STATE: "D-ST", Flag.DEVICE_HOLDER: "DEV",
-    Flag.UNREADABLE: "UNRD",
+    Flag.UNREADABLE: "UNRD", Flag.STRAY: "STRY",
 }
 
 

@@ -139,6 +139,8 @@ def unit_text(group: OwnerGroup | None, process: Process | None, pal: Palette,
         about = owner.rules.about(owner) if owner is not None else group.kind.value
         out.append_text(literal(about, style="dim"))
         out.append("\n")
+        for name, value in owner.rules.rows(owner) if owner is not None else ():
+            _row(out, name, value)
     total = group.total_gpu_memory_mib
     gpus = sum(1 for v in group.gpu_memory_mib.values() if v)
     _row(out, "GPU memory", f"{gib(total)} on {gpus} GPU(s)" if total else "none", "bold")
