@@ -148,9 +148,10 @@ _FIELDS: dict[str, dict[str, str]] = {
     },
     "hosts[].owners[]": {
         "key": "the owner's key: a unit's name, `docker:NAME`, `podman:NAME`, "
-        "`pod:NAMESPACE/NAME` (`pod:UID` where `crictl` does not answer), `no unit`",
-        "kind": "`service`, `user service`, `container`, `pod`, `session`, `scope` or "
+        "`pod:NAMESPACE/NAME` (`pod:UID` where `crictl` does not answer), `slurm:JOBID`, "
         "`no unit`",
+        "kind": "`service`, `user service`, `container`, `pod`, `slurm job`, `session`, "
+        "`scope` or `no unit`",
         "unit": "its systemd unit (a container's `docker-<id>.scope`)" + _NA,
         "container_id": "a container's id" + _NA,
         "runtime": "a container's runtime" + _NA,

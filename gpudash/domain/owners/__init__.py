@@ -36,6 +36,7 @@ from gpudash.domain.owners.people import (
     UserServiceRules,
 )
 from gpudash.domain.owners.service import ServiceRules, unit_respawned
+from gpudash.domain.owners.slurm import SlurmJobRules
 
 __all__ = [
     "KINDS", "NO_UNIT", "RESTARTING_POLICIES", "RULES", "BaseRules", "OwnerCapability", "Orphan",
@@ -48,7 +49,7 @@ __all__ = [
 # what a unit's name says; the host's services last but one; nobody last.
 FALLBACK = NoOwnerRules()
 KINDS: tuple[OwnerRules, ...] = (
-    PodRules(), ContainerRules(), UserServiceRules(), SessionRules(), ScopeRules(),
+    SlurmJobRules(), PodRules(), ContainerRules(), UserServiceRules(), SessionRules(), ScopeRules(),
     ServiceRules(), FALLBACK,
 )
 RULES: dict[OwnerKind, OwnerRules] = {r.kind: r for r in KINDS}

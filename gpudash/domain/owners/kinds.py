@@ -18,7 +18,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from gpudash.domain.lint import Finding, Learned
-from gpudash.domain.model import Container, HostSnapshot, Pod, Process, Unit
+from gpudash.domain.model import Container, Fact, HostSnapshot, Pod, Process, Unit
 from gpudash.domain.tree import ProcessTree
 
 
@@ -28,6 +28,7 @@ class OwnerKind(StrEnum):
     SESSION = "session"
     CONTAINER = "container"
     POD = "pod"
+    SLURM_JOB = "slurm job"
     SCOPE = "scope"
     NONE = "no unit"
 
@@ -249,7 +250,7 @@ class Owner:
     user: str | None = None  # that user's name, as the host reported its processes' owner
     # what a kind that has no field above knows of its owner (a job's facts), as the host
     # reported them: untrusted text
-    facts: Mapping[str, object] = field(default_factory=dict, compare=False)
+    facts: Mapping[str, Fact] = field(default_factory=dict, compare=False)
 
     @property
     def service(self) -> Unit | None:
