@@ -12,6 +12,7 @@ from gpudash.domain.model import Fact, HostSnapshot, Process
 from gpudash.domain.owners import OwnerKind
 from gpudash.domain.owners.slurm import NO_JOB, OTHERS, OUTSIDE
 from gpudash.domain.triage import Flag, triage
+from gpudash.engine import SPECS, ActionKind, PlanError, Selection
 
 JOB = "slurm job"
 NOW = 1_800_000_000.0
@@ -103,3 +104,34 @@ def test_without_slurms_word_nothing_strays(owners: dict[str, Any]) -> None:
 def test_a_job_whose_gpus_slurm_did_not_say_is_not_called_outside_them() -> None:
     result = triage(snap(proc(50, {3: 1000}, "11"), owners=node(**{"11": job(gpus=None)})))
     assert result.strays == {}
+
+
+def _epilog_host() -> HostSnapshot:
+    """Job 7 (GPUs 0, 1) is completing: its own process 30 is left on GPU 0, an ssh login
+    during it (31) holds GPU 1; job 8 runs on GPU 2 (32, its own)."""
+    return snap(
+        Process(pid=30, ppid=1, start_ticks=300, user="alice", name="python",
+                unit="n_slurmstepd.scope", gpu_memory_mib={0: 5000}, claim=f"{JOB}:7"),
+        Process(pid=31, ppid=1, start_ticks=310, user="alice", name="python",
+                unit="session-3.scope", gpu_memory_mib={1: 3000}),
+        Process(pid=32, ppid=1, start_ticks=320, user="bob", name="python",
+                unit="n_slurmstepd.scope", gpu_memory_mib={2: 7000}, claim=f"{JOB}:8"),
+        owners=node(**{"7": job("COMPLETING", gpus=None),
+                       "8": job(gpus=(2,), user="bob")}))
+
+
+def test_an_epilog_reaps_its_jobs_leftovers_and_never_a_running_jobs() -> None:
+    reap = SPECS[ActionKind.REAP]
+    plan = reap.plan(_epilog_host(), Selection(owner=f"{JOB}:7", gpus=(0, 1)))
+    assert sorted(t.pid for t in plan.targets) == [30, 31]
+    assert plan.expected_free_mib == {0: 5000, 1: 3000}
+    assert any("holds GPU 1 of job 7 outside any running job" in n for n in plan.notes)
+    # the site's rule may be to report what holds the GPUs outside any job, not signal it
+    only = reap.plan(_epilog_host(), Selection(owner=f"{JOB}:7", gpus=(0, 1), strays=False))
+    assert [t.pid for t in only.targets] == [30]
+    assert [n for n in only.notes if n.startswith("left alone (reported only)")] == [
+        "left alone (reported only): python 31 (alice) holds GPU 1, which no running job "
+        "has: escaped from a job's cgroup or started outside any job"]
+    # job 8's epilog would signal nothing of job 8 while it runs, nor of job 7's GPUs
+    with pytest.raises(PlanError, match="no leftovers of slurm job 8"):
+        reap.plan(_epilog_host(), Selection(owner=f"{JOB}:8", gpus=(2,)))

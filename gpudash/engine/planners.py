@@ -13,8 +13,11 @@ from typing import Any
 
 from gpudash.domain.model import HostSnapshot, Process, SourceKind, Unit, unit_name
 from gpudash.domain.owners import (
+    Found,
     container_members,
     owner_of,
+    owners,
+    rules_of,
     service_unit,
 )
 from gpudash.domain.tree import ProcessTree
@@ -214,7 +217,10 @@ def plan_process(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Ac
 
 
 def plan_reap(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> ActionPlan:
-    """TERM (then KILL) every orphan holding GPU memory, of one unit or of the host."""
+    """TERM (then KILL) every orphan holding GPU memory, of one unit or of the host; or
+    what is left of one owner (``sel.owner``: a Slurm job), as its kind says."""
+    if sel.owner is not None:
+        return _plan_leftovers(spec, snapshot, sel, sel.owner)
     unit = unit_name(sel.unit) if sel.unit else None
     result = triage(snapshot)
     container = snapshot.container(sel.container) if sel.container else None
@@ -242,6 +248,42 @@ def plan_reap(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Actio
         untouched=left_alone(snapshot, targets),
         unit_before=snapshot.unit(unit) if unit else None,
     )
+
+
+def _plan_leftovers(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection, claim: str
+                    ) -> ActionPlan:
+    kind, _, key = claim.partition(":")
+    rules = rules_of(kind)
+    if rules is None or not key:
+        raise PlanError(f"{claim}: not an owner gpudash knows (KIND:KEY, e.g. slurm job:42)")
+    result = triage(snapshot)
+    found = Found(owners(snapshot), result.orphans_of, result.strays)
+    why = rules.leftovers(key, snapshot, found, sel.gpus, sel.strays)
+    chosen = [p for p in snapshot.processes if p.pid in why and p.start_ticks is not None]
+    targets = [pin(snapshot, p) for p in chosen]
+    mine = set(sel.gpus or ())
+    reported = [s.why for pid, s in sorted(result.strays.items())
+                if pid not in why and (not mine or mine & set(_held(snapshot, pid)))]
+    notes = tuple(why[p.pid] for p in chosen) + tuple(
+        f"left alone (reported only): {w}" for w in reported)
+    if not targets:
+        said = "; ".join(notes) or "nothing of it holds GPU memory"
+        raise PlanError(f"no leftovers of {kind} {key} on {snapshot.host}: {said}")
+    return new_plan(
+        spec, snapshot, Selection(owner=claim, gpus=sel.gpus, strays=sel.strays),
+        f"{len(targets)} leftover(s) of {kind} {key}",
+        steps=tuple(Signal(t, escalate=True) for t in targets),
+        expected_free_mib=expected_free(snapshot, targets),
+        notes=notes,
+        untouched=left_alone(snapshot, targets),
+    )
+
+
+def _held(snapshot: HostSnapshot, pid: int) -> tuple[int, ...]:
+    p = snapshot.process(pid)
+    if p is None:
+        return ()
+    return tuple(g for g, mib in p.gpu_memory_mib.items() if mib is None or mib > 0)
 
 
 def serving_of(snapshot: HostSnapshot, unit: Unit, sel: Selection) -> Serving:

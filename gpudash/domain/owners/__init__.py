@@ -22,6 +22,7 @@ from gpudash.domain.owners.container import (
 )
 from gpudash.domain.owners.kinds import (
     BaseRules,
+    Found,
     Orphan,
     Owner,
     OwnerCapability,
@@ -39,10 +40,11 @@ from gpudash.domain.owners.service import ServiceRules, unit_respawned
 from gpudash.domain.owners.slurm import SlurmJobRules
 
 __all__ = [
-    "KINDS", "NO_UNIT", "RESTARTING_POLICIES", "RULES", "BaseRules", "OwnerCapability", "Orphan",
+    "KINDS", "NO_UNIT", "RESTARTING_POLICIES", "RULES", "BaseRules", "Found", "OwnerCapability",
+    "Orphan",
     "Owner", "OwnerKind", "OwnerRules", "Stray", "container_key", "container_members",
     "container_owner", "idle_owners", "owner_of", "owners", "pod_advice", "pod_label",
-    "service_unit", "strays", "unit_kind", "unit_respawned",
+    "rules_of", "service_unit", "strays", "unit_kind", "unit_respawned",
 ]
 
 # The kinds in the order they are asked: what a cgroup names (a pod, a container) before
@@ -54,6 +56,14 @@ KINDS: tuple[OwnerRules, ...] = (
 )
 RULES: dict[OwnerKind, OwnerRules] = {r.kind: r for r in KINDS}
 NO_UNIT = FALLBACK.key
+
+
+def rules_of(kind: str) -> OwnerRules | None:
+    """The rules of the kind named ``kind`` (a claim's, a selection's), or None."""
+    for rules in KINDS:
+        if rules.kind.value == kind:
+            return rules
+    return None
 
 
 def unit_kind(unit: str | None) -> OwnerKind:

@@ -55,6 +55,15 @@ class Stray:
 
 
 @dataclass(frozen=True, slots=True)
+class Found:
+    """What the triage found of a snapshot's owners, for a kind's ``leftovers``."""
+
+    owner_by_pid: Mapping[int, Owner]
+    orphans: Mapping[int, Orphan]
+    strays: Mapping[int, Stray]
+
+
+@dataclass(frozen=True, slots=True)
 class Orphan:
     """Why a process is an orphan: the top of its orphaned subtree (itself, or the process
     it is under) and what happened to that one, as a predicate ("lost its API server
@@ -155,6 +164,13 @@ class OwnerRules(Protocol):
         it), or None."""
         ...
 
+    def leftovers(self, key: str, snapshot: HostSnapshot, found: Found,
+                  gpus: tuple[int, ...] | None, strays: bool) -> Mapping[int, str]:
+        """What reaping the leftovers of the owner ``key`` (as a claim names it) signals:
+        pid -> why. ``gpus``: its GPUs where the caller knows them; ``strays``: also what
+        holds them outside any owner of this kind that still runs."""
+        ...
+
     def holder(self, owner: Owner, p: Process, process: str) -> str:
         """Who is in the way, for a start that does not fit (``process``: ``p`` in words)."""
         ...
@@ -228,6 +244,11 @@ class BaseRules:
 
     def kill_note(self, owner: Owner, p: Process) -> str | None:
         return None
+
+    def leftovers(self, key: str, snapshot: HostSnapshot, found: Found,
+                  gpus: tuple[int, ...] | None, strays: bool) -> Mapping[int, str]:
+        return {pid: o.cause for pid, o in found.orphans.items()
+                if (owner := found.owner_by_pid.get(pid)) is not None and owner.key == key}
 
     def holder(self, owner: Owner, p: Process, process: str) -> str:
         return owner.key

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from gpudash.domain.model import Fact, HostSnapshot, Process, Unit
 from gpudash.domain.owners.kinds import (
     BaseRules,
+    Found,
     Orphan,
     Owner,
     OwnerCapability,
@@ -146,6 +147,32 @@ class SlurmJobRules(BaseRules):
             w.append(f"{orphan_count} process(es) of the ended job {job_id(owner)} still "
                      "hold GPU memory Slurm will give to the next job: reap them.")
         return tuple(w)
+
+    def leftovers(self, key: str, snapshot: HostSnapshot, found: Found,
+                  gpus: tuple[int, ...] | None, strays: bool) -> Mapping[int, str]:
+        """What is left of job ``key`` holding GPU memory: its own processes (once it no
+        longer runs), and with ``strays`` whatever holds its GPUs outside any running job
+        (the usual site rule: no GPU work outside a job). A running job's processes,
+        never: not even another job's epilog signals them."""
+        facts = jobs(snapshot).get(key, {})
+        if _text(facts, "state") in LIVE:
+            return {}
+        mine = set(gpus if gpus is not None else _gpus(facts) or ())
+        live = {k for k, f in jobs(snapshot).items() if _text(f, "state") in LIVE}
+        out: dict[int, str] = {}
+        for p in snapshot.processes:
+            held = _held_gpus(p)
+            if not held:
+                continue
+            owner = found.owner_by_pid.get(p.pid)
+            theirs = job_id(owner) if owner is not None and owner.kind is self.kind else None
+            if theirs == key:
+                out[p.pid] = f"{what(p)} is left by job {key}"
+            elif theirs not in live and strays and mine & set(held) and p.pid in found.strays:
+                gpu = min(mine & set(held))
+                out[p.pid] = (f"{what(p)} ({p.user or '?'}) holds GPU {gpu} of job {key} "
+                              "outside any running job")
+        return out
 
     def rows(self, owner: Owner) -> tuple[tuple[str, str], ...]:
         f = owner.facts
