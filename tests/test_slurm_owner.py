@@ -133,5 +133,5 @@ def test_an_epilog_reaps_its_jobs_leftovers_and_never_a_running_jobs() -> None:
         "left alone (reported only): python 31 (alice) holds GPU 1, which no running job "
         "has: escaped from a job's cgroup or started outside any job"]
     # job 8's epilog would signal nothing of job 8 while it runs, nor of job 7's GPUs
-    with pytest.raises(PlanError, match="no leftovers of slurm job 8"):
+    with pytest.raises(PlanError, match="leftovers of slurm job 8 hold"):
         reap.plan(_epilog_host(), Selection(owner=f"{JOB}:8", gpus=(2,)))

@@ -268,7 +268,8 @@ def _plan_leftovers(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection, cl
         f"left alone (reported only): {w}" for w in reported)
     if not targets:
         said = "; ".join(notes) or "nothing of it holds GPU memory"
-        raise PlanError(f"no leftovers of {kind} {key} on {snapshot.host}: {said}")
+        raise PlanError(f"no orphaned processes or leftovers of {kind} {key} hold GPU "
+                        f"memory on {snapshot.host}: {said}")
     return new_plan(
         spec, snapshot, Selection(owner=claim, gpus=sel.gpus, strays=sel.strays),
         f"{len(targets)} leftover(s) of {kind} {key}",

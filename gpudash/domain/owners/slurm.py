@@ -168,7 +168,10 @@ class SlurmJobRules(BaseRules):
             theirs = job_id(owner) if owner is not None and owner.kind is self.kind else None
             if theirs == key:
                 out[p.pid] = f"{what(p)} is left by job {key}"
-            elif theirs not in live and strays and mine & set(held) and p.pid in found.strays:
+            elif strays and mine & set(held) and (
+                    theirs is None or (theirs in jobs(snapshot) and theirs not in live)):
+                # outside any job (its cgroup names none), or left by an ended one; a job
+                # Slurm did not describe may be running: never
                 gpu = min(mine & set(held))
                 out[p.pid] = (f"{what(p)} ({p.user or '?'}) holds GPU {gpu} of job {key} "
                               "outside any running job")
