@@ -131,7 +131,7 @@ def lab_hosts(lab):
 
 @pytest.fixture(scope="module")
 def slurm_host(lab):
-    """One host running a real Slurm (tests/lab/slurm.py) for a test module, its node idle;
+    """One host running a real Slurm (tests/lab/slurm.py) for a test module, its node IDLE;
     torn down after the module. Skips where the lab or Slurm's packages are not here."""
     from lab import slurm
 

@@ -25,6 +25,7 @@ Stdlib only, like lab.py (the pytest fixture is ``slurm_host`` in fixtures.py).
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import shlex
@@ -60,6 +61,9 @@ USERS = ("alice", "bob")
 PARTITION = "gpu"
 EPILOG = "/etc/slurm/epilog.sh"
 TRAIN = "/opt/gpulab/slurm/train.py"  # the jobs' payload: holds stand-in memory on one GPU
+# gpudash's host-side Slurm reader, run inside by the host's own python3
+READER = labmod.REPO / "gpudash" / "collector" / "host" / "slurm.py"
+READER_DIR = "/opt/gpulab/gpudash"
 SLURM_LOG_DIR = "/var/log/slurm"
 NEEDS = ("/usr/sbin/slurmd", "/usr/sbin/slurmctld", "/usr/sbin/munged", "/usr/bin/scontrol",
          "/usr/bin/sbatch", "/etc/munge/munge.key")
@@ -83,10 +87,18 @@ while True:
 """
 
 
+STOP = "/home/alice/stop-"  # + job id: a train_script job ends when it appears
+
+
+def stop_file(job: int) -> str:
+    return f"{STOP}{job}"
+
+
 def train_script(gpus: int = 2, mib: int = 30000, name: str = "train") -> str:
-    """A batch script: one holder per GPU Slurm gives it, as torchrun would. The node's GPU
-    indexes are in SLURM_JOB_GPUS (CUDA_VISIBLE_DEVICES is renumbered 0..n-1 under
-    ConstrainDevices=yes)."""
+    """A batch script: one holder per GPU Slurm gives it, as torchrun would, until
+    stop_file(job) appears (then the script ends and Slurm ends what is left of the job:
+    COMPLETED). The node's GPU indexes are in SLURM_JOB_GPUS (CUDA_VISIBLE_DEVICES is
+    renumbered 0..n-1 under ConstrainDevices=yes)."""
     return f"""#!/bin/bash
 #SBATCH --job-name={name}
 #SBATCH --gres=gpu:{gpus}
@@ -96,7 +108,7 @@ echo "job $SLURM_JOB_ID: SLURM_JOB_GPUS=$SLURM_JOB_GPUS CUDA_VISIBLE_DEVICES=$CU
 for g in ${{SLURM_JOB_GPUS//,/ }}; do
   python3 {TRAIN} $g {mib} &
 done
-wait
+until [ -e {STOP}$SLURM_JOB_ID ]; do sleep 0.2; done
 """
 
 
@@ -200,7 +212,7 @@ class SlurmHost:
     host: Any  # lab.LabHost
     ctld_port: int
     slurmd_port: int
-    boot_seconds: float = 0.0  # nspawn start -> `sinfo` says idle
+    boot_seconds: float = 0.0  # nspawn start -> the node IDLE
 
     @property
     def node(self) -> str:
@@ -211,17 +223,22 @@ class SlurmHost:
         return self.host.exec(["scontrol", *args], check=check, timeout=20)
 
     def node_state(self) -> str:
-        cp = self.host.exec(["sinfo", "-h", "-n", self.node, "-o", "%T"], check=False)
-        return cp.stdout.strip() if cp.returncode == 0 else ""
+        """The node's State in slurmctld (``IDLE``, ``MIXED+DRAIN``, ``IDLE*`` ...). Not
+        sinfo's: after a job cancelled while it started, sinfo said ``mixed`` for 30 s and
+        more while the node was ``State=IDLE CPUAlloc=0`` and took the next job."""
+        cp = self.scontrol("show", "node", "-o", self.node, check=False)
+        m = re.search(r" State=(\S+)", cp.stdout)
+        return m.group(1) if m and cp.returncode == 0 else ""
 
     def wait_idle(self, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
         state = ""
-        while (state := self.node_state()) != "idle":
+        while (state := self.node_state()) != "IDLE":
             if time.monotonic() > deadline:
                 logs = self.host.exec(
-                    ["sh", "-c", f"tail -n 20 {SLURM_LOG_DIR}/slurmctld.log "
-                     f"{SLURM_LOG_DIR}/slurmd.log; systemctl --failed --no-pager"],
+                    ["sh", "-c", "squeue -h -t all -o '%i %T %N'; scontrol show node -o; "
+                     f"tail -n 20 {SLURM_LOG_DIR}/slurmctld.log {SLURM_LOG_DIR}/slurmd.log; "
+                     "systemctl --failed --no-pager"],
                     check=False).stdout
                 raise labmod.LabError(f"{self.node}: node {state or 'unknown'!r}, not idle "
                                       f"after {timeout}s\n{logs}")
@@ -301,6 +318,22 @@ class SlurmHost:
                             "the ssh login's holder")
         labmod_wait(lambda: pid in self.compute_apps(), 10, f"pid {pid} holding GPU {gpu}")
         return pid
+
+    def finish(self, job: int) -> None:
+        """Let a train_script job end by itself (its script returns: COMPLETED)."""
+        self.host.exec(["runuser", "-u", "alice", "--", "touch", stop_file(job)])
+
+    def read_facts(self) -> dict[str, Any]:
+        """gpudash's reader (gpudash/collector/host/slurm.py) run inside by the host's
+        python3 with no environment at all (as an Epilog: no PATH): {"jobs": read_jobs(),
+        "node": read_node()}."""
+        self.host._write(f"{READER_DIR}/gpudash_slurm.py", READER.read_text())
+        code = (f"import json, sys; sys.path.insert(0, {READER_DIR!r}); "
+                "import gpudash_slurm as s; "
+                "print(json.dumps({'jobs': s.read_jobs(), 'node': s.read_node()}))")
+        cp = self.host.exec(["env", "-i", "/usr/bin/python3", "-c", code], timeout=60)
+        facts: dict[str, Any] = json.loads(cp.stdout)
+        return facts
 
     def set_epilog(self, script: str) -> None:
         """Replace the Epilog (slurmd runs the file anew for every job)."""
