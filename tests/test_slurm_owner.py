@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from gpudash.domain.model import Fact, HostSnapshot, Process
-from gpudash.domain.owners import OwnerKind
+from gpudash.domain.owners import OwnerKind, owners
 from gpudash.domain.owners.slurm import NO_JOB, OTHERS, OUTSIDE
 from gpudash.domain.triage import Flag, triage
 from gpudash.engine import SPECS, ActionKind, PlanError, Selection
@@ -70,7 +70,7 @@ def test_memory_on_a_gpu_no_running_job_has_strays_and_names_the_likely_job() ->
 
 def test_memory_on_another_jobs_gpu_strays_whoever_owns_it() -> None:
     left = proc(21, {1: 3000}, user="alice", unit="session-3.scope")
-    mine = proc(22, {2: 3000}, "8")  # job 8 has GPUs 0 and 1; its process holds GPU 2
+    mine = proc(22, {2: 3000}, "8", user="bob")  # job 8 has GPUs 0, 1; its process holds GPU 2
     result = triage(snap(left, mine, owners=node(
         **{"8": job(gpus=(0, 1), user="bob")})))
     assert result.strays[21].reason == OTHERS
@@ -135,3 +135,14 @@ def test_an_epilog_reaps_its_jobs_leftovers_and_never_a_running_jobs() -> None:
     # job 8's epilog would signal nothing of job 8 while it runs, nor of job 7's GPUs
     with pytest.raises(PlanError, match="leftovers of slurm job 8 hold"):
         reap.plan(_epilog_host(), Selection(owner=f"{JOB}:8", gpus=(2,)))
+
+
+def test_another_users_process_in_a_cgroup_named_like_the_jobs_is_not_the_jobs() -> None:
+    """A job is alice's: bob's process claiming it (a cgroup path made to end like the
+    job's) is not grouped under it, nor its root-run slurmstepd turned away."""
+    bobs = proc(60, {0: 1000}, "7", user="bob")
+    stepd = proc(61, {}, "7", user="root")
+    result = triage(snap(bobs, stepd, owners=node(**{"7": job()})))
+    found = owners(result.snapshot)
+    assert found[60].key == "slurmlab1_slurmstepd.scope"  # its unit's, as any process's
+    assert found[61].key == "slurm:7"

@@ -122,8 +122,9 @@ def owners(snapshot: HostSnapshot) -> dict[int, Owner]:
     seen: dict[tuple[object, ...], Owner] = {}
     out: dict[int, Owner] = {}
     for p in snapshot.processes:
+        # what a kind recognises a process by (a job's claim is checked against its user)
         key = (p.unit, p.container_runtime, p.container_id, p.pod_uid, p.user_uid,
-               p.user_unit, p.user if p.user_uid is not None else None, p.claim)
+               p.user_unit, p.user, p.claim)
         owner = seen.get(key)
         if owner is None:
             owner = seen[key] = owner_of(p, snapshot, units)

@@ -107,8 +107,12 @@ class SlurmJobRules(BaseRules):
         claimed = p.claimed
         if claimed is None or claimed[0] != self.kind.value:
             return None
+        facts = snapshot.facts(self.kind.value, claimed[1])
+        user = _text(facts, "user")
+        if user is not None and p.user not in (user, "root"):
+            return None  # another user's process in a cgroup named like the job's: not its
         return Owner(self.kind, PREFIX + claimed[1], self, unit=units.get(p.unit or ""),
-                     user=p.user, facts=snapshot.facts(self.kind.value, claimed[1]))
+                     user=p.user, facts=facts)
 
     def describe(self, owner: Owner) -> str:
         name = _text(owner.facts, "name")
