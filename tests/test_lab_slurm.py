@@ -311,3 +311,33 @@ def test_a_running_jobs_processes_are_never_planned(clean: Any) -> None:
         assert [used[g] for g in sorted(mine.values())] == [MIB, MIB]
     finally:
         end_and_wait_freed(sh, running)
+
+
+async def test_scancel_from_the_dashboard_with_proof(clean: Any) -> None:
+    """(e) the stop key on a job's row is `scancel JOB`, confirmed, run over ssh by the
+    real dashboard, and proven: Slurm says CANCELLED, the job's memory is back."""
+    from test_e2e_app import make_app, open_lab, run_confirmed, select, wait_for
+
+    sh = clean
+    job, holders = sh.submit_train(gpus=2, mib=MIB)
+    source = open_lab(sh.host)
+    app = make_app([source])
+    try:
+        async with app.run_test(size=(160, 50)) as pilot:
+            await select(pilot, app, f"u:slurm:{job}")
+            await run_confirmed(pilot, app, "s", within=60)
+            report = app.last_report
+            assert report is not None and report.confirmed, report and report.summary
+            assert report.plan.title.startswith(f"Cancel job (scancel): Slurm job {job}")
+            assert [c.argv for c in report.commands] == [("scancel", str(job))]
+            freed = {g.index: g.freed_mib for g in report.gpus}
+            assert sorted(freed) == sorted(holders.values())
+            assert all((mib or 0) >= MIB for mib in freed.values()), freed
+            await wait_for(pilot, lambda: app.view.snapshot is not None
+                           and not [p for p in app.view.snapshot.processes
+                                    if p.claim == f"slurm job:{job}"], within=30,
+                           what="the job's processes gone from the dashboard")
+    finally:
+        await source.close()
+    assert sh.wait_job(job, "CANCELLED", timeout=30) == "CANCELLED"
+    assert not any(sh.host.gpu_used_mib())

@@ -53,7 +53,7 @@ def test_a_jobs_processes_on_its_gpus_are_its_own_and_nothing_is_flagged() -> No
     assert group.owner.describe() == "Slurm job 7 (train, alice's)"
     rows = dict(group.owner.rules.rows(group.owner))
     assert rows["GPUs"] == "0,1" and rows["State"] == "RUNNING" and rows["User"] == "alice"
-    assert group.owner.selector == {}  # not acted on as a whole (yet): signal its processes
+    assert group.owner.selector == {"owner": "slurm job:7"}  # stop: scancel 7
 
 
 def test_memory_on_a_gpu_no_running_job_has_strays_and_names_the_likely_job() -> None:

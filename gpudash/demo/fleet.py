@@ -121,6 +121,9 @@ class UnreachableHost(HostControl):
     async def systemctl(self, verb: str, unit: str) -> CommandResult:
         raise self._error()
 
+    async def owner_command(self, kind: str, verb: str, key: str) -> CommandResult:
+        raise self._error()
+
     async def container(
         self, runtime: str, verb: str, container: str, stop_timeout: int = 10,
         policy: str | None = None,

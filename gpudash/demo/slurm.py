@@ -14,6 +14,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpudash.demo.incident import MINIMAX
+from gpudash.domain.owners import OwnerCapability, rules_of
+from gpudash.protocol.source import CommandResult
 
 if TYPE_CHECKING:
     from gpudash.demo.host import DemoHost
@@ -60,3 +62,29 @@ async def play(host: DemoHost) -> None:
         "4118": {"user": "bob", "uid": 1002, "name": "llama-ft", "state": "RUNNING",
                  "partition": "gpu", "gpus": [0, 1, 2, 3]},
     }}
+
+
+def command(host: DemoHost, kind: str, verb: str, key: str, refused: str | None
+            ) -> CommandResult:
+    """An owner kind's command on the demo host: ``scancel JOB``, as its rules build it;
+    slurmd ends the job's processes (their memory comes back at the driver's pace) and
+    Slurm says the job CANCELLED."""
+    rules = rules_of(kind)
+    try:
+        argv = None if rules is None else rules.command(OwnerCapability(verb), key)
+    except ValueError:
+        argv = None
+    if argv is None:
+        return CommandResult((kind, verb, key), 2, f"refused: {kind} has no {verb!r}")
+    if refused is not None:
+        return CommandResult(argv, 1, refused)
+    jobs = host.sim.owners.get(KIND, {})
+    job = jobs.get(key)
+    if job is None or job.get("state") not in ("RUNNING", "SUSPENDED"):
+        return CommandResult(argv, 1, f"scancel: error: Kill job error on job id {key}: "
+                                      "Job/step already completing or completed")
+    # a new object: the stream's patches skip what is the same object as before
+    host.sim.owners = {KIND: {**jobs, key: {**job, "state": "CANCELLED"}}}
+    for p in [p for p in host.processes.values() if p.claim == f"{KIND}:{key}"]:
+        host.sim.die(p)
+    return CommandResult(argv, 0, "")

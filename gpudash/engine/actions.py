@@ -25,6 +25,7 @@ from gpudash.engine.container_plans import (
     plan_container_start,
     require_container,
 )
+from gpudash.engine.owner_plans import plan_owner_command
 from gpudash.engine.plan import (
     ActionKind,
     ActionPlan,
@@ -137,7 +138,7 @@ SPECS: dict[ActionKind, ActionSpec] = {
     for spec in (
         ActionSpec(ActionKind.STOP, "stop_unit", "Stop unit", "s", "Stop",
                    Needs.UNIT, plan_unit, capability=OwnerCapability.STOP,
-                   container_planner=plan_container),
+                   container_planner=plan_container, owner_planner=plan_owner_command),
         ActionSpec(ActionKind.DISABLE, "disable_unit", "Disable unit", "d", "Disable",
                    Needs.UNIT, plan_unit, capability=OwnerCapability.DISABLE,
                    container_planner=plan_container),

@@ -20,6 +20,7 @@ from gpudash.engine.steps import (
     ContainerCommand,
     DaemonReload,
     DropIn,
+    OwnerCommand,
     Signal,
     Step,
     Systemctl,
@@ -49,7 +50,7 @@ DISABLING = frozenset({ActionKind.DISABLE, ActionKind.STOP_DISABLE, ActionKind.R
 STARTING = frozenset({ActionKind.START, ActionKind.RESTART, ActionKind.SWAP})
 
 
-COMMANDS = (Systemctl, ContainerCommand, DropIn, DaemonReload)  # the steps that are commands
+COMMANDS = (Systemctl, ContainerCommand, DropIn, DaemonReload, OwnerCommand)  # commands
 
 
 ROLLBACK_HEADING = "if it does not serve:"  # a swap plan's last part: what puts it back

@@ -175,6 +175,16 @@ class OwnerRules(Protocol):
         """Who is in the way, for a start that does not fit (``process``: ``p`` in words)."""
         ...
 
+    def command(self, capability: OwnerCapability, key: str) -> tuple[str, ...] | None:
+        """The host command that does ``capability`` to the owner a claim names ``key``
+        (a Slurm job's ``scancel``), validated; None: none (systemd's and the container
+        runtimes' have their own steps)."""
+        ...
+
+    def title(self, capability: OwnerCapability) -> str | None:
+        """What an action with ``capability`` is called for this kind ("Cancel job")."""
+        ...
+
 
 class BaseRules:
     """The defaults of a kind: named, nothing to ask, not acted on (the generic owner)."""
@@ -252,6 +262,12 @@ class BaseRules:
 
     def holder(self, owner: Owner, p: Process, process: str) -> str:
         return owner.key
+
+    def command(self, capability: OwnerCapability, key: str) -> tuple[str, ...] | None:
+        return None
+
+    def title(self, capability: OwnerCapability) -> str | None:
+        return None
 
 
 @dataclass(frozen=True, slots=True)

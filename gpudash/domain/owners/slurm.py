@@ -16,6 +16,7 @@ Those are ``Stray``s, whoever owns the process. A job that ended with processes 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 
 from gpudash.domain.model import Fact, HostSnapshot, Process, Unit
@@ -37,6 +38,7 @@ PREFIX = "slurm:"
 HOLDING = frozenset({"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "STAGE_OUT",
                      "SIGNALING", "RESIZING", "STOPPED"})
 LIVE = frozenset({"RUNNING", "SUSPENDED", "CONFIGURING", "RESIZING", "STOPPED"})
+JOB_ID = re.compile(r"[0-9]{1,12}(_[0-9]{1,12})?")  # fullmatch: a job, or an array's task
 NO_JOB, OUTSIDE, OTHERS = "no job", "outside allocation", "another job's GPU"
 REASONS = (NO_JOB, OUTSIDE, OTHERS)  # a metric's label values
 
@@ -123,8 +125,27 @@ class SlurmJobRules(BaseRules):
     def about(self, owner: Owner) -> str:
         return "a Slurm job: slurmd ends its processes when the job ends"
 
+    def capabilities(self, owner: Owner) -> frozenset[OwnerCapability]:
+        # a job Slurm still runs can be cancelled (scancel: slurmd ends its processes)
+        return frozenset({OwnerCapability.STOP}) if self._state(owner) in LIVE else frozenset()
+
     def unable(self, owner: Owner, capability: OwnerCapability) -> str:
-        return f"{self.describe(owner)}: scancel it, or signal its processes"
+        if capability is OwnerCapability.STOP:
+            return (f"{self.describe(owner)} is no longer running: reap what is left of it "
+                    f"(gpudash reap --job {job_id(owner)})")
+        return (f"{self.describe(owner)}: Slurm decides; cancel it (scancel), or signal its "
+                "processes")
+
+    def selector(self, owner: Owner) -> Mapping[str, str]:
+        return {"owner": f"{self.kind.value}:{job_id(owner)}"}
+
+    def command(self, capability: OwnerCapability, key: str) -> tuple[str, ...] | None:
+        if capability is not OwnerCapability.STOP or not JOB_ID.fullmatch(key):
+            return None
+        return ("scancel", key)
+
+    def title(self, capability: OwnerCapability) -> str | None:
+        return "Cancel job (scancel)" if capability is OwnerCapability.STOP else None
 
     def _state(self, owner: Owner) -> str | None:
         return _text(owner.facts, "state")
