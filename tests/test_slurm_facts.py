@@ -387,3 +387,36 @@ def test_path_entries_that_mean_the_working_directory_are_never_searched(
 def test_the_local_node_is_slurmds_name_else_the_short_host_name() -> None:
     assert slurm.local_node({"SLURMD_NODENAME": "gpu07"}) == "gpu07"
     assert "." not in slurm.local_node({})
+
+
+# --------------------------------------------------------------------------- a Slurm node?
+FAILING_SQUEUE = ("sys.stderr.write('squeue: error: resolve_ctls_from_dns_srv: res_nsearch "
+                  "error: Unknown host\\n')\nsys.exit(1)\n")
+
+
+def fake_comm(proc: Path, pid: int, comm: str) -> None:
+    (proc / str(pid)).mkdir(parents=True)
+    (proc / str(pid) / "comm").write_text(comm + "\n")
+
+
+def test_squeue_alone_is_not_a_slurm_node(bin_dir: Path, tmp_path: Path) -> None:
+    """A host with Slurm's client installed and never configured (seen on CI: squeue
+    failing on DNS SRV) says nothing; with a slurmd running, or a process in a job's
+    cgroup, the same failure is this host's error."""
+    from gpudash.collector.host.claims import SlurmJobs
+
+    stand_in(bin_dir, "squeue", FAILING_SQUEUE)
+    proc = tmp_path / "proc"
+    fake_comm(proc, 1, "systemd")
+    fake_comm(proc, 200, "slurmdbd")
+    now = [0.0]
+    jobs = SlurmJobs(clock=lambda: now[0], proc=str(proc))
+    assert jobs.read(set(), force=True) == ({}, [])
+    section, errors = jobs.read({"42"}, force=True)  # a process names job 42
+    assert errors and "Unknown host" in errors[0] and "Unknown host" in section[""]["error"]
+
+    fake_comm(proc, 300, "slurmd")
+    assert jobs.read(set(), force=True) == ({}, [])  # looked for again only after RETRY_S
+    now[0] += 31
+    section, errors = jobs.read(set(), force=True)
+    assert errors and section[""]["error"].startswith("squeue: ")

@@ -1,15 +1,18 @@
 """Owners of kinds with no section of their own: which one a process's cgroup claims
 (``claim``: ``KIND:KEY``) and what the host knows of them (the snapshot's ``owners``).
 
-One reader per kind, asked in turn; today a Slurm job (``slurm``). A kind whose tools are
-not on this host says nothing: no claim, no section. Its facts are read every
-``FACTS_TTL_S`` (at once when a process claims an owner not yet described, or a refresh
-is asked), and after an error only every ``RETRY_S``: a controller that does not answer
-must not slow every sample.
+One reader per kind, asked in turn; today a Slurm job (``slurm``). A kind this host is
+not part of says nothing: no claim, no section. A host is a Slurm node while a ``slurmd``
+runs on it or a process claims a job: ``squeue`` alone (a login host's client, a package
+installed and never configured) is not one, and its errors are not this host's. Its
+facts are read every ``FACTS_TTL_S`` (at once when a process claims an owner not yet
+described, or a refresh is asked), and after an error only every ``RETRY_S``: a
+controller that does not answer must not slow every sample.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -39,9 +42,12 @@ def claim_of(cgroup_text: str) -> str | None:
 class SlurmJobs:
     """The jobs of this Slurm node and the node's state, for the wire."""
 
-    def __init__(self, clock: Any = time.monotonic) -> None:
+    def __init__(self, clock: Any = time.monotonic, proc: str = "/proc") -> None:
         self.clock = clock
+        self.proc = proc
         self.present = find_tool("squeue") is not None
+        self.node_due = 0.0  # when to look for slurmd again
+        self.node = False
         self.due = 0.0
         self.section: Json = {}
         self.described: set[str] = set()
@@ -49,9 +55,10 @@ class SlurmJobs:
 
     def read(self, claimed: set[str], force: bool) -> tuple[Json, list[str]]:
         """(the kind's section, errors to report); {} where this is no Slurm node."""
-        if not self.present:
-            return {}, []
         now = self.clock()
+        if not self.present or not (claimed or self._slurmd_runs(now)):
+            self.section, self.described = {}, set()
+            return {}, []
         if not force and now < self.due and claimed <= self.described:
             return self.section, []
         jobs, node = read_jobs(), read_node()
@@ -60,6 +67,13 @@ class SlurmJobs:
         self.section = self._section(jobs, node, error)
         self.described = set(self.section) - {""}
         return self.section, [f"slurm: {error}"] if error else []
+
+    def _slurmd_runs(self, now: float) -> bool:
+        """Whether a ``slurmd`` runs here (looked for every RETRY_S)."""
+        if now >= self.node_due:
+            self.node_due = now + RETRY_S
+            self.node = slurmd_running(self.proc)
+        return self.node
 
     def _section(self, jobs: Json, node: Json, error: str | None) -> Json:
         here: Json = {"node": cap_text(str(jobs.get("node") or ""), TEXT_MAX)}
@@ -95,11 +109,28 @@ class SlurmJobs:
         return out
 
 
+def slurmd_running(proc: str = "/proc") -> bool:
+    """Whether a process named ``slurmd`` is in ``proc`` (any user may read a ``comm``)."""
+    try:
+        names = os.listdir(proc)
+    except OSError:
+        return False
+    for name in names:
+        if name.isdigit():
+            try:
+                with open(os.path.join(proc, name, "comm"), "rb") as f:
+                    if f.read(16).strip() == b"slurmd":
+                        return True
+            except OSError:
+                continue
+    return False
+
+
 class Claims:
     """Every kind's reader: the ``owners`` section of a snapshot."""
 
-    def __init__(self) -> None:
-        self.slurm = SlurmJobs()
+    def __init__(self, proc: str = "/proc") -> None:
+        self.slurm = SlurmJobs(proc=proc)
 
     def read(self, procs: dict[str, Json], force: bool) -> tuple[Json, list[str]]:
         claimed = {str(p["claim"]).partition(":")[2] for p in procs.values()

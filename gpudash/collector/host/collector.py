@@ -95,7 +95,7 @@ class HostCollector:
         self.units = units or UnitReader()
         self.containers = containers or ContainerReader(sudo)
         self.pods = PodReader(sudo)
-        self.claims = Claims()
+        self.claims = Claims(self.proc.proc)
         self.stats = stats or HostStats(load_psutil(), self.proc.proc)
         self.boot_id = read_boot_id(self.proc.proc)
         self.can_act, self.reason = act_permission(sudo)
