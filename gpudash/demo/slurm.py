@@ -11,14 +11,21 @@ facts as ``scontrol`` says them (the wire's ``owners``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from gpudash.demo.incident import MINIMAX
+from gpudash.demo.sim import HostSimulation
 from gpudash.domain.owners import OwnerCapability, rules_of
 from gpudash.protocol.source import CommandResult
 
-if TYPE_CHECKING:
-    from gpudash.demo.host import DemoHost
+
+class SlurmNode(Protocol):
+    """What a Slurm scenario needs of a demo host (``DemoHost`` is one)."""
+
+    name: str
+    sim: HostSimulation
+
+    async def systemctl(self, verb: str, unit: str) -> CommandResult: ...
 
 KIND = "slurm job"
 ESCAPED_MIB = 92_160  # each DP scheduler's share of its GPU
@@ -27,28 +34,28 @@ EVAL_MIB = 61_440
 SESSION = "session-12.scope"
 
 
-async def play(host: DemoHost) -> None:
+async def play(host: SlurmNode) -> None:
     """Bring ``host`` to the moment the next job is about to run out of memory."""
     await host.systemctl("stop", MINIMAX)  # a Slurm node: no model served by systemd
     await host.systemctl("disable", MINIMAX)
     # nothing of the incident's host is left, not even memory on its way back: as if
     # the node had been drained and rebooted before these jobs
-    host.processes.clear()
+    host.sim.processes.clear()
     host.sim._releases.clear()  # the demo's own world
     node = host.name
     scope = f"{node}_slurmstepd.scope"
-    epoch = host.sim.boot_epoch + host.now()
+    epoch = host.sim.boot_epoch + host.sim.now()
     for dp in range(4):
-        host.spawn(ppid=1, user="alice", name=f"sglang::scheduler_DP{dp}",
+        host.sim.spawn(ppid=1, user="alice", name=f"sglang::scheduler_DP{dp}",
                    cmdline=f"sglang::scheduler_DP{dp}", unit=SESSION, age=1500,
                    gpu_memory_mib={dp: ESCAPED_MIB}, cpu_pct=0.0, rss_mib=9000)
-    train = host.spawn(ppid=1, user="bob", name="python", unit=scope, age=60,
+    train = host.sim.spawn(ppid=1, user="bob", name="python", unit=scope, age=60,
                        cmdline="python train.py --model llama-3-70b --fsdp 4",
                        cpu_pct=180.0, rss_mib=24_000,
                        gpu_memory_mib={g: LOADING_MIB for g in range(4)})
     train.claim = f"{KIND}:4118"
     for g in range(4, 8):
-        p = host.spawn(ppid=1, user="carol", name="python", unit=scope, age=3600,
+        p = host.sim.spawn(ppid=1, user="carol", name="python", unit=scope, age=3600,
                        cmdline=f"python -m lm_eval --device cuda:{g - 4}", cpu_pct=99.0,
                        gpu_memory_mib={g: EVAL_MIB})
         p.claim = f"{KIND}:4116"
@@ -64,7 +71,7 @@ async def play(host: DemoHost) -> None:
     }}
 
 
-def command(host: DemoHost, kind: str, verb: str, key: str, refused: str | None
+def command(host: SlurmNode, kind: str, verb: str, key: str, refused: str | None
             ) -> CommandResult:
     """An owner kind's command on the demo host: ``scancel JOB``, as its rules build it;
     slurmd ends the job's processes (their memory comes back at the driver's pace) and
@@ -85,6 +92,6 @@ def command(host: DemoHost, kind: str, verb: str, key: str, refused: str | None
                                       "Job/step already completing or completed")
     # a new object: the stream's patches skip what is the same object as before
     host.sim.owners = {KIND: {**jobs, key: {**job, "state": "CANCELLED"}}}
-    for p in [p for p in host.processes.values() if p.claim == f"{KIND}:{key}"]:
+    for p in [p for p in host.sim.processes.values() if p.claim == f"{KIND}:{key}"]:
         host.sim.die(p)
     return CommandResult(argv, 0, "")

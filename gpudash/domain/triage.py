@@ -2,9 +2,9 @@
 
 Pure functions of one snapshot (or of the current and the previous one). No I/O. One
 pass: the process tree and every process's owner are computed once; each owner's rules
-(``gpudash.domain.owners``) say which of its processes are orphans and why. Triage reads
-owners, never the reverse. What changed since the previous sample (``snapshot.changes``,
-decided where the data entered) decides whether the previous triage still holds.
+(``gpudash.domain.owners``) say which of its processes are orphans and why; triage reads
+owners, never the reverse. What changed since the previous sample (``snapshot.changes``)
+decides whether the previous triage still holds.
 """
 
 from __future__ import annotations
@@ -88,8 +88,7 @@ class OwnerGroup:
         return sum(self.gpu_memory_mib.values())
 
     @property
-    def service(self) -> Unit | None:
-        """Its systemd unit when that unit is the owner (a service)."""
+    def service(self) -> Unit | None:  # its systemd unit when that unit is the owner
         return None if self.owner is None else self.owner.service
 
     @property

@@ -1,4 +1,4 @@
-"""Processes from ``/proc``: GPU holders and the processes of their units, read as little as
+"""Processes from ``/proc``: GPU holders and their units' processes, read as little as
 their identity allows (see ``ProcReader``)."""
 
 from __future__ import annotations
@@ -388,8 +388,7 @@ class ProcReader:
         text = _read(f"{self.proc}/{pid}/cgroup") or ""
         cgroup = cgroup_path(text)
         static: Json = {
-            "pid": pid,
-            "start_ticks": known.start,
+            "pid": pid, "start_ticks": known.start,
             "started_at": round(self.boot_time + known.start / self.clk_tck, 2),
             "cmdline": self._cmdline(known, raw.replace("\0", " ").strip()),
             "user": known.static.get("user"),
