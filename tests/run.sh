@@ -4,8 +4,19 @@
 # Python test dependencies), then runs the linters, the type checker, the import
 # contract and pytest (lab tests included when run as root, the real vLLM's too: it is
 # installed once per machine under /var/cache/gpudash/realvllm). Extra arguments go to pytest.
+#
+# `bash tests/run.sh --fast`: the edit-test loop's tier. No installs but the venv, no
+# linters; pytest without the tests that boot lab hosts, start a real sshd or run the real
+# vLLM (markers lab, ssh, realvllm). Everything else (the UI on a stepped clock, the CLI
+# in-process, the wire, the engine) runs. `.ci/run` always runs the whole suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+if [ "${1:-}" = "--fast" ]; then
+  shift
+  bash scripts/bootstrap.sh test >/dev/null
+  exec .venv/bin/python -m pytest -q -m "not lab and not ssh and not realvllm" "$@"
+fi
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   need=()
