@@ -17,6 +17,7 @@ from enum import StrEnum
 from gpudash.domain.crashloop import looping_now
 from gpudash.domain.lint import Finding, Learned
 from gpudash.domain.model import EVERYTHING, HostSnapshot, Process, Unit
+from gpudash.domain.orphan_words import orphan_summaries
 from gpudash.domain.owners import (
     NO_UNIT,
     Orphan,
@@ -31,7 +32,6 @@ from gpudash.domain.owners import (
 )
 from gpudash.domain.owners.service import what
 from gpudash.domain.tree import ProcessTree, holds
-from gpudash.domain.units import gib
 from gpudash.serving import processes as serving
 
 __all__ = ["NO_UNIT", "Owner", "OwnerKind", "holds", "unit_respawned"]  # re-exported
@@ -149,6 +149,15 @@ class HostTriage:
         if root is p or root is None:
             return o.cause
         return f"is under {what(root)}, which {o.cause}"
+
+    def orphan_brief(self, pid: int) -> str | None:
+        """``orphan_cause`` in a few words ("earlier run, main now 215207", "under 3703:
+        lost its API server"): for a row beside its owner's, which names the owner."""
+        o = self.orphans_of.get(pid)
+        if o is None:
+            return None
+        brief = o.brief or o.cause
+        return brief if o.root == pid else f"under {o.root}: {brief}"
 
 
 def _indexed(t: HostTriage, members: Mapping[str, Sequence[Process]] | None = None
@@ -331,36 +340,6 @@ def _tree(
     # incarnation sort before the respawned main's new tree only by age, which is the truth.
     roots.sort(key=lambda p: (p.pid != main_pid, p.start_ticks or 0, p.pid))
     return tuple(build(r) for r in roots)
-
-
-def orphan_summaries(procs: Sequence[Process], orphans_of: Mapping[int, Orphan],
-                     tree: ProcessTree) -> list[str]:
-    """What the orphaned subtrees among ``procs`` were, in words, one line per cause: the
-    top process of each, what happened to it, and what it and the orphans under it hold
-    ("VLLM::EngineCore 3703 lost its API server (pid 3700 gone); it and 1 more hold
-    58.6 GiB")."""
-    by_cause: dict[str, list[int]] = {}
-    held: dict[str, int] = {}
-    for p in procs:
-        o = orphans_of.get(p.pid)
-        if o is None:
-            continue
-        if o.root not in by_cause.get(o.cause, ()):
-            by_cause.setdefault(o.cause, []).append(o.root)
-        held[o.cause] = held.get(o.cause, 0) + p.total_gpu_memory_mib
-    lines = []
-    for cause, roots in by_cause.items():
-        members = sum(1 for p in procs if (o := orphans_of.get(p.pid)) and o.cause == cause)
-        tops = [tree.by_pid[r] for r in roots if r in tree.by_pid]
-        if len(tops) == 1:
-            more = members - 1
-            who = f"it and {more} more hold" if more else "it holds"
-            lines.append(f"{what(tops[0])} {cause}; {who} {gib(held[cause])}")
-        else:
-            names = ", ".join(what(t) for t in tops[:3]) + (", ..." if len(tops) > 3 else "")
-            lines.append(f"{members} processes ({names}) {cause.removeprefix('is ')}; "
-                         f"they hold {gib(held[cause])}")
-    return lines
 
 
 def _group(key: str, procs: list[Process], tp: _Pass, prev_units: Mapping[str, Unit],

@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from gpudash.domain.model import HostSnapshot, Process, SourceKind, Unit, unit_name
+from gpudash.domain.orphan_words import orphan_summaries
 from gpudash.domain.owners import (
     Found,
     container_members,
@@ -24,7 +25,6 @@ from gpudash.domain.tree import ProcessTree
 from gpudash.domain.triage import (
     Flag,
     holds,
-    orphan_summaries,
     process_flags,
     triage,
 )

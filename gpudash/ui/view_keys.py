@@ -19,7 +19,7 @@ from gpudash.ui.layout import PLOT_MIN
 from gpudash.ui.models import JournalScreen
 from gpudash.ui.screens import FilterScreen
 from gpudash.ui.state import Dashboard
-from gpudash.ui.widgets.holders import HoldersTable, selection_of
+from gpudash.ui.widgets.holders import IDLE_KEY, HoldersTable, selection_of
 from gpudash.ui.widgets.plotview import MemoryPlot
 
 
@@ -162,6 +162,13 @@ class ViewKeys(Screen[None]):
         if key is None or triage is None or key.startswith("x:"):
             return
         hv = app.holder_view
+        if key == IDLE_KEY:  # the idle units' fold: closed unless opened
+            opened = IDLE_KEY in hv.opened
+            if {"expand": True, "collapse": False}.get(how, not opened) != opened:
+                app.holder_view = replace(hv, opened=hv.opened ^ {IDLE_KEY})
+                self.refresh_holders()
+                self.holders.select_key(key)
+            return
         folded = key in hv.collapsed
         if how == "collapse" and not folded and not self._has_children(key):
             owner = selection_of(triage, key)[0]

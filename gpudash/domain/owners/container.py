@@ -144,9 +144,11 @@ class ContainerRules(BaseRules):
         out: dict[int, Orphan] = {}
         for p, root in escaped_roots(members, tree):
             if root is not None:
-                out[p.pid] = Orphan(root.pid, f"escaped {name} (re-parented to PID 1)")
+                out[p.pid] = Orphan(root.pid, f"escaped {name} (re-parented to PID 1)",
+                                    "escaped (re-parented to PID 1)")
             elif c is not None and c.is_down:
-                out[p.pid] = Orphan(p.pid, f"is left behind: {name} is {c.state}")
+                out[p.pid] = Orphan(p.pid, f"is left behind: {name} is {c.state}",
+                                    f"container {c.state}")
         return out
 
     def warnings(self, owner: Owner, orphan_count: int, respawned: bool) -> tuple[str, ...]:
@@ -262,7 +264,7 @@ class PodRules(BaseRules):
     def orphans(self, owner: Owner, members: Sequence[Process], tree: ProcessTree
                 ) -> Mapping[int, Orphan]:
         cause = f"escaped {self.describe(owner)} (re-parented to PID 1)"
-        return {p.pid: Orphan(root.pid, cause)
+        return {p.pid: Orphan(root.pid, cause, "escaped its pod (re-parented to PID 1)")
                 for p, root in escaped_roots(members, tree) if root is not None}
 
     def warnings(self, owner: Owner, orphan_count: int, respawned: bool) -> tuple[str, ...]:

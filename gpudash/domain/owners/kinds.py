@@ -71,6 +71,9 @@ class Orphan:
 
     root: int
     cause: str
+    # the cause in a few words, for a table's cell beside the owner's own row ("earlier
+    # run, main now 215207", "job 4117 COMPLETED"); the cause where none is given
+    brief: str = ""
 
 
 class OwnerRules(Protocol):

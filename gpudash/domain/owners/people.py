@@ -43,7 +43,8 @@ def lost_server(p: Process, tree: ProcessTree) -> Orphan | None:
         return None  # no evidence of a loss: leave it be
     evidence = ([f"pid {top.pgid} gone"] if leader_gone else []) + (
         ["re-parented to PID 1"] if top.ppid == 1 else [])
-    return Orphan(top.pid, f"lost its API server ({', '.join(evidence)})")
+    return Orphan(top.pid, f"lost its API server ({', '.join(evidence)})",
+                  "lost its API server")
 
 
 class _NoManager(BaseRules):

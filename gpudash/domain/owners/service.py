@@ -130,7 +130,8 @@ class ServiceRules(BaseRules):
             return {}
         if unit.is_down:
             cause = f"is left behind: {unit.name} is {unit.active_state}"
-            return {p.pid: Orphan(p.pid, cause) for p in held}
+            brief = f"left behind: unit {unit.active_state}"
+            return {p.pid: Orphan(p.pid, cause, brief) for p in held}
         main = tree.by_pid.get(unit.main_pid) if unit.main_pid else None
         if unit.main_pid is not None and (main is None or main.start_ticks is None):
             return {}  # no live main to compare with: nothing can be said
@@ -146,7 +147,8 @@ class ServiceRules(BaseRules):
             if main is not None and (root.start_ticks is None
                                      or root.start_ticks >= (main.start_ticks or 0)):
                 continue  # detached by the current incarnation after it started
-            out[p.pid] = Orphan(root.pid, _cause(unit, main))
+            out[p.pid] = Orphan(root.pid, _cause(unit, main), "earlier run, " + (
+                f"main now {main.pid}" if main is not None else "no main now"))
         return out
 
     def warnings(self, owner: Owner, orphan_count: int, respawned: bool) -> tuple[str, ...]:

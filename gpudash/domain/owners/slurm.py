@@ -161,7 +161,9 @@ class SlurmJobRules(BaseRules):
             return {}
         said = f"is {state}" if state else "is no longer known to Slurm"
         cause = f"is left behind: job {job_id(owner)} {said}"
-        return {p.pid: Orphan(p.pid, cause) for p in members if p.pid in tree.holding}
+        brief = f"job {job_id(owner)} {state or 'gone'}"
+        return {p.pid: Orphan(p.pid, cause, brief)
+                for p in members if p.pid in tree.holding}
 
     def warnings(self, owner: Owner, orphan_count: int, respawned: bool) -> tuple[str, ...]:
         w: list[str] = []

@@ -18,6 +18,11 @@ ABBREVIATE_FLAGS = 30
 
 CELL_PAD = 2  # DataTable's cell padding, one column each side
 COMMAND_MIN = 0  # the command line starts where the columns end; Right scrolls to it
+# ... but keeps this many cells on screen while a column less needed than Flags can go
+# for it: an orphan's reason ("orphan: earlier run, main now 215207") and the start of
+# its command line are read at 160 columns beside the unit panel
+COMMAND_SOFT = 36
+FLAGS_PRIORITY = 90
 COMMAND_WIDTH = 200  # past the screen's edge: the rest scrolls into view with Right
 FLAGS_MAX = 34  # "16×ORPHAN RESPAWNED UNIT INACTIVE" and a little more
 
@@ -38,7 +43,7 @@ COLUMNS: tuple[HolderColumn, ...] = (
     HolderColumn("mem", "GPU memory", 13, KEEP),
     # abbreviated (ORPH+2) before anything goes; an empty column took 15 cells that CPU
     # and RSS lack on a small terminal
-    HolderColumn("flags", "Flags", FLAGS_MAX, 90, fits=True),
+    HolderColumn("flags", "Flags", FLAGS_MAX, FLAGS_PRIORITY, fits=True),
     HolderColumn("cpu", "CPU", 5, 60),  # % of one CPU: a spinning orphan from an idle one
     # its share of the GPU's SM time (NVML's per-process samples): busy or idle on the GPU.
     # It goes before St and Age: at 120x35 after the incident CPU, RSS, St and Age stay.
@@ -66,8 +71,9 @@ class Fit:
 def fit_columns(room: int, widest: dict[str, int], flags_short: int,
                 labels: dict[str, str] | None = None, keep: str | None = None) -> Fit:
     """The columns that fit ``room`` cells (the table's width), the command line keeping
-    ``COMMAND_MIN`` on screen: the columns of the lowest priority go, one by one, Flags
-    taking its short form at ``ABBREVIATE_FLAGS``. ``widest``: the widest cell of each
+    ``COMMAND_SOFT`` on screen while columns below Flags can go, ``COMMAND_MIN`` after:
+    the columns of the lowest priority go, one by one, Flags taking its short form at
+    ``ABBREVIATE_FLAGS``. ``widest``: the widest cell of each
     column that fits its cells; ``labels`` replaces some headers (the sort indicator);
     ``keep``: a column that stays whatever its priority (the one sorted by: its header
     shows the order).
@@ -81,22 +87,23 @@ def fit_columns(room: int, widest: dict[str, int], flags_short: int,
             return min(c.width, max(label, need))
         return max(c.width, label) if c.key != "cmd" else c.width
 
-    def needed(shown: Sequence[HolderColumn], short: bool) -> int:
-        return sum((COMMAND_MIN if c.key == "cmd" else width(c, short)) + CELL_PAD
+    def needed(shown: Sequence[HolderColumn], short: bool, command: int) -> int:
+        return sum((command if c.key == "cmd" else width(c, short)) + CELL_PAD
                    for c in shown)
 
     shown = list(COLUMNS)
     short = False
     for c in sorted((c for c in COLUMNS if c.priority < KEEP and c.key != keep),
                     key=lambda c: c.priority):
-        if needed(shown, short) <= room:
+        command = COMMAND_SOFT if c.priority < FLAGS_PRIORITY else COMMAND_MIN
+        if needed(shown, short, command) <= room:
             break
         if c.priority > ABBREVIATE_FLAGS and not short:
             short = True
-            if needed(shown, short) <= room:
+            if needed(shown, short, command) <= room:
                 break
         shown.remove(c)
     else:
-        short = short or needed(shown, short) > room
+        short = short or needed(shown, short, COMMAND_MIN) > room
     return Fit(tuple((c.key, labels.get(c.key, c.label), width(c, short)) for c in shown),
                short)

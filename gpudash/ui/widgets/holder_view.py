@@ -15,7 +15,7 @@ memory, and in a tree the main process, then its workers by start, which is thei
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpudash.domain.model import Process
 from gpudash.domain.triage import OwnerGroup, ProcessNode
@@ -36,6 +36,7 @@ class HolderView:
     user: str | None = None  # only this user's processes
     gpu: int | None = None  # only the processes holding memory on this GPU
     collapsed: frozenset[str] = field(default_factory=frozenset)  # row keys
+    opened: frozenset[str] = field(default_factory=frozenset)  # folds shown open (idle units)
 
     @property
     def default_order(self) -> bool:
@@ -44,11 +45,10 @@ class HolderView:
     def next_sort(self) -> HolderView:
         keys = [k for k, _ in SORTS]
         key = keys[(keys.index(self.sort) + 1) % len(keys)]
-        return HolderView(key, key not in ASCENDING_FIRST, self.user, self.gpu,
-                          self.collapsed)
+        return replace(self, sort=key, descending=key not in ASCENDING_FIRST)
 
     def reversed(self) -> HolderView:
-        return HolderView(self.sort, not self.descending, self.user, self.gpu, self.collapsed)
+        return replace(self, descending=not self.descending)
 
     def indicator(self) -> tuple[str, str]:
         """(column key, header) of the column sorted by: ``GPU memory ▼``."""

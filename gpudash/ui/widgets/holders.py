@@ -2,7 +2,9 @@
 
 Rows are keyed ``u:<owner key>`` for an owner and ``p:<pid>`` for a process, so the cursor
 stays on the same unit or process across refreshes; ``x:unattributed`` is the memory the
-driver reports used that no listed process accounts for (never silently dropped).
+driver reports used that no listed process accounts for (never silently dropped);
+``i:idle`` folds the units that hold nothing and run nothing into one line (Right or
+Space opens it).
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ FLAG_ORDER = (
     Flag.D_STATE, Flag.DEVICE_HOLDER, Flag.UNREADABLE, Flag.STRAY,
 )
 UNATTRIBUTED_KEY = "x:unattributed"
+IDLE_KEY = "i:idle"  # the fold of idle units: open while it is in ``HolderView.opened``
+# what an owner's own row says; a process's flags are on its row (collapsed: counted too)
+OWNER_FLAGS = frozenset({Flag.CRASH_LOOP, Flag.RESPAWNED, Flag.UNIT_INACTIVE})
 # Below this on every GPU the driver's own bookkeeping is not worth a row.
 UNATTRIBUTED_MIN_MIB = 256
 
@@ -137,12 +142,29 @@ def _group_row(group: OwnerGroup, pal: Palette, collapsed: bool) -> HolderRow:
         literal(unit.description if unit and unit.description else group.kind.value,
                 style="italic")
     )
-    flags = flags_text(group.flags, pal, orphans)
+    shown = group.flags if collapsed else group.flags & OWNER_FLAGS
+    flags = flags_text(shown, pal, orphans)
     cells = [Text("")] * len(COLUMNS)
     cells[INDEX["who"]], cells[INDEX["mem"]], cells[FLAGS] = who, mem, flags
     cells[INDEX["cmd"]] = desc
-    return HolderRow("u:" + group.key, tuple(cells), short_flags_text(group.flags, pal),
+    return HolderRow("u:" + group.key, tuple(cells), short_flags_text(shown, pal),
                      group.flags)
+
+
+def idle(group: OwnerGroup) -> bool:
+    """A unit that runs nothing and holds nothing (a model not started): folded."""
+    return not group.roots and not group.total_gpu_memory_mib and Flag.UNIT_INACTIVE in \
+        group.flags and Flag.CRASH_LOOP not in group.flags
+
+
+def _idle_row(groups: list[OwnerGroup], opened: bool) -> HolderRow:
+    who = Text("▾ " if opened else "▸ ", style="bold")
+    who.append(f"{len(groups)} idle units", style="bold dim")
+    names = literal(", ".join(g.key.removesuffix(".service") for g in groups), style="dim")
+    cells = [Text("")] * len(COLUMNS)
+    cells[INDEX["who"]], cells[INDEX["mem"]] = who, Text("none", style="dim")
+    cells[INDEX["cmd"]] = names
+    return HolderRow(IDLE_KEY, tuple(cells))
 
 
 def command_text(p: Process, why: str | None, pal: Palette) -> Text:
@@ -154,7 +176,7 @@ def command_text(p: Process, why: str | None, pal: Palette) -> Text:
                    style=f"bold {pal.warning}")
         return out
     out = Text()
-    if why:
+    if why:  # briefly: the owner's row above names the owner
         out.append_text(literal(f"orphan: {why}", style=pal.orphan))
         out.append(" · ", style="dim")
     out.append_text(literal(p.cmdline or p.name, style="dim"))
@@ -224,7 +246,7 @@ def process_cells(p: Process, node: ProcessNode, who: Text, w: _Walk) -> tuple[T
         "st": Text(p.state or "?"),
         "age": Text(duration(age), justify="right"),
         "user": literal(p.user or NA),
-        "cmd": command_text(p, w.result.orphan_cause(p.pid), w.pal),
+        "cmd": command_text(p, w.result.orphan_brief(p.pid), w.pal),
     }
     return tuple(cells[c.key] for c in COLUMNS)
 
@@ -254,7 +276,7 @@ def _process_rows(node: ProcessNode, prefix: str, last: bool, w: _Walk,
         age = None if p.started_at is None else duration(w.now - p.started_at)
         out.append(w.cache.row(key, (p, node.flags, node.label, prefix + branch,
                                      bool(children), collapsed, age,
-                                     w.result.orphan_cause(p.pid), w.pal), make))
+                                     w.result.orphan_brief(p.pid), w.pal), make))
     if collapsed:
         return
     child_prefix = prefix + ("   " if last else "│  ")
@@ -272,7 +294,19 @@ def holder_rows(result: HostTriage, pal: Palette,
     now = result.snapshot.taken_at  # ages on the host's own clock
     walk = _Walk(now, pal, result, view, cache)
     rows: list[HolderRow] = []
-    for group in sort_groups(result.groups, view, now):
+    groups = sort_groups(result.groups, view, now)
+    idle_groups = [g for g in groups if idle(g)]
+    if len(idle_groups) > 1:  # one is a line anyway
+        opened = IDLE_KEY in view.opened
+        folded = {id(g) for g in idle_groups}
+        groups = [g for g in groups if id(g) not in folded] + (idle_groups if opened else [])
+        rows_after = [_idle_row(idle_groups, opened)]
+    else:
+        rows_after = []
+    for group in groups:
+        if rows_after and idle(group):  # the fold's row above its units
+            rows += rows_after
+            rows_after = []
         roots = [r for r in sort_nodes(group.roots, view, now) if _kept(r, view)]
         if not roots and (view.user is not None or view.gpu is not None):
             continue
@@ -287,6 +321,7 @@ def holder_rows(result: HostTriage, pal: Palette,
             continue
         for i, root in enumerate(roots):
             _process_rows(root, "", i == len(roots) - 1, walk, rows)
+    rows += rows_after
     extra = _unattributed_row(result, pal)
     if extra is not None and view.user is None and (
             view.gpu is None
