@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 from gpudash.domain.clock import SteppedClock
@@ -64,6 +65,17 @@ async def run_until(host: Any, predicate: Callable[[], object], *,
             await asyncio.sleep(REAL_PAUSE_S)
 
 
+def app_clock(sources: Iterable[Any]) -> Callable[[], float]:
+    """The app's clock (epoch seconds: a sample's age, a link gone stale, an action's
+    time) on the first demo host's stepped clock, so that the header's "last sample 1.6 s
+    ago" moves only as the test steps the host; the wall's where no host runs on one."""
+    for source in sources:
+        sim = getattr(source, "sim", None)
+        if sim is not None and isinstance(sim.clock, SteppedClock):
+            return lambda: float(sim.boot_epoch + sim.now())
+    return time.time
+
+
 def clock_of(host: Any) -> SteppedClock:
     """The stepped clock of a demo host (or the clock itself)."""
     clock = getattr(host, "sim_clock", host)
@@ -114,3 +126,12 @@ class SelfSteppingClock(SteppedClock):
         await self.settle()
         while self.sleepers:
             await self.advance(STEP_S)
+
+
+async def next_sample(pilot: Any, *, what: str = "") -> None:
+    """Step until the app's current host has recorded one sample more: the host as it is
+    now (after an action's report, say), then a real moment for the screen to draw it."""
+    view = pilot.app.view
+    seen = len(view.history)
+    await until(pilot, lambda: len(view.history) > seen, what=what or "the next sample")
+    await pilot.pause(0.05)
