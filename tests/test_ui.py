@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import BUDGET_S, STEP_S, app_clock, stepped_clock_of, until
+from support import app_clock, until
 from textual.widgets import Button
 
 from gpudash.demo.host import MINIMAX, DemoHost
@@ -40,6 +40,8 @@ def make_app(demo: DemoHost, *, read_only: bool = False, theme: str | None = Non
 
 
 async def wait_for(pilot, predicate, within: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    """Wait in real time for what the screen does by itself (a dialog mounted and armed, a
+    key handled, the app's own backoff). What the host simulates is support.until's."""
     deadline = time.monotonic() + within
     while not predicate():
         if time.monotonic() > deadline:
@@ -60,39 +62,26 @@ async def run_confirmed(pilot, app: GpudashApp, key: str) -> None:  # type: igno
     before = len(app.reports)
     await pilot.press(key)
     await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
-    clock = stepped(app)
     for _ in range(3):
         shown = app.screen
+
+        def answered(shown: object = shown) -> bool:  # its report, or its plan shown again
+            return len(app.reports) > before or (isinstance(app.screen, ConfirmModal)
+                                                 and app.screen is not shown)
+
         await pilot.press("y")
-        deadline = time.monotonic() + 20
-        waited = 0.0
-        while len(app.reports) == before and (time.monotonic() < deadline if clock is None
-                                              else waited < BUDGET_S):
-            if (isinstance(app.screen, ConfirmModal) and app.screen is not shown
-                    and app.screen.armed):
-                break  # shown again
-            if clock is None:
-                await pilot.pause(0.05)
-            else:  # the action runs on the host's clock: step it (never the wall's)
-                await clock.advance(STEP_S)
-                waited += STEP_S
-                await pilot.pause(0.01)
+        try:  # the action runs on the host's clock: stepped
+            await until(pilot, answered)
+        except AssertionError:
+            break
         if len(app.reports) > before:
             return
-        if not (isinstance(app.screen, ConfirmModal) and app.screen is not shown):
-            break
+        # armed: a dialog's 0.3 s are real ones, the host's time stands still meanwhile
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
     lines = getattr(app.screen, "lines", None)
     raise AssertionError(f"no report after {key!r}: screen {type(app.screen).__name__}, "
                          f"running {app.running}, lines {lines}, notices "
                          f"{[n.message for n in app._notifications]}")
-
-
-def stepped(app: GpudashApp) -> SteppedClock | None:
-    """The stepped clock of the app's demo host, if it runs on one."""
-    try:
-        return stepped_clock_of(app)
-    except AssertionError:
-        return None
 
 
 def main_pid(app: GpudashApp) -> int:
