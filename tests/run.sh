@@ -22,6 +22,10 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   command -v prometheus >/dev/null || need+=(prometheus)
   [ -x /usr/sbin/dockerd ] || need+=(docker.io)  # a real dockerd inside a lab host
   [ -x /usr/bin/podman ] || need+=(podman)  # and a real podman
+  # a real Slurm 22.05 inside a lab host (tests/lab/slurm.py): its daemons run there only
+  slurm=0
+  [ -x /usr/sbin/slurmd ] && [ -x /usr/sbin/slurmctld ] && command -v scontrol >/dev/null \
+    && [ -x /usr/sbin/munged ] || { need+=(slurmd slurmctld slurm-client munge); slurm=1; }
   # the real vLLM's venv is made from Debian's python3 (tests/realvllm/install.py)
   /usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
   if [ ${#need[@]} -gt 0 ]; then
@@ -35,6 +39,12 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     fi
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null
     [ -z "$rcd" ] || rm -f "$rcd"
+    # their postinst enabled munge, slurmd and slurmctld on this machine itself: every lab
+    # host booted over / would inherit the links (the lab drops them too, but the machine
+    # must not start them either)
+    if [ "$slurm" = 1 ]; then
+      rm -f /etc/systemd/system/multi-user.target.wants/{munge,slurmd,slurmctld}.service
+    fi
   fi
 fi
 

@@ -65,7 +65,8 @@ def test_prometheus_scrapes_the_exporter_over_the_demo(prometheus_server, tmp_pa
         [group] = prom.api("/api/v1/rules")["groups"]
         assert group["file"] == str(ALERT_RULES)
         assert {r["name"]: r["health"] for r in group["rules"]} == {
-            "GPUMemoryOrphaned": "ok", "GPUUnitCrashLooping": "ok", "GPUHostUnwatched": "ok"}
+            "GPUMemoryOrphaned": "ok", "GPUUnitCrashLooping": "ok", "GPUHostUnwatched": "ok",
+            "GPUMemoryStray": "ok"}
         assert prom.api("/api/v1/alerts")["alerts"] == []
         # docs/EXPORTER.md's Grafana-free ways to look: the expression browser and promtool
         with urllib.request.urlopen(f"{prom.base}/graph", timeout=10) as page:

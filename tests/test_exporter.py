@@ -416,7 +416,7 @@ def test_promtool_accepts_the_alert_rules() -> None:
     cp = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True,
                         text=True, timeout=60)
     assert cp.returncode == 0, cp.stdout + cp.stderr
-    assert "SUCCESS: 3 rules found" in cp.stdout
+    assert "SUCCESS: 4 rules found" in cp.stdout
 
 
 def test_a_login_sessions_lost_server_and_unattributed_memory_are_exported() -> None:

@@ -50,7 +50,8 @@ def test_fix_removes_the_trap_and_revert_brings_it_back(lab_host) -> None:  # ty
 
     dry = gpudash(h, "fix", h.alias, "--unit", "vllm-minimax-m25", "--dry-run")
     assert dry.returncode == 0, dry.stderr
-    assert f"+# {OURS}" in dry.stderr and "+KillMode=mixed" in dry.stderr
+    assert f"+# {OURS}" in dry.stdout and "+KillMode=mixed" in dry.stdout
+    assert "nothing sent" in dry.stderr  # the diff on stdout (`> fix.diff`), the word apart
     assert not _exists(h, OURS)  # --dry-run sent nothing
 
     cp = gpudash(h, "fix", h.alias, "--unit", "vllm-minimax-m25", "--yes", "--json",

@@ -457,7 +457,8 @@ async def test_filter_narrows_the_holders_and_clears() -> None:
 def test_filter_keeps_owner_rows_and_matching_members() -> None:
     from rich.text import Text
 
-    from gpudash.ui.widgets.holders import HolderRow, filter_rows
+    from gpudash.ui.widgets.holder_filter import filter_rows
+    from gpudash.ui.widgets.holders import HolderRow
 
     def row(key: str, *cells: str) -> HolderRow:
         return HolderRow(key, tuple(Text(c) for c in cells))

@@ -16,9 +16,9 @@ from gpudash.domain.model import Process
 from gpudash.domain.triage import triage
 from gpudash.domain.units import gib
 from gpudash.ui.palette import Palette
+from gpudash.ui.widgets.holder_filter import filter_rows
 from gpudash.ui.widgets.holders import (
     UNATTRIBUTED_KEY,
-    filter_rows,
     holder_rows,
     selection_of,
 )

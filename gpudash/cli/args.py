@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import math
+import re
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -230,11 +231,28 @@ def _which(p: argparse.ArgumentParser, command: str) -> None:
         which.add_argument("--unit", help="only the orphans of this systemd unit")
         which.add_argument("--container", metavar="NAME",
                            help="only those of this Docker or Podman container")
+        which.add_argument("--job", type=_job_id, metavar="JOBID",
+                           help="what is left of this Slurm job: its processes that "
+                           "outlived it, and what holds its GPUs outside any running job "
+                           "(never a running job's processes)")
+        which.add_argument("--slurm-epilog", action="store_true",
+                           help="as Slurm's Epilog= on the node: --job $SLURM_JOB_ID on "
+                           "$SLURM_JOB_GPUS, no prompt; where the memory is not back, "
+                           "drain the node with gpudash's reason and exit non-zero")
+        p.add_argument("--leave-strays", action="store_true",
+                       help="with --job or --slurm-epilog: only report what holds the "
+                       "job's GPUs outside any job (the site allows GPU work outside jobs)")
         p.add_argument("--dry-run", action="store_true",
                        help="print the plan of each host and send nothing")
     else:
         p.add_argument("--unit", required=True,
                        help="the systemd unit (.service optional)")
+
+
+def _job_id(text: str) -> str:
+    if not re.fullmatch(r"[0-9]{1,12}", text):
+        raise argparse.ArgumentTypeError(f"not a Slurm job id: {text[:40]!r}")
+    return text
 
 
 def _acting_parser(command: str) -> argparse.ArgumentParser:

@@ -1,8 +1,9 @@
-"""``gpudash reap HOST... [--unit U | --container C] [--dry-run] [--yes] [--json]``.
+"""``gpudash reap HOST... [--unit U | --container C | --job J] [--dry-run] [--yes] [--json]``.
 
 Every ORPHAN of each host (of the owner, if one is named): planned, confirmed, signalled
 with the PID guard, its memory proven back, reported and audited as ``reclaim`` is; what
-a cron job, a Slurm epilog or an alert's remediation runs. Several hosts are reaped one
+a cron job, a Slurm epilog (``--slurm-epilog``: ``gpudash.cli.epilog``) or an alert's
+remediation runs. Several hosts are reaped one
 after the other, each with its own plan and verdict. A host with nothing to reap is fine
 (exit 0): the state the caller wants already holds.
 """
@@ -11,10 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from collections.abc import Sequence
 from typing import Any
 
-from gpudash.cli import act, dryrun
+from gpudash.cli import act, dryrun, epilog
 from gpudash.cli.closing import CommandLoop, close_all
 from gpudash.cli.contract import Exit, worst
 from gpudash.cli.terminal import Terminal
@@ -38,6 +40,24 @@ class _Collected(Terminal):
 
 
 def run_reap(args: argparse.Namespace, sources: Sequence[HostSource], term: Terminal) -> int:
+    args.owner = f"{epilog.KIND}:{args.job}" if getattr(args, "job", None) else None
+    args.gpus = None
+    if getattr(args, "slurm_epilog", False):
+        try:
+            gpus = epilog.prepare(args, os.environ)
+        except epilog.EpilogError as exc:
+            term.error(str(exc))
+            return Exit.USAGE
+        if gpus is None:
+            term.say(f"Slurm job {args.owner.partition(':')[2]}: no GPUs on this node: "
+                     "nothing to reap")
+            return Exit.OK
+        code = _reap(args, sources, term)
+        return epilog.verdict(code, args.owner.partition(":")[2], term, os.environ)
+    return _reap(args, sources, term)
+
+
+def _reap(args: argparse.Namespace, sources: Sequence[HostSource], term: Terminal) -> int:
     out = _Collected(term) if args.json else term
     results: list[dict[str, Any]] = []
     for source in sources:
@@ -57,7 +77,9 @@ def _one(args: argparse.Namespace, source: HostSource, out: Terminal
          ) -> tuple[int, Any, str | None]:
     """Reap one host: (exit code, its JSON document or None, why nothing was done). One
     event loop for the whole host: its connection lives in it."""
-    request = Request(ActionKind.REAP, Selection(unit=args.unit, container=args.container))
+    request = Request(ActionKind.REAP, Selection(
+        unit=args.unit, container=args.container, owner=args.owner, gpus=args.gpus,
+        strays=not getattr(args, "leave_strays", False)))
     before = len(out.documents) if isinstance(out, _Collected) else 0
     with CommandLoop() as runner:
         plan = act.prepared(args, source, request, runner)

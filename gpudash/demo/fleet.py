@@ -8,7 +8,9 @@ to one moment of the incident, so the fleet table has something to say in every 
 - ``healthy``: the model serves, nothing to reclaim;
 - ``unreachable``: every connect fails (as an unreachable host's would);
 - ``stopped``: ``systemctl stop`` + ``disable`` done, the workers left under PID 1;
-- ``crash-loop``: the old model reclaimed, the next one (too big) restarting forever.
+- ``crash-loop``: the old model reclaimed, the next one (too big) restarting forever;
+- ``slurm`` (the seventh): a Slurm node where an ended job's escaped SGLang schedulers hold
+  the GPUs Slurm gave to the next job (``gpudash.demo.slurm``).
 
 Scenarios repeat in that order (healthy twice as often) for more hosts.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 import signal
 from collections.abc import AsyncIterator, Sequence
 
+from gpudash.demo import slurm
 from gpudash.demo.host import DEEPSEEK, MINIMAX, DemoHost
 from gpudash.demo.incident import MAX_DEMO_HOSTS
 from gpudash.domain.clock import Clock, WallClock
@@ -34,7 +37,8 @@ from gpudash.protocol.source import (
     SignalOutcome,
 )
 
-SCENARIOS = ("incident", "healthy", "unreachable", "stopped", "crash-loop", "healthy")
+SCENARIOS = ("incident", "healthy", "unreachable", "stopped", "crash-loop", "healthy",
+             "slurm")
 
 
 class ScenarioHost(DemoHost):
@@ -64,6 +68,8 @@ class ScenarioHost(DemoHost):
             for p in [p for p in self.processes.values() if p.unit == MINIMAX]:
                 await self.signal(p.pid, p.start_ticks, signal.SIGKILL, boot_id=self.boot_id)
             await self.systemctl("start", DEEPSEEK)
+        elif self.scenario == "slurm":
+            await slurm.play(self)
         self.read_only = self._keep_read_only
 
     async def stream(self, interval: float) -> AsyncIterator[HostSnapshot]:
@@ -114,6 +120,9 @@ class UnreachableHost(HostControl):
         raise self._error()
 
     async def systemctl(self, verb: str, unit: str) -> CommandResult:
+        raise self._error()
+
+    async def owner_command(self, kind: str, verb: str, key: str) -> CommandResult:
         raise self._error()
 
     async def container(

@@ -179,6 +179,12 @@ class DemoHost(HostControl):
             return CommandResult(("systemctl", verb, unit), 1, READ_ONLY_REASON)
         return self.sim.systemctl(verb, unit)
 
+    async def owner_command(self, kind: str, verb: str, key: str) -> CommandResult:
+        """A Slurm job cancelled as slurmd would: its processes ended (``demo.slurm``)."""
+        from gpudash.demo import slurm
+
+        return slurm.command(self, kind, verb, key, READ_ONLY_REASON if self.read_only else None)
+
     async def unit_text(self, unit: str) -> str:
         u = self.sim.units.get(unit_name(unit))
         if u is None:

@@ -37,6 +37,7 @@ class SimProcess:
     rss_mib: int = 300
     # its share of the SM time, as NVML samples it (None: the driver does not list it)
     sm_util_pct: int | None = None
+    claim: str | None = None  # "slurm job:ID": a Slurm job's cgroup names it
 
 
 @dataclass(slots=True)
@@ -122,12 +123,16 @@ def process_wire(p: SimProcess, boot_epoch: float) -> Json:
         out["device_gpus"] = sorted(p.device_mib)
     if p.sm_util_pct is not None:
         out["sm_util_pct"] = p.sm_util_pct
+    if p.claim is not None:
+        out["claim"] = p.claim
     return out
 
 
 def cgroup_of(p: SimProcess) -> str | None:
     if p.unit is None:
         return None
+    if p.claim is not None:  # slurmd's cgroup v2 layout
+        return f"/system.slice/{p.unit}/job_{p.claim.partition(':')[2]}/step_batch/user/task_0"
     if p.unit.startswith("session-"):
         return f"/user.slice/user-1001.slice/{p.unit}"
     return f"/system.slice/{p.unit}"

@@ -88,6 +88,7 @@ class HostSimulation:
         # was down: a borrowed ready URL, refused for anyone else
         self.squatters: dict[int, ShellListener] = {}
         self._releases: list[tuple[float, int, int]] = []  # (at, gpu, mib)
+        self.owners: Json = {}  # the wire's "owners": a Slurm node's jobs (demo.slurm)
         self.boot_id = f"5e1f0c2a-8d3a-4b71-9f0e-{random.Random(-seed).getrandbits(48):012x}"
         self._build_incident()
         if containers:
@@ -352,6 +353,7 @@ class HostSimulation:
             "containers": {c.id: container_wire(c) for c in self.containers.values()
                            if c.state != "removed"},
             "pods": {},
+            "owners": self.owners,
         }
         if cannot_act_reason is not None:
             snap["cannot_act_reason"] = cannot_act_reason

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpudash.domain.triage import Flag, HostTriage, OwnerKind, holds
+from gpudash.domain.triage import Flag, HostTriage, holds
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +49,7 @@ def reclaimable_by_gpu(result: HostTriage) -> tuple[dict[int, int], int]:
     """(MiB per GPU that reclaim would give back, holders whose memory is unknown)."""
     down_or_respawning = {
         g.key for g in result.groups
-        if g.kind is OwnerKind.SERVICE and g.flags & {Flag.UNIT_INACTIVE, Flag.RESPAWNED}
+        if g.service is not None and g.flags & {Flag.UNIT_INACTIVE, Flag.RESPAWNED}
     }
     per_gpu: dict[int, int] = {}
     others: dict[int, int] = {}  # what stays: the memory of every other holder, per GPU

@@ -16,9 +16,10 @@ import time
 from dataclasses import dataclass
 
 from gpudash.domain.model import Container, Unit
-from gpudash.domain.owners.service import RESTARTING
 from gpudash.serving.processes import server_process
 
+# systemd's Restart= values that bring a dead main process back by themselves
+RESTARTING = ("always", "on-failure", "on-abnormal", "on-abort", "on-watchdog")
 # What gpudash's drop-in sets for each finding. KillMode=mixed: the server gets SIGTERM
 # and shuts its own workers down; whatever is left when TimeoutStopSec ends is SIGKILLed
 # with the whole cgroup (control-group would SIGTERM the workers under the server's feet).

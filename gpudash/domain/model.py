@@ -10,6 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TypeAlias
+
+# One fact a host reports of an owner (``HostSnapshot.owners``): text, a number, a yes/no,
+# or a list of numbers (GPU indexes).
+Fact: TypeAlias = str | int | bool | tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +80,17 @@ class Process:
     user_unit: str | None = None
     # The driver lists it but the collector could not read it (``UNREADABLE``): why.
     unreadable: str | None = None
+    # ``KIND:KEY``: an owner of a kind with no field above that its cgroup names (a Slurm
+    # job), whose facts are the snapshot's ``owners``
+    claim: str | None = None
+
+    @property
+    def claimed(self) -> tuple[str, str] | None:
+        """``(kind, key)`` of ``claim``."""
+        if self.claim is None:
+            return None
+        kind, _, key = self.claim.partition(":")
+        return kind, key
 
     @property
     def in_user_subtree(self) -> bool:
@@ -250,6 +266,9 @@ class HostSnapshot:
     mem_total_mib: int | None = None
     containers: tuple[Container, ...] = ()
     pods: tuple[Pod, ...] = ()
+    # kind -> key -> fact -> value, for the kinds with no section above (a Slurm job's);
+    # the key "" holds the kind's facts about the host (a Slurm node's state). Host text.
+    owners: Mapping[str, Mapping[str, Mapping[str, Fact]]] = field(default_factory=dict)
     # what changed since this host's previous snapshot (not part of what the host said:
     # not compared, not written out)
     changes: Changes = field(default=EVERYTHING, compare=False, repr=False)
@@ -260,6 +279,10 @@ class HostSnapshot:
             if c.id == ref or c.name == ref or (len(ref) >= 12 and c.id.startswith(ref)):
                 return c
         return None
+
+    def facts(self, kind: str, key: str) -> Mapping[str, Fact]:
+        """What the host said of the owner ``key`` of ``kind`` ("": of the host); {}."""
+        return self.owners.get(kind, {}).get(key, {})
 
     def pod(self, uid: str) -> Pod | None:
         for p in self.pods:

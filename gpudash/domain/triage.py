@@ -2,9 +2,9 @@
 
 Pure functions of one snapshot (or of the current and the previous one). No I/O. One
 pass: the process tree and every process's owner are computed once; each owner's rules
-(``gpudash.domain.owners``) say which of its processes are orphans and why. Triage reads
-owners, never the reverse. What changed since the previous sample (``snapshot.changes``,
-decided where the data entered) decides whether the previous triage still holds.
+(``gpudash.domain.owners``) say which of its processes are orphans and why; triage reads
+owners, never the reverse. What changed since the previous sample (``snapshot.changes``)
+decides whether the previous triage still holds.
 """
 
 from __future__ import annotations
@@ -15,16 +15,17 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from gpudash.domain.crashloop import looping_now
-from gpudash.domain.lint import Finding, Learned, lint_container, lint_unit
+from gpudash.domain.lint import Finding, Learned
 from gpudash.domain.model import EVERYTHING, HostSnapshot, Process, Unit
 from gpudash.domain.owners import (
     NO_UNIT,
-    RULES,
     Orphan,
     Owner,
     OwnerKind,
-    container_key,
+    Stray,
+    idle_owners,
     owners,
+    strays,
     unit_kind,
     unit_respawned,
 )
@@ -47,6 +48,9 @@ class Flag(StrEnum):
     DEVICE_HOLDER = "DEVICE HOLDER"
     # the driver lists it, the collector could not read it (``Process.unreadable``)
     UNREADABLE = "UNREADABLE"
+    # holds GPU memory its scheduler did not allocate to it (``Stray``: a Slurm node's GPU
+    # no running job has, or another job's)
+    STRAY = "STRAY"
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +87,15 @@ class OwnerGroup:
     def total_gpu_memory_mib(self) -> int:
         return sum(self.gpu_memory_mib.values())
 
+    @property
+    def service(self) -> Unit | None:  # its systemd unit when that unit is the owner
+        return None if self.owner is None else self.owner.service
+
+    @property
+    def nobody(self) -> bool:
+        """No owner: each process stands for itself (listed last)."""
+        return self.owner is None or self.owner.nobody
+
     def nodes(self) -> Iterable[ProcessNode]:
         for root in self.roots:
             yield from root.walk()
@@ -98,6 +111,8 @@ class HostTriage:
     holders_by_gpu: Mapping[int, tuple[tuple[Process, int | None], ...]]
     # pid -> why it is an orphan (the top of its orphaned subtree, and what happened to it)
     orphans_of: Mapping[int, Orphan] = field(default_factory=dict)
+    # pid -> what it holds that its scheduler did not allocate to it, and why
+    strays: Mapping[int, Stray] = field(default_factory=dict)
     # unit -> what gpudash saw of its stops on this host, as the caller passed it to the lint
     learned: Mapping[str, Learned] = field(default_factory=dict)
     # the services systemd keeps restarting: the host's follower's verdict (its history of
@@ -190,6 +205,7 @@ class _Pass:
     owner_of_key: dict[str, Owner]
     orphans_of: dict[int, Orphan]
     flags: dict[int, frozenset[Flag]]
+    strays: dict[int, Stray]
 
     @classmethod
     def of(cls, snapshot: HostSnapshot) -> _Pass:
@@ -205,6 +221,7 @@ class _Pass:
         for key, procs in members.items():
             owner = owner_of_key[key]
             orphans_of.update(owner.rules.orphans(owner, procs, tree))
+        stray = strays(snapshot, owner_by_pid)
         # what an owner says of its processes, asked once per owner
         facts = {
             key: (o.rules.inactive(o), o.rules.main_pid(o) if o.rules.respawned(o, None)
@@ -216,7 +233,8 @@ class _Pass:
         for p in snapshot.processes:
             inactive, respawned_main = facts[owner_by_pid[p.pid].key]
             if not (inactive or p.pid in orphans_of or p.pid == respawned_main
-                    or p.state in ("Z", "D") or p.device_gpus or p.unreadable):
+                    or p.state in ("Z", "D") or p.device_gpus or p.unreadable
+                    or p.pid in stray):
                 flags[p.pid] = plain
                 continue
             f = _state_flags(p)
@@ -226,8 +244,11 @@ class _Pass:
                 f.add(Flag.ORPHAN)
             if p.pid == respawned_main:
                 f.add(Flag.RESPAWNED)
+            if p.pid in stray:
+                f.add(Flag.STRAY)
             flags[p.pid] = frozenset(f)
-        return cls(snapshot, tree, owner_by_pid, members, owner_of_key, orphans_of, flags)
+        return cls(snapshot, tree, owner_by_pid, members, owner_of_key, orphans_of, flags,
+                   stray)
 
 
 def process_flags(snapshot: HostSnapshot) -> dict[int, frozenset[Flag]]:
@@ -364,14 +385,15 @@ def _group(key: str, procs: list[Process], tp: _Pass, prev_units: Mapping[str, U
     warnings = rules.warnings(owner, orphan_count, respawned)
     if orphan_count:
         warnings += tuple(orphan_summaries(procs, tp.orphans_of, tp.tree))
-    unit = owner.unit if owner.kind is not OwnerKind.NONE else None
+    strayed = [tp.strays[p.pid].why for p in procs if p.pid in tp.strays]
+    if strayed:
+        gflags.add(Flag.STRAY)
+        warnings += tuple(strayed[:3]) + ((f"... and {len(strayed) - 3} more",)
+                                          if len(strayed) > 3 else ())
+    unit = owner.unit
     memory = _memory(procs)
-    lint: tuple[Finding, ...] = ()
-    if unit is not None and owner.kind is OwnerKind.SERVICE:
-        lint = lint_unit(unit, holds_gpu_memory=any(memory.values()),
-                         learned=learned.get(unit.name))
-    elif owner.kind is OwnerKind.CONTAINER and owner.container is not None:
-        lint = lint_container(owner.container)
+    lint: tuple[Finding, ...] = rules.lint(owner, any(memory.values()),
+                                           learned.get(unit.name) if unit else None)
     return OwnerGroup(key, owner.kind, unit, frozenset(gflags),
                       _tree(procs, tp.flags, rules.main_pid(owner)), memory, warnings,
                       owner, lint)
@@ -399,26 +421,15 @@ def triage(snapshot: HostSnapshot, previous: HostSnapshot | None = None, *,
         if not any(holds(p) for p in procs) and not owner.rules.shown_empty(owner):
             continue
         groups.append(_group(key, procs, tp, prev_units, learned, looping))
-    # Units the host reports without any process left (a reclaimed service) stay visible:
-    # "inactive, disabled, 0 GiB" is the proof the operator is looking for.
-    rules = RULES[OwnerKind.SERVICE]
-    for unit in snapshot.units:
-        if unit.name not in tp.members and unit_kind(unit.name) is OwnerKind.SERVICE:
-            owner = Owner(OwnerKind.SERVICE, unit.name, rules, unit)
-            tp.owner_of_key[unit.name] = owner
-            groups.append(_group(unit.name, [], tp, prev_units, learned, looping))
-    # A stopped container stays visible too ("exited, restart policy no, 0 GiB").
-    seen_ids = {o.container_id for o in tp.owner_of_key.values()}
-    for c in snapshot.containers:
-        if c.state == "removed" or c.id in seen_ids:
-            continue
-        key = container_key(c.runtime, c.label)
-        tp.owner_of_key[key] = Owner(OwnerKind.CONTAINER, key, RULES[OwnerKind.CONTAINER],
-                                     container=c, container_id=c.id, runtime=c.runtime)
-        groups.append(_group(key, [], tp, prev_units, learned, looping))
-    groups.sort(key=lambda g: (g.kind is OwnerKind.NONE, -g.total_gpu_memory_mib, g.key))
+    # Owners the host reports without any process left (a reclaimed service, an exited
+    # container) stay visible: "inactive, disabled, 0 GiB" is the proof the operator is
+    # looking for.
+    for owner in idle_owners(snapshot, list(tp.owner_of_key.values())):
+        tp.owner_of_key[owner.key] = owner
+        groups.append(_group(owner.key, [], tp, prev_units, learned, looping))
+    groups.sort(key=lambda g: (g.nobody, -g.total_gpu_memory_mib, g.key))
     return _indexed(HostTriage(snapshot, tuple(groups), tp.flags, holders_by_gpu(snapshot),
-                               tp.orphans_of, learned, looping), tp.members)
+                               tp.orphans_of, tp.strays, learned, looping), tp.members)
 
 
 def _same_objects(a: tuple[object, ...], b: tuple[object, ...]) -> bool:

@@ -9,15 +9,13 @@ adding one ``ActionSpec`` here.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from gpudash.domain.model import HostSnapshot, Unit
 from gpudash.domain.owners import (
     OwnerCapability,
 )
-from gpudash.domain.triage import (
-    HostTriage,
-    OwnerKind,
-)
+from gpudash.domain.triage import HostTriage
 from gpudash.engine.config_plans import TITLE as FIX_TITLE
 from gpudash.engine.config_plans import fix_fits, plan_fix
 from gpudash.engine.container_plans import (
@@ -27,6 +25,7 @@ from gpudash.engine.container_plans import (
     plan_container_start,
     require_container,
 )
+from gpudash.engine.owner_plans import plan_owner_command
 from gpudash.engine.plan import (
     ActionKind,
     ActionPlan,
@@ -139,7 +138,7 @@ SPECS: dict[ActionKind, ActionSpec] = {
     for spec in (
         ActionSpec(ActionKind.STOP, "stop_unit", "Stop unit", "s", "Stop",
                    Needs.UNIT, plan_unit, capability=OwnerCapability.STOP,
-                   container_planner=plan_container),
+                   container_planner=plan_container, owner_planner=plan_owner_command),
         ActionSpec(ActionKind.DISABLE, "disable_unit", "Disable unit", "d", "Disable",
                    Needs.UNIT, plan_unit, capability=OwnerCapability.DISABLE,
                    container_planner=plan_container),
@@ -201,13 +200,9 @@ def selection_for(result: HostTriage | None, owner_key: str | None, pid: int | N
     owner = group.owner if group is not None else None
     if owner is None or group is None:
         return Selection(pid=pid)
-    if owner.kind is OwnerKind.SERVICE and group.unit is not None:
-        return Selection(unit=group.key, pid=pid)
-    if owner.kind is OwnerKind.CONTAINER and owner.container is not None:
-        return Selection(container=owner.container.id, pid=pid)
-    if owner.kind is OwnerKind.POD:
-        return Selection(pod=owner.pod_uid, pid=pid)
-    return Selection(pid=pid)
+    # the owner says which of the selection's fields names it (a unit, a container, ...)
+    names: dict[str, Any] = dict(owner.selector)
+    return Selection(pid=pid, **names)
 
 
 def replan(plan: ActionPlan, snapshot: HostSnapshot) -> tuple[ActionPlan, list[str]]:

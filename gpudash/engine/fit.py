@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gpudash.domain.model import HostSnapshot, Process, Unit
-from gpudash.domain.owners import OwnerKind, owner_of
+from gpudash.domain.owners import owner_of
 from gpudash.domain.triage import label
 from gpudash.domain.units import gib
 from gpudash.domain.untrusted import clean
@@ -132,11 +132,8 @@ def in_the_way(snapshot: HostSnapshot, gpus: Iterable[int], freed: set[int]) -> 
     for p, g in staying:
         owner = owner_of(p, snapshot)
         name = f"{clean(p.user or '?')}'s {clean(label(p) or p.name)} (pid {p.pid})"
-        if owner.kind is OwnerKind.NONE:  # owned by nobody: the process is the owner
-            who = name
-        else:
-            who = clean(owner.key if owner.kind is not OwnerKind.SESSION
-                        else f"{p.user or '?'}'s {owner.key}")
+        # owned by nobody: the process is the owner (a login: whose it is)
+        who = name if owner.nobody else clean(owner.rules.holder(owner, p, name))
         held = owners.setdefault(who, {})
         held[g] = (held.get(g) or 0) + (p.gpu_memory_mib.get(g) or 0)
         if name != who and name not in members.setdefault(who, []):

@@ -20,6 +20,7 @@ from gpudash.engine.steps import (
     ContainerCommand,
     DaemonReload,
     DropIn,
+    OwnerCommand,
     Signal,
     Step,
     Systemctl,
@@ -49,7 +50,7 @@ DISABLING = frozenset({ActionKind.DISABLE, ActionKind.STOP_DISABLE, ActionKind.R
 STARTING = frozenset({ActionKind.START, ActionKind.RESTART, ActionKind.SWAP})
 
 
-COMMANDS = (Systemctl, ContainerCommand, DropIn, DaemonReload)  # the steps that are commands
+COMMANDS = (Systemctl, ContainerCommand, DropIn, DaemonReload, OwnerCommand)  # commands
 
 
 ROLLBACK_HEADING = "if it does not serve:"  # a swap plan's last part: what puts it back
@@ -90,6 +91,13 @@ class Selection:
     # turned it off, from the audit); None: leave it as it is
     restart_policy: str | None = None
     signal: int | None = None  # signal: the one picked (``gpudash.engine.signals``)
+    # "KIND:KEY": an owner of a kind with no field above (a Slurm job: "slurm job:42")
+    owner: str | None = None
+    # reap of an owner's leftovers: its GPUs, where the caller knows them better than the
+    # host's facts (a Slurm epilog's SLURM_JOB_GPUS); and whether what strays on them
+    # outside any running job is signalled too (else only reported)
+    gpus: tuple[int, ...] | None = None
+    strays: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,17 +13,18 @@ from typing import Any
 
 from gpudash.domain.model import HostSnapshot, Process, SourceKind, Unit, unit_name
 from gpudash.domain.owners import (
+    Found,
     container_members,
     owner_of,
-    pod_advice,
+    owners,
+    rules_of,
+    service_unit,
 )
 from gpudash.domain.tree import ProcessTree
 from gpudash.domain.triage import (
     Flag,
-    OwnerKind,
     holds,
     orphan_summaries,
-    owner_kind,
     process_flags,
     triage,
 )
@@ -74,7 +75,7 @@ def require_unit(snapshot: HostSnapshot, name: str | None) -> Unit:
     if not name:
         raise PlanError("select a unit first")
     full = unit_name(name)
-    if owner_kind(full) is not OwnerKind.SERVICE:
+    if not service_unit(full):
         raise PlanError(f"{full} is not a system service; signal its processes instead")
     unit = snapshot.unit(full)
     if unit is None:
@@ -157,15 +158,13 @@ def _process_notes(snapshot: HostSnapshot, p: Process, owner: Unit | None,
                 f"(Restart={owner.restart}): systemd will respawn it. Stop the unit instead."
             )
     notes += container_kill_notes(snapshot, p)
-    kind = owner_kind(p.unit)
-    if kind is OwnerKind.CONTAINER:
-        return notes
-    if kind is OwnerKind.SESSION:
+    mine = owner_of(p, snapshot)
+    if mine.personal:
         notes.append(
             f"pid {p.pid} belongs to {p.user or '?'}'s login session ({p.unit}): "
             "this is a person's live work, not a service. Make sure they know."
         )
-    elif ends and kind is OwnerKind.SERVICE and owner is not None and not owner.is_down:
+    elif ends and mine.service is not None and owner is not None and not owner.is_down:
         flags = process_flags(snapshot)
         peers = [
             q for q in members_of(snapshot, owner)
@@ -218,7 +217,10 @@ def plan_process(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Ac
 
 
 def plan_reap(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> ActionPlan:
-    """TERM (then KILL) every orphan holding GPU memory, of one unit or of the host."""
+    """TERM (then KILL) every orphan holding GPU memory, of one unit or of the host; or
+    what is left of one owner (``sel.owner``: a Slurm job), as its kind says."""
+    if sel.owner is not None:
+        return _plan_leftovers(spec, snapshot, sel, sel.owner)
     unit = unit_name(sel.unit) if sel.unit else None
     result = triage(snapshot)
     container = snapshot.container(sel.container) if sel.container else None
@@ -246,6 +248,43 @@ def plan_reap(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Actio
         untouched=left_alone(snapshot, targets),
         unit_before=snapshot.unit(unit) if unit else None,
     )
+
+
+def _plan_leftovers(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection, claim: str
+                    ) -> ActionPlan:
+    kind, _, key = claim.partition(":")
+    rules = rules_of(kind)
+    if rules is None or not key:
+        raise PlanError(f"{claim}: not an owner gpudash knows (KIND:KEY, e.g. slurm job:42)")
+    result = triage(snapshot)
+    found = Found(owners(snapshot), result.orphans_of, result.strays)
+    why = rules.leftovers(key, snapshot, found, sel.gpus, sel.strays)
+    chosen = [p for p in snapshot.processes if p.pid in why and p.start_ticks is not None]
+    targets = [pin(snapshot, p) for p in chosen]
+    mine = set(sel.gpus or ())
+    reported = [s.why for pid, s in sorted(result.strays.items())
+                if pid not in why and (not mine or mine & set(_held(snapshot, pid)))]
+    notes = tuple(why[p.pid] for p in chosen) + tuple(
+        f"left alone (reported only): {w}" for w in reported)
+    if not targets:
+        said = "; ".join(notes) or "nothing of it holds GPU memory"
+        raise PlanError(f"no orphaned processes or leftovers of {kind} {key} hold GPU "
+                        f"memory on {snapshot.host}: {said}")
+    return new_plan(
+        spec, snapshot, Selection(owner=claim, gpus=sel.gpus, strays=sel.strays),
+        f"{len(targets)} leftover(s) of {kind} {key}",
+        steps=tuple(Signal(t, escalate=True) for t in targets),
+        expected_free_mib=expected_free(snapshot, targets),
+        notes=notes,
+        untouched=left_alone(snapshot, targets),
+    )
+
+
+def _held(snapshot: HostSnapshot, pid: int) -> tuple[int, ...]:
+    p = snapshot.process(pid)
+    if p is None:
+        return ()
+    return tuple(g for g, mib in p.gpu_memory_mib.items() if mib is None or mib > 0)
 
 
 def serving_of(snapshot: HostSnapshot, unit: Unit, sel: Selection) -> Serving:
@@ -346,11 +385,5 @@ def does_not_fit(what: str, problems: list[str], after: str = "") -> PlanError:
 def container_kill_notes(snapshot: HostSnapshot, p: Process) -> list[str]:
     """Killing a container's main process: its runtime's restart policy brings it back."""
     owner = owner_of(p, snapshot)
-    if owner.kind is OwnerKind.POD:
-        return [f"pid {p.pid}: " + pod_advice(owner)]
-    c = owner.container
-    if owner.kind is OwnerKind.CONTAINER and c is not None and owner.respawner:
-        return [f"pid {p.pid} belongs to {owner.describe()} (restart policy "
-                f"{c.restart_policy}): {c.runtime} will restart it. Stop or reclaim the "
-                "container instead."]
-    return []
+    note = owner.rules.kill_note(owner, p)
+    return [] if note is None else [note]

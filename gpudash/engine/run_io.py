@@ -27,7 +27,7 @@ from gpudash.engine.journal import LOG_TAIL
 from gpudash.engine.options import ExecOptions, ProgressFn
 from gpudash.engine.plan import ActionPlan, Phase
 from gpudash.engine.report import ActionReport, Progress
-from gpudash.engine.steps import ContainerCommand, DaemonReload, DropIn
+from gpudash.engine.steps import ContainerCommand, DaemonReload, DropIn, OwnerCommand
 from gpudash.engine.target import Target
 from gpudash.protocol.source import (
     CommandResult,
@@ -154,6 +154,11 @@ class RunIO:
                 self.tell("commands", said)
                 argv = ("tee", step.path) if step.text is not None else ("rm", step.path)
                 result = await self._send(argv, self.control.drop_in(step.unit, step.text))
+            elif isinstance(step, OwnerCommand):
+                said = step.describe(self.opts.term_timeout)
+                self.tell("commands", said)
+                result = await self._send(step.argv, self.control.owner_command(
+                    step.kind, step.verb, step.key))
             elif isinstance(step, DaemonReload):
                 said = "systemctl daemon-reload"
                 self.tell("commands", said)

@@ -15,10 +15,10 @@ from gpudash.domain.owners import (
     container_members,
     container_owner,
     owner_of,
+    rules_of,
 )
 from gpudash.domain.triage import (
     HostTriage,
-    OwnerKind,
 )
 from gpudash.engine.plan import (
     ActionKind,
@@ -56,15 +56,26 @@ class ActionSpec:
     # a rare action: its key, help row and palette entry, no room in the footer
     in_footer: bool = True
     container_title: str | None = None  # what it is called where a container is selected
+    # the same action for an owner a claim names (a Slurm job): its kind's own command
+    owner_planner: Callable[[ActionSpec, HostSnapshot, Selection], ActionPlan] | None = None
+
+    def planner_for(self, sel: Selection
+                    ) -> Callable[[ActionSpec, HostSnapshot, Selection], ActionPlan] | None:
+        """The planner of an owner that is no unit: a claim's, or a container's."""
+        return self.owner_planner if sel.owner is not None else self.container_planner
 
     @property
     def binding_id(self) -> str:
         return f"gpudash.{self.name}"
 
     def title_for(self, sel: Selection) -> str:
-        """Its title for what is selected: a container's own words on a container."""
+        """Its title for what is selected: a container's own words on a container, an owner
+        kind's on its owner ("Cancel job (scancel)")."""
         if sel.unit is None and sel.container is not None and self.container_title:
             return self.container_title
+        rules = rules_of(sel.owner.partition(":")[0]) if sel.owner else None
+        if rules is not None and self.capability is not None:
+            return rules.title(self.capability) or self.title
         return self.title
 
     def precheck(self, result: HostTriage, sel: Selection) -> str | None:
@@ -78,7 +89,7 @@ class ActionSpec:
         if self.needs in (Needs.UNIT, Needs.UNIT_AND_TARGET) and sel.unit is None:
             owner = selected_owner(snap, sel)
             if owner is not None and self.capability is not None:
-                if self.container_planner is None or not owner.can(self.capability):
+                if self.planner_for(sel) is None or not owner.can(self.capability):
                     return owner.unable(self.capability)
                 return None if self.fits is None else self.fits(snap, sel)
             if self.container_planner is not None:
@@ -105,21 +116,32 @@ class ActionSpec:
             raise PlanError(snapshot.cannot_act_reason or f"cannot act on {snapshot.host}")
         if sel.unit is None and self.needs in (Needs.UNIT, Needs.UNIT_AND_TARGET):
             owner = selected_owner(snapshot, sel)
+            planner = self.planner_for(sel)
             if owner is not None and self.capability is not None:
-                if self.container_planner is None or not owner.can(self.capability):
+                if planner is None or not owner.can(self.capability):
                     raise PlanError(owner.unable(self.capability))
-                return self.container_planner(self, snapshot, sel)
+                return planner(self, snapshot, sel)
+            if sel.owner is not None and planner is not None:
+                return planner(self, snapshot, sel)  # it says what is missing
         return self.planner(self, snapshot, sel)
 
 
 def selected_owner(snapshot: HostSnapshot, sel: Selection) -> Owner | None:
-    """The container or pod the selection names (None: a unit, a process, or nothing)."""
+    """The container, pod or claimed owner (a Slurm job) the selection names (None: a
+    unit, a process, or nothing)."""
+    if sel.owner is not None:
+        for p in snapshot.processes:
+            if p.claim == sel.owner:
+                o = owner_of(p, snapshot)
+                if o.selector.get("owner") == sel.owner:
+                    return o
+        return None
     if sel.container is not None:
         return container_owner(snapshot, sel.container)
     if sel.pod is not None:
         for p in snapshot.processes:
             o = owner_of(p, snapshot)
-            if o.kind is OwnerKind.POD and o.pod_uid == sel.pod:
+            if o.selector.get("pod") == sel.pod:
                 return o
     return None
 

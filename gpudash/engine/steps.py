@@ -100,5 +100,25 @@ class DaemonReload:
         return "systemctl daemon-reload"
 
 
-Command = Systemctl | ContainerCommand | DropIn | DaemonReload
-Step = Systemctl | ContainerCommand | DropIn | DaemonReload | Signal
+@dataclass(frozen=True, slots=True)
+class OwnerCommand:
+    """An owner kind's own command (a Slurm job's ``scancel``): ``argv`` as the operator is
+    shown it; the host control builds it again from the kind, verb and key, never from
+    this field."""
+
+    kind: str
+    verb: str  # the capability's value: stop
+    key: str  # the claim's key: a job id
+    argv: tuple[str, ...]
+
+    @property
+    def unit(self) -> str:
+        """What the command is about, as a unit command's ``unit`` is (for messages)."""
+        return f"{self.kind} {self.key}"
+
+    def describe(self, term_timeout: float) -> str:
+        return " ".join(self.argv)
+
+
+Command = Systemctl | ContainerCommand | DropIn | DaemonReload | OwnerCommand
+Step = Systemctl | ContainerCommand | DropIn | DaemonReload | OwnerCommand | Signal

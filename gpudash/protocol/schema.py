@@ -31,6 +31,11 @@ from gpudash.collector.host.protocol import (
     CONTAINER_ID,
     ERROR_MAX,
     EXEC_MAX,
+    MAX_FACT_LIST,
+    MAX_FACTS,
+    MAX_OWNERS,
+    OWNER_KEY,
+    OWNER_KINDS,
     POD_UID,
     TEXT_MAX,
     TRUNCATED,
@@ -40,7 +45,7 @@ from gpudash.collector.host.protocol import (
 from gpudash.collector.host.protocol import (
     MAX_GPUS as MAX_GPUS,  # the bound of a GPU index, for the rest of gpudash
 )
-from gpudash.domain.model import Container, Gpu, HostSnapshot, Pod, Process, Unit
+from gpudash.domain.model import Container, Fact, Gpu, HostSnapshot, Pod, Process, Unit
 from gpudash.protocol.source import ProtocolError
 
 MIB_MAX = 2**24  # 16 TiB: GPU memory, or one process's RSS
@@ -103,6 +108,8 @@ BOUNDS: dict[type, dict[str, Bound]] = {
         "user_unit": Text(TEXT_MAX),
         "unreadable": Text(16, identity=True,
                            pattern=re.compile("|".join(UNREADABLE_REASONS))),
+        "claim": Text(TEXT_MAX, identity=True, pattern=re.compile(
+            "(" + "|".join(map(re.escape, OWNER_KINDS)) + "):" + OWNER_KEY.pattern)),
     },
     Unit: {
         "name": Text(TEXT_MAX, identity=True),
@@ -158,7 +165,7 @@ SPECIAL = {
     Process: {"gpu_memory_mib", "device_gpus"},
     HostSnapshot: {
         "host", "gpus", "processes", "units", "source", "degraded", "errors", "can_act",
-        "containers", "pods", "changes",
+        "containers", "pods", "owners", "changes",
     },
 }
 
@@ -285,3 +292,54 @@ def gpu_indices(raw: object, where: str) -> tuple[int, ...]:
     ):
         raise ProtocolError(f"{where}.device_gpus: expected a list of GPU indices")
     return tuple(sorted(set(raw)))
+
+
+_FACT_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
+_INT_MAX = 2**53
+
+
+def owner_facts(raw: object, where: str = "snapshot.owners"
+                ) -> dict[str, dict[str, dict[str, Fact]]]:
+    """``owners``: ``{KIND: {KEY: {FACT: value}}}`` as the model holds it. A kind gpudash
+    does not know, a key or fact name out of shape, a count over its bound: refused (who
+    owns what is decided on them); text is cut at ``TEXT_MAX``."""
+    if not isinstance(raw, dict):
+        raise ProtocolError(f"{where}: expected an object")
+    out: dict[str, dict[str, dict[str, Fact]]] = {}
+    for kind, owners in raw.items():
+        if kind not in OWNER_KINDS:
+            raise ProtocolError(f"{where}: unknown owner kind {show(kind)}")
+        if not isinstance(owners, dict) or len(owners) > MAX_OWNERS:
+            raise ProtocolError(f"{where}.{kind}: expected at most {MAX_OWNERS} owners")
+        mine: dict[str, dict[str, Fact]] = {}
+        out[kind] = mine
+        for key, facts in owners.items():
+            if not OWNER_KEY.fullmatch(key):
+                raise ProtocolError(f"{where}.{kind}: not an owner key: {show(key)}")
+            if not isinstance(facts, dict) or len(facts) > MAX_FACTS:
+                raise ProtocolError(f"{where}.{kind}.{key}: expected at most {MAX_FACTS} facts")
+            mine[key] = {name: _fact(value, f"{where}.{kind}.{key}.{cut(name, 32)}")
+                         for name, value in facts.items() if _named(name, where)}
+    return out
+
+
+def _named(name: str, where: str) -> bool:
+    if not _FACT_NAME.fullmatch(name):
+        raise ProtocolError(f"{where}: not a fact name: {show(name)}")
+    return True
+
+
+def _fact(value: object, where: str) -> Fact:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        if abs(value) > _INT_MAX:
+            raise ProtocolError(f"{where} out of range: {show(value)}")
+        return value
+    if isinstance(value, str):
+        return cut(value, TEXT_MAX)
+    if isinstance(value, list) and len(value) <= MAX_FACT_LIST and all(
+            type(i) is int and 0 <= i <= _INT_MAX for i in value):
+        return tuple(value)
+    raise ProtocolError(f"{where}: expected text, an integer, true/false or a list of "
+                        f"at most {MAX_FACT_LIST} integers")

@@ -76,6 +76,7 @@ class Capability(StrEnum):
     DROP_IN = "drop-in"  # ``unit_text``, ``drop_in``, ``daemon_reload``: gpudash fix
     CONTAINER_LOGS = "container-logs"  # ``container_logs``: ``docker logs``, then live
     CONTAINER_LOOKUP = "container-lookup"  # ``find_container``: a stopped one, by name
+    OWNER_COMMANDS = "owner-commands"  # ``owner_command``: an owner kind's own (scancel)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +130,12 @@ class HostControl(Protocol):
     ) -> CommandResult:
         """Run ``docker|podman VERB CONTAINER`` (verb: stop, no-restart, rm, start,
         restart, restart-policy: ``update --restart=POLICY``)."""
+        ...
+
+    async def owner_command(self, kind: str, verb: str, key: str) -> CommandResult:
+        """``Capability.OWNER_COMMANDS``: the command of owner kind ``kind`` that does
+        ``verb`` (an ``OwnerCapability``'s value) to the owner ``key`` (a Slurm job's
+        ``scancel JOBID``), as that kind's rules build and validate it."""
         ...
 
     async def unit_text(self, unit: str) -> str:

@@ -50,6 +50,7 @@ from gpudash.domain.model import (
     EVERYTHING,
     Changes,
     Container,
+    Fact,
     Gpu,
     HostSnapshot,
     Pod,
@@ -126,6 +127,7 @@ class _Cache:
             "pods": {},
         }
         self.primed = False  # a message was decoded: changes are relative to it
+        self.owners: tuple[object, dict[str, dict[str, dict[str, Fact]]]] = (None, {})
 
 
 def _gpu(d: dict[str, Any], where: str, notes: list[str]) -> Gpu:
@@ -244,6 +246,21 @@ def _section(state: dict[str, Any], key: str, notes: list[str], cache: _Cache | 
     return sorted(out, key=lambda o: getattr(o, id_field))
 
 
+def _owners(state: dict[str, Any], cache: _Cache | None, delta: _Delta | None
+            ) -> dict[str, dict[str, dict[str, Fact]]]:
+    """The ``owners`` section, decoded again only when a patch touched it (a change in it
+    is a change of who owns what)."""
+    raw = state.get("owners", {})
+    if cache is not None and cache.owners[0] is raw:
+        return cache.owners[1]
+    owners = schema.owner_facts(raw)
+    if cache is not None:
+        if delta is not None and owners != cache.owners[1]:
+            delta.structure = True
+        cache.owners = (raw, owners)
+    return owners
+
+
 def _flag(state: dict[str, Any], key: str) -> bool | None:
     value = state.get(key)
     if value is not None and not isinstance(value, bool):
@@ -303,6 +320,7 @@ def _to_snapshot(
     units = _section(state, "units", notes, cache, delta)
     containers = _section(state, "containers", notes, cache, delta)
     pods = _section(state, "pods", notes, cache, delta)
+    owners = _owners(state, cache, delta)
     if cache is not None:
         cache.primed = True
     said = [schema.cut(e, ERROR_MAX) for e in errors]
@@ -317,6 +335,7 @@ def _to_snapshot(
         units=tuple(units),
         containers=tuple(containers),
         pods=tuple(pods),
+        owners=owners,
         source=source or kind,
         degraded=degraded or bool(_flag(state, "degraded")),
         errors=tuple(said) + extra_errors,

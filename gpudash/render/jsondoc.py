@@ -57,6 +57,8 @@ def host_to_json(snapshot: HostSnapshot,
             "pids": sorted(n.process.pid for n in group.nodes()),
             "warnings": list(group.warnings),
             "lint": [f.as_dict() for f in group.lint],
+            "facts": ({k: list(v) if isinstance(v, tuple) else v for k, v in o.facts.items()}
+                      if o is not None else {}),
         })
     processes = []
     for p in snapshot.processes:

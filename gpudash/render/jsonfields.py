@@ -99,6 +99,8 @@ _FIELDS: dict[str, dict[str, str]] = {
         "user_unit": "and the unit there" + _NA,
         "unreadable": "listed by the driver, not readable on the host: `gone`, `hidden`, "
         "`denied` or `namespace`" + _NA,
+        "claim": "`KIND:KEY`: an owner its cgroup names of a kind with no field above "
+        "(a Slurm job: `slurm job:1234`)" + _NA,
         "flags": "its triage flags (`ORPHAN`, `RESPAWNED`, …; see the values below)",
         "orphan": "why it is ORPHAN, in words; null when it is not",
     },
@@ -146,9 +148,10 @@ _FIELDS: dict[str, dict[str, str]] = {
     },
     "hosts[].owners[]": {
         "key": "the owner's key: a unit's name, `docker:NAME`, `podman:NAME`, "
-        "`pod:NAMESPACE/NAME` (`pod:UID` where `crictl` does not answer), `no unit`",
-        "kind": "`service`, `user service`, `container`, `pod`, `session`, `scope` or "
+        "`pod:NAMESPACE/NAME` (`pod:UID` where `crictl` does not answer), `slurm:JOBID`, "
         "`no unit`",
+        "kind": "`service`, `user service`, `container`, `pod`, `slurm job`, `session`, "
+        "`scope` or `no unit`",
         "unit": "its systemd unit (a container's `docker-<id>.scope`)" + _NA,
         "container_id": "a container's id" + _NA,
         "runtime": "a container's runtime" + _NA,
@@ -163,6 +166,8 @@ _FIELDS: dict[str, dict[str, str]] = {
         "warnings": "what to know before acting on it, one line each",
         "lint": "its configuration findings (the unit lint, the container lint): the "
         "settings that set the trap",
+        "facts": "what the host says of an owner of a kind with no field above (a Slurm "
+        "job's user, partition, state, allocated GPUs), by name; {} for the others",
     },
     "hosts[].owners[].lint[]": {
         "setting": "the setting as systemd (or the container's runtime) names it",

@@ -28,11 +28,10 @@ from prometheus_client.core import (
 
 from gpudash.domain.fleet import reclaimable_by_gpu
 from gpudash.domain.model import HostSnapshot, Process
+from gpudash.domain.owners import service_unit
 from gpudash.domain.triage import (
     NO_UNIT,
     HostTriage,
-    OwnerKind,
-    owner_kind,
     unattributed_mib,
 )
 from gpudash.domain.untrusted import clean
@@ -47,6 +46,7 @@ HOST = ["host"]
 GPU = ["host", "gpu", "uuid"]
 UNIT = ["host", "unit"]
 GPU_UNIT = ["host", "gpu", "uuid", "unit"]
+GPU_REASON = ["host", "gpu", "uuid", "reason"]
 
 
 class _Families:
@@ -93,6 +93,10 @@ class _Families:
         self.orphans = g("gpudash_orphaned_processes", "Orphaned processes of the owner (a "
                          "unit; a login session, a container, 'no unit' where they have "
                          "any) that hold GPU memory", labels=UNIT)
+        self.stray = g("gpudash_gpu_stray_bytes", "GPU memory held outside what the node's "
+                       "scheduler allocated (a Slurm node): reason 'no job' (a GPU no running "
+                       "job has), 'outside allocation' (a job's process on a GPU not its "
+                       "own), 'another job's GPU'; only where > 0", labels=GPU_REASON)
         self.unit_memory = g("gpudash_unit_gpu_memory_bytes", "GPU memory held by the "
                              "unit's processes", labels=GPU_UNIT)
         self.restarts = c("gpudash_unit_restarts", "Automatic restarts of the unit "
@@ -141,8 +145,9 @@ def _host(m: _Families, host: str, snap: HostSnapshot, tri: HostTriage, view: Fr
     orphans_of = _orphans_of(snap, tri)
     _orphaned(m, snap, tri, orphans_of, labels)
     _units(m, host, snap, orphans_of, view)
+    _strays(m, snap, tri, labels)
     for group in tri.groups:
-        if group.kind is OwnerKind.SERVICE:
+        if group.owner is not None and group.owner.rules.manages_unit:
             for gpu, mib in sorted(group.gpu_memory_mib.items()):
                 m.unit_memory.add_metric(labels(gpu) + [clean(group.key)], float(mib * MIB))
 
@@ -194,9 +199,20 @@ def _orphaned(m: _Families, snap: HostSnapshot, tri: HostTriage,
         m.reclaimable.add_metric(labels(g.index), float(reclaimable.get(g.index, 0) * MIB))
 
 
+def _strays(m: _Families, snap: HostSnapshot, tri: HostTriage, labels: _GpuLabels) -> None:
+    held: dict[tuple[int, str], int] = {}
+    for pid, stray in tri.strays.items():
+        p = snap.process(pid)
+        for gpu, mib in sorted(p.gpu_memory_mib.items()) if p is not None else ():
+            if mib:
+                held[gpu, stray.reason] = held.get((gpu, stray.reason), 0) + mib
+    for (gpu, reason), mib in sorted(held.items()):
+        m.stray.add_metric(labels(gpu) + [clean(reason)], float(mib * MIB))
+
+
 def _units(m: _Families, host: str, snap: HostSnapshot,
            orphans_of: dict[str, list[Process]], view: Frame) -> None:
-    services = [u for u in snap.units if owner_kind(u.name) is OwnerKind.SERVICE]
+    services = [u for u in snap.units if service_unit(u.name)]
     for u in services:
         labels = [host, clean(u.name)]
         m.orphans.add_metric(labels, float(len(orphans_of.get(u.name, ()))))

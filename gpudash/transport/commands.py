@@ -7,6 +7,7 @@ import signal
 
 from gpudash.domain.dropin import drop_in_dir, drop_in_path
 from gpudash.domain.model import UNIT_SUFFIXES
+from gpudash.domain.owners import OwnerCapability, rules_of
 
 SYSTEMCTL_VERBS = frozenset({"stop", "disable", "start", "enable"})
 _UNIT_NAME = re.compile(r"[A-Za-z0-9:_.\\@-]{1,250}\.([a-z]+)")
@@ -142,3 +143,14 @@ def daemon_reload_argv(*, sudo: bool) -> list[str]:
 def cat_argv(unit: str) -> list[str]:
     """``systemctl cat -- UNIT``: reading needs no root (unit files are world-readable)."""
     return ["systemctl", "--no-pager", "cat", "--", _service(unit)]
+
+
+def owner_argv(kind: str, verb: str, key: str) -> tuple[str, ...] | None:
+    """The command of owner kind ``kind`` doing ``verb`` to ``key``, as its rules build and
+    validate it (``scancel JOBID``); None where the kind has none."""
+    rules = rules_of(kind)
+    try:
+        capability = OwnerCapability(verb)
+    except ValueError:
+        return None
+    return None if rules is None else rules.command(capability, key)

@@ -47,6 +47,7 @@ from gpudash.transport.commands import (
     container_logs_argv,
     daemon_reload_argv,
     drop_in_argvs,
+    owner_argv,
     systemctl_argv,
     validate_container,
     validate_pid,
@@ -205,6 +206,17 @@ class SourceControl:
         result = await self._administer(
             lambda sudo: systemctl_argv(verb, unit, sudo=sudo), SYSTEMCTL_TIMEOUT_S)
         self.source.poke(unit)
+        return result
+
+    async def owner_command(self, kind: str, verb: str, key: str) -> CommandResult:
+        """``[sudo -n]`` the owner kind's command (``scancel JOBID``), built and validated
+        by the kind's rules; refused where there is none."""
+        argv = owner_argv(kind, verb, key)
+        if argv is None:
+            return CommandResult((kind, verb, key), 2, f"refused: {kind} has no {verb!r}")
+        result = await self._administer(
+            lambda sudo: ["sudo", "-n", *argv] if sudo else list(argv), QUERY_TIMEOUT_S)
+        self.source.poke(None)  # its facts read again now, not in a few seconds
         return result
 
     async def unit_text(self, unit: str) -> str:

@@ -42,10 +42,10 @@ from gpudash.ui.widgets.footer import DashboardFooter
 from gpudash.ui.widgets.gpus import GpuGrid, GpuTable
 from gpudash.ui.widgets.guide import Guide
 from gpudash.ui.widgets.header import HeaderBar, HostList, header_text
+from gpudash.ui.widgets.holder_filter import filter_rows
 from gpudash.ui.widgets.holders import (
     HoldersTable,
     RowCache,
-    filter_rows,
     holder_rows,
     selection_of,
 )

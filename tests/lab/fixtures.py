@@ -127,3 +127,20 @@ def lab_hosts(lab):
                 errors.append(e)
         if errors:
             raise errors[0]
+
+
+@pytest.fixture(scope="module")
+def slurm_host(lab):
+    """One host running a real Slurm (tests/lab/slurm.py) for a test module, its node IDLE;
+    torn down after the module. Skips where the lab or Slurm's packages are not here."""
+    from lab import slurm
+
+    try:
+        slurm.check_available()
+    except labmod.LabUnavailable as e:
+        lab_unavailable(str(e))
+    sh = slurm.start(lab)
+    try:
+        yield sh
+    finally:
+        lab.remove(sh.host)

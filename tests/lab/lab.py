@@ -296,6 +296,9 @@ class HostSpec:
     # a real dockerd can run inside (shared/LAB.md): all capabilities, no seccomp filter,
     # cgroup v2 inside; docker.service is not enabled: start_docker() starts it
     docker: bool = False
+    # the same boot without docker's files: all capabilities, no seccomp filter, cgroup v2
+    # inside (tests/lab/slurm.py: slurmstepd loads an eBPF device filter and makes cgroups)
+    privileged: bool = False
     # a directory laid over this machine's / beneath the host's upper dir: a test stands
     # in for more of the machine's own configuration with it (a unit it enables, ...)
     machine_layer: str | None = None
@@ -775,7 +778,7 @@ class LabHost:
             self._mount()
             log = open(self.console_log, "ab")
             env = {"PATH": CONTAINER_PATH, "LANG": "C.UTF-8", "SYSTEMD_LOG_COLOR": "0"}
-            if self.spec.docker:  # runc needs keyrings and more; cgroup v2 inside
+            if self.spec.docker or self.spec.privileged:  # runc, slurmstepd: cgroup v2 inside
                 env |= {"SYSTEMD_SECCOMP": "0", "SYSTEMD_NSPAWN_UNIFIED_HIERARCHY": "1"}
             # nspawn --keep-unit puts the container's cgroups (payload/, supervisor/) next
             # to its own: give every host its own cgroup so containers never share one.
@@ -794,7 +797,7 @@ class LabHost:
                 "--register=no",
                 "--keep-unit",
                 "--console=read-only",
-                *(["--capability=all"] if self.spec.docker else []),
+                *(["--capability=all"] if self.spec.docker or self.spec.privileged else []),
             ]
             self.nspawn = subprocess.Popen(
                 ["/bin/sh", "-c", " && ".join([*moves, 'exec "$@"']), "sh", *nspawn],

@@ -10,6 +10,7 @@ import subprocess
 import time
 from typing import TYPE_CHECKING, Any
 
+from .claims import Claims
 from .containers import ContainerReader, PodReader
 from .gpus import gpu_reader
 from .holders import DeviceHolders
@@ -94,6 +95,7 @@ class HostCollector:
         self.units = units or UnitReader()
         self.containers = containers or ContainerReader(sudo)
         self.pods = PodReader(sudo)
+        self.claims = Claims(self.proc.proc)
         self.stats = stats or HostStats(load_psutil(), self.proc.proc)
         self.boot_id = read_boot_id(self.proc.proc)
         self.can_act, self.reason = act_permission(sudo)
@@ -250,7 +252,8 @@ class HostCollector:
         for cid, runtime in self.watched_containers.items():
             seen.setdefault(cid, runtime)
         containers, container_errors = self.containers.read(seen, force_units)
-        unit_errors = unit_errors + container_errors
+        owners, owner_errors = self.claims.read(procs, force_units)
+        unit_errors = unit_errors + container_errors + owner_errors
         snap: Json = {
             "v": PROTOCOL,
             "host": self.host,
@@ -264,6 +267,8 @@ class HostCollector:
             "containers": {c["id"]: c for c in containers},
             "pods": {p["uid"]: p for p in self.pods.read(pod_uids, force_units)},
         }
+        if owners:
+            snap["owners"] = owners
         if self.source == "none":
             snap["degraded"] = True
         if self.boot_id is not None:

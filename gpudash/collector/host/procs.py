@@ -1,4 +1,4 @@
-"""Processes from ``/proc``: GPU holders and the processes of their units, read as little as
+"""Processes from ``/proc``: GPU holders and their units' processes, read as little as
 their identity allows (see ``ProcReader``)."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import select
 import time
 from typing import TYPE_CHECKING, Any
 
+from .claims import claim_of
 from .parsing import cgroup_facts, cgroup_path, parse_stat, unit_of_cgroup
 from .procfs import STAT_BYTES, _read, fd_budget, in_child_pid_namespace, proc_hides_pids
 from .protocol import CGROUP_MAX, CMDLINE_BUDGET, CMDLINE_MAX, CMDLINE_SHORT, TEXT_MAX
@@ -384,15 +385,16 @@ class ProcReader:
         """Re-read what rarely changes for one process: cmdline (set-proctitle) and cgroup."""
         pid = known.pid
         raw = _read(f"{self.proc}/{pid}/cmdline") or ""
-        cgroup = cgroup_path(_read(f"{self.proc}/{pid}/cgroup") or "")
+        text = _read(f"{self.proc}/{pid}/cgroup") or ""
+        cgroup = cgroup_path(text)
         static: Json = {
-            "pid": pid,
-            "start_ticks": known.start,
+            "pid": pid, "start_ticks": known.start,
             "started_at": round(self.boot_time + known.start / self.clk_tck, 2),
             "cmdline": self._cmdline(known, raw.replace("\0", " ").strip()),
             "user": known.static.get("user"),
             "cgroup": None if cgroup is None else cap_text(cgroup, CGROUP_MAX),
             "unit": unit_of_cgroup(cgroup),
+            "claim": claim_of(text),
         }
         static.update(cgroup_facts(cgroup))
         static = {k: v for k, v in static.items() if v is not None}

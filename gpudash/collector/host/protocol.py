@@ -13,7 +13,7 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
-PROTOCOL = 7  # 2: boot_id, CPU and memory of the host and of each process, source "none"
+PROTOCOL = 8  # 2: boot_id, CPU and memory of the host and of each process, source "none"
 # 3: "containers" (docker/podman inspect of the containers their cgroups name) and "pods"
 # 4: a process's process group and what its cgroup says (container, pod, a user's own
 #    systemd), why a listed process could not be read; the parents and group leaders
@@ -22,6 +22,8 @@ PROTOCOL = 7  # 2: boot_id, CPU and memory of the host and of each process, sour
 #    (what the unit lint and the fit estimate read)
 # 6: a GPU process's SM utilisation (nvmlDeviceGetProcessUtilization), where NVML has it
 # 7: a container's health check, --init and PID mode (what the container lint reads)
+# 8: "owners", the facts of owner kinds without a section of their own (a Slurm job's),
+#    by kind and key; a process's "claim": the owner its cgroup names, "KIND:KEY"
 
 UTIL_WINDOW_US = 1000000  # a process's SM %: the most of its samples of the last second
 
@@ -50,7 +52,7 @@ SIGNAL_OUTCOMES = ("sent", "gone", "mismatch", "denied", "unknown")
 SNAPSHOT_KEYS = (
     "v", "host", "taken_at", "boot_id", "source", "degraded", "errors", "can_act",
     "cannot_act_reason", "cpu_pct", "mem_used_mib", "mem_total_mib", "collector_cpu_s",
-    "gpus", "procs", "units", "containers", "pods",
+    "gpus", "procs", "units", "containers", "pods", "owners",
 )
 GPU_KEYS = (
     "index", "uuid", "name", "memory_total_mib", "memory_used_mib", "memory_reserved_mib",
@@ -68,6 +70,7 @@ PROC_KEYS = (  # gpu_memory_mib: {"INDEX": MiB, or -1 where the driver cannot te
     # that user's uid and the unit there
     "container_runtime", "container_id", "pod_uid", "user_uid", "user_unit",
     "unreadable",  # listed by the driver, not readable here: one of UNREADABLE_REASONS
+    "claim",  # "KIND:KEY": an owner of a kind in "owners" its cgroup names (a Slurm job)
 )
 UNREADABLE_REASONS = ("gone", "hidden", "denied", "namespace")
 UNIT_KEYS = (
@@ -89,6 +92,14 @@ CONTAINER_KEYS = (  # state "removed": the runtime answered that no such contain
     "port",  # the host TCP port it publishes (its lowest TCP port's): its ready URL's
 )
 POD_KEYS = ("uid", "namespace", "name")
+# "owners": {KIND: {KEY: {FACT: text | integer | true/false | [integers]}}}: what the host
+# knows of owners of a kind that has no section of its own; the key "" holds the kind's
+# facts about the host itself (a Slurm node's state). Bounded like everything else.
+OWNER_KINDS = ("slurm job",)  # the kinds a host may name in "owners" and in claims
+MAX_OWNERS = 256  # of one kind
+MAX_FACTS = 32  # of one owner
+MAX_FACT_LIST = 64  # integers in one fact
+OWNER_KEY = re.compile(r"[A-Za-z0-9_.+-]{0,64}")  # fullmatch; "" is the host's
 CONTAINER_RUNTIMES = ("docker", "podman", "cri")  # cri: a Kubernetes pod's (crictl)
 REMOVED = "removed"
 SOURCES = ("nvml", "nvidia-smi", "none")  # "none": no GPU facts at all (degraded)

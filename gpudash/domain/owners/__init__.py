@@ -1,14 +1,14 @@
 """Who owns a GPU process, and what that owner can be asked to do (see ``kinds``).
 
-``owner_of`` tells a process's owner from what the host parsed of its cgroup (the
-container and pod it is in, the user whose own systemd it runs under) and its unit. One
-``OwnerRules`` per kind (``service``, ``container``, ``people``) says the rest. Pure
-functions of one snapshot, no I/O.
+Each kind of owner is one adapter (an ``OwnerRules`` in this package's modules), and
+``KINDS`` is the one registry of them: ``owner_of`` asks each in turn to recognise a
+process from what the host parsed of its cgroup and unit, the first that does names its
+owner, and the generic "no unit" owner is the fallback. Adding a kind is a module here and
+a line in ``KINDS`` (docs/ARCHITECTURE.md). Pure functions of one snapshot, no I/O.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 
 from gpudash.domain.model import Container, HostSnapshot, Process, Unit
@@ -16,10 +16,20 @@ from gpudash.domain.owners.container import (
     RESTARTING_POLICIES,
     ContainerRules,
     PodRules,
+    container_key,
     pod_advice,
     pod_label,
 )
-from gpudash.domain.owners.kinds import Orphan, Owner, OwnerCapability, OwnerKind, OwnerRules
+from gpudash.domain.owners.kinds import (
+    BaseRules,
+    Found,
+    Orphan,
+    Owner,
+    OwnerCapability,
+    OwnerKind,
+    OwnerRules,
+    Stray,
+)
 from gpudash.domain.owners.people import (
     NoOwnerRules,
     ScopeRules,
@@ -27,72 +37,83 @@ from gpudash.domain.owners.people import (
     UserServiceRules,
 )
 from gpudash.domain.owners.service import ServiceRules, unit_respawned
+from gpudash.domain.owners.slurm import SlurmJobRules
 
 __all__ = [
-    "NO_UNIT", "RESTARTING_POLICIES", "RULES", "OwnerCapability", "Orphan", "Owner", "OwnerKind",
-    "OwnerRules", "container_key", "container_members", "container_owner", "owner_of",
-    "owners", "pod_advice", "pod_label", "unit_kind", "unit_respawned",
+    "KINDS", "NO_UNIT", "RESTARTING_POLICIES", "RULES", "BaseRules", "Found", "OwnerCapability",
+    "Orphan",
+    "Owner", "OwnerKind", "OwnerRules", "Stray", "container_key", "container_members",
+    "container_owner", "idle_owners", "owner_of", "owners", "pod_advice", "pod_label",
+    "rules_of", "service_unit", "strays", "unit_kind", "unit_respawned",
 ]
 
-NO_UNIT = "no unit"
-RULES: dict[OwnerKind, OwnerRules] = {
-    r.kind: r for r in (ServiceRules(), ContainerRules(), PodRules(), SessionRules(),
-                        ScopeRules(), UserServiceRules(), NoOwnerRules())
-}
-_CONTAINER_SCOPE = re.compile(r"^(docker|cri-containerd|crio|libpod|containerd)-[0-9a-f]+\.scope$")
-CONTAINER_PREFIXES = {"docker": "docker:", "podman": "podman:"}
-POD_PREFIX = "pod:"
+# The kinds in the order they are asked: what a cgroup names (a pod, a container) before
+# what a unit's name says; the host's services last but one; nobody last.
+FALLBACK = NoOwnerRules()
+KINDS: tuple[OwnerRules, ...] = (
+    SlurmJobRules(), PodRules(), ContainerRules(), UserServiceRules(), SessionRules(), ScopeRules(),
+    ServiceRules(), FALLBACK,
+)
+RULES: dict[OwnerKind, OwnerRules] = {r.kind: r for r in KINDS}
+NO_UNIT = FALLBACK.key
+
+
+def rules_of(kind: str) -> OwnerRules | None:
+    """The rules of the kind named ``kind`` (a claim's, a selection's), or None."""
+    for rules in KINDS:
+        if rules.kind.value == kind:
+            return rules
+    return None
 
 
 def unit_kind(unit: str | None) -> OwnerKind:
     """The owner kind a systemd unit name alone says (containers' scopes are containers)."""
-    if not unit:
-        return OwnerKind.NONE
-    if _CONTAINER_SCOPE.match(unit):
-        return OwnerKind.CONTAINER
-    if unit.startswith("session-") and unit.endswith(".scope"):
-        return OwnerKind.SESSION
-    if unit.startswith("user@") and unit.endswith(".service"):
-        return OwnerKind.USER_SERVICE
-    if unit.endswith(".scope"):
-        return OwnerKind.SCOPE
-    return OwnerKind.SERVICE
+    for rules in KINDS:
+        if unit and rules.claims_unit(unit):
+            return rules.kind
+    return FALLBACK.kind
 
 
-def container_key(runtime: str, label: str) -> str:
-    return CONTAINER_PREFIXES.get(runtime, runtime + ":") + label
-
-
-def _owner(kind: OwnerKind, key: str, **parts: object) -> Owner:
-    return Owner(kind, key, RULES[kind], **parts)  # type: ignore[arg-type]
+def service_unit(unit: str | None) -> bool:
+    """The unit is a service of the host's systemd, which gpudash can act on."""
+    for rules in KINDS:
+        if unit and rules.claims_unit(unit):
+            return rules.manages_unit
+    return False
 
 
 def owner_of(p: Process, snapshot: HostSnapshot, units: Mapping[str, Unit] | None = None
              ) -> Owner:
-    """The owner of ``p``: its container or pod when its cgroup names one, else its unit
-    (a user's own service under their ``user@UID.service``). In a user's own subtree a
-    container is that user's rootless one and there is no pod (``in_user_subtree``)."""
+    """The owner of ``p``: the first kind that recognises it (its pod or container when its
+    cgroup names one, else what its unit's name says; a user's own service under their
+    ``user@UID.service``, where there are no pods and containers are that user's)."""
     if units is None:
         units = {u.name: u for u in snapshot.units}
-    unit = units.get(p.unit or "")
-    runtime, cid = p.container_runtime, p.container_id
-    if p.pod_uid is not None and not p.in_user_subtree:
-        pod = snapshot.pod(p.pod_uid)
-        label = f"{pod.namespace or 'default'}/{pod.name}" if pod and pod.name else p.pod_uid
-        return _owner(OwnerKind.POD, POD_PREFIX + label, unit=unit, container_id=cid,
-                      runtime=runtime, pod_uid=p.pod_uid, pod=pod)
-    if runtime is not None and cid is not None:
-        c = None if p.in_user_subtree else snapshot.container(cid)
-        return _owner(OwnerKind.CONTAINER, container_key(runtime, c.label if c else cid[:12]),
-                      unit=unit, container=c, container_id=cid, runtime=runtime,
-                      user_uid=p.user_uid, user=p.user)
-    kind = unit_kind(p.unit)
-    if kind is OwnerKind.NONE:
-        return _owner(OwnerKind.NONE, NO_UNIT)
-    if kind is OwnerKind.USER_SERVICE:
-        key = f"{p.unit}/{p.user_unit}" if p.user_unit else (p.unit or NO_UNIT)
-        return _owner(kind, key, user_uid=p.user_uid, user=p.user)
-    return _owner(kind, p.unit or NO_UNIT, unit=unit)
+    for rules in KINDS:
+        owner = rules.recognize(p, snapshot, units)
+        if owner is not None:
+            return owner
+    raise AssertionError("the fallback recognises every process")  # pragma: no cover
+
+
+def strays(snapshot: HostSnapshot, owner_by_pid: Mapping[int, Owner]) -> dict[int, Stray]:
+    """What every kind finds held outside what its manager allocated (pid -> why)."""
+    out: dict[int, Stray] = {}
+    for rules in KINDS:
+        for pid, stray in rules.strays(snapshot, owner_by_pid).items():
+            out.setdefault(pid, stray)
+    return out
+
+
+def idle_owners(snapshot: HostSnapshot, seen: list[Owner]) -> list[Owner]:
+    """The owners the host reports with no process left, of every kind (``seen``: those
+    with processes; it grows with what this returns)."""
+    out: list[Owner] = []
+    for rules in KINDS:
+        for owner in rules.idle(snapshot, seen):
+            out.append(owner)
+            seen.append(owner)
+    return out
 
 
 def owners(snapshot: HostSnapshot) -> dict[int, Owner]:
@@ -101,8 +122,9 @@ def owners(snapshot: HostSnapshot) -> dict[int, Owner]:
     seen: dict[tuple[object, ...], Owner] = {}
     out: dict[int, Owner] = {}
     for p in snapshot.processes:
+        # what a kind recognises a process by (a job's claim is checked against its user)
         key = (p.unit, p.container_runtime, p.container_id, p.pod_uid, p.user_uid,
-               p.user_unit, p.user if p.user_uid is not None else None)
+               p.user_unit, p.user, p.claim)
         owner = seen.get(key)
         if owner is None:
             owner = seen[key] = owner_of(p, snapshot, units)
@@ -120,8 +142,9 @@ def container_owner(snapshot: HostSnapshot, ref: str) -> Owner | None:
     for p in snapshot.processes:
         if p.container_id == c.id and p.pod_uid is None and not p.in_user_subtree:
             return owner_of(p, snapshot, units)
-    return _owner(OwnerKind.CONTAINER, container_key(c.runtime, c.label), container=c,
-                  container_id=c.id, runtime=c.runtime)
+    rules = RULES[OwnerKind.CONTAINER]
+    return Owner(rules.kind, container_key(c.runtime, c.label), rules, container=c,
+                 container_id=c.id, runtime=c.runtime)
 
 
 def container_members(snapshot: HostSnapshot, container: Container) -> list[Process]:

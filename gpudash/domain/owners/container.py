@@ -10,13 +10,22 @@ with the host's own runtime (that store does not know it): it is "not inspected"
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 
-from gpudash.domain.model import Process, Unit
-from gpudash.domain.owners.kinds import Orphan, Owner, OwnerCapability, OwnerKind
+from gpudash.domain.lint import Finding, Learned, lint_container
+from gpudash.domain.model import HostSnapshot, Process, Unit
+from gpudash.domain.owners.kinds import BaseRules, Orphan, Owner, OwnerCapability, OwnerKind
 from gpudash.domain.tree import ProcessTree
 
 RESTARTING_POLICIES = frozenset({"always", "unless-stopped", "on-failure"})
+_CONTAINER_SCOPE = re.compile(r"^(docker|cri-containerd|crio|libpod|containerd)-[0-9a-f]+\.scope$")
+CONTAINER_PREFIXES = {"docker": "docker:", "podman": "podman:"}
+POD_PREFIX = "pod:"
+
+
+def container_key(runtime: str, label: str) -> str:
+    return CONTAINER_PREFIXES.get(runtime, runtime + ":") + label
 
 
 def rootless_of_another(owner: Owner) -> bool:
@@ -24,8 +33,51 @@ def rootless_of_another(owner: Owner) -> bool:
     return owner.user_uid is not None and owner.container is None
 
 
-class ContainerRules:
+class ContainerRules(BaseRules):
     kind = OwnerKind.CONTAINER
+
+    def recognize(self, p: Process, snapshot: HostSnapshot, units: Mapping[str, Unit]
+                  ) -> Owner | None:
+        runtime, cid = p.container_runtime, p.container_id
+        unit = units.get(p.unit or "")
+        if runtime is not None and cid is not None:
+            c = None if p.in_user_subtree else snapshot.container(cid)
+            return Owner(self.kind, container_key(runtime, c.label if c else cid[:12]), self,
+                         unit=unit, container=c, container_id=cid, runtime=runtime,
+                         user_uid=p.user_uid, user=p.user)
+        if p.unit and self.claims_unit(p.unit):  # its scope, not parsed further
+            return Owner(self.kind, p.unit, self, unit=unit)
+        return None
+
+    def claims_unit(self, name: str) -> bool:
+        return _CONTAINER_SCOPE.match(name) is not None
+
+    def idle(self, snapshot: HostSnapshot, seen: Sequence[Owner]) -> Iterable[Owner]:
+        """A stopped container stays visible ("exited, restart policy no, 0 GiB")."""
+        ids = {o.container_id for o in seen}
+        return [Owner(self.kind, container_key(c.runtime, c.label), self, container=c,
+                      container_id=c.id, runtime=c.runtime)
+                for c in snapshot.containers if c.state != "removed" and c.id not in ids]
+
+    def about(self, owner: Owner) -> str:
+        return "a container: its runtime did not say more (no CLI, or no permission)"
+
+    def lint(self, owner: Owner, holds_gpu_memory: bool, learned: Learned | None
+             ) -> tuple[Finding, ...]:
+        return () if owner.container is None else lint_container(owner.container)
+
+    def selector(self, owner: Owner) -> Mapping[str, str]:
+        return {} if owner.container is None else {"container": owner.container.id}
+
+    def kill_note(self, owner: Owner, p: Process) -> str | None:
+        """Killing a container's main process: its runtime's restart policy brings it
+        back."""
+        c = owner.container
+        if c is None or not owner.respawner:
+            return None
+        return (f"pid {p.pid} belongs to {owner.describe()} (restart policy "
+                f"{c.restart_policy}): {c.runtime} will restart it. Stop or reclaim the "
+                "container instead.")
 
     def capabilities(self, owner: Owner) -> frozenset[OwnerCapability]:
         c = owner.container
@@ -161,8 +213,27 @@ def pod_advice(owner: Owner) -> str:
             f"they are killed or stopped, so gpudash does not act on it; {how}")
 
 
-class PodRules:
+class PodRules(BaseRules):
     kind = OwnerKind.POD
+
+    def recognize(self, p: Process, snapshot: HostSnapshot, units: Mapping[str, Unit]
+                  ) -> Owner | None:
+        if p.pod_uid is None or p.in_user_subtree:  # no pods in a user's own subtree
+            return None
+        pod = snapshot.pod(p.pod_uid)
+        label = f"{pod.namespace or 'default'}/{pod.name}" if pod and pod.name else p.pod_uid
+        return Owner(self.kind, POD_PREFIX + label, self, unit=units.get(p.unit or ""),
+                     container_id=p.container_id, runtime=p.container_runtime,
+                     pod_uid=p.pod_uid, pod=pod)
+
+    def about(self, owner: Owner) -> str:
+        return "a Kubernetes pod: the kubelet restarts it; gpudash does not act on it"
+
+    def selector(self, owner: Owner) -> Mapping[str, str]:
+        return {} if owner.pod_uid is None else {"pod": owner.pod_uid}
+
+    def kill_note(self, owner: Owner, p: Process) -> str | None:
+        return f"pid {p.pid}: " + pod_advice(owner)
 
     def capabilities(self, owner: Owner) -> frozenset[OwnerCapability]:
         return frozenset()

@@ -2,19 +2,23 @@
 
 An ``Owner`` is a group's owner as one snapshot shows it (a systemd service, a user's
 own service, a login session, a container, a Kubernetes pod, a transient scope, or
-nobody). What an owner can do, why it cannot, when its processes are orphans and what to
-warn about are its kind's ``OwnerRules`` (one class per kind, in this package's modules):
-the triage, the action specs and the screens ask the owner, never switch on its kind.
+nobody). Each kind is one adapter, an ``OwnerRules`` class in this package: how it is
+recognised in a snapshot, what it can do and why it cannot, when its processes are
+orphans, what to warn about, its lint, how the panel and the engine name it. The
+triage, the action specs and the screens ask the owner, never switch on its kind
+(tests/test_owner_adapters.py fails when a kind is named outside this package and the
+demo).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
-from gpudash.domain.model import Container, Pod, Process, Unit
+from gpudash.domain.lint import Finding, Learned
+from gpudash.domain.model import Container, Fact, HostSnapshot, Pod, Process, Unit
 from gpudash.domain.tree import ProcessTree
 
 
@@ -24,6 +28,7 @@ class OwnerKind(StrEnum):
     SESSION = "session"
     CONTAINER = "container"
     POD = "pod"
+    SLURM_JOB = "slurm job"
     SCOPE = "scope"
     NONE = "no unit"
 
@@ -39,6 +44,26 @@ class OwnerCapability(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class Stray:
+    """A process (of any owner) holding GPU memory that a kind's manager did not give it: a
+    Slurm node's GPU that no running job was allocated, or another job's. ``reason``: one
+    of a few short words (a metric's label: "no job", "outside allocation"); ``why``: the
+    whole story, naming the GPU and who it most likely came from."""
+
+    reason: str
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """What the triage found of a snapshot's owners, for a kind's ``leftovers``."""
+
+    owner_by_pid: Mapping[int, Owner]
+    orphans: Mapping[int, Orphan]
+    strays: Mapping[int, Stray]
+
+
+@dataclass(frozen=True, slots=True)
 class Orphan:
     """Why a process is an orphan: the top of its orphaned subtree (itself, or the process
     it is under) and what happened to that one, as a predicate ("lost its API server
@@ -49,9 +74,29 @@ class Orphan:
 
 
 class OwnerRules(Protocol):
-    """The rules of one kind of owner."""
+    """One kind of owner: the whole contract of an adapter (``BaseRules`` has defaults)."""
 
     kind: OwnerKind
+    # Its systemd unit is the owner (a service): the unit's state, lint and actions are
+    # the owner's. A container's scope is a unit too, but the runtime is its owner.
+    manages_unit: bool
+    nobody: bool  # no owner at all: listed last; each process stands for itself
+    personal: bool  # somebody's live work (a login): signalling it says so
+
+    def recognize(self, p: Process, snapshot: HostSnapshot, units: Mapping[str, Unit]
+                  ) -> Owner | None:
+        """``p``'s owner when it is of this kind (the registry asks the kinds in order)."""
+        ...
+
+    def claims_unit(self, name: str) -> bool:
+        """A systemd unit of this name, alone, is of this kind."""
+        ...
+
+    def idle(self, snapshot: HostSnapshot, seen: Sequence[Owner]) -> Iterable[Owner]:
+        """Owners of this kind the host reports with no process left (a stopped service,
+        an exited container): shown, as the proof an operator looks for. ``seen``: the
+        owners already shown (those with processes)."""
+        ...
 
     def capabilities(self, owner: Owner) -> frozenset[OwnerCapability]: ...
 
@@ -60,6 +105,10 @@ class OwnerRules(Protocol):
         ...
 
     def describe(self, owner: Owner) -> str: ...
+
+    def about(self, owner: Owner) -> str:
+        """What the unit panel says of an owner it has no more facts about."""
+        ...
 
     def respawner(self, owner: Owner) -> str | None:
         """Who brings a killed main process back by itself, or None."""
@@ -85,10 +134,140 @@ class OwnerRules(Protocol):
         """Plain-words advice for the operator about this owner."""
         ...
 
+    def lint(self, owner: Owner, holds_gpu_memory: bool, learned: Learned | None
+             ) -> tuple[Finding, ...]:
+        """What in its configuration makes the incident likely."""
+        ...
+
     def shown_empty(self, owner: Owner) -> bool:
         """Shown even when none of its processes holds GPU memory (a service's state is
         the proof an operator looks for)."""
         ...
+
+    def rows(self, owner: Owner) -> tuple[tuple[str, str], ...]:
+        """Its facts as the unit panel lists them, (name, value) each (host text)."""
+        ...
+
+    def strays(self, snapshot: HostSnapshot, owner_by_pid: Mapping[int, Owner]
+               ) -> Mapping[int, Stray]:
+        """Processes of any owner that hold GPU memory this kind's manager allocated to
+        nobody, or to another owner (a Slurm node's GPUs): pid -> why."""
+        ...
+
+    def selector(self, owner: Owner) -> Mapping[str, str]:
+        """How an action names it (``Selection``'s fields: ``unit``, ``container``,
+        ``pod``); empty: it is not acted on as a whole."""
+        ...
+
+    def kill_note(self, owner: Owner, p: Process) -> str | None:
+        """What killing ``p``, one of its processes, does beyond it (a runtime restarts
+        it), or None."""
+        ...
+
+    def leftovers(self, key: str, snapshot: HostSnapshot, found: Found,
+                  gpus: tuple[int, ...] | None, strays: bool) -> Mapping[int, str]:
+        """What reaping the leftovers of the owner ``key`` (as a claim names it) signals:
+        pid -> why. ``gpus``: its GPUs where the caller knows them; ``strays``: also what
+        holds them outside any owner of this kind that still runs."""
+        ...
+
+    def holder(self, owner: Owner, p: Process, process: str) -> str:
+        """Who is in the way, for a start that does not fit (``process``: ``p`` in words)."""
+        ...
+
+    def command(self, capability: OwnerCapability, key: str) -> tuple[str, ...] | None:
+        """The host command that does ``capability`` to the owner a claim names ``key``
+        (a Slurm job's ``scancel``), validated; None: none (systemd's and the container
+        runtimes' have their own steps)."""
+        ...
+
+    def title(self, capability: OwnerCapability) -> str | None:
+        """What an action with ``capability`` is called for this kind ("Cancel job")."""
+        ...
+
+
+class BaseRules:
+    """The defaults of a kind: named, nothing to ask, not acted on (the generic owner)."""
+
+    kind: OwnerKind
+    manages_unit = False
+    nobody = False
+    personal = False
+
+    def recognize(self, p: Process, snapshot: HostSnapshot, units: Mapping[str, Unit]
+                  ) -> Owner | None:
+        return None
+
+    def claims_unit(self, name: str) -> bool:
+        return False
+
+    def idle(self, snapshot: HostSnapshot, seen: Sequence[Owner]) -> Iterable[Owner]:
+        return ()
+
+    def capabilities(self, owner: Owner) -> frozenset[OwnerCapability]:
+        return frozenset()
+
+    def unable(self, owner: Owner, capability: OwnerCapability) -> str:
+        return f"{self.describe(owner)} cannot {capability.value}: signal its processes"
+
+    def describe(self, owner: Owner) -> str:
+        return owner.key
+
+    def about(self, owner: Owner) -> str:
+        return self.kind.value
+
+    def respawner(self, owner: Owner) -> str | None:
+        return None
+
+    def main_pid(self, owner: Owner) -> int | None:
+        return None
+
+    def inactive(self, owner: Owner) -> bool:
+        return False
+
+    def respawned(self, owner: Owner, previous: Unit | None) -> bool:
+        return False
+
+    def orphans(self, owner: Owner, members: Sequence[Process], tree: ProcessTree
+                ) -> Mapping[int, Orphan]:
+        return {}
+
+    def warnings(self, owner: Owner, orphan_count: int, respawned: bool) -> tuple[str, ...]:
+        return ()
+
+    def lint(self, owner: Owner, holds_gpu_memory: bool, learned: Learned | None
+             ) -> tuple[Finding, ...]:
+        return ()
+
+    def shown_empty(self, owner: Owner) -> bool:
+        return False
+
+    def rows(self, owner: Owner) -> tuple[tuple[str, str], ...]:
+        return ()
+
+    def strays(self, snapshot: HostSnapshot, owner_by_pid: Mapping[int, Owner]
+               ) -> Mapping[int, Stray]:
+        return {}
+
+    def selector(self, owner: Owner) -> Mapping[str, str]:
+        return {}
+
+    def kill_note(self, owner: Owner, p: Process) -> str | None:
+        return None
+
+    def leftovers(self, key: str, snapshot: HostSnapshot, found: Found,
+                  gpus: tuple[int, ...] | None, strays: bool) -> Mapping[int, str]:
+        return {pid: o.cause for pid, o in found.orphans.items()
+                if (owner := found.owner_by_pid.get(pid)) is not None and owner.key == key}
+
+    def holder(self, owner: Owner, p: Process, process: str) -> str:
+        return owner.key
+
+    def command(self, capability: OwnerCapability, key: str) -> tuple[str, ...] | None:
+        return None
+
+    def title(self, capability: OwnerCapability) -> str | None:
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +285,26 @@ class Owner:
     pod: Pod | None = None
     user_uid: int | None = None  # under this user's own systemd: theirs, not the host's
     user: str | None = None  # that user's name, as the host reported its processes' owner
+    # what a kind that has no field above knows of its owner (a job's facts), as the host
+    # reported them: untrusted text
+    facts: Mapping[str, Fact] = field(default_factory=dict, compare=False)
+
+    @property
+    def service(self) -> Unit | None:
+        """Its systemd unit when that unit is the owner (a service), else None."""
+        return self.unit if self.rules.manages_unit else None
+
+    @property
+    def nobody(self) -> bool:
+        return self.rules.nobody
+
+    @property
+    def personal(self) -> bool:
+        return self.rules.personal
+
+    @property
+    def selector(self) -> Mapping[str, str]:
+        return self.rules.selector(self)
 
     @property
     def capabilities(self) -> frozenset[OwnerCapability]:

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from gpudash.domain.model import Process, Unit
-from gpudash.domain.owners.kinds import Orphan, Owner, OwnerCapability, OwnerKind
+from gpudash.domain.model import HostSnapshot, Process, Unit
+from gpudash.domain.owners.kinds import BaseRules, Orphan, Owner, OwnerCapability, OwnerKind
+from gpudash.domain.owners.service import user_manager
 from gpudash.domain.tree import ProcessTree
 from gpudash.serving.processes import Role, server_process
 
@@ -45,31 +46,14 @@ def lost_server(p: Process, tree: ProcessTree) -> Orphan | None:
     return Orphan(top.pid, f"lost its API server ({', '.join(evidence)})")
 
 
-class _NoManager:
-    """The rules shared by owners gpudash has no manager to ask."""
+class _NoManager(BaseRules):
+    """The rules shared by owners gpudash has no manager to ask: named by their unit."""
 
-    kind: OwnerKind
-
-    def capabilities(self, owner: Owner) -> frozenset[OwnerCapability]:
-        return frozenset()
-
-    def describe(self, owner: Owner) -> str:
-        return owner.key
-
-    def respawner(self, owner: Owner) -> str | None:
-        return None
-
-    def main_pid(self, owner: Owner) -> int | None:
-        return None
-
-    def inactive(self, owner: Owner) -> bool:
-        return False
-
-    def respawned(self, owner: Owner, previous: Unit | None) -> bool:
-        return False
-
-    def shown_empty(self, owner: Owner) -> bool:
-        return False
+    def recognize(self, p: Process, snapshot: HostSnapshot, units: Mapping[str, Unit]
+                  ) -> Owner | None:
+        if not p.unit or not self.claims_unit(p.unit):
+            return None
+        return Owner(self.kind, p.unit, self, unit=units.get(p.unit))
 
     def orphans(self, owner: Owner, members: Sequence[Process], tree: ProcessTree
                 ) -> Mapping[int, Orphan]:
@@ -90,6 +74,16 @@ class _NoManager:
 
 class SessionRules(_NoManager):
     kind = OwnerKind.SESSION
+    personal = True
+
+    def claims_unit(self, name: str) -> bool:
+        return name.startswith("session-") and name.endswith(".scope")
+
+    def about(self, owner: Owner) -> str:
+        return "a login session: somebody's live work; reap never touches it"
+
+    def holder(self, owner: Owner, p: Process, process: str) -> str:
+        return f"{p.user or '?'}'s {owner.key}"
 
     def unable(self, owner: Owner, capability: OwnerCapability) -> str:
         return (f"{owner.key} is a login session: somebody's live work; signal its "
@@ -99,12 +93,32 @@ class SessionRules(_NoManager):
 class ScopeRules(_NoManager):
     kind = OwnerKind.SCOPE
 
+    def claims_unit(self, name: str) -> bool:
+        return name.endswith(".scope")
+
+    def about(self, owner: Owner) -> str:
+        return "a transient scope"
+
     def unable(self, owner: Owner, capability: OwnerCapability) -> str:
         return f"{owner.key} (a transient scope) cannot {capability.value}: signal its processes"
 
 
 class NoOwnerRules(_NoManager):
+    """The fallback: nothing named the process's owner; each process stands for itself."""
+
     kind = OwnerKind.NONE
+    nobody = True
+    key = "no unit"
+
+    def recognize(self, p: Process, snapshot: HostSnapshot, units: Mapping[str, Unit]
+                  ) -> Owner | None:
+        return Owner(self.kind, self.key, self)
+
+    def about(self, owner: Owner) -> str:
+        return "no systemd unit owns these processes"
+
+    def holder(self, owner: Owner, p: Process, process: str) -> str:
+        return process
 
     def unable(self, owner: Owner, capability: OwnerCapability) -> str:
         return "no unit or container owns it: select a process to signal"
@@ -116,6 +130,16 @@ class UserServiceRules(_NoManager):
     it cannot ask that user's manager."""
 
     kind = OwnerKind.USER_SERVICE
+
+    def recognize(self, p: Process, snapshot: HostSnapshot, units: Mapping[str, Unit]
+                  ) -> Owner | None:
+        if not p.unit or not self.claims_unit(p.unit):
+            return None
+        key = f"{p.unit}/{p.user_unit}" if p.user_unit else p.unit
+        return Owner(self.kind, key, self, user_uid=p.user_uid, user=p.user)
+
+    def claims_unit(self, name: str) -> bool:
+        return user_manager(name)
 
     def describe(self, owner: Owner) -> str:
         return f"{owner.user or owner.user_uid}'s own systemd: {owner.key}"

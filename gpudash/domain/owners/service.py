@@ -12,14 +12,14 @@ detached after it started (SGLang's setsid'd schedulers are younger than their m
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
-from gpudash.domain.model import Process, Unit
-from gpudash.domain.owners.kinds import Orphan, Owner, OwnerCapability, OwnerKind
+from gpudash.domain.lint import RESTARTING, Finding, Learned, lint_unit
+from gpudash.domain.model import HostSnapshot, Process, Unit
+from gpudash.domain.owners.kinds import BaseRules, Orphan, Owner, OwnerCapability, OwnerKind
 from gpudash.domain.tree import ProcessTree
 from gpudash.serving.processes import server_process
 
-RESTARTING = ("always", "on-failure", "on-abnormal", "on-abort", "on-watchdog")
 # NRestarts from which a service counts as crash-looping even between two restarts.
 CRASH_LOOP_RESTARTS = 3
 
@@ -52,8 +52,39 @@ def what(p: Process) -> str:
     return f"{title} {p.pid}"
 
 
-class ServiceRules:
+def user_manager(name: str) -> bool:
+    """``user@UID.service``: a user's own systemd, not a service of the host's."""
+    return name.startswith("user@") and name.endswith(".service")
+
+
+class ServiceRules(BaseRules):
+    """A unit no other kind claims: the host's systemd's service."""
+
     kind = OwnerKind.SERVICE
+    manages_unit = True
+
+    def recognize(self, p: Process, snapshot: HostSnapshot, units: Mapping[str, Unit]
+                  ) -> Owner | None:
+        if not p.unit or not self.claims_unit(p.unit):
+            return None
+        return Owner(self.kind, p.unit, self, unit=units.get(p.unit))
+
+    def claims_unit(self, name: str) -> bool:
+        return bool(name) and not name.endswith(".scope") and not user_manager(name)
+
+    def idle(self, snapshot: HostSnapshot, seen: Sequence[Owner]) -> Iterable[Owner]:
+        keys = {o.key for o in seen}
+        return [Owner(self.kind, u.name, self, u) for u in snapshot.units
+                if u.name not in keys and self.claims_unit(u.name)]
+
+    def lint(self, owner: Owner, holds_gpu_memory: bool, learned: Learned | None
+             ) -> tuple[Finding, ...]:
+        if owner.unit is None:
+            return ()
+        return lint_unit(owner.unit, holds_gpu_memory=holds_gpu_memory, learned=learned)
+
+    def selector(self, owner: Owner) -> Mapping[str, str]:
+        return {} if owner.unit is None else {"unit": owner.key}
 
     def capabilities(self, owner: Owner) -> frozenset[OwnerCapability]:
         if owner.unit is None:

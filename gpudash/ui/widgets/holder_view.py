@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpudash.domain.model import Process
-from gpudash.domain.triage import OwnerGroup, OwnerKind, ProcessNode
+from gpudash.domain.triage import OwnerGroup, ProcessNode
 
 # (column key, header) in the order the sort key cycles through them
 SORTS = (("mem", "GPU memory"), ("sm", "SM%"), ("cpu", "CPU"), ("rss", "RSS"),
@@ -112,4 +112,4 @@ def sort_groups(groups: tuple[OwnerGroup, ...], view: HolderView,
         return min(values)
 
     ordered = sorted(groups, key=total, reverse=view.descending)
-    return sorted(ordered, key=lambda g: g.kind is OwnerKind.NONE)
+    return sorted(ordered, key=lambda g: g.nobody)

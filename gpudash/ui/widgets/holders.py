@@ -19,7 +19,6 @@ from gpudash.domain.triage import (
     Flag,
     HostTriage,
     OwnerGroup,
-    OwnerKind,
     ProcessNode,
     unattributed_mib,
 )
@@ -31,8 +30,8 @@ from gpudash.ui.widgets.celltable import CellTable
 from gpudash.ui.widgets.holder_columns import COLUMNS, FLAGS_MAX, INDEX, Fit, fit_columns
 from gpudash.ui.widgets.holder_view import HolderView, sort_groups, sort_nodes
 
-__all__ = ["COLUMNS", "FLAGS_MAX", "HolderRow", "HolderView", "HoldersTable", "filter_rows",
-           "holder_rows", "selection_of"]
+__all__ = ["COLUMNS", "FLAGS_MAX", "HolderRow", "HolderView", "HoldersTable", "holder_rows",
+           "selection_of"]
 FLAGS = INDEX["flags"]
 
 def column_widths(rows: list[HolderRow]) -> tuple[int, ...]:
@@ -51,7 +50,7 @@ def cell_widths(rows: list[HolderRow]) -> tuple[dict[str, int], int]:
 
 FLAG_ORDER = (
     Flag.ORPHAN, Flag.CRASH_LOOP, Flag.RESPAWNED, Flag.UNIT_INACTIVE, Flag.ZOMBIE,
-    Flag.D_STATE, Flag.DEVICE_HOLDER, Flag.UNREADABLE,
+    Flag.D_STATE, Flag.DEVICE_HOLDER, Flag.UNREADABLE, Flag.STRAY,
 )
 UNATTRIBUTED_KEY = "x:unattributed"
 # Below this on every GPU the driver's own bookkeeping is not worth a row.
@@ -61,17 +60,19 @@ UNATTRIBUTED_MIN_MIB = 256
 @dataclass(frozen=True, slots=True)
 class HolderRow:
     """One row: its key and a cell per column of ``COLUMNS``; ``short_flags`` is the Flags
-    cell as a narrow table shows it (``ORPH+2``)."""
+    cell as a narrow table shows it (``ORPH+2``); ``flags``: what the row is flagged
+    (a flag filter reads them)."""
 
     key: str
     cells: tuple[Text, ...]
     short_flags: Text | None = None
+    flags: frozenset[Flag] = frozenset()
 
 
 def _flag_style(flag: Flag, pal: Palette) -> str:
     if flag is Flag.ORPHAN:
         return f"bold {pal.orphan}"
-    if flag in (Flag.ZOMBIE, Flag.D_STATE, Flag.UNREADABLE, Flag.CRASH_LOOP):
+    if flag in (Flag.ZOMBIE, Flag.D_STATE, Flag.UNREADABLE, Flag.CRASH_LOOP, Flag.STRAY):
         return f"bold {pal.warning}"
     return f"bold {pal.notice}"
 
@@ -91,7 +92,7 @@ SHORT_FLAG = {
     Flag.ORPHAN: "ORPH", Flag.CRASH_LOOP: "LOOP", Flag.RESPAWNED: "RESP",
     Flag.UNIT_INACTIVE: "INACT",
     Flag.ZOMBIE: "ZOMB", Flag.D_STATE: "D-ST", Flag.DEVICE_HOLDER: "DEV",
-    Flag.UNREADABLE: "UNRD",
+    Flag.UNREADABLE: "UNRD", Flag.STRAY: "STRY",
 }
 
 
@@ -140,7 +141,8 @@ def _group_row(group: OwnerGroup, pal: Palette, collapsed: bool) -> HolderRow:
     cells = [Text("")] * len(COLUMNS)
     cells[INDEX["who"]], cells[INDEX["mem"]], cells[FLAGS] = who, mem, flags
     cells[INDEX["cmd"]] = desc
-    return HolderRow("u:" + group.key, tuple(cells), short_flags_text(group.flags, pal))
+    return HolderRow("u:" + group.key, tuple(cells), short_flags_text(group.flags, pal),
+                     group.flags)
 
 
 def command_text(p: Process, why: str | None, pal: Palette) -> Text:
@@ -243,7 +245,8 @@ def _process_rows(node: ProcessNode, prefix: str, last: bool, w: _Walk,
                    else "bold")
         who.append_text(literal(node.label or p.name))
         return HolderRow(key, process_cells(p, node, who, w),
-                         short_flags_text(node.flags - {Flag.UNIT_INACTIVE}, w.pal))
+                         short_flags_text(node.flags - {Flag.UNIT_INACTIVE}, w.pal),
+                         node.flags - {Flag.UNIT_INACTIVE})
 
     if w.cache is None:
         out.append(make())
@@ -308,46 +311,6 @@ def _unattributed_row(result: HostTriage, pal: Palette) -> HolderRow | None:
     return HolderRow(UNATTRIBUTED_KEY, tuple(cells))
 
 
-def filter_rows(rows: list[HolderRow], text: str) -> list[HolderRow]:
-    """Rows matching ``text`` (case-insensitive, anywhere in the row), with their owner.
-
-    An owner row that matches keeps all its processes; otherwise only its matching
-    processes are kept, under it. Owners with nothing left are dropped.
-    """
-    needle = text.strip().lower()
-    if not needle:
-        return rows
-
-    def hit(row: HolderRow) -> bool:
-        return any(needle in cell.plain.lower() for cell in row.cells)
-
-    out: list[HolderRow] = []
-    group: HolderRow | None = None
-    members: list[HolderRow] = []
-
-    def flush() -> None:
-        if group is None:
-            return
-        kept = members if hit(group) else [m for m in members if hit(m)]
-        if kept or hit(group):
-            out.append(group)
-            out.extend(kept)
-
-    for row in rows:
-        if row.key.startswith("u:"):
-            flush()
-            group, members = row, []
-        elif row.key.startswith("x:"):  # a row of its own, under no owner
-            flush()
-            group, members = None, []
-            if hit(row):
-                out.append(row)
-        else:
-            members.append(row)
-    flush()
-    return out
-
-
 def selection_of(
     result: HostTriage | None, key: str | None
 ) -> tuple[str | None, str | None, int | None]:
@@ -364,7 +327,7 @@ def selection_of(
         group = result.group_of(pid)
     if group is None:
         return None, None, pid
-    unit = group.key if group.kind is OwnerKind.SERVICE and group.unit is not None else None
+    unit = group.key if group.service is not None else None
     return group.key, unit, pid
 
 

@@ -5,21 +5,13 @@ from __future__ import annotations
 from rich.text import Text
 
 from gpudash.domain.model import UNREADABLE, Container, Process, Unit
-from gpudash.domain.triage import Flag, OwnerGroup, OwnerKind
+from gpudash.domain.triage import Flag, OwnerGroup
 from gpudash.domain.units import NA, gib
 from gpudash.ui.crashes import CrashReason
 from gpudash.ui.palette import Palette
 from gpudash.ui.text import literal
 from gpudash.ui.widgets.holders import flags_text
 from gpudash.ui.widgets.quiet import QuietStatic
-
-_KIND_NOTE = {
-    OwnerKind.SESSION: "a login session: somebody's live work; reap never touches it",
-    OwnerKind.CONTAINER: "a container: its runtime did not say more (no CLI, or no permission)",
-    OwnerKind.POD: "a Kubernetes pod: the kubelet restarts it; gpudash does not act on it",
-    OwnerKind.SCOPE: "a transient scope",
-    OwnerKind.NONE: "no systemd unit owns these processes",
-}
 
 
 def _row(out: Text, name: str, value: str | None, style: str = "") -> None:
@@ -138,13 +130,17 @@ def unit_text(group: OwnerGroup | None, process: Process | None, pal: Palette,
         orphans = sum(1 for n in group.nodes() if Flag.ORPHAN in n.flags)
         out.append_text(flags_text(group.flags, pal, orphans))
         out.append("\n")
-    if unit is not None and group.kind is OwnerKind.SERVICE:
-        _service_rows(out, group, unit, pal, fix_key)
-    elif group.owner is not None and group.owner.container is not None:
-        _container_rows(out, group, group.owner.container, pal)
+    owner = group.owner
+    if group.service is not None:
+        _service_rows(out, group, group.service, pal, fix_key)
+    elif owner is not None and owner.container is not None:
+        _container_rows(out, group, owner.container, pal)
     else:
-        out.append_text(Text(_KIND_NOTE.get(group.kind, group.kind.value), style="dim"))
+        about = owner.rules.about(owner) if owner is not None else group.kind.value
+        out.append_text(literal(about, style="dim"))
         out.append("\n")
+        for name, value in owner.rules.rows(owner) if owner is not None else ():
+            _row(out, name, value)
     total = group.total_gpu_memory_mib
     gpus = sum(1 for v in group.gpu_memory_mib.values() if v)
     _row(out, "GPU memory", f"{gib(total)} on {gpus} GPU(s)" if total else "none", "bold")
@@ -160,8 +156,8 @@ def unit_gist(group: OwnerGroup | None, pal: Palette) -> Text | None:
     if group is None:
         return None
     out = literal(group.key, style="bold")
-    unit = group.unit
-    if unit is not None and group.kind is OwnerKind.SERVICE:
+    unit = group.service
+    if unit is not None:
         out.append(f" {unit.active_state or NA}/{unit.sub_state or NA}")
         if unit.restart and unit.restart != "no":
             out.append_text(literal(f" · Restart={unit.restart}"))
