@@ -5,7 +5,10 @@ from __future__ import annotations
 import signal
 from dataclasses import replace
 
+from support import clock_of
+
 from gpudash.demo.host import MINIMAX, DemoHost
+from gpudash.domain.clock import SteppedClock
 from gpudash.domain.model import HostSnapshot
 from gpudash.domain.triage import triage
 from gpudash.engine import SPECS, ActionKind, Needs, PlanError, Selection
@@ -54,12 +57,12 @@ async def check_precheck_agrees_with_planning(snap: HostSnapshot) -> None:
 
 
 async def test_precheck_says_yes_exactly_when_a_plan_can_be_made() -> None:
-    demo = DemoHost(speed=100.0)
+    demo = DemoHost(clock=SteppedClock())
     await check_precheck_agrees_with_planning(await demo.sample())  # the incident at start
     main = demo.units[MINIMAX].main_pid
     assert main is not None
     await demo.signal(main, demo.processes[main].start_ticks, signal.SIGKILL)
-    await demo.sleep(3.0)
+    await clock_of(demo).advance(3.0)
     await check_precheck_agrees_with_planning(await demo.sample())  # respawned, orphans
     await demo.systemctl("stop", MINIMAX)
     await check_precheck_agrees_with_planning(await demo.sample())  # stopped, 16 orphans

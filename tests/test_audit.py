@@ -9,12 +9,14 @@ import os
 import stat
 from pathlib import Path
 
+from support import SelfSteppingClock, stepped
 from test_cli_escaping import ERASE
 
 from gpudash.cli.act import run_reclaim
 from gpudash.cli.args import parse
 from gpudash.cli.terminal import Terminal
 from gpudash.demo.host import DemoHost
+from gpudash.domain.clock import SteppedClock
 from gpudash.engine import ActionKind, ActionReport, plan_action
 from gpudash.protocol.wire import SnapshotDecoder
 from gpudash.session import audit
@@ -32,7 +34,7 @@ def records() -> list[dict]:
 
 
 async def test_lone_surrogates_and_escapes_are_written_as_ascii_json(tmp_path: Path) -> None:
-    demo = DemoHost(speed=50)
+    demo = DemoHost(clock=SteppedClock())
     name = f"evil{SURROGATE}{ERASE}\u202e"
     demo.spawn(ppid=1, user=name, name=name, cmdline=name, unit=None, gpu_memory_mib={1: 100})
     # as a hostile host may write it: JSON escapes (\ud800) that decode to a lone
@@ -72,7 +74,7 @@ def test_an_action_that_fails_after_sending_still_leaves_its_outcome() -> None:
     _cmd, args = parse(["reclaim", "--demo", "--unit", UNIT, "--yes", "--term-timeout", "1"])
     err = io.StringIO()
     # a bug in the engine: one line, exit 70 (the traceback in the log), never a crash
-    code = run_reclaim(args, FailsAfterSending(speed=50),
+    code = run_reclaim(args, FailsAfterSending(clock=SelfSteppingClock()),
                        Terminal(io.StringIO(), err, io.StringIO()))
     assert code == 70 and "internal error" in err.getvalue()
     intent, outcome = records()
@@ -87,11 +89,12 @@ async def test_the_dashboards_failed_action_still_leaves_its_outcome() -> None:
     from gpudash.engine import ExecOptions
     from gpudash.session.controller import ActionController
 
-    demo = FailsAfterSending(speed=50)
+    demo = FailsAfterSending(clock=SteppedClock())
     plan = plan_action(await demo.sample(), ActionKind.RECLAIM, unit=UNIT)
     controller = ActionController(ExecOptions(term_timeout=1.0, poll=0.1, verify_timeout=5.0))
     running = controller.begin(plan, 0, act=True)
-    outcome = await controller.run(running, demo, lambda p: None, lambda e: None)
+    outcome = await stepped(demo, controller.run(running, demo, lambda p: None,
+                                                 lambda e: None))
     report, error = outcome.report, outcome.error
     assert report is None and error is not None and "RuntimeError" in error
     intent, outcome = records()

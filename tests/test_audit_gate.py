@@ -15,8 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support import stepped
 
 from gpudash.demo.host import MINIMAX, DemoHost
+from gpudash.domain.clock import SteppedClock
 from gpudash.engine import ActionKind, ExecOptions, plan_action
 from gpudash.session import audit
 from gpudash.session.controller import ActionController
@@ -99,13 +101,14 @@ async def test_the_dashboards_controller_refuses_without_its_intent_record(
         monkeypatch.setenv("XDG_STATE_HOME", str(disk))
         (disk / "gpudash").mkdir(mode=0o700)
         fill(disk)
-        demo = DemoHost(speed=50)
+        demo = DemoHost(clock=SteppedClock())
         plan = plan_action(await demo.sample(), ActionKind.RECLAIM, unit=UNIT)
         controller = ActionController(ExecOptions(term_timeout=1.0, poll=0.1,
                                                   verify_timeout=5.0))
         errors: list[str] = []
         running = controller.begin(plan, 0, act=True)
-        outcome = await controller.run(running, demo, lambda p: None, errors.append)
+        outcome = await stepped(demo, controller.run(running, demo, lambda p: None,
+                                                     errors.append))
         report, error = outcome.report, outcome.error
         assert report is None and error is not None
         assert error.startswith("refused: the audit record could not be written")
@@ -125,13 +128,14 @@ async def test_the_dashboard_shows_the_refusal(tmp_path: Path,
         monkeypatch.setenv("XDG_STATE_HOME", str(disk))
         (disk / "gpudash").mkdir(mode=0o700)
         fill(disk)
-        demo = DemoHost(speed=50, release_delay=2)
+        demo = DemoHost(clock=SteppedClock(), release_delay=2)
         app = make_app(demo)
         async with app.run_test(size=(120, 35)) as pilot:
             await select(pilot, app, f"u:{MINIMAX}")
             await pilot.press("r")
             await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
             await pilot.press("y")
+            # refused before anything is sent: no simulated time passes for it
             await wait_for(pilot, lambda: "refused" in log_text(app), within=20)
             assert demo.units[MINIMAX].active
             assert any("refused: the audit record" in n.message for n in app._notifications)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import SelfSteppingClock
 
 RECLAIM = ("reclaim", "--demo", "--unit", "vllm-minimax-m25")
 
@@ -250,7 +251,7 @@ def test_the_cli_acts_on_the_host_as_it_is_when_you_answer_and_asks_again_if_it_
 
     from gpudash.demo.host import DemoHost
 
-    demo = DemoHost(speed=20.0)
+    demo = DemoHost(clock=SelfSteppingClock())
     worker = next(p for p in demo.snapshot().processes if p.cmdline.startswith("VLLM::Worker_TP"))
 
     def worker_dies() -> None:  # an operator in another terminal killed one worker
@@ -271,7 +272,7 @@ def test_a_host_that_keeps_changing_under_the_prompt_is_left_alone() -> None:
 
     from gpudash.demo.host import DemoHost
 
-    demo = DemoHost(speed=20.0)
+    demo = DemoHost(clock=SelfSteppingClock())
     workers = [p for p in demo.snapshot().processes if p.cmdline.startswith("VLLM::Worker_TP")]
 
     def dies(p: object) -> object:
@@ -614,7 +615,7 @@ def test_a_link_that_stays_down_is_exit_4_after_three_looks_and_nothing_is_resen
         """The link drops while `systemctl disable` runs and never comes back."""
 
         def __init__(self) -> None:
-            super().__init__(speed=20.0)
+            super().__init__(clock=SelfSteppingClock())
             self.down = False
             self.sent: list[str] = []
 

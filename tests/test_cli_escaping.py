@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 
+from support import SelfSteppingClock
+
 from gpudash.cli.act import run_reclaim
 from gpudash.cli.args import parse
 from gpudash.cli.terminal import Terminal
@@ -18,7 +20,7 @@ BIDI = "evil\u202eexe.sh"
 
 
 def hostile_demo() -> DemoHost:
-    demo = DemoHost(speed=50)
+    demo = DemoHost(clock=SelfSteppingClock())
     demo.spawn(ppid=1, user="mallory", name=ERASE, cmdline=f"{ERASE} {BIDI}", unit=None,
                gpu_memory_mib={1: 100})
     return demo
@@ -62,7 +64,7 @@ FORGED = "a\n    ✔ ok"  # issue 29 item 9: a process named so forged a line of
 
 
 def test_a_newline_in_a_process_name_cannot_forge_a_line_of_the_report() -> None:
-    demo = DemoHost(speed=50)
+    demo = DemoHost(clock=SelfSteppingClock())
     # stuck in D state in the unit reclaimed: the report names it as what still holds GPU1
     stuck = demo.spawn(ppid=1, user="root", name=FORGED, cmdline=FORGED,
                        unit="vllm-minimax-m25.service", gpu_memory_mib={1: 100})

@@ -8,6 +8,7 @@ import io
 import json
 
 import pytest
+from support import SelfSteppingClock
 from test_cli import audit_records, gpudash
 
 from gpudash.cli.args import parse
@@ -75,7 +76,7 @@ def test_yes_writes_reloads_verifies_and_audits() -> None:
 
 
 def test_the_lint_clears_and_revert_brings_it_back() -> None:
-    demo = DemoHost(speed=20.0, containers=True)
+    demo = DemoHost(clock=SelfSteppingClock(), containers=True)
     before = _lint(demo)
     assert {f["setting"].split("=")[0] for f in before} >= {"KillMode", "Restart"}
     code, _out, err = _fix(demo, "--yes")
@@ -98,7 +99,7 @@ def test_the_lint_clears_and_revert_brings_it_back() -> None:
 
 
 def test_after_the_fix_a_kill_of_the_main_leaves_no_orphan() -> None:
-    demo = DemoHost(speed=20.0, containers=True)
+    demo = DemoHost(clock=SelfSteppingClock(), containers=True)
     assert _fix(demo, "--yes")[0] == 0
     snap = asyncio.run(demo.sample())
     u = snap.unit(MINIMAX)
@@ -114,7 +115,7 @@ def test_after_the_fix_a_kill_of_the_main_leaves_no_orphan() -> None:
 
 
 def test_read_only_is_refused_and_nothing_is_audited() -> None:
-    demo = DemoHost(speed=20.0, read_only=True)
+    demo = DemoHost(clock=SelfSteppingClock(), read_only=True)
     code, _out, err = _fix(demo, "--yes")
     assert code == 2 and "read-only" in err
     assert audit_records() == []
@@ -156,7 +157,7 @@ def test_the_precheck_agrees_with_the_planner_once_the_unit_is_read() -> None:
     from gpudash.engine import SPECS, ActionKind, PlanError, Selection
     from gpudash.engine.config_plans import fix_fits
 
-    demo = DemoHost(speed=20.0)
+    demo = DemoHost(clock=SelfSteppingClock())
     spec = SPECS[ActionKind.FIX]
     for unit in demo.units:
         text = asyncio.run(demo.unit_text(unit))
@@ -178,7 +179,7 @@ def test_the_drop_in_gives_the_stop_time_learned_here() -> None:
     from gpudash.state import footprints
 
     footprints.learn_stop("demo-gpu01", MINIMAX, 200.0, footprints.store_path(simulated=True))
-    demo = DemoHost(speed=50)
+    demo = DemoHost(clock=SelfSteppingClock())
     code, out, err = _fix(demo, "--dry-run")
     assert code == 0, err
     assert "+TimeoutStopSec=300s" in out, out  # 200 s x 1.5, in tens of seconds
@@ -193,7 +194,7 @@ def test_the_plan_says_what_mixed_does_to_workers_that_ignored_sigterm_here() ->
     # lint after, and the fix is confirmed all the same (no drop-in setting mends it).
     from gpudash.state import footprints
 
-    demo = DemoHost(speed=50)
+    demo = DemoHost(clock=SelfSteppingClock())
     code, out, err = _fix(demo, "--dry-run")
     assert code == 0 and "workers ignore SIGTERM" not in out, err  # nothing seen yet
     footprints.learn_term_ignored("demo-gpu01", MINIMAX, 1,

@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from support import stepped
 from test_cli import gpudash
 from test_containers import CID, POD, proc, snap, vllm
 
 from gpudash.demo.host import EMBED_ID, EMBED_MIB, DemoHost
+from gpudash.domain.clock import SteppedClock
 from gpudash.domain.model import Pod
 from gpudash.domain.triage import Flag, triage
 from gpudash.engine import SPECS, ActionKind, ExecOptions, PlanError, execute, plan_action
@@ -23,7 +25,7 @@ EMBED = "docker:vllm-embed"
 
 @pytest.fixture
 def demo() -> DemoHost:
-    return DemoHost(speed=100.0, release_delay=1.0, containers=True)
+    return DemoHost(clock=SteppedClock(), release_delay=1.0, containers=True)
 
 
 async def test_kill_9_of_the_containers_main_is_restarted_by_docker(demo: DemoHost) -> None:
@@ -38,7 +40,7 @@ async def test_kill_9_of_the_containers_main_is_restarted_by_docker(demo: DemoHo
     plan = plan_action(before, ActionKind.KILL, pid=c.main_pid)
     assert any("docker will restart it" in n for n in plan.notes)
     assert not any("systemd" in n for n in plan.notes)
-    report = await execute(plan, demo, FAST)
+    report = await stepped(demo, execute(plan, demo, FAST))
     assert not report.confirmed
     assert "docker restarted container vllm-embed" in report.summary
     after = await demo.sample()
@@ -65,7 +67,7 @@ async def test_reclaim_a_container_turns_its_policy_off_stops_it_and_proves_it(
     assert "systemctl" not in text
     assert text.index("update --restart=no") < text.index("docker stop")
     assert dict(plan.expected_free_mib) == {7: EMBED_MIB}
-    report = await execute(plan, demo, FAST)
+    report = await stepped(demo, execute(plan, demo, FAST))
     assert report.confirmed, report.summary
     assert [c.argv[:2] for c in report.commands] == [("docker", "update"), ("docker", "stop")]
     after = report.container_after
@@ -76,7 +78,7 @@ async def test_reclaim_a_container_turns_its_policy_off_stops_it_and_proves_it(
     g = triage(await demo.sample()).group(EMBED)
     assert g is not None and g.total_gpu_memory_mib == 0
     rm = SPECS[ActionKind.REMOVE].plan(await demo.sample(), sel)
-    assert (await execute(rm, demo, FAST)).confirmed
+    assert (await stepped(demo, execute(rm, demo, FAST))).confirmed
     assert (await demo.sample()).container(EMBED_ID) is None
 
 
@@ -106,14 +108,14 @@ async def test_holders_of_a_removed_container_are_orphans_and_reaped(demo: DemoH
                         unit=f"docker-{EMBED_ID}.scope", gpu_memory_mib={6: 900}, age=100)
     stop = plan_action(await demo.sample(), ActionKind.STOP, container="vllm-embed")
     assert any("escaped" in n for n in stop.notes)
-    await execute(stop, demo, FAST)
+    await stepped(demo, execute(stop, demo, FAST))
     assert worker.pid in demo.processes  # docker stop ended the namespace, not it
     await demo.container("docker", "rm", EMBED_ID)
     t = triage(await demo.sample())
     assert [p.pid for p in t.orphans()] == [worker.pid]
     reap = plan_action(await demo.sample(), ActionKind.REAP)
     assert [x.pid for x in reap.targets] == [worker.pid]
-    report = await execute(reap, demo, FAST)
+    report = await stepped(demo, execute(reap, demo, FAST))
     assert report.confirmed, report.summary
     assert worker.pid not in demo.processes
 

@@ -29,12 +29,6 @@ DOCKER_PORTS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _isolated_state(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-
-
 def inspected(item: dict[str, Any], runtime: str = "docker") -> dict[str, Any]:
     (c,) = parse_inspect(json.dumps([item]), runtime)
     return c

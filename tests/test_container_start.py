@@ -5,13 +5,14 @@ its memory back on its GPUs; and its log, ``docker logs``, read as a journal is.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any
 
 import pytest
+from support import stepped
 from test_cli import gpudash
 
 from gpudash.demo.host import EMBED_ID, EMBED_MIB, DemoHost
+from gpudash.domain.clock import SteppedClock
 from gpudash.domain.triage import triage
 from gpudash.engine import SPECS, ActionKind, ExecOptions, PlanError, execute
 from gpudash.engine.actions import selection_for
@@ -25,16 +26,9 @@ FAST = ExecOptions(term_timeout=3.0, verify_timeout=30.0, poll=0.5, settle=3)
 EMBED = "docker:vllm-embed"
 
 
-@pytest.fixture(autouse=True)
-def _isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    return tmp_path
-
-
 @pytest.fixture
 def demo() -> DemoHost:
-    return DemoHost(speed=100.0, release_delay=1.0, containers=True)
+    return DemoHost(clock=SteppedClock(), release_delay=1.0, containers=True)
 
 
 class NoPorts:
@@ -51,7 +45,7 @@ async def reclaimed(demo: DemoHost) -> None:
     """The container reclaimed with proof (policy off, stopped), audited as the CLI does."""
     s = await demo.sample()
     sel = selection_for(triage(s), EMBED, None)
-    report = await execute(SPECS[ActionKind.RECLAIM].plan(s, sel), demo, FAST)
+    report = await stepped(demo, execute(SPECS[ActionKind.RECLAIM].plan(s, sel), demo, FAST))
     assert report.confirmed, report.summary
     audit.write(audit.outcome_record(report, "a1"), audit.audit_path(simulated=True))
     assert learn_from(report) is not None  # what it held: the next start's fit
@@ -73,7 +67,7 @@ async def test_restart_of_a_running_container_is_proven_running_with_its_memory_
     given = SPECS[ActionKind.RESTART].plan(
         s, dataclasses.replace(sel, ready_url="http://127.0.0.1:8100/v1/models"))
     assert given.selection.ready_url == "http://127.0.0.1:8100/v1/models"  # --ready-url kept
-    report = await execute(plan, demo, FAST)
+    report = await stepped(demo, execute(plan, demo, FAST))
     assert report.confirmed, report.summary
     assert [c.argv[:2] for c in report.commands] == [("docker", "restart")]
     after = report.container_after
@@ -102,7 +96,7 @@ async def test_start_after_a_reclaim_puts_the_policy_back_checks_the_fit_and_pro
     assert text.index("docker update --restart=always") < text.index("docker start")
     assert "fits: up to 1.0 GiB per GPU on 1 GPU(s), learned when it last ran here" in text
     assert c.port == 8100  # published: its /health is part of the proof
-    report = await execute(plan, demo, FAST)  # type: ignore[arg-type]
+    report = await stepped(demo, execute(plan, demo, FAST))  # type: ignore[arg-type]
     assert report.confirmed, report.summary
     assert report.serving is not None and report.serving.ready_status == 200
     assert "vllm-embed ready after" in report.summary
@@ -194,8 +188,8 @@ async def test_a_start_is_not_ready_while_someone_elses_server_holds_its_port(
     plan = await prepare(Request(ActionKind.START, selection_for(triage(s), EMBED, None)),
                          demo, demo.name, NoPorts())
     told: list[str] = []
-    report = await execute(plan, demo, dataclasses.replace(  # type: ignore[arg-type]
-        FAST, serve_timeout=5.0), lambda p: told.append(p.message))
+    report = await stepped(demo, execute(plan, demo, dataclasses.replace(  # type: ignore[arg-type]
+        FAST, serve_timeout=5.0), lambda p: told.append(p.message)))
     assert not report.confirmed
     # the progress (CLI lines, the dashboard's action panel) says whose port it is
     assert any("is not container" in m and "pid 4242 (python3" in m for m in told), told

@@ -7,7 +7,10 @@ import json
 import os
 from pathlib import Path
 
+from support import run_until, stepped
+
 from gpudash.demo.host import MINIMAX, DemoHost
+from gpudash.domain.clock import SteppedClock
 from gpudash.engine import REVERIFY, ActionKind, ExecOptions, Progress, plan_action
 from gpudash.protocol.source import LinkLost, SignalOutcome
 from gpudash.session.controller import ActionController
@@ -21,13 +24,13 @@ def audit() -> list[dict]:
 
 
 async def test_a_run_is_audited_before_and_after_and_kept() -> None:
-    demo = DemoHost(speed=100.0)
+    demo = DemoHost(clock=SteppedClock())
     c = ActionController(FAST)
     plan = plan_action(await demo.sample(), ActionKind.RECLAIM, unit=MINIMAX)
     running = c.begin(plan, 0, act=True)
     assert c.busy and c.shown is not None and c.shown.report is None
     seen: list[Progress] = []
-    outcome = await c.run(running, demo, seen.append, lambda why: None)
+    outcome = await stepped(demo, c.run(running, demo, seen.append, lambda why: None))
     report, error = outcome.report, outcome.error
     assert error is None and report is not None and report.confirmed
     c.finished(0, report, error)
@@ -37,7 +40,7 @@ async def test_a_run_is_audited_before_and_after_and_kept() -> None:
 
 
 async def test_cancelling_a_run_keeps_what_was_sent_and_audits_it() -> None:
-    demo = DemoHost(speed=5.0)
+    demo = DemoHost(clock=SteppedClock())
     c = ActionController(ExecOptions(term_timeout=10.0, poll=0.5))
     plan = plan_action(await demo.sample(), ActionKind.RECLAIM, unit=MINIMAX)
     running = c.begin(plan, 0, act=True)
@@ -45,7 +48,7 @@ async def test_cancelling_a_run_keeps_what_was_sent_and_audits_it() -> None:
     task = asyncio.ensure_future(c.run(running, demo,
                                        lambda p: p.phase == "waiting" and waiting.set(),
                                        lambda why: None))
-    await asyncio.wait_for(waiting.wait(), 10)
+    await run_until(demo, waiting.is_set, what="TERM sent")
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     assert c.interrupted is running.report and c.interrupted.interrupted
@@ -60,13 +63,13 @@ class DropsOnSignal(DemoHost):
 
 
 async def test_an_unknown_outcome_is_reverified_a_bounded_number_of_times() -> None:
-    demo = DropsOnSignal(speed=100.0)
+    demo = DropsOnSignal(clock=SteppedClock())
     c = ActionController(FAST)
     s = await demo.sample()
     worker = next(p.pid for p in s.processes if p.cmdline == "VLLM::Worker_TP2")
     plan = plan_action(s, ActionKind.KILL, pid=worker)
-    outcome = await c.run(c.begin(plan, 3, act=True), demo, lambda p: None,
-                                lambda why: None)
+    outcome = await stepped(demo, c.run(c.begin(plan, 3, act=True), demo, lambda p: None,
+                                        lambda why: None))
     report, error = outcome.report, outcome.error
     assert report is not None and report.unknown
     # the signal the link dropped under may have gone out: the report says so
@@ -86,19 +89,19 @@ async def test_a_reverification_continues_its_actions_audit_record_and_keeps_wha
 ):
     # The dashboard's re-verification wrote an outcome under a new id with no intent and
     # no commands or signals: the audit could not tie it to the action it concluded.
-    demo = DropsOnSignal(speed=100.0)
+    demo = DropsOnSignal(clock=SteppedClock())
     c = ActionController(FAST)
     s = await demo.sample()
     worker = next(p.pid for p in s.processes if p.cmdline == "VLLM::Worker_TP2")
     plan = plan_action(s, ActionKind.KILL, pid=worker)
-    outcome = await c.run(c.begin(plan, 0, act=True), demo, lambda p: None,
-                                lambda why: None)
+    outcome = await stepped(demo, c.run(c.begin(plan, 0, act=True), demo, lambda p: None,
+                                        lambda why: None))
     report, error = outcome.report, outcome.error
     c.finished(0, report, error)
     again = c.take_reverify(0)
     assert again is plan
-    outcome = await c.run(c.begin(again, 0, act=False), demo, lambda p: None,
-                                lambda why: None)
+    outcome = await stepped(demo, c.run(c.begin(again, 0, act=False), demo, lambda p: None,
+                                        lambda why: None))
     looked, error = outcome.report, outcome.error
     assert looked is not None and looked.reverified
     assert looked.sent_lines() == [f"SIGKILL {worker}: unknown"]

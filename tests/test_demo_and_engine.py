@@ -6,8 +6,10 @@ import signal
 from dataclasses import replace
 
 import pytest
+from support import clock_of, stepped
 
 from gpudash.demo.host import GPU_TOTAL_MIB, MINIMAX, MODEL_MIB, NOTEBOOK_MIB, DemoHost
+from gpudash.domain.clock import SteppedClock
 from gpudash.domain.model import HostSnapshot, Process
 from gpudash.domain.triage import Flag, triage
 from gpudash.engine import ActionKind, ExecOptions, PlanError, execute, plan_action, reverify
@@ -19,7 +21,7 @@ NOTEBOOK = 90211
 
 @pytest.fixture
 def demo() -> DemoHost:
-    return DemoHost(speed=100.0, release_delay=2.0)
+    return DemoHost(clock=SteppedClock(), release_delay=2.0)
 
 
 def workers(s: HostSnapshot) -> list[int]:
@@ -33,7 +35,7 @@ async def kill_main(demo: DemoHost) -> tuple[HostSnapshot, HostSnapshot]:
     main = before.process(u.main_pid)
     assert main is not None
     assert await demo.signal(main.pid, main.start_ticks, signal.SIGKILL) is SignalOutcome.SENT
-    await demo.sleep(3.0)  # RestartSec=1, release delay 2
+    await clock_of(demo).advance(3.0)  # RestartSec=1, release delay 2
     return before, await demo.sample()
 
 
@@ -69,7 +71,7 @@ async def test_kill_9_main_respawns_and_orphans_old_workers(demo: DemoHost) -> N
 
 async def test_stop_leaves_workers_under_pid_1_and_memory_held(demo: DemoHost) -> None:
     assert (await demo.systemctl("stop", MINIMAX)).ok
-    await demo.sleep(5.0)
+    await clock_of(demo).advance(5.0)
     s = await demo.sample()
     u = s.unit(MINIMAX)
     assert u is not None and u.active_state == "inactive" and u.main_pid is None
@@ -87,7 +89,7 @@ async def test_memory_released_only_after_the_delay(demo: DemoHost) -> None:
     mid = await demo.sample()
     assert mid.process(w.pid) is None
     assert mid.gpus[3].memory_used_mib == MODEL_MIB  # the driver has not let go yet
-    await demo.sleep(2.5)
+    await clock_of(demo).advance(2.5)
     assert (await demo.sample()).gpus[3].memory_used_mib == 0
 
 
@@ -110,8 +112,8 @@ async def test_reclaim_confirms_every_gpu_and_escalates_the_term_ignorer(demo: D
     s = await demo.sample()
     tp5 = next(p for p in s.processes if p.cmdline == "VLLM::Worker_TP5")
     seen = []
-    report = await execute(plan_action(s, ActionKind.RECLAIM, unit=MINIMAX), demo, FAST,
-                           seen.append)
+    report = await stepped(demo, execute(plan_action(s, ActionKind.RECLAIM, unit=MINIMAX), demo,
+                                         FAST, seen.append))
     assert report.confirmed, report.describe()
     assert [g.index for g in report.gpus] == list(range(8))
     assert all(g.confirmed for g in report.gpus)
@@ -129,12 +131,13 @@ async def test_reclaim_confirms_every_gpu_and_escalates_the_term_ignorer(demo: D
 async def test_reap_after_respawn_and_stop_brings_gpus_to_baseline(demo: DemoHost) -> None:
     await kill_main(demo)
     s = await demo.sample()
-    stop = await execute(plan_action(s, ActionKind.STOP_DISABLE, unit=MINIMAX), demo, FAST)
+    stop_disable = plan_action(s, ActionKind.STOP_DISABLE, unit=MINIMAX)
+    stop = await stepped(demo, execute(stop_disable, demo, FAST))
     # KillMode=process: stop kills only the main; the plan said so and expected ~nothing.
     assert stop.plan.notes and "KillMode=process" in stop.plan.notes[0]
     s = await demo.sample()
     assert len(triage(s).orphans()) == 16
-    reap = await execute(plan_action(s, ActionKind.REAP), demo, FAST)
+    reap = await stepped(demo, execute(plan_action(s, ActionKind.REAP), demo, FAST))
     assert reap.confirmed, reap.describe()
     final = await demo.sample()
     assert [g.memory_used_mib for g in final.gpus] == [NOTEBOOK_MIB] + [0] * 7
@@ -146,7 +149,7 @@ async def test_recycled_pid_is_not_signalled(demo: DemoHost) -> None:
     plan = plan_action(s, ActionKind.KILL, pid=workers(s)[2])
     victim = demo.processes[plan.targets[0].pid]
     victim.start_ticks += 1  # the pid now names a different process
-    report = await execute(plan, demo, ExecOptions(verify_timeout=1.0, poll=0.5))
+    report = await stepped(demo, execute(plan, demo, ExecOptions(verify_timeout=1.0, poll=0.5)))
     assert report.signals == [(victim.pid, "SIGKILL", SignalOutcome.MISMATCH)]
     assert victim.pid in demo.processes
     assert not report.confirmed
@@ -157,8 +160,8 @@ async def test_d_state_holder_is_explained_when_memory_does_not_come_back(demo: 
     s = await demo.sample()
     pid = workers(s)[4]
     demo.processes[pid].state = "D"
-    report = await execute(plan_action(await demo.sample(), ActionKind.KILL, pid=pid), demo,
-                           ExecOptions(verify_timeout=2.0, poll=0.5))
+    plan = plan_action(await demo.sample(), ActionKind.KILL, pid=pid)
+    report = await stepped(demo, execute(plan, demo, ExecOptions(verify_timeout=2.0, poll=0.5)))
     assert not report.confirmed
     assert [(lo.pid, lo.gpu, lo.reason.split(" ")[0]) for lo in report.leftovers] == [
         (pid, 4, "D")]
@@ -171,7 +174,7 @@ async def test_killing_the_main_pid_warns_and_reports_the_respawn(demo: DemoHost
     assert u is not None
     plan = plan_action(s, ActionKind.KILL, pid=u.main_pid)
     assert any("systemd will respawn it" in n for n in plan.notes)
-    report = await execute(plan, demo, FAST)
+    report = await stepped(demo, execute(plan, demo, FAST))
     assert not report.confirmed
     assert f"systemd respawned {MINIMAX}: new MainPID" in report.summary
     assert demo.units[MINIMAX].main_pid not in (None, u.main_pid)
@@ -219,8 +222,8 @@ class DroppingControl:
 
 async def test_link_lost_mid_action_is_reported_as_unknown(demo: DemoHost) -> None:
     s = await demo.sample()
-    report = await execute(plan_action(s, ActionKind.TERMINATE, pid=workers(s)[0]),
-                           DroppingControl(demo), FAST)
+    plan = plan_action(s, ActionKind.TERMINATE, pid=workers(s)[0])
+    report = await stepped(demo, execute(plan, DroppingControl(demo), FAST))
     assert report.unknown and not report.confirmed
     assert "outcome unknown" in report.summary
 
@@ -231,10 +234,10 @@ async def test_reverify_after_link_loss_sends_nothing_and_reports_the_truth(
     s = await demo.sample()
     pid = workers(s)[1]
     plan = plan_action(s, ActionKind.TERMINATE, pid=pid)
-    lost = await execute(plan, DroppingControl(demo), FAST)
+    lost = await stepped(demo, execute(plan, DroppingControl(demo), FAST))
     assert lost.unknown
     # The TERM never arrived (the link dropped first): re-verifying must say so, not send it.
-    again = await reverify(plan, demo, ExecOptions(verify_timeout=1.0, poll=0.5))
+    again = await stepped(demo, reverify(plan, demo, ExecOptions(verify_timeout=1.0, poll=0.5)))
     assert again.reverified and not again.unknown and not again.confirmed
     assert again.signals == [] and again.commands == []
     assert pid in demo.processes
@@ -244,8 +247,8 @@ async def test_reverify_after_link_loss_sends_nothing_and_reports_the_truth(
 
 async def test_reclaim_of_a_static_unit_is_confirmed_without_disabling(demo: DemoHost) -> None:
     demo.units[MINIMAX].unit_file_state = "static"  # no [Install] section: nothing to disable
-    report = await execute(plan_action(await demo.sample(), ActionKind.RECLAIM, unit=MINIMAX),
-                           demo, FAST)
+    plan = plan_action(await demo.sample(), ActionKind.RECLAIM, unit=MINIMAX)
+    report = await stepped(demo, execute(plan, demo, FAST))
     assert report.confirmed, report.describe()
     assert "after disable" not in report.summary
 
@@ -262,8 +265,8 @@ async def test_a_unit_still_enabled_after_disable_is_not_confirmed(demo: DemoHos
         ) -> SignalOutcome:
             return await self.demo.signal(pid, start_ticks, sig, boot_id=boot_id)
 
-    report = await execute(plan_action(await demo.sample(), ActionKind.STOP_DISABLE, unit=MINIMAX),
-                           DisableFails(demo), FAST)
+    plan = plan_action(await demo.sample(), ActionKind.STOP_DISABLE, unit=MINIMAX)
+    report = await stepped(demo, execute(plan, DisableFails(demo), FAST))
     assert not report.confirmed
     assert f"{MINIMAX} is still enabled after disable" in report.summary
 
@@ -281,7 +284,7 @@ async def test_memory_alone_is_not_proof_a_surviving_target_is_named(demo: DemoH
         replace(p, gpu_memory_mib={6: None}) if p.pid == pid else p for p in snap.processes))
     plan = plan_action(blind, ActionKind.KILL, pid=pid)
     assert plan.expected_free_mib == {}
-    report = await execute(plan, demo, ExecOptions(verify_timeout=1.0, poll=0.5))
+    report = await stepped(demo, execute(plan, demo, ExecOptions(verify_timeout=1.0, poll=0.5)))
     assert not report.confirmed
     assert [(lo.pid, lo.gpu, lo.reason.split()[0]) for lo in report.leftovers] == [(pid, None, "D")]
     assert "1 planned process(es) still alive" in report.summary
@@ -294,8 +297,8 @@ async def test_systemctl_without_an_answer_is_an_unknown_outcome_that_says_why(
         async def systemctl(self, verb: str, unit: str) -> CommandResult:
             return CommandResult(("systemctl", verb, unit), None, "no answer within 150 s")
 
-    report = await execute(plan_action(await demo.sample(), ActionKind.STOP, unit=MINIMAX),
-                           SlowStop(demo), FAST)
+    plan = plan_action(await demo.sample(), ActionKind.STOP, unit=MINIMAX)
+    report = await stepped(demo, execute(plan, SlowStop(demo), FAST))
     assert report.unknown and not report.confirmed
     assert report.summary == (f"systemctl stop {MINIMAX}: no answer within 150 s; "
                               "outcome unknown")

@@ -8,7 +8,10 @@ guard and proof as any other holder.
 
 from __future__ import annotations
 
+from support import clock_of, stepped
+
 from gpudash.demo.host import MINIMAX, MODEL_MIB, DemoHost, SimProcess
+from gpudash.domain.clock import SteppedClock
 from gpudash.domain.triage import Flag, triage
 from gpudash.engine import ActionKind, ExecOptions, execute, plan_action
 
@@ -26,10 +29,10 @@ def compile_worker(demo: DemoHost, parent: SimProcess) -> SimProcess:
 
 
 async def test_a_forked_child_keeping_the_memory_is_named_not_unknown() -> None:
-    demo = DemoHost(speed=100.0, release_delay=1.0)
+    demo = DemoHost(clock=SteppedClock(), release_delay=1.0)
     child = compile_worker(demo, tp(demo, 3))
     plan = plan_action(await demo.sample(), ActionKind.KILL, pid=tp(demo, 3).pid)
-    report = await execute(plan, demo, FAST)
+    report = await stepped(demo, execute(plan, demo, FAST))
     assert not report.confirmed
     snap = await demo.sample()
     assert snap.gpu(3).memory_used_mib == MODEL_MIB  # type: ignore[union-attr]
@@ -42,11 +45,11 @@ async def test_a_forked_child_keeping_the_memory_is_named_not_unknown() -> None:
 
 
 async def test_reap_takes_the_device_holder_and_proves_the_memory_came_back() -> None:
-    demo = DemoHost(speed=100.0, release_delay=1.0)
+    demo = DemoHost(clock=SteppedClock(), release_delay=1.0)
     child = compile_worker(demo, tp(demo, 3))
     await demo.systemctl("stop", MINIMAX)  # KillMode=process: the workers stay
     await demo.signal(tp(demo, 3).pid, tp(demo, 3).start_ticks, 9)  # TP3 dies, child keeps it
-    await demo.sleep(2.0)
+    await clock_of(demo).advance(2.0)
     snap = await demo.sample()
     assert child.pid in {p.pid for p in triage(snap).orphans()}
     plan = plan_action(snap, ActionKind.REAP, unit=MINIMAX)
@@ -55,6 +58,6 @@ async def test_reap_takes_the_device_holder_and_proves_the_memory_came_back() ->
                for line in plan.describe())
     # the driver lists no memory for it, yet the plan expects GPU 3's unlisted memory back
     assert plan.expected_free_mib[3] == MODEL_MIB - 1024
-    report = await execute(plan, demo, FAST)
+    report = await stepped(demo, execute(plan, demo, FAST))
     assert report.confirmed, report.describe()
     assert (await demo.sample()).gpu(3).memory_used_mib == 0  # type: ignore[union-attr]

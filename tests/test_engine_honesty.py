@@ -6,8 +6,10 @@ import asyncio
 import signal
 
 import pytest
+from support import clock_of, run_until, stepped
 
 from gpudash.demo.host import MINIMAX, MODEL_MIB, NOTEBOOK_MIB, DemoHost
+from gpudash.domain.clock import SteppedClock
 from gpudash.domain.model import HostSnapshot
 from gpudash.engine import (
     ActionKind,
@@ -56,9 +58,9 @@ class Counting:
 
 
 async def test_stop_disable_says_the_orphans_still_hold_the_memory() -> None:
-    demo = DemoHost(speed=100.0)
-    report = await execute(
-        plan_action(await demo.sample(), ActionKind.STOP_DISABLE, unit=MINIMAX), demo, FAST)
+    demo = DemoHost(clock=SteppedClock())
+    report = await stepped(demo, execute(
+        plan_action(await demo.sample(), ActionKind.STOP_DISABLE, unit=MINIMAX), demo, FAST))
     # The action did what it said (stopped, disabled) ...
     assert report.confirmed, report.describe()
     assert report.unit_after is not None and report.unit_after.active_state == "inactive"
@@ -74,12 +76,13 @@ async def test_stop_disable_says_the_orphans_still_hold_the_memory() -> None:
 
 
 async def test_a_kill_that_could_not_be_sent_concludes_at_once() -> None:
-    demo = DemoHost(speed=100.0)
+    demo = DemoHost(clock=SteppedClock())
     s = await demo.sample()
     plan = plan_action(s, ActionKind.KILL, pid=workers(s)[2])
     demo.processes[plan.targets[0].pid].start_ticks += 1  # the pid names another process now
     control = Counting(demo)
-    report = await execute(plan, control, ExecOptions(verify_timeout=60.0, poll=0.5))
+    opts = ExecOptions(verify_timeout=60.0, poll=0.5)
+    report = await stepped(demo, execute(plan, control, opts))
     assert report.signals == [(plan.targets[0].pid, "SIGKILL", SignalOutcome.MISMATCH)]
     assert control.samples == 1  # one look to report the truth, no 60 s of waiting
     assert not report.confirmed and not report.sent_anything
@@ -89,12 +92,12 @@ async def test_a_kill_that_could_not_be_sent_concludes_at_once() -> None:
 
 
 async def test_progress_follows_every_sample_while_waiting_for_term() -> None:
-    demo = DemoHost(speed=100.0, release_delay=0.5)
+    demo = DemoHost(clock=SteppedClock(), release_delay=0.5)
     s = await demo.sample()
     orphans_plan = plan_action(s, ActionKind.RECLAIM, unit=MINIMAX)
     tp5 = next(p.pid for p in s.processes if p.cmdline == "VLLM::Worker_TP5")
     seen: list[Progress] = []
-    report = await execute(orphans_plan, demo, FAST, seen.append)
+    report = await stepped(demo, execute(orphans_plan, demo, FAST, seen.append))
     assert report.confirmed, report.describe()
     waiting = [p for p in seen if p.phase == "waiting"]
     assert waiting, [p.message for p in seen]
@@ -120,14 +123,14 @@ async def test_plans_warn_before_killing_a_persons_work_or_one_tp_worker() -> No
 
 
 async def test_replan_takes_a_fresh_baseline_and_names_what_changed() -> None:
-    demo = DemoHost(speed=100.0, release_delay=0.5)
+    demo = DemoHost(clock=SteppedClock(), release_delay=0.5)
     s = await demo.sample()
     ws = workers(s)
     plan = plan_action(s, ActionKind.RECLAIM, unit=MINIMAX)
     # While the dialog is open, one worker dies and its memory goes.
     gone = demo.processes[ws[4]]
     await demo.signal(gone.pid, gone.start_ticks, signal.SIGKILL)
-    await demo.sleep(1.0)
+    await clock_of(demo).advance(1.0)
     fresh_snap = await demo.sample()
     fresh, changes = replan(plan, fresh_snap)
     assert fresh.used_before_mib[4] == 0 and plan.used_before_mib[4] == MODEL_MIB
@@ -138,7 +141,7 @@ async def test_replan_takes_a_fresh_baseline_and_names_what_changed() -> None:
     # Nothing left to do is a plan error, not an empty run.
     for t in fresh.targets:
         await demo.signal(t.pid, t.start_ticks, signal.SIGKILL)
-    await demo.sleep(1.0)
+    await clock_of(demo).advance(1.0)
     reap = plan_action(fresh_snap, ActionKind.KILL, pid=ws[0])
     try:
         replan(reap, await demo.sample())
@@ -149,7 +152,7 @@ async def test_replan_takes_a_fresh_baseline_and_names_what_changed() -> None:
 
 
 async def test_a_cancelled_action_keeps_a_report_of_what_was_sent() -> None:
-    demo = DemoHost(speed=20.0)
+    demo = DemoHost(clock=SteppedClock())
     plan = plan_action(await demo.sample(), ActionKind.RECLAIM, unit=MINIMAX)
     report = ActionReport(plan)
     termed = asyncio.Event()
@@ -160,7 +163,7 @@ async def test_a_cancelled_action_keeps_a_report_of_what_was_sent() -> None:
 
     task = asyncio.ensure_future(execute(plan, demo, ExecOptions(term_timeout=10.0, poll=0.5),
                                          seen, report=report))
-    await asyncio.wait_for(termed.wait(), 10)
+    await run_until(demo, termed.is_set, what="TERM sent")
     task.cancel()
     try:
         await task
@@ -189,7 +192,7 @@ class SlowAnswers(Counting):
     async def _late(self, what: str) -> None:
         if what == self.slow:
             self.in_flight.set()
-            await asyncio.sleep(60)
+            await self.demo.sleep(60)
 
     async def systemctl(self, verb: str, unit: str) -> CommandResult:
         result = await self.demo.systemctl(verb, unit)  # it reached the host ...
@@ -210,12 +213,12 @@ async def test_an_interrupt_while_a_request_is_in_flight_counts_it_as_maybe_sent
 ) -> None:
     # Ctrl+C during a slow `systemctl stop` said "sent: nothing" and exited 5 ("nothing
     # was sent") although the stop had reached the host and was stopping the unit.
-    demo = DemoHost(speed=20.0)
+    demo = DemoHost(clock=SteppedClock())
     host = SlowAnswers(demo, slow)
     plan = plan_action(await demo.sample(), ActionKind.RECLAIM, unit=MINIMAX)
     report = ActionReport(plan)
     task = asyncio.ensure_future(execute(plan, host, FAST, report=report))
-    await asyncio.wait_for(host.in_flight.wait(), 10)
+    await run_until(demo, host.in_flight.is_set, what="the request in flight")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -232,23 +235,24 @@ async def test_an_interrupt_while_a_request_is_in_flight_counts_it_as_maybe_sent
 
 
 async def test_a_respawn_is_the_result_not_followed_by_done() -> None:
-    demo = DemoHost(speed=100.0)
+    demo = DemoHost(clock=SteppedClock())
     s = await demo.sample()
     u = s.unit(MINIMAX)
     assert u is not None
-    report = await execute(plan_action(s, ActionKind.KILL, pid=u.main_pid), demo, FAST)
+    plan = plan_action(s, ActionKind.KILL, pid=u.main_pid)
+    report = await stepped(demo, execute(plan, demo, FAST))
     assert report.summary.startswith(f"systemd respawned {MINIMAX}")
     assert "done" not in report.summary and "confirmed" not in report.summary
 
 
 async def test_a_plan_made_before_a_reboot_signals_nothing() -> None:
-    demo = DemoHost(speed=100.0)
+    demo = DemoHost(clock=SteppedClock())
     s = await demo.sample()
     pid = workers(s)[1]
     plan = plan_action(s, ActionKind.KILL, pid=pid)
     assert plan.targets[0].boot_id == s.boot_id is not None
     demo.boot_id = "0c4c1e2e-0000-4000-8000-000000000001"  # the host rebooted meanwhile
-    report = await execute(plan, demo, FAST)
+    report = await stepped(demo, execute(plan, demo, FAST))
     assert report.signals == [(pid, "SIGKILL", SignalOutcome.MISMATCH)]
     assert pid in demo.processes and not report.confirmed
 
@@ -260,7 +264,7 @@ async def test_a_driver_that_over_lists_never_sets_a_target_below_the_other_hold
     # reclaim could never be confirmed.
     import dataclasses
 
-    s = await DemoHost(speed=100.0).sample()
+    s = await DemoHost().sample()
     clones = [
         dataclasses.replace(p, pid=p.pid + 100000, ppid=1)
         for p in s.processes if p.cmdline.startswith("VLLM::Worker_TP")
@@ -285,12 +289,12 @@ class SlowSampling(Counting):
 async def test_deadlines_are_kept_on_the_hosts_clock_however_slow_a_look_is() -> None:
     # issue 19, item 6: the engine added `poll` per loop instead of reading a clock: with
     # 1 s samples a 5 s limit returned after 11 s (defaults: 1800 s stretched to ~3.5 h)
-    demo = DemoHost(speed=20.0, release_delay=100_000.0)  # the memory never comes back
+    demo = DemoHost(clock=SteppedClock(), release_delay=100_000.0)  # memory never comes back
     host = SlowSampling(demo)
     opts = ExecOptions(term_timeout=1.0, poll=0.5, verify_timeout=5.0, settle=3)
     plan = plan_action(await demo.sample(), ActionKind.RECLAIM, unit=MINIMAX)
     began = demo.clock()
-    report = await execute(plan, host, opts)
+    report = await stepped(demo, execute(plan, host, opts))
     took = demo.clock() - began
     assert not report.confirmed
     # TERM's wait (1 s) and the verification (5 s) on the host's clock, and one look each

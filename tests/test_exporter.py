@@ -20,8 +20,10 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from support import clock_of, run_until
 
 from gpudash.demo.host import DEEPSEEK, MINIMAX, DemoHost
+from gpudash.domain.clock import SteppedClock
 from gpudash.domain.crashloop import RestartWatch
 from gpudash.domain.fleet import summarize
 from gpudash.domain.model import HostSnapshot, Unit
@@ -141,7 +143,7 @@ async def test_series_of_reaped_orphans_leave_no_stale_label_set_behind() -> Non
 
 
 async def test_a_respawn_is_counted_but_only_a_crash_loop_is_one() -> None:
-    demo = DemoHost(speed=50)
+    demo = DemoHost(clock=SteppedClock())
     w = watch_of(demo)
     clock = [0.0]
     w.clock = lambda: clock[0]
@@ -155,7 +157,7 @@ async def test_a_respawn_is_counted_but_only_a_crash_loop_is_one() -> None:
         snap = sample(w, demo)
         if snap.unit(MINIMAX).n_restarts == 1 and snap.unit(MINIMAX).main_pid:
             break
-        await asyncio.sleep(0.02)
+        await clock_of(demo).advance(1.0)
     s = scrape(w)
     assert value(s, "gpudash_unit_restarts_total", unit=MINIMAX) == 1
     assert value(s, "gpudash_unit_crash_looping", unit=MINIMAX) == 0
@@ -168,7 +170,7 @@ async def test_a_respawn_is_counted_but_only_a_crash_loop_is_one() -> None:
         snap = sample(w, demo)
         if (snap.unit(DEEPSEEK).n_restarts or 0) >= 3:
             break
-        await asyncio.sleep(0.02)
+        await clock_of(demo).advance(1.0)
     s = scrape(w)
     assert value(s, "gpudash_unit_crash_looping", unit=DEEPSEEK) == 1
     assert value(s, "gpudash_unit_restarts_total", unit=DEEPSEEK) == snap.unit(DEEPSEEK).n_restarts
@@ -226,17 +228,17 @@ class BrokenHost:
 
 
 async def test_a_failing_host_shows_link_down_and_never_stops_the_others() -> None:
-    demo, broken = DemoHost(), BrokenHost()
+    clock = SteppedClock()  # the demo's samples and the broken host's retries
+    demo, broken = DemoHost(clock=clock), BrokenHost()
     links: list[tuple[str, str]] = []
     watches = [HostFollower(s, 0.05, on_frame=lambda f, sampled: None if sampled else
-                            links.append((f.name, f.link.state)))
+                            links.append((f.name, f.link.state)), sleep=clock.sleep)
                for s in (broken, demo)]
     tasks = [asyncio.create_task(w.run()) for w in watches]
     try:
-        for _ in range(100):
-            if watches[1].frame.samples >= 3 and ("gpu-down", "reconnecting") in links:
-                break
-            await asyncio.sleep(0.05)
+        await run_until(clock, lambda: watches[1].frame.samples >= 3
+                        and ("gpu-down", "reconnecting") in links, within_s=5.0,
+                        what="3 samples of one host, the other reconnecting")
     finally:
         for t in tasks:
             t.cancel()

@@ -10,9 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import clock_of
 
 from gpudash.demo.fleet import ScenarioHost, demo_fleet
 from gpudash.demo.host import DEEPSEEK, MINIMAX, DemoHost
+from gpudash.domain.clock import SteppedClock
 from gpudash.domain.fleet import crash_looping, summarize
 from gpudash.domain.model import Unit
 from gpudash.domain.owners.service import CRASH_LOOP_RESTARTS
@@ -49,9 +51,9 @@ async def test_stopped_unit_leaves_its_workers_reclaimable() -> None:
 
 
 async def test_respawned_unit_counts_its_new_workers_and_the_orphans_once() -> None:
-    host = ScenarioHost("h", "incident", speed=50)
+    host = ScenarioHost("h", "incident", clock=SteppedClock())
     await host.sample()
-    await asyncio.sleep(0.1)  # 5 simulated s: systemd has respawned the unit
+    await clock_of(host).advance(5.0)  # systemd has respawned the unit (RestartSec=1)
     result = triage(await host.sample())
     s = summarize(result)
     respawned = sum(mib or 0 for p in result.snapshot.processes if p.unit == MINIMAX
@@ -80,11 +82,11 @@ async def test_a_gpu_never_gives_back_more_than_it_reports_used() -> None:
 
 
 async def test_crash_loop_is_named_once_systemd_keeps_restarting_it() -> None:
-    host = ScenarioHost("h", "crash-loop", speed=50)
+    host = ScenarioHost("h", "crash-loop", clock=SteppedClock())
     await host.sample()
     looping = ()
     for _ in range(100):
-        await asyncio.sleep(0.05)
+        await clock_of(host).advance(2.5)
         looping = summarize(triage(await host.sample())).crash_looping
         if looping:
             break

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 
+from support import stepped
 from test_ui import SIZE, make_app, select, wait_for
 
 from gpudash.demo.fleet import UnreachableHost
 from gpudash.demo.host import KIMI, MINIMAX, DemoHost
+from gpudash.domain.clock import SteppedClock
 from gpudash.engine import SPECS, ActionKind, ExecOptions, Selection, execute
 from gpudash.engine.goals import GoalState, Ready
 from gpudash.protocol.source import Capability, HttpAnswer, ListenerOwner, LogLine, ModelUnit
@@ -50,10 +52,11 @@ async def test_the_ready_goal_says_when_a_host_cannot_be_probed() -> None:
 
 
 async def test_a_start_on_a_bare_host_is_followed_by_its_samples_alone() -> None:
-    host = Bare(speed=50.0)
+    host = Bare(clock=SteppedClock())
     plan = SPECS[ActionKind.START].plan(await host.sample(), Selection(
         unit=KIMI, ready_url="http://127.0.0.1:8001/health", force=True))  # a crash loop
-    report = await execute(plan, host, ExecOptions(poll=0.5, settle=2, serve_timeout=3.0))
+    opts = ExecOptions(poll=0.5, settle=2, serve_timeout=3.0)
+    report = await stepped(host, execute(plan, host, opts))
     assert report.serving is not None and report.serving.log_tail == ()
     assert not report.confirmed and "this host cannot be probed" in report.summary
 
@@ -66,7 +69,7 @@ async def test_no_ready_url_is_guessed_without_the_host_s_model_units() -> None:
 
 
 async def test_the_journal_key_on_a_host_without_journals_says_so() -> None:
-    app = make_app(Bare(speed=50))
+    app = make_app(Bare(clock=SteppedClock()))
     async with app.run_test(size=SIZE) as pilot:
         await select(pilot, app, f"u:{MINIMAX}")
         await pilot.press("j")

@@ -254,6 +254,7 @@ async def test_the_dashboard_shows_the_hostile_corpus_in_one_safe_line_each() ->
     from test_ui import SIZE, make_app, wait_for
 
     from gpudash.demo.host import DemoHost
+    from gpudash.domain.clock import SteppedClock
     from gpudash.ui.widgets.holders import HoldersTable
 
     class Hostile(DemoHost):
@@ -262,7 +263,7 @@ async def test_the_dashboard_shows_the_hostile_corpus_in_one_safe_line_each() ->
             # as one (the collector's own lines carry "?" for it)
             return json.dumps(message).encode() + b"\n"
 
-    demo = Hostile(speed=50)
+    demo = Hostile(clock=SteppedClock())
     pids = [demo.spawn(ppid=1, user=text, name=text, cmdline=text, unit=None,
                        gpu_memory_mib={3: 100 + i}).pid for i, text in enumerate(HOSTILE)]
     app = make_app(demo)

@@ -7,6 +7,7 @@ import signal
 from collections.abc import Callable, Sequence
 
 from gpudash.demo.host import KIMI, MINIMAX, DemoHost
+from gpudash.domain.clock import SteppedClock
 from gpudash.engine import ActionKind, ActionPlan, Selection
 from gpudash.session.lifecycle import (
     Candidate,
@@ -45,7 +46,7 @@ class Answers:
 
 
 async def test_an_answer_is_acted_on_the_host_as_it_is_then_and_a_change_is_asked_again() -> None:
-    demo = DemoHost(speed=50)
+    demo = DemoHost(clock=SteppedClock())
     worker = next(p for p in demo.snapshot().processes if p.cmdline.startswith("VLLM::Worker"))
     ports = Answers([True, True], [lambda: demo.signal(worker.pid, worker.start_ticks,
                                                        signal.SIGKILL)])
@@ -60,7 +61,7 @@ async def test_an_answer_is_acted_on_the_host_as_it_is_then_and_a_change_is_aske
 
 
 async def test_what_ends_an_action_before_anything_is_sent_says_which() -> None:
-    demo = DemoHost(speed=50)
+    demo = DemoHost(clock=SteppedClock())
     request = Request(ActionKind.RECLAIM, Selection(unit=MINIMAX))
     for answer, kind in ((None, Ending.NOBODY), (False, Ending.DECLINED)):
         ports = Answers([answer])
@@ -75,7 +76,7 @@ async def test_what_ends_an_action_before_anything_is_sent_says_which() -> None:
 
 
 async def test_a_swap_offers_the_other_models_and_enables_as_the_old_unit_was() -> None:
-    demo = DemoHost(speed=50)
+    demo = DemoHost(clock=SteppedClock())
     ports = Answers([])
     picked = await prepare(Request(ActionKind.SWAP, Selection(unit=MINIMAX)), demo, "demo",
                            ports)
@@ -93,7 +94,7 @@ async def test_a_swap_offers_the_other_models_and_enables_as_the_old_unit_was() 
 async def test_a_swap_asks_the_host_for_its_model_units_once() -> None:
     # Seen: the picker read the host's model units, and the plan read them again for the
     # port of the one picked (two `systemctl show` round trips on a real host).
-    demo = DemoHost(speed=50)
+    demo = DemoHost(clock=SteppedClock())
     asked: list[Sequence[str]] = []
     model_units = demo.model_units
 

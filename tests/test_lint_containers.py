@@ -6,7 +6,6 @@ the unit panel and in ``snapshot --json``."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,13 +18,6 @@ from gpudash.domain.model import Container
 from gpudash.protocol.wire import SnapshotDecoder
 
 EMBED = "docker:vllm-embed"
-
-
-@pytest.fixture(autouse=True)
-def _isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    return tmp_path
 
 
 def inspected(**extra: Any) -> dict[str, Any]:
@@ -103,9 +95,10 @@ async def test_the_unit_panel_of_a_container_row_shows_its_lint(size: tuple[int,
     from test_ui import make_app, select
 
     from gpudash.demo.host import DemoHost
+    from gpudash.domain.clock import SteppedClock
     from gpudash.ui.widgets.unit_panel import UnitPanel
 
-    app = make_app(DemoHost(speed=50, containers=True))
+    app = make_app(DemoHost(clock=SteppedClock(), containers=True))
     async with app.run_test(size=size) as pilot:
         await select(pilot, app, "u:" + EMBED)
         group = app.view.triage.group(EMBED) if app.view.triage else None

@@ -6,8 +6,10 @@ from __future__ import annotations
 import signal
 
 import pytest
+from support import stepped
 
 from gpudash.demo.host import NOTEBOOK_MIB, DemoHost
+from gpudash.domain.clock import SteppedClock
 from gpudash.domain.model import HostSnapshot
 from gpudash.engine import SPECS, ActionKind, ExecOptions, PlanError, Selection, execute, replan
 from gpudash.engine.signals import PICKABLE
@@ -21,7 +23,7 @@ SPEC = SPECS[ActionKind.SIGNAL]
 
 @pytest.fixture
 def demo() -> DemoHost:
-    return DemoHost(speed=100.0, release_delay=2.0)
+    return DemoHost(clock=SteppedClock(), release_delay=2.0)
 
 
 def workers(s: HostSnapshot) -> list[int]:
@@ -41,7 +43,7 @@ async def test_hup_to_a_worker_is_planned_pinned_and_its_exit_proven(demo: DemoH
     assert "-KILL after" not in text  # a picked signal never escalates
     assert "Expected: delivered" in text and "comes back only if it exits" in text
     assert any("tensor-parallel" in n for n in p.notes)  # HUP ends a worker that has no handler
-    report = await execute(p, demo, FAST)
+    report = await stepped(demo, execute(p, demo, FAST))
     assert report.signals == [(pid, "SIGHUP", SignalOutcome.SENT)]
     assert report.confirmed, report.summary
     assert report.summary.startswith(f"delivered: HUP to pid {pid}")
@@ -51,7 +53,7 @@ async def test_hup_to_a_worker_is_planned_pinned_and_its_exit_proven(demo: DemoH
 
 async def test_int_to_a_notebook_kernel_is_delivered_and_it_runs_on(demo: DemoHost) -> None:
     s = await demo.sample()
-    report = await execute(plan(s, NOTEBOOK, signal.SIGINT), demo, FAST)
+    report = await stepped(demo, execute(plan(s, NOTEBOOK, signal.SIGINT), demo, FAST))
     assert report.confirmed and report.signals == [(NOTEBOOK, "SIGINT", SignalOutcome.SENT)]
     assert "still runs (state S), holding 2.0 GiB" in report.summary, report.summary
     assert NOTEBOOK in demo.processes
@@ -64,10 +66,10 @@ async def test_stop_pauses_and_cont_resumes(demo: DemoHost) -> None:
     pid = workers(s)[1]
     stopped = plan(s, pid, signal.SIGSTOP)
     assert not any("tensor-parallel" in n or "respawn" in n for n in stopped.notes)
-    report = await execute(stopped, demo, FAST)
+    report = await stepped(demo, execute(stopped, demo, FAST))
     assert report.confirmed and "paused (state T)" in report.summary, report.summary
     assert demo.processes[pid].state == "T"
-    again = await execute(plan(await demo.sample(), pid, signal.SIGCONT), demo, FAST)
+    again = await stepped(demo, execute(plan(await demo.sample(), pid, signal.SIGCONT), demo, FAST))
     assert again.confirmed and "still runs (state S)" in again.summary, again.summary
     assert demo.processes[pid].state == "S"
     # the two are told apart wherever they are listed (history showed "signal pid N"
@@ -81,7 +83,7 @@ async def test_a_reused_pid_is_not_signalled(demo: DemoHost) -> None:
     p = plan(s, workers(s)[2], signal.SIGUSR1)
     victim = demo.processes[p.targets[0].pid]
     victim.start_ticks += 1  # the pid now names a different process
-    report = await execute(p, demo, FAST)
+    report = await stepped(demo, execute(p, demo, FAST))
     assert report.signals == [(victim.pid, "SIGUSR1", SignalOutcome.MISMATCH)]
     assert not report.confirmed and report.summary.startswith("NOT sent: USR1")
     assert victim.pid in demo.processes

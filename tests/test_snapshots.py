@@ -4,12 +4,13 @@ screen is the same on every run."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
+from support import until
 
 from gpudash.demo.host import MINIMAX, DemoHost
+from gpudash.domain.clock import SteppedClock
 from gpudash.engine import ExecOptions
 from gpudash.ui.app import GpudashApp
 from gpudash.ui.screens import ConfirmModal
@@ -19,12 +20,6 @@ THEMES_DIR = Path(__file__).resolve().parents[1] / "themes"
 FROZEN = 1_800_000_000.0
 
 
-@pytest.fixture(autouse=True)
-def _isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-
-
 def frozen_app(
     theme: str, *, read_only: bool = False, demo: DemoHost | None = None,
     exec_options: ExecOptions | None = None,
@@ -32,23 +27,9 @@ def frozen_app(
     # One sample only (a long interval): the demo's random utilisation/power are drawn per
     # sample from its seeded generator, so the first sample is always the same.
     return GpudashApp(
-        [demo or DemoHost(seed=7, speed=1.0)], interval=3600.0, read_only=read_only,
+        [demo or DemoHost(seed=7, clock=SteppedClock())], interval=3600.0, read_only=read_only,
         theme=theme, exec_options=exec_options, clock=lambda: FROZEN, theme_dirs=[THEMES_DIR],
     )
-
-
-class HaltedDemo(DemoHost):
-    """The demo with its clock stopped after the first wait of an action: the reclaim
-    stays where it is (TERM sent, TP5 ignoring it) for as long as the snapshot takes."""
-
-    def __init__(self) -> None:
-        super().__init__(seed=7, speed=1.0, release_delay=0.0)
-        self.waits = 0
-
-    async def sleep(self, seconds: float) -> None:
-        self.waits += 1
-        if self.waits > 1:
-            await asyncio.Event().wait()  # cancelled when the app exits
 
 
 async def _first_sample(pilot) -> None:  # type: ignore[no-untyped-def]
@@ -86,11 +67,15 @@ async def _reclaim_waiting_for_term(pilot) -> None:  # type: ignore[no-untyped-d
     await _open_reclaim_plan(pilot)
     await pilot.press("y")
     app = pilot.app
-    for _ in range(200):
+
+    def waiting() -> bool:
         state = app.controller.shown
-        if state is not None and state.progress is not None and state.progress.phase == "waiting":
-            break
-        await pilot.pause(0.02)
+        return (state is not None and state.progress is not None
+                and state.progress.phase == "waiting")
+
+    # the host's time moves until the reclaim waits (TERM sent, TP5 ignoring it), then
+    # stands still for as long as the snapshot takes
+    await until(pilot, waiting, what="the reclaim waiting for TERM")
     await pilot.pause(0.2)
 
 
@@ -122,7 +107,8 @@ def test_confirm_reclaim_plan_small(snap_compare, size: tuple[int, int]) -> None
 
 @pytest.mark.parametrize("size", SMALL, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_running_reclaim_small(snap_compare, size: tuple[int, int]) -> None:  # type: ignore[no-untyped-def]
-    app = frozen_app("gpudash-night", demo=HaltedDemo(),
+    app = frozen_app("gpudash-night", demo=DemoHost(seed=7, clock=SteppedClock(),
+                                                    release_delay=0.0),
                      exec_options=ExecOptions(term_timeout=10.0, poll=0.5))
     assert snap_compare(app, terminal_size=size, run_before=_reclaim_waiting_for_term)
 
@@ -160,8 +146,9 @@ class KeyChangedHost:
 def frozen_fleet() -> GpudashApp:
     from gpudash.demo.fleet import ScenarioHost
 
-    hosts = [ScenarioHost(f"gpu0{i + 1}", scenario, seed=7 + i) for i, scenario in
-             enumerate(("incident", "healthy", "stopped", "crash-loop", "healthy"))]
+    scenarios = ("incident", "healthy", "stopped", "crash-loop", "healthy")
+    hosts = [ScenarioHost(f"gpu0{i + 1}", scenario, seed=7 + i, clock=SteppedClock())
+             for i, scenario in enumerate(scenarios)]
     return GpudashApp(
         [*hosts, KeyChangedHost("gpu06")], interval=3600.0, read_only=False,  # type: ignore[list-item]
         theme="gpudash-night", exec_options=None, clock=lambda: FROZEN,

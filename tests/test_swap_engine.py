@@ -4,6 +4,7 @@ model, follow it loading, call it serving only when it answers and its memory ho
 from __future__ import annotations
 
 import pytest
+from support import stepped
 
 from gpudash.demo.host import (
     DEEPSEEK,
@@ -16,6 +17,7 @@ from gpudash.demo.host import (
     RERANK,
     DemoHost,
 )
+from gpudash.domain.clock import SteppedClock
 from gpudash.engine import (
     SPECS,
     ActionKind,
@@ -40,7 +42,7 @@ def swap(snapshot, **kw):  # type: ignore[no-untyped-def]
 
 
 async def test_swap_reclaims_then_starts_and_proves_the_next_model_serves() -> None:
-    demo = DemoHost(speed=100.0, release_delay=1.0)
+    demo = DemoHost(clock=SteppedClock(), release_delay=1.0)
     plan = swap(await demo.sample(), enable=True)
     text = "\n".join(plan.describe())
     assert "1. reclaim" in text and "2. start" in text
@@ -50,7 +52,7 @@ async def test_swap_reclaims_then_starts_and_proves_the_next_model_serves() -> N
     assert ("Fit: fits: up to 86.0 GiB per GPU on 8 GPU(s), --gpu-memory-utilization 0.9 × 8 "
             "GPU(s), from its ExecStart") in text, text
     seen: list[Progress] = []
-    report = await execute(plan, demo, FAST, seen.append)
+    report = await stepped(demo, execute(plan, demo, FAST, seen.append))
     assert report.confirmed, report.describe()
     assert [ph.name for ph in report.phases] == ["reclaim", "start"]
     sv = report.serving
@@ -68,7 +70,7 @@ async def test_swap_reclaims_then_starts_and_proves_the_next_model_serves() -> N
 
 async def test_starting_while_memory_is_held_is_refused_naming_who_holds_it() -> None:
     # issue 19, item 2: start skipped the fit check swap has, and ended in vLLM's crash
-    demo = DemoHost(speed=100.0)
+    demo = DemoHost(clock=SteppedClock())
     with pytest.raises(PlanError) as refused:
         SPECS[ActionKind.START].plan(await demo.sample(), Selection(unit=KIMI))
     why = refused.value.lines
@@ -84,11 +86,11 @@ async def test_starting_while_memory_is_held_is_refused_naming_who_holds_it() ->
 
 
 async def test_starting_while_memory_is_held_is_a_crash_loop_stopped_and_explained() -> None:
-    demo = DemoHost(speed=100.0)
+    demo = DemoHost(clock=SteppedClock())
     plan = SPECS[ActionKind.START].plan(await demo.sample(),
                                         Selection(unit=KIMI, ready_url=KIMI_URL, force=True))
     assert plan.fit[0].startswith("FORCED: started although it does not fit: in the way")
-    report = await execute(plan, demo, FAST)
+    report = await stepped(demo, execute(plan, demo, FAST))
     assert not report.confirmed
     sv = report.serving
     assert sv is not None and not sv.serving and sv.stopped
@@ -98,16 +100,16 @@ async def test_starting_while_memory_is_held_is_a_crash_loop_stopped_and_explain
 
 
 async def test_a_model_too_big_for_the_gpus_is_caught_at_its_first_crash() -> None:
-    demo = DemoHost(speed=100.0, release_delay=0.5)
-    await execute(SPECS[ActionKind.RECLAIM].plan(await demo.sample(), Selection(unit=MINIMAX)),
-                  demo, FAST)
+    demo = DemoHost(clock=SteppedClock(), release_delay=0.5)
+    reclaim = SPECS[ActionKind.RECLAIM].plan(await demo.sample(), Selection(unit=MINIMAX))
+    await stepped(demo, execute(reclaim, demo, FAST))
     # alice's kernel keeps 2 GiB of GPU0: what DeepSeek's 0.99 asks for is not there
     with pytest.raises(PlanError, match="alice's session-4.scope holds 2.0 GiB on GPU0; "
                                         "GPU0: needs 94.6 GiB, 93.6 GiB will be free"):
         SPECS[ActionKind.START].plan(await demo.sample(), Selection(unit=DEEPSEEK))
     plan = SPECS[ActionKind.START].plan(await demo.sample(), Selection(unit=DEEPSEEK,
                                                                        force=True))
-    report = await execute(plan, demo, ExecOptions(poll=0.5, serve_timeout=600.0))
+    report = await stepped(demo, execute(plan, demo, ExecOptions(poll=0.5, serve_timeout=600.0)))
     assert report.serving is not None and report.serving.stopped
     assert demo.units[DEEPSEEK].n_restarts <= 1  # stopped at its first restart, not after 600 s
 
@@ -115,7 +117,7 @@ async def test_a_model_too_big_for_the_gpus_is_caught_at_its_first_crash() -> No
 async def test_a_learned_footprint_that_does_not_fit_is_refused_naming_who_is_in_the_way() -> (
     None
 ):
-    demo = DemoHost(speed=100.0)
+    demo = DemoHost(clock=SteppedClock())
     # GPU0 keeps alice's 2 GiB kernel after the reclaim: 93.6 GiB will be free there
     fits = swap(await demo.sample(), footprint=dict.fromkeys(range(8), 94_500))
     assert any(line.startswith("fits: up to 92.3 GiB per GPU") for line in fits.fit)
@@ -146,11 +148,11 @@ class DropsWhileLoading(DemoHost):
 
 
 async def test_a_link_lost_while_loading_is_re_verified_without_resending() -> None:
-    demo = DropsWhileLoading(speed=100.0, release_delay=1.0)
+    demo = DropsWhileLoading(clock=SteppedClock(), release_delay=1.0)
     plan = swap(await demo.sample())
-    lost = await execute(plan, demo, FAST)
+    lost = await stepped(demo, execute(plan, demo, FAST))
     assert lost.unknown and not lost.confirmed
-    again = await reverify(plan, demo, FAST)
+    again = await stepped(demo, reverify(plan, demo, FAST))
     assert again.confirmed, again.describe()
     assert again.commands == [] and again.signals == []  # nothing re-sent
     assert again.serving is not None and again.serving.serving
@@ -159,8 +161,8 @@ async def test_a_link_lost_while_loading_is_re_verified_without_resending() -> N
 async def test_what_was_sent_is_listed_in_the_order_it_was_sent() -> None:
     # "sent:" listed every systemctl before every signal, so an interrupted swap read as
     # if the next model had been started before the old one's workers were signalled.
-    demo = DemoHost(speed=100.0, release_delay=1.0)
-    report = await execute(swap(await demo.sample()), demo, FAST)
+    demo = DemoHost(clock=SteppedClock(), release_delay=1.0)
+    report = await stepped(demo, execute(swap(await demo.sample()), demo, FAST))
     assert report.confirmed, report.describe()
     sent = report.sent_lines()
     start = sent.index(f"systemctl start {KIMI}: exit 0")
@@ -171,11 +173,11 @@ async def test_what_was_sent_is_listed_in_the_order_it_was_sent() -> None:
 
 async def test_not_serving_in_time_names_the_last_log_line() -> None:
     """Ready not reached within the timeout: not confirmed, with where the log stopped."""
-    demo = DemoHost(speed=100.0, release_delay=1.0)
+    demo = DemoHost(clock=SteppedClock(), release_delay=1.0)
     plan = swap(await demo.sample())
     short = ExecOptions(term_timeout=2.0, verify_timeout=30.0, poll=0.5, settle=3,
                         serve_timeout=8.0)  # Kimi needs ~20 s
-    report = await execute(plan, demo, short)
+    report = await stepped(demo, execute(plan, demo, short))
     assert not report.confirmed and report.serving is not None
     assert not report.serving.serving
     assert "not serving within 8 s" in report.summary, report.summary
@@ -185,7 +187,8 @@ async def test_not_serving_in_time_names_the_last_log_line() -> None:
 
 class _StuckJournalDemo(DemoHost):
     """A host whose journal follower, once cancelled, hangs in its teardown (as one caught
-    in a dead SSH link's did)."""
+    in a dead SSH link's did): a real wait, as a dead channel's is, which the engine gives
+    up on after FOLLOWER_STOP_S real seconds."""
 
     async def journal(self, unit, *, lines=200, follow=True, after=None):  # type: ignore[no-untyped-def, override]
         import asyncio
@@ -193,7 +196,7 @@ class _StuckJournalDemo(DemoHost):
         async for line in super().journal(unit, lines=lines, follow=False):
             yield line
         try:
-            await asyncio.sleep(3600)  # a quiet journal
+            await self.sleep(3600)  # a quiet journal
         except asyncio.CancelledError:
             await asyncio.shield(asyncio.sleep(3600))  # never done: a dead channel
 
@@ -201,10 +204,11 @@ class _StuckJournalDemo(DemoHost):
 async def test_a_follower_stuck_in_teardown_does_not_hold_the_verdict() -> None:
     import asyncio
 
-    demo = _StuckJournalDemo(speed=100.0, release_delay=1.0)
+    demo = _StuckJournalDemo(clock=SteppedClock(), release_delay=1.0)
     plan = swap(await demo.sample())
     # a hang guard, not a speed target: without the fix this never returns
-    report = await asyncio.wait_for(execute(plan, demo, FAST), timeout=60)
+    async with asyncio.timeout(60):
+        report = await stepped(demo, execute(plan, demo, FAST))
     assert report.confirmed, report.describe()
 
 
@@ -221,7 +225,7 @@ def container_swap(snapshot, target=RERANK, **kw):  # type: ignore[no-untyped-de
 async def test_a_swap_from_a_container_reclaims_it_as_reclaim_does_then_starts_the_unit() -> (
     None
 ):
-    demo = DemoHost(speed=100.0, release_delay=1.0, containers=True)
+    demo = DemoHost(clock=SteppedClock(), release_delay=1.0, containers=True)
     snap = await demo.sample()
     plan = container_swap(snap, ready_url=RERANK_URL)
     # the reclaim phase is the container's own reclaim plan, then the unit's start
@@ -235,7 +239,7 @@ async def test_a_swap_from_a_container_reclaims_it_as_reclaim_does_then_starts_t
     # planned again from a fresh sample (a dialog left open): the same plan, nothing new
     _again, changes = replan(plan, await demo.sample())
     assert changes == []
-    report = await execute(plan, demo, FAST)
+    report = await stepped(demo, execute(plan, demo, FAST))
     assert report.confirmed, report.describe()
     assert [(ph.name, ph.confirmed) for ph in report.phases] == [("reclaim", True),
                                                                  ("start", True)]
@@ -252,12 +256,12 @@ async def test_a_swap_from_a_container_reclaims_it_as_reclaim_does_then_starts_t
 async def test_a_swap_from_a_container_into_a_unit_that_cannot_load_is_not_confirmed() -> None:
     # Kimi needs all 8 GPUs; MiniMax still holds them: the container's memory comes back,
     # the start crash-loops, is stopped, and the report says why.
-    demo = DemoHost(speed=100.0, release_delay=1.0, containers=True)
+    demo = DemoHost(clock=SteppedClock(), release_delay=1.0, containers=True)
     with pytest.raises(PlanError, match=f"{KIMI} does not fit once docker container "
                                         "vllm-embed is reclaimed .*GPU0-7: needs 86.0 GiB"):
         container_swap(await demo.sample(), target=KIMI, ready_url=KIMI_URL)
-    report = await execute(container_swap(await demo.sample(), target=KIMI,
-                                          ready_url=KIMI_URL, force=True), demo, FAST)
+    report = await stepped(demo, execute(container_swap(await demo.sample(), target=KIMI,
+                                          ready_url=KIMI_URL, force=True), demo, FAST))
     assert not report.confirmed
     assert [(ph.name, ph.confirmed) for ph in report.phases] == [("reclaim", True),
                                                                  ("start", False)]
@@ -269,7 +273,7 @@ async def test_a_swap_from_a_container_into_a_unit_that_cannot_load_is_not_confi
 
 
 async def test_a_container_swap_says_why_it_cannot_be_planned() -> None:
-    demo = DemoHost(speed=100.0, containers=True)
+    demo = DemoHost(clock=SteppedClock(), containers=True)
     snap = await demo.sample()
     with pytest.raises(PlanError, match="container nope is not known"):
         SPECS[ActionKind.SWAP].plan(snap, Selection(container="nope", target=RERANK))
@@ -289,7 +293,6 @@ class _LaggingJournalDemo(DemoHost):
     line when the crash is seen (a busy host or a slow link; seen once in CI)."""
 
     async def journal(self, unit, *, lines=200, follow=True, after=None):  # type: ignore[no-untyped-def, override]
-        import asyncio
 
         if not follow:
             async for line in super().journal(unit, lines=lines, follow=False):
@@ -298,17 +301,17 @@ class _LaggingJournalDemo(DemoHost):
         while True:  # the unit's first line, once there is one; then nothing more
             async for line in super().journal(unit, lines=lines, follow=False):
                 yield line
-                await asyncio.sleep(3600)
-            await asyncio.sleep(0.01)
+                await self.sleep(3600)
+            await self.sleep(0.01)
 
 
 async def test_a_crash_the_followed_log_lags_behind_is_still_explained_by_its_line() -> None:
-    demo = _LaggingJournalDemo(speed=100.0, release_delay=0.5)
-    await execute(SPECS[ActionKind.RECLAIM].plan(await demo.sample(), Selection(unit=MINIMAX)),
-                  demo, FAST)
+    demo = _LaggingJournalDemo(clock=SteppedClock(), release_delay=0.5)
+    reclaim = SPECS[ActionKind.RECLAIM].plan(await demo.sample(), Selection(unit=MINIMAX))
+    await stepped(demo, execute(reclaim, demo, FAST))
     plan = SPECS[ActionKind.START].plan(await demo.sample(), Selection(unit=DEEPSEEK,
                                                                        force=True))
-    report = await execute(plan, demo, ExecOptions(poll=0.5, serve_timeout=600.0))
+    report = await stepped(demo, execute(plan, demo, ExecOptions(poll=0.5, serve_timeout=600.0)))
     assert report.serving is not None and report.serving.stopped
     assert report.serving.failure_line is not None, report.summary
     assert "Free memory on device" in report.serving.failure_line
@@ -323,14 +326,14 @@ DEEPSEEK_LEARNED = dict.fromkeys(range(8), 92_160)  # it once served here in 90 
 async def test_a_swap_that_does_not_serve_rolls_back_to_the_old_model_serving() -> None:
     # Seen before: swap Kimi -> DeepSeek (too big) left nothing serving, said nothing of it,
     # and no way back but by hand.
-    demo = DemoHost(speed=100.0, release_delay=1.0)
+    demo = DemoHost(clock=SteppedClock(), release_delay=1.0)
     plan = SPECS[ActionKind.SWAP].plan(await demo.sample(), Selection(
         unit=MINIMAX, target=DEEPSEEK, footprint=DEEPSEEK_LEARNED))
     text = "\n".join(plan.describe())
     assert "if it does not serve: rollback, the old one again" in text
     assert (f"    $ systemctl stop {DEEPSEEK}\n    $ systemctl start {MINIMAX}\n"
             f"    $ systemctl enable {MINIMAX}") in text, text  # it never enabled DeepSeek
-    report = await execute(plan, demo, FAST)
+    report = await stepped(demo, execute(plan, demo, FAST))
     assert not report.confirmed
     assert [(ph.name, ph.confirmed) for ph in report.phases] == [
         ("reclaim", True), ("start", False), ("rollback", True)]
@@ -347,7 +350,7 @@ async def test_a_failed_swap_that_enabled_the_next_model_disables_it_again() -> 
     # Seen: `swap --from minimax --to deepseek --yes --force` enabled DeepSeek, it
     # crash-looped, MiniMax was rolled back and served, and DeepSeek stayed enabled: the
     # next reboot started it beside MiniMax.
-    demo = DemoHost(speed=100.0, release_delay=1.0)
+    demo = DemoHost(clock=SteppedClock(), release_delay=1.0)
     assert demo.units[DEEPSEEK].unit_file_state == "disabled"
     plan = SPECS[ActionKind.SWAP].plan(await demo.sample(), Selection(
         unit=MINIMAX, target=DEEPSEEK, footprint=DEEPSEEK_LEARNED, enable=True,
@@ -356,7 +359,7 @@ async def test_a_failed_swap_that_enabled_the_next_model_disables_it_again() -> 
     assert f"$ systemctl enable {DEEPSEEK}" in text  # the swap enables it...
     assert (f"    $ systemctl stop {DEEPSEEK}\n    $ systemctl disable {DEEPSEEK}\n"
             f"    $ systemctl start {MINIMAX}") in text, text  # ...and its rollback undoes it
-    report = await execute(plan, demo, FAST)
+    report = await stepped(demo, execute(plan, demo, FAST))
     assert [(ph.name, ph.confirmed) for ph in report.phases] == [
         ("reclaim", True), ("start", False), ("rollback", True)]
     assert demo.units[DEEPSEEK].unit_file_state == "disabled"
@@ -372,11 +375,11 @@ async def test_a_failed_swap_that_enabled_the_next_model_disables_it_again() -> 
 
 
 async def test_without_rollback_it_says_nothing_serves_on_the_host_now() -> None:
-    demo = DemoHost(speed=100.0, release_delay=1.0)
+    demo = DemoHost(clock=SteppedClock(), release_delay=1.0)
     plan = SPECS[ActionKind.SWAP].plan(await demo.sample(), Selection(
         unit=MINIMAX, target=DEEPSEEK, footprint=DEEPSEEK_LEARNED, rollback=False))
     assert plan.rollback is None
-    report = await execute(plan, demo, FAST)
+    report = await stepped(demo, execute(plan, demo, FAST))
     assert [ph.name for ph in report.phases] == ["reclaim", "start"]
     assert (f"nothing serves on this host now: {MINIMAX} was reclaimed, {DEEPSEEK} does not "
             "serve, no rollback") in report.warnings, report.warnings

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from support import clock_of
+
+from gpudash.domain.clock import SteppedClock
 from gpudash.domain.model import Gpu, HostSnapshot, Process, Unit
 from gpudash.domain.triage import (
     Flag,
@@ -182,7 +185,7 @@ async def test_a_stopped_disabled_unit_is_not_respawned_any_more() -> None:
     from gpudash.demo.host import MINIMAX, DemoHost
     from gpudash.domain.triage import Flag, triage
 
-    demo = DemoHost(speed=100.0)
+    demo = DemoHost(clock=SteppedClock())
     main = demo.units[MINIMAX].main_pid
     assert main is not None
     snap = await demo.sample()
@@ -192,7 +195,7 @@ async def test_a_stopped_disabled_unit_is_not_respawned_any_more() -> None:
         unit = snap.unit(MINIMAX)
         if unit is not None and unit.n_restarts == 1 and unit.main_pid not in (None, main):
             break
-        await demo.sleep(0.5)
+        await clock_of(demo).advance(0.5)
     group = triage(snap).group(MINIMAX)
     assert group is not None and Flag.RESPAWNED in group.flags
     assert (await demo.systemctl("stop", MINIMAX)).ok

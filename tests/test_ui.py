@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import time
 from pathlib import Path
 
 import pytest
-from support import BUDGET_S, STEP_S, stepped_clock_of
+from support import app_clock, until
 from textual.widgets import Button
 
 from gpudash.demo.host import MINIMAX, DemoHost
@@ -30,22 +31,17 @@ NOTEBOOK = 90211
 MEM, FLAGS = 1, 2  # holders table columns
 
 
-@pytest.fixture(autouse=True)
-def _isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The audit file and user themes go to a temporary directory, never $HOME."""
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    return tmp_path
-
-
 def make_app(demo: DemoHost, *, read_only: bool = False, theme: str | None = None) -> GpudashApp:
     return GpudashApp(
         [demo], interval=0.25, read_only=read_only, theme=theme,
         exec_options=ExecOptions(term_timeout=10.0, poll=0.5, verify_timeout=120.0),
+        clock=app_clock([demo]),
     )
 
 
 async def wait_for(pilot, predicate, within: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    """Wait in real time for what the screen does by itself (a dialog mounted and armed, a
+    key handled, the app's own backoff). What the host simulates is support.until's."""
     deadline = time.monotonic() + within
     while not predicate():
         if time.monotonic() > deadline:
@@ -66,39 +62,26 @@ async def run_confirmed(pilot, app: GpudashApp, key: str) -> None:  # type: igno
     before = len(app.reports)
     await pilot.press(key)
     await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
-    clock = stepped(app)
     for _ in range(3):
         shown = app.screen
+
+        def answered(shown: object = shown) -> bool:  # its report, or its plan shown again
+            return len(app.reports) > before or (isinstance(app.screen, ConfirmModal)
+                                                 and app.screen is not shown)
+
         await pilot.press("y")
-        deadline = time.monotonic() + 20
-        waited = 0.0
-        while len(app.reports) == before and (time.monotonic() < deadline if clock is None
-                                              else waited < BUDGET_S):
-            if (isinstance(app.screen, ConfirmModal) and app.screen is not shown
-                    and app.screen.armed):
-                break  # shown again
-            if clock is None:
-                await pilot.pause(0.05)
-            else:  # the action runs on the host's clock: step it (never the wall's)
-                await clock.advance(STEP_S)
-                waited += STEP_S
-                await pilot.pause(0.01)
+        try:  # the action runs on the host's clock: stepped
+            await until(pilot, answered)
+        except AssertionError:
+            break
         if len(app.reports) > before:
             return
-        if not (isinstance(app.screen, ConfirmModal) and app.screen is not shown):
-            break
+        # armed: a dialog's 0.3 s are real ones, the host's time stands still meanwhile
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
     lines = getattr(app.screen, "lines", None)
     raise AssertionError(f"no report after {key!r}: screen {type(app.screen).__name__}, "
                          f"running {app.running}, lines {lines}, notices "
                          f"{[n.message for n in app._notifications]}")
-
-
-def stepped(app: GpudashApp) -> SteppedClock | None:
-    """The stepped clock of the app's demo host, if it runs on one."""
-    try:
-        return stepped_clock_of(app)
-    except AssertionError:
-        return None
 
 
 def main_pid(app: GpudashApp) -> int:
@@ -113,8 +96,8 @@ def log_text(app: GpudashApp) -> str:
     return "\n".join(f"{e.action} | {e.outcome}" for e in app.query_one(ActionLog).entries)
 
 
-async def test_incident_kill_stop_disable_reap(tmp_path: Path) -> None:
-    demo = DemoHost(speed=50, release_delay=2)
+async def test_incident_kill_stop_disable_reap() -> None:
+    demo = DemoHost(clock=SteppedClock(), release_delay=2)
     app = make_app(demo)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.view.snapshot is not None)
@@ -124,9 +107,9 @@ async def test_incident_kill_stop_disable_reap(tmp_path: Path) -> None:
         await select(pilot, app, f"p:{first_main}")
         await run_confirmed(pilot, app, "k")
         assert app.last_report is not None and app.last_report.plan.kind is ActionKind.KILL
-        await wait_for(pilot, lambda: app.view.snapshot is not None
-                       and main_pid_or_none(app) not in (None, first_main))
-        await wait_for(pilot, lambda: Flag.RESPAWNED in group_flags(app))
+        await until(pilot, lambda: app.view.snapshot is not None
+                    and main_pid_or_none(app) not in (None, first_main), what="the respawn")
+        await until(pilot, lambda: Flag.RESPAWNED in group_flags(app), what="RESPAWNED")
         await select(pilot, app, f"u:{MINIMAX}")
         panel = str(app.query_one(UnitPanel).render())
         assert "Restart=always: killing the main PID respawns it" in panel
@@ -134,8 +117,9 @@ async def test_incident_kill_stop_disable_reap(tmp_path: Path) -> None:
 
         # 2. stop + disable: the unit is down and disabled; every worker is an ORPHAN.
         await run_confirmed(pilot, app, "D")
-        await wait_for(pilot, lambda: app.view.snapshot.unit(MINIMAX).active_state == "inactive")
-        await wait_for(pilot, lambda: len(app.view.triage.orphans()) == 16)
+        await until(pilot, lambda: app.view.snapshot.unit(MINIMAX).active_state == "inactive",
+                    what="the unit inactive")
+        await until(pilot, lambda: len(app.view.triage.orphans()) == 16, what="16 orphans")
         assert app.view.snapshot.unit(MINIMAX).unit_file_state == "disabled"
         table = app.query_one(HoldersTable)
         orphan = app.view.triage.orphans()[0]
@@ -158,16 +142,17 @@ async def test_incident_kill_stop_disable_reap(tmp_path: Path) -> None:
         assert "✔ confirmed: " in str(app.query_one("#progress").render())
         # The notebook kernel was never touched, and the GPU table shows baseline.
         assert NOTEBOOK in demo.processes
-        await wait_for(pilot, lambda: app.view.snapshot.used_by_gpu()
-                       == {0: 2048, **{i: 0 for i in range(1, 8)}})
+        await until(pilot, lambda: app.view.snapshot.used_by_gpu()
+                    == {0: 2048, **{i: 0 for i in range(1, 8)}}, what="the GPUs at baseline")
         await pilot.pause(0.2)
         gpus = app.query_one(GpuTable)
         assert "0.0/95.6 GiB" in str(gpus.get_row("3")[2])
         assert "2.0/95.6 GiB" in str(gpus.get_row("0")[2])
         # Every action left an intent and an outcome record, in the demo's own audit file.
-        audit = (tmp_path / "state" / "gpudash" / "audit-demo.jsonl").read_text().splitlines()
+        state = Path(os.environ["XDG_STATE_HOME"]) / "gpudash"
+        audit = (state / "audit-demo.jsonl").read_text().splitlines()
         assert [json.loads(line)["record"] for line in audit] == ["intent", "outcome"] * 3
-        assert not (tmp_path / "state" / "gpudash" / "audit.jsonl").exists()
+        assert not (state / "audit.jsonl").exists()
 
 
 def main_pid_or_none(app: GpudashApp) -> int | None:
@@ -182,7 +167,7 @@ def group_flags(app: GpudashApp) -> frozenset[Flag]:
 
 
 async def test_reclaim_in_one_action() -> None:
-    demo = DemoHost(speed=50, release_delay=2)
+    demo = DemoHost(clock=SteppedClock(), release_delay=2)
     app = make_app(demo)
     async with app.run_test(size=SIZE) as pilot:
         await select(pilot, app, f"u:{MINIMAX}")
@@ -196,7 +181,7 @@ async def test_reclaim_in_one_action() -> None:
 
 
 async def test_confirm_focuses_cancel_and_escape_cancels() -> None:
-    demo = DemoHost(speed=50, release_delay=2)
+    demo = DemoHost(clock=SteppedClock(), release_delay=2)
     app = make_app(demo)
     async with app.run_test(size=SIZE) as pilot:
         await select(pilot, app, f"u:{MINIMAX}")
@@ -220,7 +205,7 @@ async def test_confirm_focuses_cancel_and_escape_cancels() -> None:
 
 
 async def test_read_only_refuses_and_says_so() -> None:
-    demo = DemoHost(speed=50, release_delay=2)
+    demo = DemoHost(clock=SteppedClock(), release_delay=2)
     app = make_app(demo, read_only=True)
     notes: list[str] = []
     async with app.run_test(size=SIZE) as pilot:
@@ -247,7 +232,7 @@ async def test_read_only_refuses_and_says_so() -> None:
 
 
 async def test_untrusted_process_name_is_shown_literally() -> None:
-    demo = DemoHost(speed=50, release_delay=2)
+    demo = DemoHost(clock=SteppedClock(), release_delay=2)
     evil = "[red]x[/red]\x1b[2J"
     p = demo.spawn(ppid=1, user="mallory", name=evil, cmdline=evil + " --bold [b]y[/b]",
                    unit=None, gpu_memory_mib={3: 1024})
@@ -272,7 +257,7 @@ async def test_untrusted_process_name_is_shown_literally() -> None:
 
 
 async def test_unavailable_action_explains_itself() -> None:
-    demo = DemoHost(speed=50, release_delay=2)
+    demo = DemoHost(clock=SteppedClock(), release_delay=2)
     app = make_app(demo)
     async with app.run_test(size=SIZE) as pilot:
         await select(pilot, app, "u:session-4.scope")
@@ -292,7 +277,7 @@ class FlakySource:
 
     def __init__(self) -> None:
         self.name = "flaky"
-        self.demo = DemoHost("flaky", speed=50)
+        self.demo = DemoHost("flaky", clock=SteppedClock())
         self.attempts = 0
 
     async def stream(self, interval: float):  # type: ignore[no-untyped-def]
@@ -325,13 +310,16 @@ async def test_source_errors_show_and_retry() -> None:
         shown = re.compile(r"error: \[b\]link lost\[/b\] \\x1b\[31m attempt [12]")
         await wait_for(pilot, lambda: app.view.state == "error" and shown.search(
             str(app.query_one("#header").render())) is not None)
-        await wait_for(pilot, lambda: "connected" in str(app.query_one("#header").render()),
-                       within=20)
+        # the retries wait on the app's own backoff (real seconds: until's real pauses),
+        # then the host's samples flow (its clock, stepped)
+        await until(pilot, lambda: "connected" in str(app.query_one("#header").render()),
+                    clock=source.demo, what="connected")
         assert source.attempts == 3
 
 
 async def test_two_hosts_switch_with_number_keys() -> None:
-    a, b = DemoHost("gpu-a", speed=50), DemoHost("gpu-b", speed=50, seed=3)
+    a = DemoHost("gpu-a", clock=SteppedClock())
+    b = DemoHost("gpu-b", clock=SteppedClock(), seed=3)
     app = GpudashApp([a, b], interval=0.25, read_only=False, theme=None, exec_options=None)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: all(v.snapshot is not None for v in app.views))
@@ -354,7 +342,7 @@ async def test_audit_failure_refuses_the_action_and_is_no_crash(
         raise PermissionError("read-only file system")
 
     monkeypatch.setattr(gpudash.session.audit, "write", broken)
-    demo = DemoHost(speed=50, release_delay=2)
+    demo = DemoHost(clock=SteppedClock(), release_delay=2)
     app = make_app(demo)
     async with app.run_test(size=SIZE) as pilot:
         await select(pilot, app, f"p:{NOTEBOOK + 0}")
@@ -368,7 +356,7 @@ async def test_audit_failure_refuses_the_action_and_is_no_crash(
 
 
 async def test_small_terminal_degrades() -> None:
-    app = make_app(DemoHost(speed=50))
+    app = make_app(DemoHost(clock=SteppedClock()))
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_for(pilot, lambda: app.view.snapshot is not None)
         await pilot.pause(0.1)
@@ -405,13 +393,13 @@ class LinkDropsAfterSignal(DemoHost):
 
 
 async def test_unknown_outcome_is_reverified_when_samples_flow_again() -> None:
-    demo = LinkDropsAfterSignal(speed=50, release_delay=2)
+    demo = LinkDropsAfterSignal(clock=SteppedClock(), release_delay=2)
     app = make_app(demo)
     async with app.run_test(size=SIZE) as pilot:
         worker = next(p.pid for p in demo.processes.values() if p.cmdline == "VLLM::Worker_TP3")
         await select(pilot, app, f"p:{worker}")
         await run_confirmed(pilot, app, "k")
-        await wait_for(pilot, lambda: len(app.reports) >= 2, within=20)
+        await until(pilot, lambda: len(app.reports) >= 2, what="the re-verification's report")
         first, second = app.reports[:2]
         assert first.unknown and not first.confirmed
         assert second.reverified and second.confirmed, second.describe()
@@ -443,12 +431,10 @@ async def test_changed_host_key_is_shown_and_not_retried() -> None:
         assert "host key for flaky CHANGED" in header and "retry in" not in header
 
 
-
-
 async def test_filter_narrows_the_holders_and_clears() -> None:
     from gpudash.ui.screens import FilterScreen
 
-    app = make_app(DemoHost(speed=50))
+    app = make_app(DemoHost(clock=SteppedClock()))
     async with app.run_test(size=SIZE) as pilot:
         table = app.query_one(HoldersTable)
         await wait_for(pilot, lambda: table.row_count > 10)

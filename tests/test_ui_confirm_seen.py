@@ -8,19 +8,14 @@ confirmed a KILL whose plan was never on screen; at 80x24 the dialog showed 7 of
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
+from support import until
 from test_ui import make_app, select, wait_for
 
 from gpudash.demo.host import MINIMAX, DemoHost
+from gpudash.domain.clock import SteppedClock
 from gpudash.ui.screens import ConfirmModal
-
-
-@pytest.fixture(autouse=True)
-def _isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
 
 
 @pytest.mark.parametrize("size", [(80, 24), (120, 35)])
@@ -34,7 +29,7 @@ async def test_a_key_typed_before_the_plan_was_drawn_does_not_confirm(size, monk
 
     now = [1000.0]
     monkeypatch.setattr(screens, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
-    demo = DemoHost(seed=7)
+    demo = DemoHost(seed=7, clock=SteppedClock())
     app = make_app(demo)
     async with app.run_test(size=size) as pilot:
         await select(pilot, app, f"u:{MINIMAX}")
@@ -55,13 +50,13 @@ async def test_a_key_typed_before_the_plan_was_drawn_does_not_confirm(size, monk
         now[0] += ConfirmModal.ARM_S
         await wait_for(pilot, lambda: modal.armed)
         await pilot.press("y")
-        await wait_for(pilot, lambda: len(app.reports) == 1, within=30)
+        await until(pilot, lambda: len(app.reports) == 1, what="the reclaim's report")
         assert app.reports[0].confirmed, app.reports[0].describe()
 
 
 @pytest.mark.parametrize("size", [(80, 24), (120, 35)])
 async def test_a_long_plan_says_what_is_out_of_sight_and_scrolls(size) -> None:  # type: ignore[no-untyped-def]
-    demo = DemoHost(seed=7)
+    demo = DemoHost(seed=7, clock=SteppedClock())
     demo.leave_orphans()  # 16 workers under PID 1
     app = make_app(demo)
     async with app.run_test(size=size) as pilot:

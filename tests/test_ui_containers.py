@@ -2,27 +2,20 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from support import until
 from test_ui import SIZE, make_app, run_confirmed, select, wait_for
 
 from gpudash.demo.host import EMBED_ID, DemoHost
+from gpudash.domain.clock import SteppedClock
 from gpudash.engine import ActionKind
 from gpudash.ui.widgets.unit_panel import UnitPanel
 
 EMBED = "u:docker:vllm-embed"
 
 
-@pytest.fixture(autouse=True)
-def _isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    return tmp_path
-
-
 async def test_a_container_row_offers_container_verbs_and_reclaims_with_proof() -> None:
-    demo = DemoHost(speed=50, release_delay=2, containers=True)
+    demo = DemoHost(clock=SteppedClock(), release_delay=2, containers=True)
     app = make_app(demo)
     async with app.run_test(size=SIZE) as pilot:
         await select(pilot, app, EMBED)
@@ -65,7 +58,7 @@ async def test_w_on_a_container_row_swaps_it_for_a_model_unit_with_both_phases_p
     from gpudash.ui.models import ModelPicker
     from gpudash.ui.screens import ConfirmModal
 
-    demo = DemoHost(speed=50, release_delay=1, containers=True)
+    demo = DemoHost(clock=SteppedClock(), release_delay=1, containers=True)
     app = make_app(demo)
     async with app.run_test(size=SIZE) as pilot:
         await select(pilot, app, EMBED)
@@ -82,7 +75,7 @@ async def test_w_on_a_container_row_swaps_it_for_a_model_unit_with_both_phases_p
         assert f"$ systemctl start {RERANK}" in lines
         assert "http://127.0.0.1:8003/health answers 200" in lines
         await pilot.press("y")
-        await wait_for(pilot, lambda: app.last_report is not None, within=40)
+        await until(pilot, lambda: app.last_report is not None, what="the report")
         report = app.last_report
         assert report is not None and report.plan.kind is ActionKind.SWAP
         assert report.confirmed, report.describe()
@@ -96,7 +89,7 @@ SIZES = [(80, 24), (120, 35)]
 async def test_j_on_a_container_row_follows_its_docker_logs(size: tuple[int, int]) -> None:
     from gpudash.ui.models import JournalScreen
 
-    demo = DemoHost(speed=50, release_delay=2, containers=True)
+    demo = DemoHost(clock=SteppedClock(), release_delay=2, containers=True)
     app = make_app(demo)
     async with app.run_test(size=size) as pilot:
         await select(pilot, app, EMBED)
@@ -117,7 +110,7 @@ async def test_j_on_a_container_row_follows_its_docker_logs(size: tuple[int, int
 async def test_R_restarts_a_container_and_u_starts_it_again_with_its_policy_back(
     size: tuple[int, int],
 ) -> None:
-    demo = DemoHost(speed=50, release_delay=1, containers=True)
+    demo = DemoHost(clock=SteppedClock(), release_delay=1, containers=True)
     app = make_app(demo)
     async with app.run_test(size=size) as pilot:
         await select(pilot, app, EMBED)

@@ -3,12 +3,11 @@ confirm dialog shows the diff, and once confirmed the lint's warnings leave the 
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
+from support import until
 from test_ui import make_app, run_confirmed, select, wait_for
 
 from gpudash.demo.host import MINIMAX, DemoHost
+from gpudash.domain.clock import SteppedClock
 from gpudash.engine import ActionKind
 from gpudash.ui.screens import ConfirmModal
 from gpudash.ui.widgets.unit_panel import UnitPanel
@@ -16,15 +15,8 @@ from gpudash.ui.widgets.unit_panel import UnitPanel
 SIZE = (160, 50)
 
 
-@pytest.fixture(autouse=True)
-def _isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    return tmp_path
-
-
 async def test_fix_key_shows_the_diff_and_clears_the_lint() -> None:
-    demo = DemoHost(speed=50, release_delay=2)
+    demo = DemoHost(clock=SteppedClock(), release_delay=2)
     app = make_app(demo)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.view.snapshot is not None)
@@ -44,12 +36,12 @@ async def test_fix_key_shows_the_diff_and_clears_the_lint() -> None:
         assert app.last_report is not None and app.last_report.plan.kind is ActionKind.FIX
         assert app.last_report.confirmed
         assert demo.units[MINIMAX].kill_mode == "mixed"
-        await wait_for(pilot, lambda: "KillMode=process" not in str(
-            app.query_one(UnitPanel).render()))
+        await until(pilot, lambda: "KillMode=process" not in str(
+            app.query_one(UnitPanel).render()), what="the lint cleared")
 
 
 async def test_fix_key_is_refused_in_read_only_mode() -> None:
-    demo = DemoHost(speed=50, release_delay=2)
+    demo = DemoHost(clock=SteppedClock(), release_delay=2)
     app = make_app(demo, read_only=True)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.view.snapshot is not None)

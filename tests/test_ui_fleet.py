@@ -3,14 +3,17 @@ a failing host (or a row that cannot be drawn) stays in its row."""
 
 from __future__ import annotations
 
-import time
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from support import app_clock, until
+from test_ui import wait_for
 
 from gpudash.demo.fleet import ScenarioHost, UnreachableHost, demo_fleet
 from gpudash.demo.host import MINIMAX, DemoHost
+from gpudash.domain.clock import SteppedClock
 from gpudash.domain.fleet import summarize
 from gpudash.domain.model import HostSnapshot
 from gpudash.domain.units import MIB_PER_GIB
@@ -25,23 +28,15 @@ from gpudash.ui.screens import ConfirmModal
 SIZE = (160, 50)
 
 
-@pytest.fixture(autouse=True)
-def _isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-
-
 def fleet_app(sources: list, **kw: object) -> GpudashApp:  # type: ignore[type-arg]
     return GpudashApp(sources, interval=0.25, read_only=False, theme=None,
-                      exec_options=ExecOptions(term_timeout=2.0, poll=0.2), **kw)  # type: ignore[arg-type]
+                      exec_options=ExecOptions(term_timeout=2.0, poll=0.2),
+                      clock=app_clock(sources), **kw)  # type: ignore[arg-type]
 
 
-async def wait_for(pilot, predicate, within: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + within
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await pilot.pause(0.05)
+def fleet(count: int) -> list:  # type: ignore[type-arg]
+    """``demo_fleet(count)``, every host on one clock the test steps."""
+    return demo_fleet(count, clock=SteppedClock())
 
 
 def cells(app: GpudashApp, index: int) -> dict[str, str]:
@@ -55,13 +50,14 @@ def shown_names(app: GpudashApp) -> list[str]:
 
 
 async def all_read(pilot, app: GpudashApp) -> None:  # type: ignore[no-untyped-def]
-    await wait_for(pilot, lambda: all(v.snapshot is not None or v.state == "error"
-                                      for v in app.views) and app.fleet.ready)
+    await until(pilot, lambda: all(v.snapshot is not None or v.state == "error"
+                                   for v in app.views) and app.fleet.ready,
+                what="every host read or failing")
     await pilot.pause(0.3)
 
 
 async def test_several_hosts_open_the_fleet_and_rows_say_what_the_triage_says() -> None:
-    app = fleet_app(demo_fleet(6, speed=20))
+    app = fleet_app(fleet(6))
     async with app.run_test(size=SIZE) as pilot:
         await all_read(pilot, app)
         assert isinstance(app.screen, FleetScreen)
@@ -97,7 +93,7 @@ async def test_one_host_shows_the_host_screen_and_no_fleet() -> None:
 
 
 async def test_sort_by_column_and_reverse() -> None:
-    app = fleet_app(demo_fleet(6, speed=20))
+    app = fleet_app(fleet(6))
     async with app.run_test(size=SIZE) as pilot:
         await all_read(pilot, app)
         # default: most reclaimable first, hosts that could not be read last
@@ -118,7 +114,7 @@ async def test_sort_by_column_and_reverse() -> None:
 
 
 async def test_typing_filters_and_backspace_and_escape_undo_it() -> None:
-    app = fleet_app(demo_fleet(12, speed=20))
+    app = fleet_app(fleet(12))
     async with app.run_test(size=SIZE) as pilot:
         await all_read(pilot, app)
         await pilot.press("g", "p", "u", "1")
@@ -133,12 +129,14 @@ async def test_typing_filters_and_backspace_and_escape_undo_it() -> None:
         await pilot.press("asterisk", "0", "3")
         assert shown_names(app) == ["demo-gpu03"]  # a glob matches whole names
         await pilot.press("escape", "e", "r", "r")  # the link state: hosts failing now
-        await wait_for(pilot, lambda: bool(shown_names(app)))
+        # an unreachable host fails its connect after 0.3 s of its clock, and retries after
+        # the app's backoff (real seconds): between the two it is "reconnecting"
+        await until(pilot, lambda: bool(shown_names(app)), what="a host in error")
         assert set(shown_names(app)) <= {"demo-gpu03", "demo-gpu10"}  # the unreachable
 
 
 async def test_enter_opens_the_host_and_f_comes_back() -> None:
-    app = fleet_app(demo_fleet(6, speed=20))
+    app = fleet_app(fleet(6))
     async with app.run_test(size=SIZE) as pilot:
         await all_read(pilot, app)
         app.fleet.sort_by("host")
@@ -148,7 +146,8 @@ async def test_enter_opens_the_host_and_f_comes_back() -> None:
         assert isinstance(app.screen, MainScreen)
         assert app.current_host == 3 and "demo-gpu04" in str(app.query_one("#header").render())
         history = len(app.view.history)
-        await wait_for(pilot, lambda: len(app.view.history) > history)  # live, not frozen
+        await until(pilot, lambda: len(app.view.history) > history,
+                    what="a sample")  # live, not frozen
         await pilot.press("F")
         assert isinstance(app.screen, FleetScreen)
         assert app.fleet._cursor_index() == 3  # the cursor is where it was
@@ -157,8 +156,9 @@ async def test_enter_opens_the_host_and_f_comes_back() -> None:
 
 
 async def test_last_action_and_its_outcome_show_in_the_hosts_row() -> None:
-    app = fleet_app([ScenarioHost("gpu-a", "healthy", speed=20),
-                     ScenarioHost("gpu-b", "stopped", speed=20, seed=3)])
+    clock = SteppedClock()
+    app = fleet_app([ScenarioHost("gpu-a", "healthy", clock=clock),
+                     ScenarioHost("gpu-b", "stopped", clock=clock, seed=3)])
     async with app.run_test(size=SIZE) as pilot:
         await all_read(pilot, app)
         app.fleet.sort_by("host")
@@ -169,14 +169,14 @@ async def test_last_action_and_its_outcome_show_in_the_hosts_row() -> None:
         await pilot.press("o")  # reap the orphans of the stopped unit
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("y")
-        await wait_for(pilot, lambda: len(app.reports) == 1, within=30)
+        await until(pilot, lambda: len(app.reports) == 1, what="the reap's report")
         await pilot.press("F")
         await wait_for(pilot, lambda: "Reap" in cells(app, 1)["action"])
         row = cells(app, 1)
         verdict = app.reports[0].verdict
         assert row["action"].startswith("✔ " if verdict == "confirmed" else "✘ ")
         assert cells(app, 0)["action"] == "—"
-        await wait_for(pilot, lambda: cells(app, 1)["reclaim"] == "0.0", within=20)
+        await until(pilot, lambda: cells(app, 1)["reclaim"] == "0.0", what="nothing to reclaim")
         assert cells(app, 1)["orphans"] == "0"
 
 
@@ -217,18 +217,19 @@ class RefusedKey(HostControl):
 
 
 async def test_a_failing_host_shows_its_error_in_its_row_and_the_rest_go_on() -> None:
-    app = fleet_app([ScenarioHost("gpu-a", "healthy", speed=20), UnreachableHost("gpu-b"),
-                     RefusedKey("gpu-c\x1b[31m")])
+    clock = SteppedClock()
+    app = fleet_app([ScenarioHost("gpu-a", "healthy", clock=clock),
+                     UnreachableHost("gpu-b", clock=clock), RefusedKey("gpu-c\x1b[31m")])
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: app.views[2].state == "error"
-                       and app.views[1].error is not None)
+        await until(pilot, lambda: app.views[2].state == "error"
+                    and app.views[1].error is not None, what="both errors")
         await wait_for(pilot, lambda: "host key changed" in cells(app, 2)["link"])
         assert "\x1b" not in cells(app, 2)["host"] and "\\x1b" in cells(app, 2)["host"]
         await wait_for(pilot, lambda: "no answer within 10 s" in cells(app, 1)["link"]
                        or "reconnecting" in cells(app, 1)["link"])
         assert cells(app, 1)["reclaim"] == "N/A"
         history = len(app.views[0].history)
-        await wait_for(pilot, lambda: len(app.views[0].history) > history + 2)
+        await until(pilot, lambda: len(app.views[0].history) > history + 2, what="3 samples")
         assert cells(app, 0)["gpus"] == "8/8"
         assert "failing" in str(app.fleet.header.render())  # gpu-c, and gpu-b at times
 
@@ -244,38 +245,40 @@ async def test_a_row_that_cannot_be_drawn_says_so_and_the_others_stay(
         return real(result)
 
     monkeypatch.setattr(fleet_screen, "summarize", broken)
-    app = fleet_app([ScenarioHost("gpu-a", "stopped", speed=20),
-                     ScenarioHost("gpu-b", "healthy", speed=20, seed=3)])
+    clock = SteppedClock()
+    app = fleet_app([ScenarioHost("gpu-a", "stopped", clock=clock),
+                     ScenarioHost("gpu-b", "healthy", clock=clock, seed=3)])
     async with app.run_test(size=SIZE) as pilot:
         await all_read(pilot, app)
         await wait_for(pilot, lambda: "display error" in cells(app, 1)["link"])
         assert "KeyError" in cells(app, 1)["link"]
         assert cells(app, 0)["orphans"] == "8"
         history = len(app.views[0].history)
-        await wait_for(pilot, lambda: len(app.views[0].history) > history + 2)
+        await until(pilot, lambda: len(app.views[0].history) > history + 2, what="3 samples")
         assert isinstance(app.screen, FleetScreen)
 
 
 async def test_host_screen_is_not_drawn_while_the_fleet_is_on_screen(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    app = fleet_app(demo_fleet(3, speed=20))
+    app = fleet_app(fleet(3))
     async with app.run_test(size=SIZE) as pilot:
         await all_read(pilot, app)
         redraws: list[int] = []
         monkeypatch.setattr(app.main, "refresh_view", lambda: redraws.append(1))
         history = len(app.views[0].history)
-        await wait_for(pilot, lambda: len(app.views[0].history) > history + 3)
+        await until(pilot, lambda: len(app.views[0].history) > history + 3, what="4 samples")
         assert redraws == []
         await pilot.press("enter")
         assert redraws  # drawn afresh when it comes back on screen
 
 
-async def test_fleet_key_is_rebindable(tmp_path: Path) -> None:
-    (tmp_path / "config" / "gpudash").mkdir(parents=True)
-    (tmp_path / "config" / "gpudash" / "keymap.toml").write_text(
+async def test_fleet_key_is_rebindable() -> None:
+    config = Path(os.environ["XDG_CONFIG_HOME"]) / "gpudash"
+    config.mkdir(parents=True)
+    (config / "keymap.toml").write_text(
         '"gpudash.fleet" = "ctrl+f"\n"gpudash.fleet.sort" = "ctrl+s"\n')
-    app = fleet_app(demo_fleet(2, speed=20))
+    app = fleet_app(fleet(2))
     async with app.run_test(size=SIZE) as pilot:
         await all_read(pilot, app)
         await pilot.press("ctrl+s")
@@ -288,7 +291,7 @@ async def test_fleet_key_is_rebindable(tmp_path: Path) -> None:
 
 
 async def test_the_fleet_offers_no_host_action_until_a_host_is_open() -> None:
-    app = fleet_app(demo_fleet(2, speed=20))
+    app = fleet_app(fleet(2))
     async with app.run_test(size=SIZE) as pilot:
         await all_read(pilot, app)
         offered = {action for _t, _h, action, _a in app.fleet.palette_commands()}
@@ -304,7 +307,7 @@ async def test_the_fleet_offers_no_host_action_until_a_host_is_open() -> None:
 
 
 async def test_columns_follow_the_terminal_width_even_when_resized_elsewhere() -> None:
-    app = fleet_app(demo_fleet(3, speed=20))
+    app = fleet_app(fleet(3))
     async with app.run_test(size=SIZE) as pilot:
         await all_read(pilot, app)
         assert "mem" in [str(c.value) for c in app.fleet.table.columns]
@@ -330,7 +333,7 @@ async def test_columns_follow_the_terminal_width_even_when_resized_elsewhere() -
 async def test_q_quits_the_fleet_and_never_types_into_its_filter() -> None:
     """q quits here as on the host screen (choice: the same key means the same thing on
     both screens); the filter matches anywhere in a name, so a name's q is never needed."""
-    app = fleet_app(demo_fleet(6, speed=20))
+    app = fleet_app(fleet(6))
     async with app.run_test(size=SIZE) as pilot:
         await all_read(pilot, app)
         await pilot.press("g", "p", "u")
@@ -345,7 +348,7 @@ async def test_help_on_the_fleet_is_the_fleets_with_its_columns() -> None:
 
     from gpudash.ui.screens import HelpScreen
 
-    app = fleet_app(demo_fleet(6, speed=20))
+    app = fleet_app(fleet(6))
     async with app.run_test(size=SIZE) as pilot:
         await all_read(pilot, app)
         await pilot.press("question_mark")
@@ -363,7 +366,7 @@ async def test_help_on_the_fleet_is_the_fleets_with_its_columns() -> None:
 
 
 async def test_end_goes_to_the_last_row_and_home_to_the_first() -> None:
-    app = fleet_app(demo_fleet(12, speed=20))
+    app = fleet_app(fleet(12))
     async with app.run_test(size=(120, 35)) as pilot:
         await all_read(pilot, app)
         await pilot.press("end")
@@ -373,7 +376,7 @@ async def test_end_goes_to_the_last_row_and_home_to_the_first() -> None:
 
 
 async def test_back_with_f_clears_the_filter_and_the_cursor_is_on_that_host() -> None:
-    app = fleet_app(demo_fleet(6, speed=20))
+    app = fleet_app(fleet(6))
     async with app.run_test(size=SIZE) as pilot:
         await all_read(pilot, app)
         await pilot.press("g", "p", "u", "0", "4")
@@ -401,7 +404,7 @@ async def test_back_with_f_clears_the_filter_and_the_cursor_is_on_that_host() ->
     ("down", {"demo-gpu03", "demo-gpu10"}),
 ])
 async def test_state_words_filter_the_hosts(word: str, expected: set[str]) -> None:
-    app = fleet_app(demo_fleet(12, speed=20))
+    app = fleet_app(fleet(12))
     async with app.run_test(size=SIZE) as pilot:
         await all_read(pilot, app)
 
@@ -409,7 +412,7 @@ async def test_state_words_filter_the_hosts(word: str, expected: set[str]) -> No
             index = [v.name for v in app.views].index(name)
             return word in app.fleet.row(index).states
 
-        await wait_for(pilot, lambda: all(summary_says(n) for n in expected), within=15)
+        await until(pilot, lambda: all(summary_says(n) for n in expected), what=word)
         await pilot.press(*word)
         await wait_for(pilot, lambda: set(shown_names(app)) == expected, within=15)
         assert f"filter: {word}" in str(app.fleet.header.render())
@@ -418,9 +421,12 @@ async def test_state_words_filter_the_hosts(word: str, expected: set[str]) -> No
 async def test_a_long_error_wraps_in_the_link_column_and_shows_in_full_under_it() -> None:
     """At 80 columns the Link column is 13 cells: the error wraps in its row (up to 3
     lines), and the cursor host's whole error is the line under the table."""
-    app = fleet_app([ScenarioHost("gpu-a", "healthy", speed=20), UnreachableHost("gpu-b")])
+    clock = SteppedClock()
+    app = fleet_app([ScenarioHost("gpu-a", "healthy", clock=clock),
+                     UnreachableHost("gpu-b", clock=clock)])
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: "no answer within 10 s" in cells(app, 1)["link"])
+        await until(pilot, lambda: "no answer within 10 s" in cells(app, 1)["link"],
+                    what="gpu-b's error")
         app.fleet.rebuild()
         await pilot.pause(0.2)
         table = app.fleet.table
@@ -444,10 +450,12 @@ async def test_a_long_error_wraps_in_the_link_column_and_shows_in_full_under_it(
 async def test_a_host_never_read_shows_na_orphans_on_the_host_strip() -> None:
     from gpudash.ui.widgets.header import HostList
 
-    app = fleet_app([ScenarioHost("gpu-a", "incident", speed=20), UnreachableHost("gpu-b")])
+    clock = SteppedClock()
+    app = fleet_app([ScenarioHost("gpu-a", "incident", clock=clock),
+                     UnreachableHost("gpu-b", clock=clock)])
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: app.views[0].triage is not None
-                       and app.views[1].error is not None)
+        await until(pilot, lambda: app.views[0].triage is not None
+                    and app.views[1].error is not None, what="one read, one failing")
         await pilot.press("enter")  # a host screen: the strip lists both hosts
         await wait_for(pilot, lambda: isinstance(app.screen, MainScreen))
         strip = app.main.query_one(HostList)
@@ -460,13 +468,13 @@ async def test_a_host_never_read_shows_na_orphans_on_the_host_strip() -> None:
 
 async def test_the_crash_loop_column_shows_the_whole_unit_name_where_there_is_room() -> None:
     # at 200 columns it read "1 vllm-deepseek…" while Last action had room to spare
-    app = fleet_app(demo_fleet(6, speed=20))
+    app = fleet_app(fleet(6))
     async with app.run_test(size=(200, 50)) as pilot:
         await all_read(pilot, app)
         table = app.fleet.table
         [crash] = [c for c in table.columns.values() if str(c.key.value) == "crash"]
-        await wait_for(pilot, lambda: cells(app, 4)["crash"].startswith("1 vllm-"),
-                       within=15)  # demo-gpu05's crash loop
+        await until(pilot, lambda: cells(app, 4)["crash"].startswith("1 vllm-"),
+                    what="demo-gpu05's crash loop")
         longest = cells(app, 4)["crash"]
         # the column follows its longest cell, once the crash loop shows (the next tick)
         await wait_for(pilot, lambda: next(c for c in table.columns.values()

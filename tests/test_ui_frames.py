@@ -8,24 +8,38 @@ import collections
 
 import pytest
 from rich.text import Text
-from test_ui_sizes import select, wait_for
+from support import stepped_clock_of
+from test_ui import select, wait_for
 from textual._compositor import ChopsUpdate
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
 from gpudash.demo.host import MINIMAX, DemoHost
+from gpudash.domain.clock import SteppedClock
 from gpudash.ui.app import GpudashApp
 from gpudash.ui.compositor import BandCompositor, BandsUpdate, bands
 from gpudash.ui.widgets.header import HeaderBar
 from gpudash.ui.widgets.holders import HoldersTable
 
+# A sample a simulated minute: the holders' ages (in minutes) move from one to the next.
+INTERVAL = 60.0
+
+
+async def three_samples(pilot, app: GpudashApp) -> None:  # type: ignore[no-untyped-def]
+    """Three samples, one each real second: the app's own once-a-second tick runs between
+    them as it does beside a real host."""
+    clock = stepped_clock_of(app)
+    for _ in range(3):
+        await clock.advance(INTERVAL)
+        await pilot.pause(1.0)
+
 
 async def test_while_samples_flow_only_what_changed_is_drawn(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    app = GpudashApp([DemoHost(speed=50)], interval=1.0, read_only=False, theme=None,
-                     exec_options=None)
+    app = GpudashApp([DemoHost(clock=SteppedClock())], interval=INTERVAL, read_only=False,
+                     theme=None, exec_options=None)
     # every sample "just now": on CI's loaded machine one came 1.6 s late, and the header's
     # "1.6 s ago" was (rightly) drawn; what is tested is that the same line is not
     app.fresh_within = 3600.0
@@ -40,7 +54,7 @@ async def test_while_samples_flow_only_what_changed_is_drawn(
             return real(self, *a, **k)  # type: ignore[arg-type]
 
         monkeypatch.setattr(Widget, "refresh", counted)
-        await pilot.pause(3.0)
+        await three_samples(pilot, app)
         monkeypatch.setattr(Widget, "refresh", real)
         assert drawn["HoldersTable"] > 0  # samples came (the demo's ages, CPU and SM% move)
         assert drawn["HeaderBar"] == 0, drawn  # "just now": the same line
@@ -53,8 +67,8 @@ async def test_a_border_title_set_again_the_same_does_not_redraw_the_holders(
 ) -> None:
     """Holders' title and subtitle were set on every sample, the same: Textual redraws the
     whole table then (every line of it, twice a second)."""
-    app = GpudashApp([DemoHost(speed=50)], interval=1.0, read_only=False, theme=None,
-                     exec_options=None)
+    app = GpudashApp([DemoHost(clock=SteppedClock())], interval=INTERVAL, read_only=False,
+                     theme=None, exec_options=None)
     async with app.run_test(size=(160, 50)) as pilot:
         await select(pilot, app, f"u:{MINIMAX}")
         await pilot.pause(1.5)
@@ -67,7 +81,7 @@ async def test_a_border_title_set_again_the_same_does_not_redraw_the_holders(
             return real(self, *regions, **k)  # type: ignore[arg-type]
 
         monkeypatch.setattr(Widget, "refresh", counted)
-        await pilot.pause(3.0)
+        await three_samples(pilot, app)
         monkeypatch.setattr(Widget, "refresh", real)
         assert whole["HoldersTable"] == 0, whole  # its changed rows only, by region
 
@@ -98,7 +112,7 @@ async def test_the_header_and_a_holder_changed_draw_those_two_and_nothing_betwee
     header's first line and one holder's age made it render the whole screen. The bands
     render only what is in them, and the terminal ends up showing what a full redraw
     shows."""
-    app = GpudashApp([DemoHost(speed=50)], interval=3600.0, read_only=False, theme=None,
+    app = GpudashApp([DemoHost(clock=SteppedClock())], interval=3600.0, read_only=False, theme=None,
                      exec_options=None)
     async with app.run_test(size=(160, 50)) as pilot:
         table = app.query_one(HoldersTable)
@@ -147,7 +161,7 @@ async def test_the_help_screen_is_drawn_alone_not_over_a_dimmed_dashboard() -> N
 
     from gpudash.ui.screens import HelpScreen
 
-    app = GpudashApp([DemoHost(speed=50)], interval=1.0, read_only=False, theme=None,
+    app = GpudashApp([DemoHost(clock=SteppedClock())], interval=1.0, read_only=False, theme=None,
                      exec_options=None)
     async with app.run_test(size=(160, 50)) as pilot:
         await pilot.press("question_mark")

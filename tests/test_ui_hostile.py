@@ -10,7 +10,6 @@ no redraw, key or triage may end the app.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import dataclasses
 import json
@@ -21,10 +20,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from test_ui import SIZE, make_app, wait_for
+from support import until
+from test_ui import SIZE, make_app
 from test_wire import good
 
 from gpudash.demo.host import DemoHost
+from gpudash.domain.clock import SteppedClock
 from gpudash.domain.model import HostSnapshot
 from gpudash.protocol.source import ProtocolError
 from gpudash.protocol.wire import SnapshotDecoder
@@ -39,14 +40,14 @@ class Scripted(DemoHost):
     it is None: the host recovered)."""
 
     def __init__(self) -> None:
-        super().__init__("hostile", speed=50)
+        super().__init__("hostile", clock=SteppedClock())
         self.current: HostSnapshot | None = None
 
     async def stream(self, interval: float) -> AsyncIterator[HostSnapshot]:  # type: ignore[override]
         while True:
             snap = self.current
             yield snap if snap is not None else dataclasses.replace(super().snapshot())
-            await asyncio.sleep(0.05)
+            await self.sleep(0.05)
 
 
 def wire_lines() -> list[bytes]:
@@ -129,7 +130,7 @@ async def test_whatever_decodes_from_a_hostile_host_draws_without_error(
     async with app.run_test(size=SIZE) as pilot:
         for turn, snap in enumerate(snaps):  # one at a time: drawn, keys pressed on it
             host.current = snap
-            await wait_for(pilot, lambda s=snap: app.view.snapshot is s)  # type: ignore[misc]
+            await until(pilot, lambda s=snap: app.view.snapshot is s)  # type: ignore[misc]
             await exercise(pilot, app, turn)
             assert app.view.state == "connected", app.view.error
         assert app.is_running
@@ -168,14 +169,14 @@ async def test_no_snapshot_at_all_can_end_the_app_or_lose_the_host() -> None:
     async with app.run_test(size=SIZE) as pilot:
         for turn, snap in enumerate(absurd()):
             host.current = snap
-            await wait_for(pilot, lambda s=snap: app.view.snapshot is s)  # type: ignore[misc]
+            await until(pilot, lambda s=snap: app.view.snapshot is s)  # type: ignore[misc]
             await exercise(pilot, app, turn)
             assert app.view.state == "connected", app.view.error
         # and once the host sends sane snapshots again, it is back in view as before
         host.current = None
-        await wait_for(pilot, lambda: app.view.snapshot is not None
-                       and app.view.snapshot.taken_at < 1e10 and app.view.state == "connected",
-                       within=20)
+        await until(pilot, lambda: app.view.snapshot is not None
+                    and app.view.snapshot.taken_at < 1e10 and app.view.state == "connected",
+                    what="the host back in view")
         await exercise(pilot, app, 0)
         assert app.is_running
 

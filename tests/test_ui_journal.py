@@ -10,6 +10,7 @@ from test_ui import make_app, select, wait_for
 from textual.widgets import Input, RichLog
 
 from gpudash.demo.host import MINIMAX, DemoHost
+from gpudash.domain.clock import SteppedClock
 from gpudash.ui.models import JournalScreen
 
 STAMP = re.compile(r"[A-Z][a-z]{2} \d{2} \d{2}:\d{2}:\d{2} ")  # journalctl's short format
@@ -23,7 +24,7 @@ def shown(journal: JournalScreen) -> list[str]:
 async def test_the_journal_shows_time_and_systemds_own_lines_of_the_incident(
     size: tuple[int, int],
 ) -> None:
-    demo = DemoHost(speed=50)
+    demo = DemoHost(clock=SteppedClock())
     demo.leave_orphans()  # kill -9, the respawn, then stop: the seed's first steps
     app = make_app(demo)
     async with app.run_test(size=size) as pilot:
@@ -48,7 +49,7 @@ async def test_the_journal_shows_time_and_systemds_own_lines_of_the_incident(
 
 
 async def test_esc_clears_the_filter_first_and_closes_next() -> None:
-    demo = DemoHost(speed=50)
+    demo = DemoHost(clock=SteppedClock())
     demo.leave_orphans()
     app = make_app(demo)
     async with app.run_test(size=(120, 35)) as pilot:
@@ -82,7 +83,7 @@ async def test_a_long_journal_drops_whole_messages_never_the_start_of_one(
     # the message "... Failed core proc(s): {'EngineCore_0': 1}"
     monkeypatch.setattr(JournalScreen, "MAX_LINES", 4)
     monkeypatch.setattr(JournalScreen, "TRIM", 2)
-    demo = DemoHost(speed=50)
+    demo = DemoHost(clock=SteppedClock())
     demo.leave_orphans()
     app = make_app(demo)
     async with app.run_test(size=(80, 24)) as pilot:

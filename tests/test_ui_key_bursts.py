@@ -22,6 +22,7 @@ from textual import events
 from textual.widgets import Input
 
 from gpudash.demo.host import KIMI, MINIMAX, DemoHost
+from gpudash.domain.clock import SteppedClock
 from gpudash.ui.app import GpudashApp
 from gpudash.ui.models import JournalScreen, ModelPicker
 from gpudash.ui.screens import ConfirmModal, FilterScreen
@@ -40,7 +41,7 @@ def notices(app: GpudashApp) -> str:
 
 
 async def test_slash_k_in_one_burst_filters_by_k_and_opens_no_kill_dialog() -> None:
-    app = make_app(DemoHost(speed=50))
+    app = make_app(DemoHost(clock=SteppedClock()))
     async with app.run_test(size=SIZE) as pilot:
         await select(pilot, app, f"p:{main_pid(app)}")  # k (kill) is live on this row
         assert app.main.check_action("kill", ()) is True
@@ -54,7 +55,7 @@ async def test_slash_k_in_one_burst_filters_by_k_and_opens_no_kill_dialog() -> N
 
 
 async def test_slash_mini_enter_typed_fast_filters_by_mini() -> None:
-    app = make_app(DemoHost(speed=50))
+    app = make_app(DemoHost(clock=SteppedClock()))
     async with app.run_test(size=SIZE) as pilot:
         await select(pilot, app, f"u:{MINIMAX}")
         burst(app, "/mini\r")
@@ -69,7 +70,7 @@ async def test_slash_mini_enter_typed_fast_filters_by_mini() -> None:
 async def test_what_is_typed_while_the_picker_asks_the_host_goes_to_the_picker() -> None:
     # w asks the host for its model units before the picker opens: "kimi" and Enter typed
     # meanwhile pick Kimi (its k would have been the kill key)
-    app = make_app(DemoHost(speed=50, release_delay=1))
+    app = make_app(DemoHost(clock=SteppedClock(), release_delay=1))
     async with app.run_test(size=SIZE) as pilot:
         await select(pilot, app, f"u:{MINIMAX}")
         burst(app, "wkimi\r")
@@ -84,7 +85,7 @@ async def test_what_is_typed_while_the_picker_asks_the_host_goes_to_the_picker()
 
 
 async def test_slash_quit_in_the_journal_filters_and_never_closes_it() -> None:
-    app = make_app(DemoHost(speed=50))
+    app = make_app(DemoHost(clock=SteppedClock()))
     async with app.run_test(size=SIZE) as pilot:
         await select(pilot, app, f"u:{MINIMAX}")
         await pilot.press("j")
@@ -99,7 +100,7 @@ async def test_keys_typed_after_a_refused_plan_are_dropped_and_said() -> None:
     # typed after it must not kill the selected process
     from gpudash.protocol.source import LinkLost
 
-    demo = DemoHost(speed=50)
+    demo = DemoHost(clock=SteppedClock())
     app = make_app(demo)
     async with app.run_test(size=SIZE) as pilot:
         await select(pilot, app, f"u:{KIMI}")
@@ -118,7 +119,7 @@ async def test_keys_typed_after_a_refused_plan_are_dropped_and_said() -> None:
 async def test_keys_typed_after_a_start_that_does_not_fit_go_to_its_force_question() -> None:
     # u on Kimi beside a loaded MiniMax: refused, and asked whether to force it; the k typed
     # after u reaches that question (too early to count), never the holders' kill
-    app = make_app(DemoHost(speed=50))
+    app = make_app(DemoHost(clock=SteppedClock()))
     async with app.run_test(size=SIZE) as pilot:
         await select(pilot, app, f"u:{KIMI}")
         burst(app, "uk")
@@ -128,7 +129,7 @@ async def test_keys_typed_after_a_start_that_does_not_fit_go_to_its_force_questi
 
 
 async def test_quitting_is_never_held() -> None:
-    app = make_app(DemoHost(speed=50))
+    app = make_app(DemoHost(clock=SteppedClock()))
     async with app.run_test(size=SIZE) as pilot:
         app.hold_keys()  # an input opening that never does
         burst(app, "x")

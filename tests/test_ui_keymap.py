@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from gpudash.demo.host import DemoHost
+from gpudash.domain.clock import SteppedClock
 from gpudash.engine import ExecOptions
 from gpudash.ui.app import GpudashApp
 from gpudash.ui.keymap import load_keymap
@@ -34,7 +35,7 @@ def test_broken_keymap_file_is_an_error_line() -> None:
 
 async def test_rebound_key_opens_the_reclaim_plan() -> None:
     write_keymap('"gpudash.reclaim" = "Z"\n')
-    app = GpudashApp([DemoHost(speed=50)], interval=0.25, read_only=False, theme=None,
+    app = GpudashApp([DemoHost(clock=SteppedClock())], interval=0.25, read_only=False, theme=None,
                      exec_options=ExecOptions())
     async with app.run_test(size=(160, 50)) as pilot:
         for _ in range(100):
@@ -49,7 +50,7 @@ async def test_rebound_key_opens_the_reclaim_plan() -> None:
 
 async def test_rebound_key_of_a_greyed_action_still_explains_itself() -> None:
     write_keymap('"gpudash.reap" = "O"\n')
-    app = GpudashApp([DemoHost(speed=50)], interval=0.25, read_only=False, theme=None,
+    app = GpudashApp([DemoHost(clock=SteppedClock())], interval=0.25, read_only=False, theme=None,
                      exec_options=ExecOptions())
     async with app.run_test(size=(160, 50)) as pilot:
         for _ in range(100):
@@ -66,7 +67,7 @@ async def test_help_screen_shows_the_rebound_keys() -> None:
     from gpudash.ui.screens import HelpScreen
 
     write_keymap('"gpudash.reclaim" = "ctrl+r"\n')
-    app = GpudashApp([DemoHost(speed=50)], interval=0.25, read_only=False, theme=None,
+    app = GpudashApp([DemoHost(clock=SteppedClock())], interval=0.25, read_only=False, theme=None,
                      exec_options=ExecOptions())
     async with app.run_test(size=(160, 50)) as pilot:
         await pilot.press("question_mark")
@@ -106,7 +107,7 @@ async def test_conflicting_keymap_keeps_stop_on_s_and_warns_once() -> None:
     from gpudash.ui.screens import HelpScreen
 
     write_keymap('"gpudash.kill" = "s"\n"gpudash.reclam" = "R"\n')
-    app = GpudashApp([DemoHost(speed=50)], interval=0.25, read_only=False, theme=None,
+    app = GpudashApp([DemoHost(clock=SteppedClock())], interval=0.25, read_only=False, theme=None,
                      exec_options=ExecOptions())
     async with app.run_test(size=(160, 50)) as pilot:
         for _ in range(100):
@@ -132,7 +133,7 @@ async def test_conflicting_keymap_keeps_stop_on_s_and_warns_once() -> None:
 async def test_the_confirm_dialog_names_the_keys_of_the_keymap() -> None:
     # "y: confirm  n/Esc: cancel" was fixed text: with y rebound it named a dead key.
     write_keymap('"gpudash.confirm.yes" = "Y"\n"gpudash.confirm.no" = "N"\n')
-    app = GpudashApp([DemoHost(speed=50)], interval=0.25, read_only=False, theme=None,
+    app = GpudashApp([DemoHost(clock=SteppedClock())], interval=0.25, read_only=False, theme=None,
                      exec_options=ExecOptions())
     async with app.run_test(size=(160, 50)) as pilot:
         for _ in range(100):

@@ -4,11 +4,14 @@ to do; the demo's walkthrough covers nothing and follows the keymap."""
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 from typing import Any
 
+from support import until
+from test_ui import wait_for
+
 from gpudash.demo.host import KIMI, MINIMAX, DemoHost
+from gpudash.domain.clock import SteppedClock
 from gpudash.engine import ExecOptions
 from gpudash.protocol.source import ConnectError
 from gpudash.ui.app import GpudashApp
@@ -18,14 +21,6 @@ from gpudash.ui.widgets.notice import advice, tried
 
 LAPTOP = (80, 24)
 DNS_ERROR = "cannot connect to gpu01.example: [Errno -2] Name or service not known"
-
-
-async def wait_for(pilot, predicate, within: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + within
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await pilot.pause(0.05)
 
 
 class UnknownHost:
@@ -75,8 +70,8 @@ async def test_unreachable_host_says_in_the_body_what_failed_was_tried_and_to_do
 
 
 async def test_a_host_without_driver_says_so_instead_of_an_empty_table() -> None:
-    app = GpudashApp([NoDriverHost(speed=50)], interval=0.25, read_only=False, theme=None,
-                     exec_options=None)
+    app = GpudashApp([NoDriverHost(clock=SteppedClock())], interval=0.25, read_only=False,
+                     theme=None, exec_options=None)
     async with app.run_test(size=LAPTOP) as pilot:
         notice = app.query_one("#notice")
         await wait_for(pilot, lambda: notice.display)
@@ -105,7 +100,7 @@ def write_keymap(text: str) -> None:
 
 async def test_walkthrough_covers_nothing_follows_the_keymap_and_the_incident() -> None:
     write_keymap('"gpudash.kill" = "K"\n')
-    demo = DemoHost(speed=50, release_delay=2)
+    demo = DemoHost(clock=SteppedClock(), release_delay=2)
     app = GpudashApp([demo], interval=0.25, read_only=False, theme=None,
                      exec_options=ExecOptions(term_timeout=10.0, poll=0.5), welcome=True)
     async with app.run_test(size=LAPTOP, notifications=True) as pilot:
@@ -124,7 +119,7 @@ async def test_walkthrough_covers_nothing_follows_the_keymap_and_the_incident() 
         await pilot.press("K")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("y")
-        await wait_for(pilot, lambda: "Demo 2/6" in guide.render().plain, within=20)
+        await until(pilot, lambda: "Demo 2/6" in guide.render().plain, what="Demo 2/6")
         assert "press D" in guide.render().plain
 
 
@@ -168,7 +163,7 @@ async def test_ctrl_c_says_how_to_quit_in_plain_words() -> None:
 
     from gpudash.demo.host import DemoHost
 
-    app = make_app(DemoHost(speed=50))
+    app = make_app(DemoHost(clock=SteppedClock()))
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("ctrl+c")
         await pilot.pause(0.2)

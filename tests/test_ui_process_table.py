@@ -10,13 +10,13 @@ pushed CPU, RSS, St and Age off screen.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from support import until
 from test_ui import main_pid, main_pid_or_none, make_app, run_confirmed, select, wait_for
 from textual.widgets.data_table import ColumnKey
 
 from gpudash.demo.host import MINIMAX, DemoHost
+from gpudash.domain.clock import SteppedClock
 from gpudash.domain.triage import Flag
 from gpudash.ui.app import GpudashApp
 from gpudash.ui.screens import FilterScreen
@@ -27,12 +27,6 @@ LAPTOP = (80, 24)
 PANE = (120, 35)
 NOTEBOOK_KERNEL = 90211
 SESSION = "u:session-4.scope"
-
-
-@pytest.fixture(autouse=True)
-def _isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
 
 
 def keys(app: GpudashApp) -> list[str]:
@@ -63,7 +57,7 @@ async def started(pilot, app: GpudashApp) -> None:  # type: ignore[no-untyped-de
 
 
 async def test_a_key_cycles_the_sort_column_and_another_reverses_it() -> None:
-    app = make_app(DemoHost(speed=50))
+    app = make_app(DemoHost(clock=SteppedClock()))
     async with app.run_test(size=PANE) as pilot:
         await started(pilot, app)
         assert header(app, "mem") == "GPU memory ▼"
@@ -106,7 +100,7 @@ async def test_a_key_cycles_the_sort_column_and_another_reverses_it() -> None:
                          ids=["80x24", "160x50"])
 async def test_the_user_column_shows_where_there_is_room(size: tuple[int, int],
                                                          shown: bool) -> None:
-    app = make_app(DemoHost(speed=50))
+    app = make_app(DemoHost(clock=SteppedClock()))
     async with app.run_test(size=size) as pilot:
         await started(pilot, app)
         table = app.query_one(HoldersTable)
@@ -117,7 +111,7 @@ async def test_the_user_column_shows_where_there_is_room(size: tuple[int, int],
 
 
 async def test_the_text_filter_applies_as_typed_and_esc_clears_it_before_closing() -> None:
-    app = make_app(DemoHost(speed=50))
+    app = make_app(DemoHost(clock=SteppedClock()))
     async with app.run_test(size=LAPTOP) as pilot:
         await started(pilot, app)
         full = len(keys(app))
@@ -137,7 +131,7 @@ async def test_the_text_filter_applies_as_typed_and_esc_clears_it_before_closing
 
 
 async def test_only_the_selected_users_processes_and_esc_shows_everyone() -> None:
-    app = make_app(DemoHost(speed=50))
+    app = make_app(DemoHost(clock=SteppedClock()))
     async with app.run_test(size=LAPTOP) as pilot:
         await started(pilot, app)
         full = len(keys(app))
@@ -151,7 +145,7 @@ async def test_only_the_selected_users_processes_and_esc_shows_everyone() -> Non
 
 
 async def test_enter_on_a_gpu_shows_only_its_holders_and_again_all() -> None:
-    app = make_app(DemoHost(speed=50))
+    app = make_app(DemoHost(clock=SteppedClock()))
     async with app.run_test(size=PANE) as pilot:
         await started(pilot, app)
         full = len(keys(app))
@@ -178,7 +172,7 @@ async def test_enter_on_a_gpu_shows_only_its_holders_and_again_all() -> None:
 
 @pytest.mark.parametrize("size", [LAPTOP, PANE], ids=["80x24", "120x35"])
 async def test_left_collapses_right_expands_space_toggles(size: tuple[int, int]) -> None:
-    app = make_app(DemoHost(speed=50))
+    app = make_app(DemoHost(clock=SteppedClock()))
     async with app.run_test(size=size) as pilot:
         await started(pilot, app)
         full = len(keys(app))
@@ -208,17 +202,19 @@ async def test_left_collapses_right_expands_space_toggles(size: tuple[int, int])
 
 
 async def test_after_the_incident_flags_abbreviate_and_cpu_rss_st_age_stay() -> None:
-    app = make_app(DemoHost(speed=50, release_delay=2))
+    app = make_app(DemoHost(clock=SteppedClock(), release_delay=2))
     async with app.run_test(size=PANE) as pilot:
         await wait_for(pilot, lambda: app.view.snapshot is not None)
         first_main = main_pid(app)
         await select(pilot, app, f"p:{first_main}")
         await run_confirmed(pilot, app, "k")
-        # a sample may find the unit between its kill and its respawn, with no main PID
-        await wait_for(pilot, lambda: main_pid_or_none(app) not in (None, first_main))
+        # systemd respawns it after RestartSec: until then a sample finds no main PID
+        await until(pilot, lambda: main_pid_or_none(app) not in (None, first_main),
+                    what="the respawn")
         await select(pilot, app, f"u:{MINIMAX}")
         await run_confirmed(pilot, app, "D")
-        await wait_for(pilot, lambda: len(app.view.triage.orphans()) == 16)  # type: ignore[union-attr]
+        await until(pilot, lambda: len(app.view.triage.orphans()) == 16,  # type: ignore[union-attr]
+                    what="16 orphans")
         group = app.view.triage.group(MINIMAX)  # type: ignore[union-attr]
         # stopped and disabled: orphaned workers, no longer respawning (issue 33, item 9)
         assert group is not None and {Flag.ORPHAN, Flag.UNIT_INACTIVE} <= group.flags

@@ -8,9 +8,11 @@ import dataclasses
 from typing import Any
 
 from rich.text import Text
+from support import app_clock
 from textual.app import App, ComposeResult
 
 from gpudash.demo.host import DemoHost
+from gpudash.domain.clock import SteppedClock
 from gpudash.domain.model import HostSnapshot
 from gpudash.domain.triage import triage
 from gpudash.feed.follow import Frame
@@ -102,8 +104,10 @@ def test_same_text_sees_the_colour_rich_equality_does_not() -> None:
 
 
 async def test_other_hosts_samples_redraw_their_rows_in_the_host_list() -> None:
-    hosts = [DemoHost(f"gpu-{c}", speed=50, seed=i) for i, c in enumerate("abc")]
-    app = GpudashApp(hosts, interval=0.25, read_only=True, theme=None, exec_options=None)
+    clock = SteppedClock()
+    hosts = [DemoHost(f"gpu-{c}", clock=clock, seed=i) for i, c in enumerate("abc")]
+    app = GpudashApp(hosts, interval=0.25, read_only=True, theme=None, exec_options=None,
+                     clock=app_clock(hosts))
     async with app.run_test(size=(160, 50)) as pilot:
         for _ in range(200):
             if all(v.snapshot is not None for v in app.views):
@@ -179,8 +183,10 @@ async def test_history_keeps_every_sample_and_shares_unchanged_memory() -> None:
 
 
 async def test_host_rows_off_screen_wait_and_are_current_once_scrolled_to() -> None:
-    hosts = [DemoHost(f"gpu-{i:02d}", speed=50, seed=i) for i in range(30)]
-    app = GpudashApp(hosts, interval=0.25, read_only=True, theme=None, exec_options=None)
+    clock = SteppedClock()
+    hosts = [DemoHost(f"gpu-{i:02d}", clock=clock, seed=i) for i in range(30)]
+    app = GpudashApp(hosts, interval=0.25, read_only=True, theme=None, exec_options=None,
+                     clock=app_clock(hosts))
     async with app.run_test(size=(160, 50)) as pilot:
         for _ in range(200):
             if all(v.snapshot is not None for v in app.views):

@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import until
 from test_ui import NOTEBOOK, SIZE, main_pid, make_app, select, wait_for
 from textual.app import App
 
 from gpudash.demo.host import MINIMAX, DemoHost
+from gpudash.domain.clock import SteppedClock
 from gpudash.domain.model import HostSnapshot
 from gpudash.ui.app import GpudashApp
 from gpudash.ui.quit import QuitWhileActing
@@ -38,7 +40,7 @@ async def start_reclaim(pilot, app: GpudashApp) -> None:  # type: ignore[no-unty
 
 
 async def test_quit_while_acting_asks_and_keep_running_keeps_it(tmp_path: Path) -> None:
-    demo = DemoHost(speed=5, release_delay=2)  # slow enough to quit mid-action
+    demo = DemoHost(clock=SteppedClock(), release_delay=2)  # still till stepped: quit mid-action
     app = make_app(demo)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.view.snapshot is not None)
@@ -48,7 +50,7 @@ async def test_quit_while_acting_asks_and_keep_running_keeps_it(tmp_path: Path) 
         assert app.is_running
         await pilot.press("n")
         await wait_for(pilot, lambda: not isinstance(app.screen, QuitWhileActing))
-        await wait_for(pilot, lambda: app.last_report is not None, within=30)
+        await until(pilot, lambda: app.last_report is not None, what="the reclaim's report")
         assert app.last_report is not None and app.last_report.confirmed
         assert app.is_running  # nothing quit behind the operator's back
 
@@ -57,14 +59,14 @@ async def test_keep_running_keeps_the_dashboard_when_the_action_ended_meanwhile(
         tmp_path: Path) -> None:
     """The action ends while the question is open; "Keep running" still keeps it (CI saw
     the dashboard quit behind a "n" that arrived after the verdict)."""
-    demo = DemoHost(speed=5, release_delay=2)
+    demo = DemoHost(clock=SteppedClock(), release_delay=2)
     app = make_app(demo)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.view.snapshot is not None)
         await start_reclaim(pilot, app)
         await pilot.press("q")
         await wait_for(pilot, lambda: isinstance(app.screen, QuitWhileActing))
-        await wait_for(pilot, lambda: app.last_report is not None, within=30)
+        await until(pilot, lambda: app.last_report is not None, what="the reclaim's report")
         assert isinstance(app.screen, QuitWhileActing)  # the question is still open
         await pilot.press("n")
         await wait_for(pilot, lambda: not isinstance(app.screen, QuitWhileActing))
@@ -73,15 +75,16 @@ async def test_keep_running_keeps_the_dashboard_when_the_action_ended_meanwhile(
 
 
 async def test_quit_now_interrupts_and_audits_what_was_sent(tmp_path: Path) -> None:
-    demo = DemoHost(speed=5, release_delay=2)
+    demo = DemoHost(clock=SteppedClock(), release_delay=2)
     app = make_app(demo)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.view.snapshot is not None)
         await start_reclaim(pilot, app)
-        await wait_for(pilot, lambda: app.controller.running is not None and any(
-            s == "SIGTERM" for _p, s, _o in app.controller.running.report.signals))
+        await until(pilot, lambda: app.controller.running is not None and any(
+            s == "SIGTERM" for _p, s, _o in app.controller.running.report.signals),
+            what="SIGTERM sent")
         # TP5 ignores TERM; in uninterruptible sleep its KILL stays pending: the action is
-        # still running when "Quit now" comes (under CI's load it once ended before)
+        # still running when "Quit now" comes (the host's time stands still meanwhile too)
         next(p for p in demo.processes.values() if p.cmdline == "VLLM::Worker_TP5").state = "D"
         await pilot.press("q")
         await wait_for(pilot, lambda: isinstance(app.screen, QuitWhileActing))
@@ -98,7 +101,7 @@ async def test_quit_now_interrupts_and_audits_what_was_sent(tmp_path: Path) -> N
 
 
 async def test_quit_when_done_waits_for_the_verdict(tmp_path: Path) -> None:
-    demo = DemoHost(speed=5, release_delay=2)
+    demo = DemoHost(clock=SteppedClock(), release_delay=2)
     app = make_app(demo)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.view.snapshot is not None)
@@ -106,14 +109,14 @@ async def test_quit_when_done_waits_for_the_verdict(tmp_path: Path) -> None:
         await pilot.press("q")
         await wait_for(pilot, lambda: isinstance(app.screen, QuitWhileActing))
         await pilot.press("w")
-        await wait_for(pilot, lambda: not app.is_running, within=30)
+        await until(pilot, lambda: not app.is_running, what="the verdict, then the quit")
     assert app.interrupted_report is None
     assert app.last_report is not None and app.last_report.confirmed
     assert [r["record"] for r in audit(tmp_path)] == ["intent", "outcome"]
 
 
 async def test_a_dialog_left_open_does_not_give_a_false_not_confirmed() -> None:
-    demo = DemoHost(speed=50, release_delay=1)
+    demo = DemoHost(clock=SteppedClock(), release_delay=1)
     app = make_app(demo)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.view.snapshot is not None)
@@ -126,7 +129,7 @@ async def test_a_dialog_left_open_does_not_give_a_false_not_confirmed() -> None:
                    unit="session-9.scope", gpu_memory_mib={3: 1024})
         await pilot.pause(0.3)
         await pilot.press("y")
-        await wait_for(pilot, lambda: app.last_report is not None, within=20)
+        await until(pilot, lambda: app.last_report is not None, what="the kill's report")
         report = app.last_report
         assert report is not None
         assert report.confirmed, report.describe()  # the baseline was taken again at "y"
@@ -134,7 +137,7 @@ async def test_a_dialog_left_open_does_not_give_a_false_not_confirmed() -> None:
 
 
 async def test_a_changed_plan_is_shown_again_before_anything_is_sent() -> None:
-    demo = DemoHost(speed=50, release_delay=1)
+    demo = DemoHost(clock=SteppedClock(), release_delay=1)
     app = make_app(demo)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.view.snapshot is not None)
@@ -167,7 +170,7 @@ class Hostile(DemoHost):
 
 
 async def test_notifications_never_carry_host_escapes() -> None:
-    app = make_app(Hostile(speed=50))
+    app = make_app(Hostile(clock=SteppedClock()))
     async with app.run_test(size=SIZE) as pilot:
         await select(pilot, app, f"p:{NOTEBOOK}")
         await pilot.press("k")
@@ -216,7 +219,7 @@ async def test_every_sample_is_recorded_even_when_redraws_are_merged() -> None:
 async def test_textual_logging_still_works(monkeypatch: pytest.MonkeyPatch) -> None:
     # The app once defined its own `_log`, shadowing Textual's: with devtools connected
     # (`textual run --dev`) every `app.log(...)` raised TypeError.
-    app = make_app(DemoHost(speed=50))
+    app = make_app(DemoHost(clock=SteppedClock()))
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.view.snapshot is not None)
         monkeypatch.setattr(App, "_is_devtools_connected", property(lambda self: True))
@@ -244,10 +247,11 @@ class Absurd(DemoHost):
 
 
 async def test_no_redraw_can_end_the_app() -> None:
-    app = make_app(Absurd(speed=50))
+    app = make_app(Absurd(clock=SteppedClock()))
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.view.snapshot is not None)
-        await pilot.pause(0.5)
+        await until(pilot, lambda: len(app.view.history) >= 3, what="3 samples")  # redrawn
+        await pilot.pause(0.3)
         assert app.is_running
         await pilot.press("down", "g", "tab")
         await pilot.pause(0.3)
@@ -261,16 +265,16 @@ class Measured(DemoHost):
 
 
 async def test_header_shows_the_measured_round_trip_not_arrival_jitter() -> None:
-    app = make_app(Measured(speed=50))
+    app = make_app(Measured(clock=SteppedClock()))
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: "rtt 250 ms" in str(app.query_one("#header").render()))
-    demo = make_app(DemoHost(speed=50))
+    demo = make_app(DemoHost(clock=SteppedClock()))
     async with demo.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: "rtt N/A" in str(demo.query_one("#header").render()))
 
 
 async def test_holders_show_each_process_cpu_and_rss_and_the_header_the_hosts() -> None:
-    demo = DemoHost(speed=50)
+    demo = DemoHost(clock=SteppedClock())
     app = make_app(demo)
     async with app.run_test(size=SIZE) as pilot:
         tp0 = next(p for p in demo.processes.values() if p.cmdline == "VLLM::Worker_TP0")

@@ -6,9 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support import until
 from test_ui import NOTEBOOK, make_app, select, wait_for
 
 from gpudash.demo.host import MINIMAX, NOTEBOOK_MIB, DemoHost
+from gpudash.domain.clock import SteppedClock
 from gpudash.engine import ActionKind
 from gpudash.ui.screens import ConfirmModal
 from gpudash.ui.signal_picker import SignalPicker
@@ -21,7 +23,7 @@ def workers(demo: DemoHost) -> list[int]:
 @pytest.mark.parametrize("size", [(80, 24), (120, 35)])
 async def test_int_to_the_notebook_kernel_through_the_picker(tmp_path: Path,
                                                              size: tuple[int, int]) -> None:
-    demo = DemoHost(speed=20, release_delay=2)
+    demo = DemoHost(clock=SteppedClock(), release_delay=2)
     app = make_app(demo)
     async with app.run_test(size=size) as pilot:
         await wait_for(pilot, lambda: app.view.snapshot is not None)
@@ -36,7 +38,7 @@ async def test_int_to_the_notebook_kernel_through_the_picker(tmp_path: Path,
         assert f"kill -INT {NOTEBOOK}" in shown and "Expected: delivered" in shown
         assert "alice's login session" in shown  # whose work it is, as for TERM and KILL
         await pilot.press("y")
-        await wait_for(pilot, lambda: app.last_report is not None, within=20)
+        await until(pilot, lambda: app.last_report is not None, what="the report")
         report = app.last_report
         assert report is not None and report.plan.kind is ActionKind.SIGNAL
         assert report.confirmed, report.summary
@@ -46,7 +48,7 @@ async def test_int_to_the_notebook_kernel_through_the_picker(tmp_path: Path,
 
 
 async def test_escape_in_the_picker_sends_nothing(tmp_path: Path) -> None:
-    demo = DemoHost(speed=20, release_delay=2)
+    demo = DemoHost(clock=SteppedClock(), release_delay=2)
     app = make_app(demo)
     async with app.run_test(size=(120, 35)) as pilot:
         await wait_for(pilot, lambda: app.view.snapshot is not None)
@@ -63,7 +65,7 @@ async def test_escape_in_the_picker_sends_nothing(tmp_path: Path) -> None:
 
 
 async def test_stop_pauses_a_worker_shown_in_the_table(tmp_path: Path) -> None:
-    demo = DemoHost(speed=20, release_delay=2)
+    demo = DemoHost(clock=SteppedClock(), release_delay=2)
     app = make_app(demo)
     async with app.run_test(size=(120, 35)) as pilot:
         await wait_for(pilot, lambda: app.view.snapshot is not None)
@@ -75,13 +77,13 @@ async def test_stop_pauses_a_worker_shown_in_the_table(tmp_path: Path) -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         assert f"kill -STOP {pid}" in "\n".join(app.screen.lines)
         await pilot.press("y")
-        await wait_for(pilot, lambda: app.last_report is not None, within=20)
+        await until(pilot, lambda: app.last_report is not None, what="the report")
         assert "paused (state T)" in app.last_report.summary  # type: ignore[union-attr]
         assert demo.processes[pid].state == "T"
 
 
 async def test_on_an_owner_row_s_says_to_select_a_process(tmp_path: Path) -> None:
-    demo = DemoHost(speed=20, release_delay=2)
+    demo = DemoHost(clock=SteppedClock(), release_delay=2)
     app = make_app(demo)
     async with app.run_test(size=(120, 35)) as pilot:
         await wait_for(pilot, lambda: app.view.snapshot is not None)

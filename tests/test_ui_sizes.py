@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import html
 import re
-import time
 
+from support import app_clock, next_sample, until
+from test_ui import select, wait_for
 from textual.widgets import Button
 from textual.widgets._footer import FooterKey
 
 from gpudash.demo.host import MINIMAX, DemoHost
+from gpudash.domain.clock import SteppedClock
 from gpudash.engine import ExecOptions
 from gpudash.ui.app import GpudashApp
 from gpudash.ui.screens import ConfirmModal, DetailScreen
@@ -22,26 +24,12 @@ PANE = (120, 35)
 
 
 def make_app(demo: DemoHost | None = None, **kw: object) -> GpudashApp:
+    demo = demo or DemoHost(clock=SteppedClock(), release_delay=2)
     return GpudashApp(
-        [demo or DemoHost(speed=50, release_delay=2)], interval=0.25, read_only=False,
-        theme=None, exec_options=ExecOptions(term_timeout=10.0, poll=0.5, verify_timeout=120.0),
-        **kw,  # type: ignore[arg-type]
+        [demo], interval=0.25, read_only=False, theme=None,
+        exec_options=ExecOptions(term_timeout=10.0, poll=0.5, verify_timeout=120.0),
+        clock=app_clock([demo]), **kw,  # type: ignore[arg-type]
     )
-
-
-async def wait_for(pilot, predicate, within: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + within
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await pilot.pause(0.05)
-
-
-async def select(pilot, app: GpudashApp, key: str) -> None:  # type: ignore[no-untyped-def]
-    table = app.query_one(HoldersTable)
-    await wait_for(pilot, lambda: key in [str(k.value) for k in table.rows])
-    table.select_key(key)
-    await wait_for(pilot, lambda: app.selected_key == key)
 
 
 def visible(app: GpudashApp, widget) -> bool:  # type: ignore[no-untyped-def]
@@ -114,7 +102,7 @@ async def test_120x35_action_panel_shows_every_gpu_and_the_verdict() -> None:
         await pilot.press("r")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("y")
-        await wait_for(pilot, lambda: app.last_report is not None, within=30)
+        await until(pilot, lambda: app.last_report is not None, what="the report")
         await pilot.pause(0.3)
         shown = screen_text(app)  # what is on screen, not what the panel holds
         assert all(f"GPU{g} " in shown for g in range(8)) and "✔ confirmed" in shown
@@ -241,8 +229,9 @@ async def test_help_lists_host_keys_only_for_hosts_there_are() -> None:
         await pilot.press("question_mark")
         await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
         assert not any("1-9" in key for key, _d, _a in app.screen.rows)
-    two = GpudashApp([DemoHost("a", speed=50), DemoHost("b", speed=50, seed=3)], interval=0.25,
-                     read_only=False, theme=None, exec_options=None)
+    clock = SteppedClock()
+    two = GpudashApp([DemoHost("a", clock=clock), DemoHost("b", clock=clock, seed=3)],
+                     interval=0.25, read_only=False, theme=None, exec_options=None)
     async with two.run_test(size=LAPTOP) as pilot:
         await pilot.press("question_mark")  # on the fleet: its own keys
         await wait_for(pilot, lambda: isinstance(two.screen, HelpScreen))
@@ -275,7 +264,7 @@ async def test_the_result_toast_does_not_cover_the_log_when_the_panel_shows_it()
         await pilot.press("D")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("y")
-        await wait_for(pilot, lambda: app.last_report is not None, within=30)
+        await until(pilot, lambda: app.last_report is not None, what="the report")
         await pilot.pause(0.3)
         assert not [n for n in app._notifications if "Action panel" in n.message]
         assert "⚠ stopped and disabled" in screen_text(app)
@@ -284,7 +273,8 @@ async def test_the_result_toast_does_not_cover_the_log_when_the_panel_shows_it()
 async def test_the_result_is_toasted_when_another_screen_hides_the_panel() -> None:
     from gpudash.ui.screens import HelpScreen
 
-    app = make_app(DemoHost(speed=5, release_delay=2))  # slow enough to open help
+    # the action waits on the host's clock, which stands still till stepped: help opens first
+    app = make_app(DemoHost(clock=SteppedClock(), release_delay=2))
     async with app.run_test(size=LAPTOP, notifications=True) as pilot:
         await select(pilot, app, f"u:{MINIMAX}")
         await pilot.press("r")
@@ -293,7 +283,7 @@ async def test_the_result_is_toasted_when_another_screen_hides_the_panel() -> No
         await wait_for(pilot, lambda: app.running)
         await pilot.press("question_mark")
         await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
-        await wait_for(pilot, lambda: app.last_report is not None, within=30)
+        await until(pilot, lambda: app.last_report is not None, what="the report")
         await pilot.pause(0.2)
         toasts = [n for n in app._notifications if "Action panel" in n.message]
         assert len(toasts) == 1 and toasts[0].title.startswith("Reclaim unit")
@@ -309,7 +299,7 @@ async def test_the_selected_row_stays_in_view_when_holders_get_shorter() -> None
     def rows(keys: list[str]) -> list[HolderRow]:
         return [HolderRow(k, (Text(k), *(Text(""),) * (len(COLUMNS) - 1))) for k in keys]
 
-    app = GpudashApp([DemoHost(speed=50)], interval=3600.0, read_only=True, theme=None,
+    app = GpudashApp([DemoHost(clock=SteppedClock())], interval=3600.0, read_only=True, theme=None,
                      exec_options=None)
     async with app.run_test(size=PANE) as pilot:
         await wait_for(pilot, lambda: app.view.snapshot is not None)
@@ -338,7 +328,8 @@ async def test_holders_flags_take_the_room_they_need_and_no_more() -> None:
         await pilot.press("D")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("y")
-        await wait_for(pilot, lambda: app.last_report is not None, within=30)
+        await until(pilot, lambda: app.last_report is not None, what="the report")
+        await next_sample(pilot)  # the orphans, as the host has them now
         await pilot.pause(0.3)
         shown = screen_text(app)
         # no room for both flags in full and St/Age (issue 20): the first flag, and how
@@ -352,7 +343,8 @@ async def test_holders_flags_take_the_room_they_need_and_no_more() -> None:
         await pilot.press("D")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("y")
-        await wait_for(pilot, lambda: app.last_report is not None, within=30)
+        await until(pilot, lambda: app.last_report is not None, what="the report")
+        await next_sample(pilot)
         await pilot.pause(0.3)
         worker = next(line for line in screen_text(app).splitlines() if "vLLM TP1 worker" in line)
         assert re.search(r"ORPH(AN)?\s+99 %", worker), worker
@@ -383,8 +375,9 @@ async def test_80x24_log_shows_the_outcome() -> None:
         await pilot.pause(0.2)
         line = next(t for t in screen_text(app).splitlines() if "Reclaim vllm-minimax" in t)
         assert "cancelled: nothing was done" in line, line
-    two = GpudashApp([DemoHost("a", speed=50), DemoHost("b", speed=50, seed=3)], interval=0.25,
-                     read_only=False, theme=None, exec_options=None)
+    clock = SteppedClock()
+    two = GpudashApp([DemoHost("a", clock=clock), DemoHost("b", clock=clock, seed=3)],
+                     interval=0.25, read_only=False, theme=None, exec_options=None)
     async with two.run_test(size=(160, 50)) as pilot:
         await pilot.pause(0.2)
         assert "host" in [str(c.value) for c in two.query_one(ActionLog).columns]
@@ -397,7 +390,7 @@ async def test_120x35_a_long_verdict_never_scrolls_the_screen() -> None:
     from gpudash.ui.models import ModelPicker
 
     deepseek_learned_smaller()
-    app = make_app(DemoHost(speed=50, release_delay=1), welcome=True)  # + walkthrough
+    app = make_app(DemoHost(clock=SteppedClock(), release_delay=1), welcome=True)  # + walkthrough
     async with app.run_test(size=PANE) as pilot:
         await select(pilot, app, f"u:{MINIMAX}")
         await pilot.press("w")
@@ -405,7 +398,7 @@ async def test_120x35_a_long_verdict_never_scrolls_the_screen() -> None:
         await pilot.press(*"deepseek", "enter")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("y")
-        await wait_for(pilot, lambda: app.last_report is not None, within=60)
+        await until(pilot, lambda: app.last_report is not None, what="the report")
         await pilot.pause(0.5)
         assert app.last_report is not None and app.last_report.verdict == "failed"
         assert app.screen.max_scroll_y == 0 and app.screen.scroll_y == 0
@@ -424,7 +417,7 @@ async def test_80x24_a_cut_verdict_says_where_the_rest_is() -> None:
     from gpudash.ui.widgets.progress import MORE_LOG_HIDDEN, ActionProgressPanel
 
     deepseek_learned_smaller()
-    app = make_app(DemoHost(speed=50, release_delay=1), welcome=True)
+    app = make_app(DemoHost(clock=SteppedClock(), release_delay=1), welcome=True)
     async with app.run_test(size=LAPTOP) as pilot:
         await select(pilot, app, f"u:{MINIMAX}")
         await pilot.press("w")
@@ -432,7 +425,7 @@ async def test_80x24_a_cut_verdict_says_where_the_rest_is() -> None:
         await pilot.press(*"deepseek", "enter")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("y")
-        await wait_for(pilot, lambda: app.last_report is not None, within=60)
+        await until(pilot, lambda: app.last_report is not None, what="the report")
         await pilot.pause(0.5)
         panel = app.query_one(ActionProgressPanel)
         assert panel.border_subtitle == MORE_LOG_HIDDEN  # at 80x24 the log gave way to it
@@ -449,7 +442,7 @@ async def test_80x24_a_cut_verdict_says_where_the_rest_is() -> None:
         await pilot.press("D")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("y")
-        await wait_for(pilot, lambda: app.last_report is not None, within=30)
+        await until(pilot, lambda: app.last_report is not None, what="the report")
         await pilot.pause(0.3)
         assert app.query_one(ActionProgressPanel).border_subtitle is None
 
@@ -470,7 +463,8 @@ async def test_120x35_a_cut_unit_panel_says_so() -> None:
         await pilot.press("D")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("y")
-        await wait_for(pilot, lambda: app.last_report is not None, within=30)
+        await until(pilot, lambda: app.last_report is not None, what="the report")
+        await next_sample(pilot)  # the unit as the host has it now
         await pilot.pause(0.3)
         assert "MainPID" not in screen_text(app)
         assert app.query_one(UnitPanel).border_subtitle == CUT

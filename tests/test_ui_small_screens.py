@@ -3,9 +3,12 @@ being cut mid-word, and an action's proof that keeps each GPU's "before"."""
 
 from __future__ import annotations
 
-from test_ui_sizes import make_app, screen_text, select, wait_for
+from support import stepped, until
+from test_ui import select, wait_for
+from test_ui_sizes import make_app, screen_text
 
 from gpudash.demo.host import MINIMAX, DemoHost
+from gpudash.domain.clock import SteppedClock
 from gpudash.ui.models import ModelPicker
 from gpudash.ui.screens import ConfirmModal
 from gpudash.ui.widgets.action_log import ActionLog
@@ -31,13 +34,13 @@ async def test_the_header_at_80_columns_keeps_what_matters_and_cuts_no_word() ->
 
 async def test_the_proof_at_80x24_keeps_each_gpus_before() -> None:
     # it showed now→target ("GPU1 0.0→0.0 ✓"): the figure it started from was gone
-    app = make_app(DemoHost(speed=50, release_delay=1))
+    app = make_app(DemoHost(clock=SteppedClock(), release_delay=1))
     async with app.run_test(size=(80, 24)) as pilot:
         await select(pilot, app, f"u:{MINIMAX}")
         await pilot.press("r")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("y")
-        await wait_for(pilot, lambda: app.last_report is not None, within=40)
+        await until(pilot, lambda: app.last_report is not None, what="the report")
         await pilot.pause(0.3)
         panel = str(app.query_one("#progress").render())
         assert "GPU1" in panel and "94.5→0.0" in panel, panel
@@ -45,8 +48,7 @@ async def test_the_proof_at_80x24_keeps_each_gpus_before() -> None:
 
 async def test_after_a_swap_the_proof_says_its_figures_are_the_reclaims() -> None:
     # "GPU1 0.0→0.0 ✓" under a GPU table that said 86.0 GiB: which is true?
-    # (speed 20: at 50 the reclaim's 120 host-seconds were 2.4 s, too few under load)
-    app = make_app(DemoHost(speed=20, release_delay=1))
+    app = make_app(DemoHost(clock=SteppedClock(), release_delay=1))
     async with app.run_test(size=(120, 35)) as pilot:
         await select(pilot, app, f"u:{MINIMAX}")
         await pilot.press("w")
@@ -54,7 +56,7 @@ async def test_after_a_swap_the_proof_says_its_figures_are_the_reclaims() -> Non
         await pilot.press(*"kimi", "enter")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("y")
-        await wait_for(pilot, lambda: app.last_report is not None, within=60)
+        await until(pilot, lambda: app.last_report is not None, what="the report")
         await pilot.pause(0.3)
         panel = str(app.query_one("#progress").render()).replace("\n", " ")
         assert "reclaimed: 754.3 GiB back on 8 GPU(s), per GPU (GiB before → after):" \
@@ -66,7 +68,7 @@ async def test_after_a_swap_the_proof_says_its_figures_are_the_reclaims() -> Non
 async def test_at_80x24_while_acting_holders_keep_rows_and_the_log_gives_way() -> None:
     # Holders shrank to 2-3 rows under the Action panel, with an empty Action log below
     # repeating nothing the panel did not say; x gives the log (and the GPUs) back.
-    app = make_app(DemoHost(speed=5, release_delay=2))
+    app = make_app(DemoHost(clock=SteppedClock(), release_delay=2))
     async with app.run_test(size=(80, 24)) as pilot:
         await select(pilot, app, f"u:{MINIMAX}")
         await pilot.press("r")
@@ -79,7 +81,7 @@ async def test_at_80x24_while_acting_holders_keep_rows_and_the_log_gives_way() -
         assert not log.display
         assert holders.size.height - 1 >= 5, holders.size  # rows below its header
         assert app.query_one("#progress").region.bottom <= 24
-        await wait_for(pilot, lambda: app.last_report is not None, within=40)
+        await until(pilot, lambda: app.last_report is not None, what="the report")
         await pilot.press("x")
         await pilot.pause(0.3)
         assert log.display and "Reclaim vllm-minimax" in screen_text(app)
@@ -92,11 +94,11 @@ async def test_while_loading_the_gpu_table_and_the_panel_say_one_figure() -> Non
     from gpudash.engine import ActionKind, execute, plan_action
     from gpudash.session.controller import Shown, freshest_memory
 
-    demo = DemoHost(speed=100, release_delay=1)
+    demo = DemoHost(clock=SteppedClock(), release_delay=1)
     feed = await demo.sample()  # what the table has
     seen = []
     plan = plan_action(feed, ActionKind.RECLAIM, unit=MINIMAX)
-    await execute(plan, demo, progress=seen.append)
+    await stepped(demo, execute(plan, demo, progress=seen.append))
     last = seen[-1]
     assert last.taken_at is not None and last.taken_at > feed.taken_at
     shown = freshest_memory(feed, Shown(plan, last), feed.host)

@@ -6,7 +6,9 @@ import json
 import subprocess
 import sys
 
-from test_ui_sizes import PANE, make_app, screen_text, select, wait_for
+from support import next_sample, until
+from test_ui import select, wait_for
+from test_ui_sizes import PANE, make_app, screen_text
 
 from gpudash.demo.host import MINIMAX
 from gpudash.ui.screens import ConfirmModal
@@ -37,7 +39,8 @@ async def test_sm_column_shows_serving_workers_busy_and_orphans_idle() -> None:
         await pilot.press("D")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("y")
-        await wait_for(pilot, lambda: app.last_report is not None, within=30)
+        await until(pilot, lambda: app.last_report is not None, what="the report")
+        await next_sample(pilot)  # the workers as the host has them now: orphans
         await pilot.pause(0.3)
         sm = _sm_cells(table)
         orphans = [v for k, v in sm.items() if k.startswith("p:") and k != "p:90211"

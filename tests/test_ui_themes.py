@@ -14,12 +14,6 @@ from gpudash.ui.themes import load_themes
 THEMES_DIR = Path(__file__).resolve().parents[1] / "themes"
 
 
-@pytest.fixture(autouse=True)
-def _isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-
-
 def test_our_themes_load() -> None:
     themes, errors = load_themes([THEMES_DIR])
     names = {t.name for t in themes}

@@ -17,14 +17,13 @@ Scenarios repeat in that order (healthy twice as often) for more hosts.
 
 from __future__ import annotations
 
-import asyncio
 import signal
 from collections.abc import AsyncIterator, Sequence
 
 from gpudash.demo import slurm
 from gpudash.demo.host import DEEPSEEK, MINIMAX, DemoHost
 from gpudash.demo.incident import MAX_DEMO_HOSTS
-from gpudash.domain.clock import Clock
+from gpudash.domain.clock import Clock, WallClock
 from gpudash.domain.model import HostSnapshot
 from gpudash.protocol.source import (
     CommandResult,
@@ -84,11 +83,13 @@ class ScenarioHost(DemoHost):
 
 
 class UnreachableHost(HostControl):
-    """A host no connect reaches: every read fails as a timed-out SSH connect does."""
+    """A host no connect reaches: every read fails as a timed-out SSH connect does, after
+    ``delay`` seconds of ``clock`` (real ones by default)."""
 
-    def __init__(self, name: str, *, delay: float = 0.3) -> None:
+    def __init__(self, name: str, *, delay: float = 0.3, clock: Clock | None = None) -> None:
         self.name = name
         self.delay = delay
+        self._clock: Clock = clock if clock is not None else WallClock()
 
     def _error(self) -> ConnectError:
         return ConnectError(f"{self.name}: no answer within 10 s (simulated: this demo "
@@ -107,7 +108,7 @@ class UnreachableHost(HostControl):
         return None
 
     async def stream(self, interval: float) -> AsyncIterator[HostSnapshot]:
-        await asyncio.sleep(self.delay)
+        await self._clock.sleep(self.delay)
         raise self._error()
         yield  # pragma: no cover - makes this an async generator
 
@@ -115,7 +116,7 @@ class UnreachableHost(HostControl):
         return None
 
     async def sample(self) -> HostSnapshot:
-        await asyncio.sleep(self.delay)
+        await self._clock.sleep(self.delay)
         raise self._error()
 
     async def systemctl(self, verb: str, unit: str) -> CommandResult:
@@ -144,7 +145,7 @@ class UnreachableHost(HostControl):
         raise self._error()
 
     async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
+        await self._clock.sleep(seconds)
 
     def watch_unit(self, unit: str | None) -> None:
         return None
@@ -168,8 +169,10 @@ class UnreachableHost(HostControl):
         raise self._error()
 
 
-def demo_fleet(count: int, *, speed: float = 1.0, read_only: bool = False) -> list[HostSource]:
-    """``count`` simulated hosts named demo-gpu01, demo-gpu02, …"""
+def demo_fleet(count: int, *, speed: float = 1.0, read_only: bool = False,
+               clock: Clock | None = None) -> list[HostSource]:
+    """``count`` simulated hosts named demo-gpu01, demo-gpu02, …; on one ``clock`` where
+    given (a test steps it), else each on its own at ``speed``."""
     if not 1 <= count <= MAX_DEMO_HOSTS:
         raise ValueError(f"demo hosts: 1 to {MAX_DEMO_HOSTS}, not {count}")
     width = max(2, len(str(count)))
@@ -178,8 +181,8 @@ def demo_fleet(count: int, *, speed: float = 1.0, read_only: bool = False) -> li
         name = f"demo-gpu{i + 1:0{width}d}"
         scenario = SCENARIOS[i % len(SCENARIOS)]
         if scenario == "unreachable":
-            hosts.append(UnreachableHost(name))
+            hosts.append(UnreachableHost(name, clock=clock))
         else:
             hosts.append(ScenarioHost(name, scenario, speed=speed, read_only=read_only,
-                                      seed=7 + i))
+                                      seed=7 + i, clock=clock))
     return hosts
