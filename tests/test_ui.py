@@ -49,7 +49,15 @@ async def wait_for(pilot, predicate, within: float = 10.0) -> None:  # type: ign
         await pilot.pause(0.05)
 
 
-async def select(pilot, app: GpudashApp, key: str) -> None:  # type: ignore[no-untyped-def]
+async def select(pilot, app: GpudashApp, key: str,  # type: ignore[no-untyped-def]
+                 opened: bool = False) -> None:
+    """Put the cursor on ``key``'s row; ``opened``: open the idle units' fold first (a
+    model unit not started is in it)."""
+    if opened:  # as an operator does: Right on the fold's row
+        from gpudash.ui.widgets.holders import IDLE_KEY
+
+        await select(pilot, app, IDLE_KEY)
+        await pilot.press("right")
     await wait_for(pilot, lambda: key in [str(k.value) for k in app.query_one(HoldersTable).rows])
     app.query_one(HoldersTable).select_key(key)
     await wait_for(pilot, lambda: app.selected_key == key)

@@ -37,11 +37,12 @@ def test_an_orphans_row_says_what_it_lost_before_its_command() -> None:
     t = triage(snap(server(3700, 1000, SESSION, api_alive=False)))
     rows = holder_rows(t, PAL)
     engine = cells(rows, "p:3703")
-    assert engine["cmd"].startswith("orphan: lost its API server (pid 3700 gone"), engine
-    assert engine["cmd"].endswith("· VLLM::EngineCore")
+    # briefly in the row (its owner's row is above it), in full where there is room
+    assert engine["cmd"] == "orphan: lost its API server · VLLM::EngineCore", engine
+    assert t.orphan_cause(3703) == "lost its API server (pid 3700 gone, re-parented to PID 1)"
     worker = cells(rows, "p:3709")
-    assert worker["cmd"].startswith("orphan: is under VLLM::EngineCore 3703, which lost"), \
-        worker
+    assert worker["cmd"].startswith("orphan: under 3703: lost its API server · "), worker
+    assert t.orphan_cause(3709).startswith("is under VLLM::EngineCore 3703, which lost")
     assert "ORPHAN" in worker["flags"]
 
 

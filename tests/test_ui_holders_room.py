@@ -110,3 +110,23 @@ def test_one_idle_unit_keeps_its_own_row() -> None:
     one = replace(snapshot, units=tuple(u for u in snapshot.units if u.name != KIMI))
     keys = [r.key for r in holder_rows(triage(one), PAL)]
     assert IDLE_KEY not in keys and f"u:{DEEPSEEK}" in keys
+
+
+async def test_right_opens_the_idle_units_and_left_folds_them() -> None:
+    from test_ui import make_app, select, wait_for
+
+    from gpudash.ui.widgets.holders import HoldersTable
+
+    def keys_of(app) -> list[str]:  # type: ignore[no-untyped-def]
+        return [str(k.value) for k in app.query_one(HoldersTable).rows]
+
+    app = make_app(DemoHost(clock=SteppedClock()))
+    async with app.run_test(size=(160, 50)) as pilot:
+        await select(pilot, app, f"u:{KIMI}", opened=True)  # Right on "▸ 2 idle units"
+        assert f"u:{DEEPSEEK}" in keys_of(app)
+        await select(pilot, app, IDLE_KEY)
+        await pilot.press("left")
+        await wait_for(pilot, lambda: f"u:{KIMI}" not in keys_of(app))
+        assert app.selected_key == IDLE_KEY
+        await pilot.press("space")
+        await wait_for(pilot, lambda: f"u:{KIMI}" in keys_of(app))

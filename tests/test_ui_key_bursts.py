@@ -103,7 +103,7 @@ async def test_keys_typed_after_a_refused_plan_are_dropped_and_said() -> None:
     demo = DemoHost(clock=SteppedClock())
     app = make_app(demo)
     async with app.run_test(size=SIZE) as pilot:
-        await select(pilot, app, f"u:{KIMI}")
+        await select(pilot, app, f"u:{KIMI}", opened=True)
 
         async def gone() -> None:
             raise LinkLost("demo-gpu01: the link dropped")
@@ -121,7 +121,7 @@ async def test_keys_typed_after_a_start_that_does_not_fit_go_to_its_force_questi
     # after u reaches that question (too early to count), never the holders' kill
     app = make_app(DemoHost(clock=SteppedClock()))
     async with app.run_test(size=SIZE) as pilot:
-        await select(pilot, app, f"u:{KIMI}")
+        await select(pilot, app, f"u:{KIMI}", opened=True)
         burst(app, "uk")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), within=15)
         assert any("force it?" in line for line in app.screen.lines)

@@ -18,10 +18,14 @@ ABBREVIATE_FLAGS = 30
 
 CELL_PAD = 2  # DataTable's cell padding, one column each side
 COMMAND_MIN = 0  # the command line starts where the columns end; Right scrolls to it
-# ... but keeps this many cells on screen while a column less needed than Flags can go
-# for it: an orphan's reason ("orphan: earlier run, main now 215207") and the start of
-# its command line are read at 160 columns beside the unit panel
+# ... but keeps up to this many on screen while a column less needed than Flags can go
+# for it: the cells past COMMAND_SOFT_FROM, at most COMMAND_SOFT (a wider table never
+# shows fewer columns). An orphan's reason ("orphan: earlier run, main now 215207") and
+# the start of its command line are read at 160 columns beside the unit panel; a table
+# of 78 cells or less keeps its figures (CPU, RSS, St, Age) and Right scrolls to the
+# command.
 COMMAND_SOFT = 36
+COMMAND_SOFT_FROM = 78
 FLAGS_PRIORITY = 90
 COMMAND_WIDTH = 200  # past the screen's edge: the rest scrolls into view with Right
 FLAGS_MAX = 34  # "16×ORPHAN RESPAWNED UNIT INACTIVE" and a little more
@@ -71,7 +75,8 @@ class Fit:
 def fit_columns(room: int, widest: dict[str, int], flags_short: int,
                 labels: dict[str, str] | None = None, keep: str | None = None) -> Fit:
     """The columns that fit ``room`` cells (the table's width), the command line keeping
-    ``COMMAND_SOFT`` on screen while columns below Flags can go, ``COMMAND_MIN`` after:
+    up to ``COMMAND_SOFT`` (the cells past ``COMMAND_SOFT_FROM``) while columns below
+    Flags can go, ``COMMAND_MIN`` after:
     the columns of the lowest priority go, one by one, Flags taking its short form at
     ``ABBREVIATE_FLAGS``. ``widest``: the widest cell of each
     column that fits its cells; ``labels`` replaces some headers (the sort indicator);
@@ -79,6 +84,7 @@ def fit_columns(room: int, widest: dict[str, int], flags_short: int,
     shows the order).
     """
     labels = labels or {}
+    soft = max(COMMAND_MIN, min(COMMAND_SOFT, room - COMMAND_SOFT_FROM))
 
     def width(c: HolderColumn, short: bool) -> int:
         label = len(labels.get(c.key, c.label))
@@ -95,7 +101,7 @@ def fit_columns(room: int, widest: dict[str, int], flags_short: int,
     short = False
     for c in sorted((c for c in COLUMNS if c.priority < KEEP and c.key != keep),
                     key=lambda c: c.priority):
-        command = COMMAND_SOFT if c.priority < FLAGS_PRIORITY else COMMAND_MIN
+        command = soft if c.priority < FLAGS_PRIORITY else COMMAND_MIN
         if needed(shown, short, command) <= room:
             break
         if c.priority > ABBREVIATE_FLAGS and not short:

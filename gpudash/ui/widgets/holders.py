@@ -296,6 +296,8 @@ def holder_rows(result: HostTriage, pal: Palette,
     rows: list[HolderRow] = []
     groups = sort_groups(result.groups, view, now)
     idle_groups = [g for g in groups if idle(g)]
+    if view.user is not None or view.gpu is not None:
+        idle_groups = []  # none of them is a user's or a GPU's (their rows go too, below)
     if len(idle_groups) > 1:  # one is a line anyway
         opened = IDLE_KEY in view.opened
         folded = {id(g) for g in idle_groups}
