@@ -174,6 +174,10 @@ def cmd_dashboard(args: argparse.Namespace, term: Terminal) -> int:
 
 def _run(command: str | None, args: argparse.Namespace, term: Terminal) -> int:
     """The subcommand (None: the dashboard); the rarer ones are imported when used."""
+    if command == "snapshot" and getattr(args, "prom", None) is not None:
+        from gpudash.cli.promfleet import cmd_prom_snapshot
+
+        return cmd_prom_snapshot(args, term)
     if command == "snapshot":
         return cmd_snapshot(args, term)
     if command in ("reclaim", "start", "swap"):
