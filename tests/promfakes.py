@@ -149,3 +149,54 @@ def silent_server() -> Iterator[str]:
         for s in held:
             s.close()
         listener.close()
+
+
+class Recorded:
+    """A Prometheus that answers the fleet's queries with answers a real one gave
+    (tests/data/fleetprom/answers.json), or fails as ``mode`` says: "ok", "401", "hang"
+    (until released), "garbage". ``extra``: series added to a query's answer."""
+
+    def __init__(self, answers: dict[str, object]) -> None:
+        import threading as _threading
+
+        from gpudash.fleetprom.queries import QUERIES
+
+        self.answers = answers
+        self.by_expr = dict((expr, name) for name, expr in QUERIES)
+        self.mode = "ok"
+        self.extra: dict[str, list[dict[str, object]]] = {}
+        self.release = _threading.Event()
+        self.asked = 0
+
+    def handler(self) -> type[http.server.BaseHTTPRequestHandler]:
+        import urllib.parse as _parse
+
+        recorded = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                recorded.asked += 1
+                mode = recorded.mode
+                if mode == "hang":
+                    recorded.release.wait(60)
+                    return
+                if mode == "401":
+                    status, body = 401, b"Unauthorized"
+                elif mode == "garbage":
+                    status, body = 200, b"\x00garbage"
+                else:
+                    expr = _parse.parse_qs(_parse.urlsplit(self.path).query)["query"][0]
+                    name = recorded.by_expr[expr]
+                    doc = json.loads(json.dumps(recorded.answers[name]))
+                    doc["data"]["result"] += recorded.extra.get(name, [])
+                    status, body = 200, json.dumps(doc).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        return Handler
