@@ -202,3 +202,47 @@ async def test_prometheus_down_from_the_start_says_so(tmp_path: Path) -> None:
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: "prometheus down" in header(app.fleet))
         assert app.fleet.hosts == [] and app.is_running
+
+
+def test_enter_opens_the_host_as_gpudash_host_does_and_q_comes_back(
+        server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """On a real pty: ``gpudash --prometheus URL``; Enter on the row whose SSH name is
+    ``local`` opens this machine's host screen through ``gpudash HOST``'s own path; q
+    there comes back to the table, q again quits (exit 0)."""
+    import socket
+
+    from ptydash import Dashboard
+
+    recorded, url = server
+    recorded.extra["gpudash"] = [{"metric": {"stat": "gpus", "host": "local",
+                                             "instance": "x:1", "job": "gpudash"},
+                                  "value": [AT, "1"]}]
+    config = tmp_path / "config" / "gpudash"
+    config.mkdir(parents=True)
+    (config / "config.toml").write_text(f'[prometheus]\nurl = "{url}"\nssh_name = "{{host}}"\n')
+    d = Dashboard(["--prometheus", "--interval", "0.5"], env={
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "XDG_STATE_HOME": str(tmp_path / "state")})
+    try:
+        d.wait_for(b"dgx-plain")
+        d.type("local")
+        d.read(1.0)
+        d.type("\r")
+        d.wait_for(socket.gethostname().encode())  # the host screen of this machine
+        mark = len(d.screen)
+        d.type("q")
+        end = time.monotonic() + 30
+        while b"dgx-plain" not in d.screen[mark:]:  # the table again (the filter kept)
+            assert time.monotonic() < end, d.screen[-2000:]
+            d.read(0.2)
+            if b"dgx" not in d.screen[mark:] and b"local" in d.screen[mark:]:
+                d.type("\x1b")  # escape: clear the filter that was kept
+        d.type("q")
+        assert d.finish() == 0
+        # three apps ran one after the other: the table, the host, the table again
+        assert d.screen.count(b"\x1b[?1049h") == 3, d.screen.count(b"\x1b[?1049h")
+        assert b"Traceback" not in d.screen
+    finally:
+        if d.proc.poll() is None:
+            d.proc.kill()
+            d.proc.wait()
