@@ -78,15 +78,17 @@ class Prometheus:
 
 
 def start(tmp: Path, targets: list[str], *, rules: Path | None = ALERT_RULES,
-          timeout: float = 60.0) -> Prometheus:
+          timeout: float = 60.0, jobs: dict[str, list[str]] | None = None) -> Prometheus:
+    """``targets`` in job "gpudash"; ``jobs``: other scrape jobs (name -> targets)."""
     binary = prometheus_binary()
     tmp.mkdir(parents=True, exist_ok=True)
     config = tmp / "prometheus.yml"
     doc: dict[str, Any] = {
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s",
                    "evaluation_interval": "1s"},
-        "scrape_configs": [{"job_name": "gpudash",
-                            "static_configs": [{"targets": targets}]}],
+        "scrape_configs": [{"job_name": name, "static_configs": [{"targets": t}]}
+                           for name, t in {"gpudash": targets, **(jobs or {})}.items()
+                           if t],
     }
     if rules is not None:
         doc["rule_files"] = [str(rules)]

@@ -13,6 +13,7 @@ from pathlib import Path
 from gpudash import __version__
 from gpudash.cli.contract import EXIT_CODES_HELP, Exit
 from gpudash.cli.helptext import DESCRIPTIONS, EXAMPLES
+from gpudash.cli.promargs import add_prometheus, check_prometheus
 from gpudash.demo.incident import MAX_DEMO_HOSTS  # names only: the demo loads on --demo
 from gpudash.domain.model import unit_name
 from gpudash.state import config
@@ -91,10 +92,6 @@ def _common(parser: argparse.ArgumentParser) -> None:
                    help="what goes to $XDG_STATE_HOME/gpudash/gpudash.log (default warning)")
 
 
-
-
-
-
 def _snapshot_parser() -> argparse.ArgumentParser:
     epilog = EXAMPLES["snapshot"] + "\n\n" + EXIT_CODES_HELP
     fmt = argparse.RawDescriptionHelpFormatter
@@ -104,6 +101,7 @@ def _snapshot_parser() -> argparse.ArgumentParser:
     # test holds the two together)
     p.add_argument("--json", action="store_true",
                    help="JSON (schema 2: docs/reference/JSON.md) instead of text")
+    add_prometheus(p)
     _common(p)
     return p
 
@@ -310,9 +308,9 @@ def _dashboard_parser() -> argparse.ArgumentParser:
                    help="disable every action")
     p.add_argument("--theme", default=None, help="a Textual theme or one from themes/")
     p.add_argument("--version", action="version", version=f"gpudash {__version__}")
+    add_prometheus(p)
     _common(p)
     return p
-
 
 
 def build_parser(command: str | None) -> argparse.ArgumentParser:
@@ -388,6 +386,7 @@ def parse(argv: list[str]) -> tuple[str | None, argparse.Namespace]:
         return command, args
     _check_hosts(command, args, settings, parser)
     _check_targets(command, args, parser)
+    check_prometheus(args, problems, parser)
     return command, args
 
 

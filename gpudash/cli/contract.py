@@ -15,7 +15,7 @@ class Exit(IntEnum):
     OK = 0  # memory confirmed free (reclaim); the fix in force (fix); every host read
     NOT_FREED = 1  # reclaim: not confirmed (the report says why); snapshot: a host has no GPUs
     USAGE = 2  # bad arguments or a plan that makes no sense: nothing was done
-    CONNECT = 3  # a host could not be reached or refused us (auth, host key, sudo -n)
+    CONNECT = 3  # a host (or --prometheus) could not be reached or refused us
     UNKNOWN = 4  # the link dropped mid-action and re-verification could not reach the host
     CANCELLED = 5  # declined at the prompt, or interrupted before anything was sent
     INTERRUPTED = 6  # interrupted (Ctrl+C, SIGTERM, quit) after something was sent
@@ -51,7 +51,9 @@ EXIT_CODES_HELP = """exit codes:
   1  not confirmed: the report names what still holds memory and why (reclaim);
      a host was read but could not report its GPUs (snapshot)
   2  usage or plan error: nothing was done
-  3  a host could not be reached or refused us (auth, host key, sudo -n)
+  3  a host could not be reached or refused us (auth, host key, sudo -n);
+     --prometheus: Prometheus down, slow, refused (401/403), TLS, a query error,
+     an answer too big or not Prometheus' (stderr says which)
   4  outcome unknown: the link dropped mid-action and re-verification failed
   5  cancelled: declined at the prompt or interrupted before anything was sent
   6  interrupted after something was sent: the report lists what reached the host

@@ -146,9 +146,37 @@ def cmd_dashboard(args: argparse.Namespace, term: Terminal) -> int:
         term.error(NO_TERMINAL)
         return Exit.USAGE
     from gpudash.state import kept
-    from gpudash.ui.app import run_dashboard
 
     theme = kept.resolve_theme(args.theme, args.settings.theme)
+    if getattr(args, "prom", None) is not None:
+        return _prometheus_fleet(args, term, theme)
+    return _host_dashboard(args, term, theme)
+
+
+def _prometheus_fleet(args: argparse.Namespace, term: Terminal, theme: str | None) -> int:
+    """The fleet from Prometheus; Enter opens a host as ``gpudash HOST`` does, and quitting
+    that host comes back to the table (an action cut short ends both, with its verdict)."""
+    from gpudash.ui.prom_app import run_prom_fleet
+
+    memory = None
+    while True:
+        chosen, memory = run_prom_fleet(args.prom, interval=args.interval, theme=theme,
+                                        memory=memory)
+        if chosen is None:
+            return Exit.OK
+        args.hosts = [chosen]
+        try:
+            code = _host_dashboard(args, term, theme)
+        except (SourceError, ValueError) as exc:  # a name SSH cannot take: back to the table
+            term.error(f"{chosen}: {exc}")
+            continue
+        if code not in (Exit.OK, Exit.CONNECT):
+            return code
+
+
+def _host_dashboard(args: argparse.Namespace, term: Terminal, theme: str | None) -> int:
+    from gpudash.ui.app import run_dashboard
+
     sources = open_sources(args)
     try:
         outcome = run_dashboard(
@@ -174,6 +202,10 @@ def cmd_dashboard(args: argparse.Namespace, term: Terminal) -> int:
 
 def _run(command: str | None, args: argparse.Namespace, term: Terminal) -> int:
     """The subcommand (None: the dashboard); the rarer ones are imported when used."""
+    if command == "snapshot" and getattr(args, "prom", None) is not None:
+        from gpudash.cli.promfleet import cmd_prom_snapshot
+
+        return cmd_prom_snapshot(args, term)
     if command == "snapshot":
         return cmd_snapshot(args, term)
     if command in ("reclaim", "start", "swap"):

@@ -17,6 +17,9 @@ Every key is optional; a flag on the command line wins over the file::
     [groups]                          # `gpudash @prod`: every host of the group
     prod = ["gpu0*", "root@10.1.230.174"]
 
+    [prometheus]                      # `gpudash --prometheus`: the fleet from Prometheus
+    url = "https://prometheus.example:9090"   # (its keys: gpudash.state.promconfig)
+
 A bad entry is reported in one line (the file, its line, why) and the rest is used, except
 where a mistake would fail open: a file that cannot be parsed, or a safety setting
 (``SAFETY``: read-only, sudo, host keys, the ssh files) whose value cannot be read, refuses
@@ -35,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudash.state.logfile import LEVELS as LOG_LEVELS
+from gpudash.state.promconfig import PromSettings, PromSettingsError, parse_table
 
 GROUP_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 # A bad value of one of these fails closed: `read_only = "yes"` once left every action key
@@ -57,6 +61,7 @@ class Settings:
     known_hosts: Path | None = None
     log_level: str | None = None
     groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    prometheus: PromSettings = PromSettings()
 
     def defaults(self) -> dict[str, Any]:
         """The command line's defaults that this file sets (argparse dest -> value)."""
@@ -103,9 +108,16 @@ def _check(key: str, value: object) -> tuple[object, str | None]:
         if value in LOG_LEVELS:
             return value, None
         return None, f"expected one of {', '.join(LOG_LEVELS)}"
-    if key == "groups":
-        return _groups(value)
+    if key in TABLES:
+        return TABLES[key](value)
     return None, UNKNOWN
+
+
+def _prometheus(value: object) -> tuple[object, str | None]:
+    try:
+        return parse_table(value), None
+    except PromSettingsError as exc:
+        return None, str(exc)
 
 
 def _groups(value: object) -> tuple[object, str | None]:
@@ -121,6 +133,9 @@ def _groups(value: object) -> tuple[object, str | None]:
                           'e.g. ["gpu0*"]')
         groups[name] = tuple(h.strip() for h in hosts)
     return groups, None
+
+
+TABLES = {"groups": _groups, "prometheus": _prometheus}
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,13 +50,14 @@ class FleetColumn:
     width: int  # 0: shares what the fixed columns leave (link, last action)
     short: str = ""  # the title on a narrow terminal
     narrow: int | None = None  # the width there (0: hidden); None: as wide
+    wide_only: bool = False  # shown from 140 columns only
 
 
 COLUMNS = (
     FleetColumn("host", "Host", 18, narrow=12),
     FleetColumn("link", "Link", 0),
     FleetColumn("gpus", "GPUs", 5),
-    FleetColumn("mem", "GPU memory", 15),
+    FleetColumn("mem", "GPU memory", 15, wide_only=True),
     FleetColumn("reclaim", "Reclaim GiB", 12, "Reclaim", 8),
     FleetColumn("orphans", "Orphans", 7, "Orph", 5),
     FleetColumn("crash", "Crash loop", 16, "Loop", 8),
@@ -73,14 +74,16 @@ def mode_of(width: int) -> str:
     return next(mode for least, mode in MODES if width >= least)
 
 
-def column_widths(width: int, crash_len: int = 0) -> list[tuple[FleetColumn, str, int]]:
+def column_widths(width: int, crash_len: int = 0, columns: tuple[FleetColumn, ...] = COLUMNS
+                  ) -> list[tuple[FleetColumn, str, int]]:
     """(column, title, width) of the columns a terminal ``width`` wide shows: the memory
     column from 140, short titles under 100; Crash loop as wide as its longest cell
-    (``crash_len``) where the terminal has the room; Link and Last action share the rest."""
+    (``crash_len``) where the terminal has the room; Link and Last action share the rest
+    (Link alone takes it where there is no Last action)."""
     mode = mode_of(width)
     fixed: list[tuple[FleetColumn, str, int]] = []
-    for col in COLUMNS:
-        if col.key == "mem" and mode != "wide":
+    for col in columns:
+        if col.wide_only and mode != "wide":
             continue
         narrow = mode == "narrow"
         title = col.short if narrow and col.short else col.title
@@ -90,7 +93,8 @@ def column_widths(width: int, crash_len: int = 0) -> list[tuple[FleetColumn, str
         fixed.append((col, title, max(w, len(title) + 1) if w else 0))
     taken = sum(w + 2 for _c, _t, w in fixed if w)  # a cell is padded by one on each side
     rest = max(24, width - 4 - taken - 4)  # the border, the scrollbar, two flexible cells
-    link = max(12, min(44, rest * 11 // 20))
+    flexible = [c.key for c, _t, w in fixed if not w]
+    link = rest if flexible == ["link"] else max(12, min(44, rest * 11 // 20))
     return [(c, t, w or (link if c.key == "link" else rest - link)) for c, t, w in fixed]
 
 

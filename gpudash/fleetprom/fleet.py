@@ -1,0 +1,120 @@
+"""Reading the fleet from Prometheus: one refresh (``read_fleet``), its rows as JSON
+(``fleet_json``), and the refresh loop the dashboard follows (``PromFeed``): the last good
+rows are kept through failures (marked stale) and retried with capped backoff."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gpudash.fleetprom.client import PromClient, PromError
+from gpudash.fleetprom.queries import QUERIES
+from gpudash.fleetprom.rows import PromFleet, PromHost, carried, fleet_of
+from gpudash.fleetprom.sshname import SshNameError, SshNameTemplate
+
+log = logging.getLogger("gpudash.fleetprom")
+
+BACKOFF_MAX_S = 60.0
+JSON_SCHEMA = 1
+
+
+async def read_fleet(client: PromClient) -> PromFleet:
+    """Every host, from one round of the queries (side by side); PromError if any fails."""
+    answers = await client.query_all([expr for _name, expr in QUERIES])
+    return fleet_of({name: a for (name, _e), a in zip(QUERIES, answers, strict=True)})
+
+
+def _mib(value: float | None) -> int | None:
+    return None if value is None else round(value / 2**20)
+
+
+def host_json(host: PromHost, now: float, ssh: SshNameTemplate | None) -> dict[str, Any]:
+    """One row as JSON: memory in MiB (as ``snapshot --json``), ages in seconds."""
+    ssh_name: str | None = None
+    ssh_error: str | None = None
+    if ssh is not None:
+        try:
+            ssh_name = ssh.name(dict(host.labels))
+        except SshNameError as exc:
+            ssh_error = str(exc)
+    age = host.age(now)
+    return {
+        "host": host.name, "labels": dict(host.labels), "sources": list(host.sources),
+        "ssh_name": ssh_name, "ssh_name_error": ssh_error,
+        "gpus": host.gpus, "gpus_held": host.gpus_held,
+        "used_mib": _mib(host.used_bytes), "total_mib": _mib(host.total_bytes),
+        "orphaned_mib": _mib(host.orphaned_bytes), "orphans": host.orphans,
+        "reclaimable_mib": _mib(host.reclaimable_bytes),
+        "unattributed_mib": _mib(host.unattributed_bytes),
+        "stray_mib": _mib(host.stray_bytes), "unowned_mib": _mib(host.unowned_bytes),
+        "crash_looping": None if host.crash_looping is None else list(host.crash_looping),
+        "alerts": list(host.alerts), "link_up": host.link_up,
+        "target_down": host.target_down,
+        "scrape_age_s": None if age is None else round(age, 1),
+        "sample_age_s": None if host.sampled_at is None else round(
+            max(0.0, now - host.sampled_at), 1),
+        "states": sorted(host.states(now)),
+    }
+
+
+def fleet_json(fleet: PromFleet, url: str, ssh: SshNameTemplate | None) -> dict[str, Any]:
+    """The whole table as ``gpudash snapshot --prometheus URL --json`` prints it."""
+    return {"schema": JSON_SCHEMA, "prometheus": url, "at": fleet.at,
+            "hosts": [host_json(h, fleet.at, ssh) for h in fleet.hosts]}
+
+
+@dataclass(frozen=True, slots=True)
+class FeedState:
+    """What the dashboard shows: the rows (the last good ones while failing), and the
+    refresh's health."""
+
+    fleet: PromFleet | None
+    error: PromError | None = None
+    failures: int = 0  # refreshes failed since the last good one
+    retry_at: float | None = None  # monotonic: the next try, while failing
+    refreshed_at: float | None = None  # monotonic: the last good refresh
+
+
+class PromFeed:
+    """Refreshes the fleet every ``interval`` and hands each new ``FeedState`` to
+    ``on_state``; a failure keeps the last rows and retries after 1, 2, 4 ... up to
+    BACKOFF_MAX_S seconds (never sooner than the interval)."""
+
+    def __init__(self, client: PromClient, interval: float,
+                 on_state: Callable[[FeedState], None],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.client = client
+        self.interval = interval
+        self.on_state = on_state
+        self.clock = clock
+        self.state = FeedState(None)
+
+    def _set(self, state: FeedState) -> None:
+        self.state = state
+        self.on_state(state)
+
+    async def refresh(self) -> float:
+        """One refresh; the seconds to wait before the next one."""
+        started = self.clock()
+        try:
+            fleet = await read_fleet(self.client)
+        except PromError as exc:
+            failures = self.state.failures + 1
+            wait = max(self.interval, min(BACKOFF_MAX_S, 2.0 ** (failures - 1)))
+            if self.state.error is None or str(self.state.error) != str(exc):
+                log.warning("prometheus: %s", exc)
+            self._set(FeedState(self.state.fleet, exc, failures, started + wait,
+                                self.state.refreshed_at))
+            return wait
+        self._set(FeedState(carried(self.state.fleet, fleet), refreshed_at=self.clock()))
+        return max(0.0, self.interval - (self.clock() - started))
+
+    async def run(self) -> None:
+        """Refresh until cancelled."""
+        while True:
+            wait = await self.refresh()
+            await asyncio.sleep(wait)

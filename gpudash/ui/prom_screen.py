@@ -1,0 +1,197 @@
+"""The fleet from Prometheus: the fleet table (``gpudash.ui.fleet_table``) filled from
+``gpudash.fleetprom`` refreshes instead of SSH feeds. Enter opens the row's host over SSH
+(its name from the ``ssh_name`` template); q there comes back to this table.
+
+While Prometheus fails, the header says why and when the next try is, and the rows are the
+last good ones, marked stale; nothing here waits on the network.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rich.text import Text
+
+from gpudash.fleetprom.fleet import FeedState
+from gpudash.fleetprom.rows import PromHost
+from gpudash.fleetprom.sshname import SshNameError, SshNameTemplate
+from gpudash.ui.bindings import bindings, help_rows
+from gpudash.ui.fleet_rows import FleetColumn, FleetRow, column_widths, mode_of
+from gpudash.ui.fleet_table import FleetApp, FleetTableScreen
+from gpudash.ui.palette import palette
+from gpudash.ui.prom_rows import (
+    GIB,
+    PROM_COLUMN_HELP,
+    PROM_COLUMNS,
+    PROM_FILTERS,
+    prom_row,
+)
+from gpudash.ui.text import literal
+
+
+@dataclass(slots=True)
+class TableMemory:
+    """What the table keeps while a host is open (a new table is made on coming back)."""
+
+    filter_text: str = ""
+    sort_key: str = "reclaim"
+    descending: bool = True
+    cursor: str | None = None  # the host name under the cursor
+    state: FeedState | None = None
+
+
+class PromFleetScreen(FleetTableScreen):
+    """Every host Prometheus has, in one table."""
+
+    BINDINGS = bindings("fleet")
+    STATES = PROM_FILTERS
+
+    def __init__(self, app: FleetApp, url: str, ssh: SshNameTemplate,
+                 open_host: Callable[[str], None], memory: TableMemory,
+                 clock: Callable[[], float] = time.time) -> None:
+        super().__init__(app, id="prom-fleet")
+        self.url = url
+        self.ssh = ssh
+        self.open_host = open_host
+        self.clock = clock
+        self.memory = memory
+        self.filter_text = memory.filter_text
+        self.sort_key, self.descending = memory.sort_key, memory.descending
+        self.hosts: list[PromHost] = []
+        self.state = FeedState(None)
+        if memory.state is not None:
+            self.update(memory.state)
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        if self.memory.cursor is not None:
+            self.cursor_to(self.memory.cursor)
+
+    def cursor_to(self, name: str) -> None:
+        names = [self.hosts[i].name for i in self._shown]
+        if name in names:
+            self.table.move_cursor(row=names.index(name), animate=False)
+
+    def remember(self) -> TableMemory:
+        index = self._cursor_index() if self.ready else None
+        return TableMemory(self.filter_text, self.sort_key, self.descending,
+                           None if index is None else self.hosts[index].name, self.state)
+
+    # --- rows ----------------------------------------------------------------------------
+
+    def update(self, state: FeedState) -> None:
+        """A refresh's news: new rows (or the same ones, now failing)."""
+        was_failing = self.state.error is not None
+        self.state = state
+        hosts = list(state.fleet.hosts) if state.fleet is not None else []
+        if [h.name for h in hosts] != [h.name for h in self.hosts]:
+            cursor = self._cursor_index() if self.ready else None
+            name = None if cursor is None else self.hosts[cursor].name
+            self.hosts = hosts
+            if self.ready:
+                self.refresh_all()
+                if name is not None:
+                    self.cursor_to(name)
+            return
+        for i, (old, new) in enumerate(zip(self.hosts, hosts, strict=True)):
+            if old != new or was_failing != (state.error is not None):
+                self.hosts[i] = new
+                self.host_changed(i)
+        self.refresh_header()
+
+    def host_count(self) -> int:
+        return len(self.hosts)
+
+    def host_name(self, index: int) -> str:
+        return self.hosts[index].name
+
+    def mode_of(self, width: int) -> str:
+        return mode_of(width)
+
+    def column_layout(self, width: int, crash_len: int) -> list[tuple[FleetColumn, str, int]]:
+        return column_widths(width, crash_len, PROM_COLUMNS)
+
+    def _make_row(self, index: int) -> FleetRow:
+        return prom_row(self.hosts[index], self.clock(), self.state.error is not None,
+                        palette(self.app))
+
+    def ssh_name(self, index: int) -> tuple[str | None, str]:
+        """(the SSH name, or None and why not)."""
+        try:
+            return self.ssh.name(dict(self.hosts[index].labels)), ""
+        except SshNameError as exc:
+            return None, str(exc)
+
+    def detail_text(self, index: int, row: FleetRow) -> str | None:
+        name, why = self.ssh_name(index)
+        host = self.hosts[index]
+        where = ", ".join(f"{k}={v}" for k, v in host.labels)
+        opens = f"Enter opens ssh {name}" if name else f"cannot open: {why}"
+        return f"{row.link_text} · {opens} · {'+'.join(host.sources) or 'no series'} ({where})"
+
+    def tick(self) -> None:
+        """Once a second: ages move, a changed order is applied."""
+        if not self.ready:
+            return
+        now = self.clock()
+        failing = self.state.error is not None
+        for i, host in enumerate(self.hosts):
+            row = self._rows.get(i)
+            if row is None or prom_row(host, now, failing, palette(self.app)).link_text != (
+                    row.link_text):
+                self.host_changed(i)
+        self.apply_layout()
+
+    def _draw_header(self) -> None:
+        pal = palette(self.app)
+        now = self.clock()
+        states = [h.states(now) for h in self.hosts]
+        out = Text()
+        out.append(" gpudash ", style="bold reverse")
+        out.append(" fleet ", style="bold")
+        out.append_text(literal(self.url, style="dim"))
+        out.append(f"  │ {len(self.hosts)} hosts", style="bold")
+        down = sum("down" in s for s in states)
+        if down:
+            out.append(f"  │ {down} down", style=f"bold {pal.error}")
+        alerting = sum("alerting" in s for s in states)
+        if alerting:
+            out.append(f"  │ {alerting} alerting", style=f"bold {pal.error}")
+        reclaim = sum(h.reclaimable_bytes or 0.0 for h in self.hosts)
+        out.append(f"  │ {reclaim / GIB:.1f} GiB reclaimable",
+                   style=f"bold {pal.orphan}" if reclaim else "dim")
+        error = self.state.error
+        if error is not None:
+            wait = ("" if self.state.retry_at is None
+                    else f", retry in {max(0.0, self.state.retry_at - time.monotonic()):.0f} s")
+            shown = " (rows as last read: stale)" if self.hosts else ""
+            out.append("  │ ")
+            out.append_text(literal(f"prometheus {error}{wait}{shown}",
+                                    style=f"bold {pal.error}"))
+        elif self.state.fleet is None:
+            out.append("  │ reading…", style=pal.warning)
+        self._filter_said(out)
+        self.header.update(out)
+
+    # --- keys ----------------------------------------------------------------------------
+
+    def back_key(self) -> str:
+        return self.keys_of.key_of("quit")
+
+    def open_row(self, index: int) -> None:
+        name, why = self.ssh_name(index)
+        if name is None:
+            self.app.notify(f"{self.hosts[index].name}: {why}", title="Cannot open",
+                            severity="warning", markup=False)
+            return
+        self.open_host(name)
+
+    def help_rows(self) -> list[tuple[str, str, bool | None]]:
+        """The help screen's rows: the fleet's keys, then the app's."""
+        return help_rows("fleet", self.keys_of.keymap, 1, {})
+
+    def help_sections(self) -> list[tuple[str, list[tuple[str, str]]]]:
+        return [("Filter words", list(PROM_FILTERS.items())),
+                ("Columns", list(PROM_COLUMN_HELP))]
