@@ -62,7 +62,8 @@ async def test_several_hosts_open_the_fleet_and_rows_say_what_the_triage_says() 
         await all_read(pilot, app)
         assert isinstance(app.screen, FleetScreen)
         keys = [str(c.value) for c in app.fleet.table.columns]
-        assert keys == ["host", "link", "gpus", "mem", "reclaim", "orphans", "crash", "action"]
+        assert keys == ["host", "link", "gpus", "mem", "reclaim", "orphans", "stray", "crash",
+                        "action"]
         app.fleet.refresh_all()  # the triage and the table from the same instant
         for i, view in enumerate(app.views):
             row = cells(app, i)
@@ -402,6 +403,7 @@ async def test_back_with_f_clears_the_filter_and_the_cursor_is_on_that_host() ->
     ("orphans", {"demo-gpu01", "demo-gpu04", "demo-gpu07", "demo-gpu08", "demo-gpu11"}),
     ("crashloop", {"demo-gpu05", "demo-gpu12"}),
     ("down", {"demo-gpu03", "demo-gpu10"}),
+    ("strays", {"demo-gpu07"}),  # the Slurm node: an ended job's schedulers on bob's GPUs
 ])
 async def test_state_words_filter_the_hosts(word: str, expected: set[str]) -> None:
     app = fleet_app(fleet(12))
@@ -416,6 +418,10 @@ async def test_state_words_filter_the_hosts(word: str, expected: set[str]) -> No
         await pilot.press(*word)
         await wait_for(pilot, lambda: set(shown_names(app)) == expected, within=15)
         assert f"filter: {word}" in str(app.fleet.header.render())
+        if word == "strays":  # and the wide table counts them (issue 31)
+            assert int(cells(app, 6)["stray"]) == 4, cells(app, 6)
+            others = [app.fleet.row(i).cells["stray"].plain for i in (0, 1, 3, 4, 5)]
+            assert others == ["0"] * 5, others
 
 
 async def test_a_long_error_wraps_in_the_link_column_and_shows_in_full_under_it() -> None:

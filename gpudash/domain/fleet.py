@@ -37,6 +37,7 @@ class HostSummary:
     unknown_holders: int  # reclaimable holders whose memory the driver does not report
     degraded: bool
     errors: tuple[str, ...]
+    strays: int = 0  # STRAY processes: memory their scheduler did not allocate (Slurm)
 
 
 def crash_looping(result: HostTriage) -> tuple[str, ...]:
@@ -98,4 +99,5 @@ def summarize(result: HostTriage) -> HostSummary:
         unknown_holders=unknown,
         degraded=snap.degraded,
         errors=tuple(snap.errors),
+        strays=len(result.strays),
     )

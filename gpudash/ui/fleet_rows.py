@@ -26,6 +26,7 @@ STATE_FILTERS = {
     "crashloop": "hosts with a unit systemd keeps restarting",
     "down": "hosts gpudash cannot read now (failing or reconnecting)",
     "reclaim": "hosts with GPU memory reclaim would give back",
+    "strays": "hosts where a process holds a GPU its scheduler did not allocate to it (Slurm)",
 }
 # What each column says (the help screen's second part).
 COLUMN_HELP = (
@@ -37,6 +38,8 @@ COLUMN_HELP = (
     ("Reclaim GiB", "what reclaim would give back: held by orphans, or by units down or "
                     "respawning; +? where the driver cannot tell a holder's memory"),
     ("Orphans", "processes holding GPU memory whose owner is gone"),
+    ("Stray", "processes holding a GPU Slurm did not allocate to them: no running job has "
+              "it, or another job does (from 140 columns; the filter word strays)"),
     ("Crash loop", "units systemd keeps restarting: how many, and the first"),
     ("Last action", "the last action on this host in this session, and its outcome"),
 )
@@ -60,6 +63,7 @@ COLUMNS = (
     FleetColumn("mem", "GPU memory", 15, wide_only=True),
     FleetColumn("reclaim", "Reclaim GiB", 12, "Reclaim", 8),
     FleetColumn("orphans", "Orphans", 7, "Orph", 5),
+    FleetColumn("stray", "Stray", 5, wide_only=True),
     FleetColumn("crash", "Crash loop", 16, "Loop", 8),
     FleetColumn("action", "Last action", 0),
 )
@@ -137,10 +141,11 @@ def fleet_row(
     if summary is not None:
         states |= {name for name, on in (("orphans", summary.orphans > 0),
                                          ("crashloop", bool(summary.crash_looping)),
+                                         ("strays", summary.strays > 0),
                                          ("reclaim", summary.reclaimable_mib > 0
                                           or summary.unknown_holders > 0)) if on}
     if summary is None:
-        for key in ("gpus", "mem", "reclaim", "orphans", "crash"):
+        for key in ("gpus", "mem", "reclaim", "orphans", "stray", "crash"):
             cells[key] = Text(NA, style="dim")
             sort[key] = (-1,)
     else:
@@ -152,6 +157,8 @@ def fleet_row(
                                 or s.unknown_holders else "dim")
         cells["orphans"] = Text(str(s.orphans), style=f"bold {pal.orphan}" if s.orphans
                                 else "dim")
+        cells["stray"] = Text(str(s.strays), style=f"bold {pal.warning}" if s.strays
+                              else "dim")
         if s.crash_looping:
             crash = literal(f"{len(s.crash_looping)} {s.crash_looping[0].removesuffix('.service')}",
                             style=f"bold {pal.error}")
@@ -160,6 +167,7 @@ def fleet_row(
         cells["crash"] = crash
         sort |= {"gpus": (s.gpus_in_use, s.gpus_total), "mem": (s.used_mib or 0,),
                  "reclaim": (s.reclaimable_mib, s.unknown_holders), "orphans": (s.orphans,),
+                 "stray": (s.strays,),
                  "crash": (len(s.crash_looping),)}
     if last is None:
         cells["action"] = Text("—", style="dim")
