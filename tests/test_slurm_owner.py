@@ -146,3 +146,20 @@ def test_another_users_process_in_a_cgroup_named_like_the_jobs_is_not_the_jobs()
     found = owners(result.snapshot)
     assert found[60].key == "slurmlab1_slurmstepd.scope"  # its unit's, as any process's
     assert found[61].key == "slurm:7"
+
+
+def test_a_drained_node_is_said_on_its_jobs_with_the_way_back() -> None:
+    """slurmd drains a node whose job's processes outlive their kill ("Kill task
+    failed"): nothing said it on the screen; the job's panel names the state, the
+    reason and the command that resumes the node once it is clean."""
+    drained = {JOB: {"": {"node": "slurmlab1", "node_state": "MIXED+DRAIN", "drain": True,
+                          "reason": "Kill task failed"}, "7": job("COMPLETING")}}
+    (group,) = triage(snap(proc(10, {0: 4000}, "7"), owners=drained)).groups
+    assert group.owner is not None
+    rows = dict(group.owner.rules.rows(group.owner))
+    assert rows["Node"] == "slurmlab1 MIXED+DRAIN Kill task failed"
+    said = " ".join(group.warnings)
+    assert "slurmlab1 is drained (Kill task failed)" in said
+    assert "scontrol update nodename=slurmlab1 state=resume" in said
+    (idle,) = triage(snap(proc(10, {0: 4000}, "7"), owners=node(**{"7": job()}))).groups
+    assert idle.owner is not None and "Node" not in dict(idle.owner.rules.rows(idle.owner))

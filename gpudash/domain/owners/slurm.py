@@ -113,6 +113,11 @@ class SlurmJobRules(BaseRules):
         user = _text(facts, "user")
         if user is not None and p.user not in (user, "root"):
             return None  # another user's process in a cgroup named like the job's: not its
+        node = node_facts(snapshot)
+        if node.get("drain"):  # what its panel says of the node it runs on
+            facts = {**facts, "node_drain": True, "node_name": node.get("node", ""),
+                     "node_state": node.get("node_state", ""),
+                     "node_reason": node.get("reason", "")}
         return Owner(self.kind, PREFIX + claimed[1], self, unit=units.get(p.unit or ""),
                      user=p.user, facts=facts)
 
@@ -173,6 +178,12 @@ class SlurmJobRules(BaseRules):
         if orphan_count:
             w.append(f"{orphan_count} process(es) of the ended job {job_id(owner)} still "
                      "hold GPU memory Slurm will give to the next job: reap them.")
+        if owner.facts.get("node_drain"):
+            node = _text(owner.facts, "node_name") or "this node"
+            why = _text(owner.facts, "node_reason")
+            w.append(f"{node} is drained" + (f" ({why})" if why else "") + ": Slurm starts "
+                     "no new job here. Once its GPUs are clean: scontrol update "
+                     f"nodename={node} state=resume")
         return tuple(w)
 
     def leftovers(self, key: str, snapshot: HostSnapshot, found: Found,
@@ -214,6 +225,10 @@ class SlurmJobRules(BaseRules):
                 ("Partition", _text(f, "partition") or "?"),
                 ("State", self._state(owner) or "not known to Slurm"),
                 ("GPUs", ",".join(map(str, gpus)) if gpus is not None else "not said")]
+        if owner.facts.get("node_drain"):
+            rows.append(("Node", " ".join(x for x in (
+                _text(owner.facts, "node_name"), _text(owner.facts, "node_state"),
+                _text(owner.facts, "node_reason")) if x)))
         return tuple(rows)
 
     def strays(self, snapshot: HostSnapshot, owner_by_pid: Mapping[int, Owner]
