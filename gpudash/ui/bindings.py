@@ -69,6 +69,13 @@ KEYS: tuple[Key, ...] = (
     Key("main", "filter_user", "U", "filter_user", "Only user", show=False,
         help="Only the selected process's user (again: everyone)",
         palette="Holders: only the selected process's user"),
+    Key("main", "flat", "f5", "flat", "Flat/tree", show=False, help_keys="F5",
+        help="Holders: every process in one list, sorted across owners (again: by owner)",
+        palette="Holders: flat list / tree by owner"),
+    Key("main", "copy", "Y", "copy", "Copy", show=False,
+        help="Copy the selected process's command line (an owner's name) to the "
+             "clipboard (OSC 52)",
+        palette="Copy the selected command line or owner"),
     Key("main", "clear_filters", "escape", "clear_filters", "Clear filters", show=False,
         help_keys="esc", help="Clear the holders' filters (text, user, GPU)"),
     Key("holders", "collapse", "left", "screen.fold('collapse')", "Collapse", show=False,

@@ -217,7 +217,7 @@ class MainScreen(ViewKeys):
         filters = [f"“{escape(clean(app.holder_filter))}”"] if app.holder_filter else []
         filters += [f"user {escape(clean(hv.user))}"] if hv.user is not None else []
         filters += [f"GPU {hv.gpu}"] if hv.gpu is not None else []
-        title = "Holders (by owner)"
+        title = "Holders (flat: F5)" if hv.flat else "Holders (by owner)"
         if filters and triage is not None:
             unfiltered = holder_rows(triage, pal, replace(hv, user=None, gpu=None), cache)
             hidden = len(unfiltered) - len(rows)

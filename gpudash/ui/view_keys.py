@@ -128,6 +128,31 @@ class ViewKeys(Screen[None]):
         self.dashboard.holder_view = self.dashboard.holder_view.reversed()
         self.refresh_holders()
 
+    def action_flat(self) -> None:
+        """Every process in one list, sorted across owners; again: the tree by owner."""
+        app = self.dashboard
+        app.holder_view = replace(app.holder_view, flat=not app.holder_view.flat)
+        key = app.selected_key
+        self.refresh_holders()
+        if key is not None and key.startswith("p:"):
+            self.holders.select_key(key)
+
+    def action_copy(self) -> None:
+        """The selected process's command line (an owner row: the owner's name) to the
+        terminal's clipboard, as OSC 52 (base64: no byte of it reaches the terminal raw)."""
+        app = self.dashboard
+        owner, _unit, pid = selection_of(app.view.triage, app.selected_key)
+        process = app.view.snapshot.process(pid) if app.view.snapshot and pid else None
+        text = (process.cmdline or process.name) if process is not None else owner
+        if not text:
+            self.app.notify("Select a process or an owner to copy.", title="Copy",
+                            severity="warning")
+            return
+        text = "".join(c if c.isprintable() else " " for c in text)
+        self.app.copy_to_clipboard(text)
+        shown = text if len(text) <= 60 else text[:59] + "…"
+        self.app.notify(shown, title="Copied", markup=False)
+
     def action_filter_user(self) -> None:
         """Only the selected process's user; again (or on an owner row): everyone."""
         app = self.dashboard
@@ -159,7 +184,7 @@ class ViewKeys(Screen[None]):
         app = self.dashboard
         key = app.selected_key
         triage = app.view.triage
-        if key is None or triage is None or key.startswith("x:"):
+        if key is None or triage is None or key.startswith("x:") or app.holder_view.flat:
             return
         hv = app.holder_view
         if key == IDLE_KEY:  # the idle units' fold: closed unless opened

@@ -9,7 +9,8 @@ kept every process of that owner, orphan or not.
 from __future__ import annotations
 
 from gpudash.domain.triage import Flag
-from gpudash.ui.widgets.holders import SHORT_FLAG, HolderRow
+from gpudash.ui.widgets.holder_flags import SHORT_FLAG
+from gpudash.ui.widgets.holders import HolderRow
 
 FLAG_WORDS: dict[str, Flag] = {
     **{f.value.lower(): f for f in Flag},

@@ -37,6 +37,7 @@ class HolderView:
     gpu: int | None = None  # only the processes holding memory on this GPU
     collapsed: frozenset[str] = field(default_factory=frozenset)  # row keys
     opened: frozenset[str] = field(default_factory=frozenset)  # folds shown open (idle units)
+    flat: bool = False  # every process in one list, sorted across owners (htop's F5 off)
 
     @property
     def default_order(self) -> bool:
@@ -87,6 +88,13 @@ def sort_nodes(nodes: tuple[ProcessNode, ...], view: HolderView,
     process first, then by start)."""
     if view.default_order:
         return list(nodes)
+    value = _value(view.sort, now)
+    return sorted(nodes, key=lambda n: value(n.process), reverse=view.descending)
+
+
+def sort_flat(nodes: list[ProcessNode], view: HolderView, now: float) -> list[ProcessNode]:
+    """Every process in one list, by the sort column (GPU memory by default, largest
+    first): here a TP worker of one server may come between two of another's."""
     value = _value(view.sort, now)
     return sorted(nodes, key=lambda n: value(n.process), reverse=view.descending)
 

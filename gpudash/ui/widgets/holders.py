@@ -30,7 +30,11 @@ from gpudash.ui.palette import Palette
 from gpudash.ui.text import duration, literal, same_text
 from gpudash.ui.widgets.celltable import CellTable
 from gpudash.ui.widgets.holder_columns import COLUMNS, FLAGS_MAX, INDEX, Fit, fit_columns
-from gpudash.ui.widgets.holder_view import HolderView, sort_groups, sort_nodes
+from gpudash.ui.widgets.holder_flags import (
+    flags_text,
+    short_flags_text,
+)
+from gpudash.ui.widgets.holder_view import HolderView, sort_flat, sort_groups, sort_nodes
 
 __all__ = ["COLUMNS", "FLAGS_MAX", "HolderRow", "HolderView", "HoldersTable", "holder_rows",
            "selection_of"]
@@ -50,10 +54,6 @@ def cell_widths(rows: list[HolderRow]) -> tuple[dict[str, int], int]:
     return widest, short
 
 
-FLAG_ORDER = (
-    Flag.ORPHAN, Flag.CRASH_LOOP, Flag.RESPAWNED, Flag.UNIT_INACTIVE, Flag.ZOMBIE,
-    Flag.D_STATE, Flag.DEVICE_HOLDER, Flag.UNREADABLE, Flag.STRAY,
-)
 UNATTRIBUTED_KEY = "x:unattributed"
 IDLE_KEY = "i:idle"  # the fold of idle units: open while it is in ``HolderView.opened``
 # what an owner's own row says; a process's flags are on its row (collapsed: counted too)
@@ -72,45 +72,6 @@ class HolderRow:
     cells: tuple[Text, ...]
     short_flags: Text | None = None
     flags: frozenset[Flag] = frozenset()
-
-
-def _flag_style(flag: Flag, pal: Palette) -> str:
-    if flag is Flag.ORPHAN:
-        return f"bold {pal.orphan}"
-    if flag in (Flag.ZOMBIE, Flag.D_STATE, Flag.UNREADABLE, Flag.CRASH_LOOP, Flag.STRAY):
-        return f"bold {pal.warning}"
-    return f"bold {pal.notice}"
-
-
-def flags_text(flags: frozenset[Flag], pal: Palette, orphans: int = 0) -> Text:
-    out = Text()
-    for flag in FLAG_ORDER:
-        if flag in flags:
-            if out:
-                out.append(" ")
-            label = f"{orphans}×ORPHAN" if flag is Flag.ORPHAN and orphans else flag.value
-            out.append(label, style=_flag_style(flag, pal))
-    return out
-
-
-SHORT_FLAG = {
-    Flag.ORPHAN: "ORPH", Flag.CRASH_LOOP: "LOOP", Flag.RESPAWNED: "RESP",
-    Flag.UNIT_INACTIVE: "INACT",
-    Flag.ZOMBIE: "ZOMB", Flag.D_STATE: "D-ST", Flag.DEVICE_HOLDER: "DEV",
-    Flag.UNREADABLE: "UNRD", Flag.STRAY: "STRY",
-}
-
-
-def short_flags_text(flags: frozenset[Flag], pal: Palette) -> Text:
-    """The first flag, abbreviated, and how many more: ``ORPH+2`` (the full list is in
-    the unit panel and on Enter)."""
-    shown = [f for f in FLAG_ORDER if f in flags]
-    if not shown:
-        return Text()
-    out = Text(SHORT_FLAG[shown[0]], style=_flag_style(shown[0], pal))
-    if len(shown) > 1:
-        out.append(f"+{len(shown) - 1}", style="bold")
-    return out
 
 
 def gpu_memory_text(memory: dict[int, int | None] | dict[int, int]) -> Text:
@@ -294,7 +255,11 @@ def holder_rows(result: HostTriage, pal: Palette,
     now = result.snapshot.taken_at  # ages on the host's own clock
     walk = _Walk(now, pal, result, view, cache)
     rows: list[HolderRow] = []
-    groups = sort_groups(result.groups, view, now)
+    if view.flat:
+        rows = _flat_rows(walk)
+        groups: list[OwnerGroup] = []
+    else:
+        groups = sort_groups(result.groups, view, now)
     idle_groups = [g for g in groups if idle(g)]
     if view.user is not None or view.gpu is not None:
         idle_groups = []  # none of them is a user's or a GPU's (their rows go too, below)
@@ -330,6 +295,36 @@ def holder_rows(result: HostTriage, pal: Palette,
             or unattributed_mib(result.snapshot).get(view.gpu, 0) >= UNATTRIBUTED_MIN_MIB):
         rows.append(extra)  # memory no user's process holds: not theirs to see filtered
 
+    return rows
+
+
+def _flat_rows(w: _Walk) -> list[HolderRow]:
+    """Every process the filters keep, one row each, its owner named before its command."""
+    owner_of = {id(n): g.key for g in w.result.groups for n in g.nodes()}
+    nodes = [n for g in w.result.groups for n in g.nodes() if w.view.keeps(n.process)]
+    rows = []
+    for node in sort_flat(nodes, w.view, w.now):
+        p, owner = node.process, owner_of[id(node)]
+
+        def make(p: Process = p, node: ProcessNode = node, owner: str = owner) -> HolderRow:
+            who = Text(f"{p.pid} ", style=f"bold {w.pal.orphan}" if Flag.ORPHAN in node.flags
+                       else "bold")
+            who.append_text(literal(node.label or p.name))
+            cells = list(process_cells(p, node, who, w))
+            cmd = literal(owner, style="bold dim")
+            cmd.append(" │ ", style="dim")
+            cmd.append_text(cells[INDEX["cmd"]])
+            cells[INDEX["cmd"]] = cmd
+            flags = node.flags - {Flag.UNIT_INACTIVE}
+            return HolderRow(f"p:{p.pid}", tuple(cells), short_flags_text(flags, w.pal), flags)
+
+        if w.cache is None:
+            rows.append(make())
+        else:
+            age = None if p.started_at is None else duration(w.now - p.started_at)
+            rows.append(w.cache.row(f"p:{p.pid}", (p, node.flags, node.label, "flat", owner,
+                                                   age, w.result.orphan_brief(p.pid), w.pal),
+                                    make))
     return rows
 
 

@@ -10,7 +10,7 @@ from gpudash.domain.units import NA, gib
 from gpudash.ui.crashes import CrashReason
 from gpudash.ui.palette import Palette
 from gpudash.ui.text import literal
-from gpudash.ui.widgets.holders import flags_text
+from gpudash.ui.widgets.holder_flags import flags_text
 from gpudash.ui.widgets.quiet import QuietStatic
 
 

@@ -1,0 +1,83 @@
+"""A flat process list beside the tree (htop's F5) and copying what is selected (OSC 52):
+reached for in the operator's walk and not found (issue 33, item 10)."""
+
+from __future__ import annotations
+
+from test_ui import make_app, select, wait_for
+from test_ui_holder_reasons import PAL, cells
+
+from gpudash.demo.host import MINIMAX, NOTEBOOK_MIB, DemoHost
+from gpudash.domain.clock import SteppedClock
+from gpudash.domain.triage import triage
+from gpudash.ui.widgets.holder_view import HolderView
+from gpudash.ui.widgets.holders import HoldersTable, holder_rows
+
+
+def test_the_flat_list_sorts_every_process_across_owners_and_names_each_owner() -> None:
+    t = triage(DemoHost().snapshot())
+    rows = holder_rows(t, PAL, HolderView(flat=True))
+    keys = [r.key for r in rows]
+    assert all(k.startswith("p:") for k in keys), keys  # no owner rows, no fold
+    pids = [int(k[2:]) for k in keys]
+    assert sorted(pids) == sorted(p.pid for g in t.groups for n in g.nodes()
+                                  for p in [n.process])
+    memory = [t.snapshot.process(pid).total_gpu_memory_mib for pid in pids]  # type: ignore[union-attr]
+    assert memory == sorted(memory, reverse=True)  # GPU memory, largest first, across owners
+    kernel = next(p for p in t.snapshot.processes if p.total_gpu_memory_mib == NOTEBOOK_MIB)
+    # the notebook's kernel (2 GiB) comes after every MiniMax worker, before its own server
+    assert keys.index(f"p:{kernel.pid}") == 8, keys
+    row = cells(rows, f"p:{kernel.pid}")
+    assert row["cmd"].startswith("session-4.scope │ "), row
+    assert row["who"].startswith(f"{kernel.pid} "), row
+    worker = cells(rows, keys[0])
+    assert worker["cmd"].startswith(f"{MINIMAX} │ ") and "GPU" in worker["mem"], worker
+    # sorted by PID instead: ascending, still across owners
+    by_pid = holder_rows(t, PAL, HolderView(sort="pid", descending=False, flat=True))
+    assert [int(r.key[2:]) for r in by_pid] == sorted(pids)
+
+
+async def test_f5_toggles_the_flat_list_and_keeps_the_selected_process() -> None:
+    app = make_app(DemoHost(clock=SteppedClock()))
+    async with app.run_test(size=(160, 50)) as pilot:
+        table = app.query_one(HoldersTable)
+        await select(pilot, app, f"u:{MINIMAX}")
+        worker = next(str(k.value) for k in table.rows
+                      if str(k.value).startswith("p:215") and str(k.value) != "p:215023")
+        await select(pilot, app, worker)
+        await pilot.press("f5")
+        await wait_for(pilot, lambda: not any(str(k.value).startswith("u:")
+                                              for k in table.rows))
+        assert app.selected_key == worker
+        assert "flat" in str(table.border_title)
+        await pilot.press("left")  # nothing to fold in a flat list: nothing happens
+        assert app.selected_key == worker
+        await pilot.press("f5")
+        await wait_for(pilot, lambda: f"u:{MINIMAX}" in [str(k.value) for k in table.rows])
+        assert app.selected_key == worker and "by owner" in str(table.border_title)
+
+
+async def test_y_copies_the_command_line_through_osc_52_and_an_owners_name() -> None:
+    demo = DemoHost(clock=SteppedClock())
+    app = make_app(demo)
+    async with app.run_test(size=(160, 50)) as pilot:
+        main = demo.units[MINIMAX].main_pid
+        await select(pilot, app, f"p:{main}")
+        await pilot.press("Y")
+        await wait_for(pilot, lambda: app.clipboard != "")
+        assert app.clipboard == demo.processes[main].cmdline  # type: ignore[index]
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.press("Y")
+        await wait_for(pilot, lambda: app.clipboard == MINIMAX)
+
+
+async def test_a_command_line_with_control_bytes_is_copied_without_them() -> None:
+    demo = DemoHost(clock=SteppedClock())
+    p = demo.spawn(ppid=1, user="mallory", name="x", cmdline="evil\x1b]0;pwned\x07 --x",
+                   unit=None, gpu_memory_mib={0: 512})
+    app = make_app(demo)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await select(pilot, app, f"p:{p.pid}")
+        await pilot.press("Y")
+        await wait_for(pilot, lambda: app.clipboard != "")
+        assert "\x1b" not in app.clipboard and "\x07" not in app.clipboard
+        assert app.clipboard.startswith("evil") and app.clipboard.endswith("--x")
