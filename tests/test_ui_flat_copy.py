@@ -81,3 +81,25 @@ async def test_a_command_line_with_control_bytes_is_copied_without_them() -> Non
         await wait_for(pilot, lambda: app.clipboard != "")
         assert "\x1b" not in app.clipboard and "\x07" not in app.clipboard
         assert app.clipboard.startswith("evil") and app.clipboard.endswith("--x")
+
+
+async def test_p_pauses_the_drawing_and_again_draws_the_newest() -> None:
+    """A process that appears while paused is recorded, not drawn; p again draws it."""
+    from support import next_sample
+
+    demo = DemoHost(clock=SteppedClock())
+    app = make_app(demo)
+    async with app.run_test(size=(160, 50)) as pilot:
+        table = app.query_one(HoldersTable)
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.press("p")
+        await wait_for(pilot, lambda: "PAUSED" in str(app.screen.query_one("#header").render()))
+        new = demo.spawn(ppid=1, user="bob", name="python", cmdline="python late.py",
+                         unit=None, gpu_memory_mib={3: 1024})
+        await next_sample(pilot)
+        await next_sample(pilot)
+        assert app.view.snapshot is not None and app.view.snapshot.process(new.pid)
+        assert f"p:{new.pid}" not in [str(k.value) for k in table.rows]  # not drawn
+        await pilot.press("p")
+        await wait_for(pilot, lambda: f"p:{new.pid}" in [str(k.value) for k in table.rows])
+        assert "PAUSED" not in str(app.screen.query_one("#header").render())

@@ -96,6 +96,7 @@ class GpudashApp(HoldsKeys, LiteralNotices):
         self.welcome = welcome  # the demo's walkthrough line
         self.last_actions: dict[str, LastAction] = {}  # host name -> its latest action
         self.holder_filter = ""
+        self.paused = False  # p: samples are read and recorded, not drawn
         self.holder_view = HolderView()
         self._last_draw_error: str | None = None
         files = load_user_files(theme_dirs)

@@ -72,6 +72,10 @@ KEYS: tuple[Key, ...] = (
     Key("main", "flat", "f5", "flat", "Flat/tree", show=False, help_keys="F5",
         help="Holders: every process in one list, sorted across owners (again: by owner)",
         palette="Holders: flat list / tree by owner"),
+    Key("main", "pause", "p", "pause", "Pause", show=False,
+        help="Pause the display: samples are still read and recorded, and an action plans "
+             "from the newest (again: live)",
+        palette="Pause / resume the display"),
     Key("main", "copy", "Y", "copy", "Copy", show=False,
         help="Copy the selected process's command line (an owner's name) to the "
              "clipboard (OSC 52)",

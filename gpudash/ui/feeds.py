@@ -85,7 +85,8 @@ class HostFeeds:
         if self.state.fleet_shown:  # the host screen is hidden: one fleet row, nothing else
             self.fleet.host_changed(message.host)
         elif message.host == self.state.current_host:
-            self.view_redraw.ask()
+            if not self.state.paused:
+                self.view_redraw.ask()
             # The footer rebuilds its keys on every refresh_bindings: only when one
             # changed (availability follows the shown host only). What the prechecks read
             # (the selection, the owners and orphans as triaged) is kept as objects: a

@@ -159,7 +159,7 @@ class MainScreen(ViewKeys):
         now = app.clock()
         self.header_bar.update(
             header_text(app.views, app.current_host, now, app.stale_after, app.read_only, pal,
-                        width=self.size.width or 1000, fresh_within=app.fresh_within)
+                        self.size.width or 1000, app.fresh_within, app.paused)
         )
         self.notice.show(app.view, now, pal)
         if len(app.views) > 1:

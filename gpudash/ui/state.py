@@ -35,6 +35,7 @@ class Dashboard(Protocol):
     plot_all: bool
     result_shown: bool
     holder_filter: str
+    paused: bool  # new samples are not drawn (p)
     holder_view: HolderView  # sort, user and GPU filters, what is collapsed
     last_actions: dict[str, LastAction]
     read_only: bool

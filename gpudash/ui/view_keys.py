@@ -48,6 +48,9 @@ class ViewKeys(Screen[None]):
     def refresh_progress(self) -> None:
         raise NotImplementedError
 
+    def refresh_header(self) -> None:
+        raise NotImplementedError
+
 
     def action_journal(self) -> None:
         """The selected unit's journal, live (a container's ``docker logs``)."""
@@ -136,6 +139,16 @@ class ViewKeys(Screen[None]):
         self.refresh_holders()
         if key is not None and key.startswith("p:"):
             self.holders.select_key(key)
+
+    def action_pause(self) -> None:
+        """Stop drawing new samples (they are still read, recorded and triaged: an action
+        plans from the newest); again: draw the newest at once."""
+        app = self.dashboard
+        app.paused = not app.paused
+        if app.paused:
+            self.refresh_header()
+        else:
+            self.refresh_view()
 
     def action_copy(self) -> None:
         """The selected process's command line (an owner row: the owner's name) to the

@@ -18,7 +18,7 @@ def _state_style(kind: str, pal: Palette) -> str:
 
 def header_text(
     views: list[HostView], current: int, now: float, stale_after: float, read_only: bool,
-    pal: Palette, width: int = 1000, fresh_within: float = 0.0,
+    pal: Palette, width: int = 1000, fresh_within: float = 0.0, paused: bool = False,
 ) -> Text:
     """``gpudash │ host ● connected │ rtt 3 ms │ last sample 0.4 s ago │ READ-ONLY``, within
     ``width``: what matters least gives way first (the source, the round trip, the host's
@@ -32,6 +32,9 @@ def header_text(
     head.append(" ")
     if read_only:
         head.append(" READ-ONLY ", style=f"bold reverse {pal.warning}")
+        head.append(" ")
+    if paused:  # what is drawn is the sample of then; "last sample" keeps counting
+        head.append(" PAUSED (p) ", style=f"bold reverse {pal.notice}")
         head.append(" ")
     if len(views) > 1:
         head.append(f"[{current + 1}/{len(views)}] ", style="dim")
