@@ -109,6 +109,9 @@ KEYS: tuple[Key, ...] = (
         help="Sort by the next column", help_keys=">"),
     Key("fleet", "fleet.reverse", "less_than_sign", "sort_reverse", "Reverse the order",
         help="Reverse the order", help_keys="<"),
+    Key("fleet", "fleet.reap", "ctrl+o", "reap_shown", "Reap shown",
+        help="Reap the orphans of every host shown (type a filter to pick them): each "
+             "planned, one dialog for all, each proven", help_keys="ctrl+o"),
     _help("fleet", "enter", "Open the host (F there comes back, the filter cleared)"),
     _help("fleet", "home, end", "First / last row"),
     Key("app", "theme", "T", "change_theme", "Theme", help="Pick a theme"),

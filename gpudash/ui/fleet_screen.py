@@ -65,6 +65,14 @@ class FleetScreen(FleetTableScreen):
             return
         self.refresh_all()  # rows went stale while a host was on screen
 
+    def action_reap_shown(self) -> None:
+        """Reap the orphans of the hosts shown with orphans (``gpudash.ui.fleet_acting``)."""
+        from gpudash.ui.fleet_acting import reap_hosts
+
+        hosts = [i for i in self._shown if "orphans" in self.row(i).states]
+        self.app.run_worker(reap_hosts(self.app, self.dashboard, hosts), group="fleet reap",
+                            exclusive=True, exit_on_error=False)
+
     def leave_for_host(self) -> None:
         """A host's screen replaces the fleet (Enter, the palette): see on_screen_resume."""
         self._left_for_host = True

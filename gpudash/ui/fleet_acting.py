@@ -1,0 +1,131 @@
+"""Reaping from the fleet table: the orphans of every host it shows with orphans, each host
+planned on its own, one dialog listing every plan, then host after host, each planned
+again from a fresh sample, audited and proven as ``gpudash reap HOST...`` does; each
+host's verdict is its row's Last action and an Action log entry.
+
+The action session (``gpudash.session``) is the one every action goes through; this only
+walks it over several hosts. A host whose plan changed while the dialog was read is not
+reaped (its row says so): the operator confirmed another plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from gpudash.engine import ActionKind, ActionPlan, PlanError, Selection, replan
+from gpudash.protocol.source import SourceError
+from gpudash.session import lifecycle
+from gpudash.session.controller import outcome_line
+from gpudash.session.lifecycle import Ended
+from gpudash.ui.screens import ConfirmModal
+from gpudash.ui.widgets.action_log import entry_title
+
+if TYPE_CHECKING:
+    from textual.app import App
+
+    from gpudash.ui.state import Dashboard
+
+TITLE = "Reap the orphans of the hosts shown"
+
+
+async def plans_of(state: Dashboard, hosts: Sequence[int]
+                   ) -> tuple[list[tuple[int, ActionPlan]], list[tuple[str, str]]]:
+    """(each host's reap plan, (host, why not) of the others), on the samples on screen."""
+    plans: list[tuple[int, ActionPlan]] = []
+    skipped: list[tuple[str, str]] = []
+    for index in hosts:
+        view = state.views[index]
+        if view.snapshot is None:
+            skipped.append((view.name, "no sample yet"))
+            continue
+        request = lifecycle.Request(ActionKind.REAP, Selection(), snapshot=view.snapshot)
+        plan = await lifecycle.prepare(request, view.source.control, view.name, _NoPorts())
+        if isinstance(plan, Ended):
+            skipped.append((view.name, plan.why))
+        else:
+            plans.append((index, plan))
+    return plans, skipped
+
+
+def dialog_lines(state: Dashboard, plans: Sequence[tuple[int, ActionPlan]],
+                 skipped: Sequence[tuple[str, str]]) -> list[str]:
+    """Every host's plan, one after the other, under its name; then who is left alone."""
+    lines: list[str] = [f"{len(plans)} host(s), one after the other, each proven:", ""]
+    for index, plan in plans:
+        lines.append(f"== {state.views[index].name}")
+        lines += [f"  {line}" for line in plan.describe(state.exec_options.term_timeout)]
+        lines.append("")
+    if skipped:
+        lines.append("Not reaped:")
+        lines += [f"  {name}: {why}" for name, why in skipped]
+    return lines
+
+
+async def reap_hosts(app: App[int], state: Dashboard, hosts: Sequence[int]) -> None:
+    """Plan, ask once, and reap ``hosts`` one after the other (the fleet's key)."""
+    if state.running or state.read_only:
+        why = "read-only mode" if state.read_only else "another action is running"
+        app.notify(f"{why}; nothing done", title=TITLE, severity="warning")
+        return
+    plans, skipped = await plans_of(state, hosts)
+    if not plans:
+        said = "; ".join(f"{n}: {why}" for n, why in skipped) or "no host shown"
+        app.notify(f"nothing to reap ({said})", title=TITLE, markup=False)
+        return
+    keys = (state.key_of("confirm.yes"), state.key_of("confirm.no"),
+            state.key_of("confirm.escape"))
+    if not await app.push_screen_wait(ConfirmModal(TITLE, dialog_lines(state, plans,
+                                                                       skipped), keys)):
+        for index, plan in plans:
+            state.log_action(state.views[index].name, _title(plan),
+                             "cancelled: nothing was done", None)
+        return
+    state.running = True
+    try:
+        for index, plan in plans:
+            await _reap_one(app, state, index, plan)
+    finally:
+        state.running = False
+
+
+async def _reap_one(app: App[int], state: Dashboard, index: int, plan: ActionPlan) -> None:
+    view = state.views[index]
+    control = view.source.control
+    title = _title(plan)
+    try:  # what the operator confirmed, on the host as it is now
+        plan, changes = replan(plan, await control.sample())
+    except (PlanError, SourceError) as exc:
+        state.log_action(view.name, title, f"not reaped: {exc}", False)
+        return
+    if changes:
+        state.log_action(view.name, title, "not reaped: the host changed while the plan "
+                         "was read (" + "; ".join(changes) + ")", False)
+        return
+    running = state.controller.begin(plan, index, act=True)
+    outcome = await state.controller.run(
+        running, control, on_progress=lambda _p: None,
+        on_audit_error=lambda why: app.notify(why, title="Audit", severity="warning"))
+    state.controller.finished(index, outcome.report, outcome.error)
+    if outcome.report is None:
+        state.log_action(view.name, title, f"failed: {outcome.error}", False)
+        return
+    state.log_action(view.name, title, outcome_line(outcome.report),
+                     outcome.report.verdict == "confirmed", outcome.report.describe()[1:])
+
+
+def _title(plan: ActionPlan) -> str:
+    return entry_title(plan.kind.value, plan.subject)
+
+
+class _NoPorts:
+    """A reap asks nothing while it is planned (only a start picks a model)."""
+
+    asks = True
+
+    async def confirm(self, plan: ActionPlan, lines: list[str]) -> bool | None:
+        raise AssertionError("a fleet reap is confirmed once, for every host")
+
+    async def pick(self, source: str, candidates: Sequence[lifecycle.Candidate],
+                   enable: bool) -> lifecycle.Picked | None:
+        return None

@@ -1,0 +1,64 @@
+"""Acting from the fleet table: ctrl+o reaps the orphans of the hosts shown, each planned,
+one dialog for all, each audited and proven; each verdict is its host's Last action
+(issue 33, item 10: reached for in the operator's walk and not found)."""
+
+from __future__ import annotations
+
+from support import until
+from test_ui import wait_for
+from test_ui_fleet import SIZE, all_read, fleet, fleet_app, shown_names
+
+from gpudash.ui.fleet_acting import TITLE
+from gpudash.ui.screens import ConfirmModal
+
+
+async def test_ctrl_o_reaps_the_hosts_shown_each_planned_and_proven() -> None:
+    app = fleet_app(fleet(6))
+    async with app.run_test(size=SIZE) as pilot:
+        await all_read(pilot, app)
+        orphaned = {"demo-gpu01", "demo-gpu04"}  # the incident's, a stopped unit's workers
+
+        def orphans(name: str) -> int:
+            view = next(v for v in app.views if v.name == name)
+            return 0 if view.triage is None else len(view.triage.orphans())
+
+        await until(pilot, lambda: all(orphans(n) for n in orphaned), what="the orphans")
+        await pilot.press(*"orphans")
+        await wait_for(pilot, lambda: set(shown_names(app)) == orphaned)
+        await pilot.press("ctrl+o")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal)
+                       and app.screen.armed)
+        lines = "\n".join(app.screen.lines)  # type: ignore[attr-defined]
+        assert "== demo-gpu01" in lines and "== demo-gpu04" in lines, lines
+        assert "demo-gpu02" not in lines  # not shown: not planned
+        await pilot.press("y")
+        await until(pilot, lambda: {n for n, a in app.last_actions.items()
+                                    if a.ok is not None} == orphaned,
+                    within_s=120, what="both verdicts")
+        # the stopped unit's workers gone, their memory back: proven
+        assert app.last_actions["demo-gpu04"].ok is True, app.last_actions["demo-gpu04"]
+        # the incident's unit respawned meanwhile: the orphans are gone, but its new
+        # workers took the memory, and the verdict says so rather than "confirmed"
+        incident = app.last_actions["demo-gpu01"]
+        assert incident.ok is False and "new holder" in incident.outcome, incident
+        assert all("Reap orphans" in app.last_actions[n].title for n in orphaned)
+        await until(pilot, lambda: not any(orphans(n) for n in orphaned), what="reaped")
+        assert not app.running
+
+
+async def test_cancelled_it_sends_nothing_and_says_so_per_host() -> None:
+    app = fleet_app(fleet(6))
+    async with app.run_test(size=SIZE) as pilot:
+        await all_read(pilot, app)
+        await until(pilot, lambda: "orphans" in app.fleet.row(0).states, what="orphans")
+        await pilot.press(*"gpu01")
+        await wait_for(pilot, lambda: shown_names(app) == ["demo-gpu01"])
+        before = len(app.views[0].triage.orphans())  # type: ignore[union-attr]
+        await pilot.press("ctrl+o")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal)
+                       and app.screen.armed)
+        assert TITLE in str(app.screen.title_text)  # type: ignore[attr-defined]
+        await pilot.press("n")
+        await wait_for(pilot, lambda: "demo-gpu01" in app.last_actions)
+        assert app.last_actions["demo-gpu01"].outcome == "cancelled: nothing was done"
+        assert len(app.views[0].triage.orphans()) == before  # type: ignore[union-attr]
