@@ -103,3 +103,44 @@ async def test_p_pauses_the_drawing_and_again_draws_the_newest() -> None:
         await pilot.press("p")
         await wait_for(pilot, lambda: f"p:{new.pid}" in [str(k.value) for k in table.rows])
         assert "PAUSED" not in str(app.screen.query_one("#header").render())
+
+
+async def test_m_tags_processes_and_k_kills_them_all_in_one_pinned_plan() -> None:
+    """htop's Space: tag several processes, one action for them all (issue 33, item 10).
+    Here: two workers a stopped unit left, one plan with a pinned step each."""
+    from test_ui import run_confirmed
+
+    from gpudash.demo.fleet import ScenarioHost
+    from gpudash.ui.widgets.holders import TAG
+
+    clock = SteppedClock()
+    demo = ScenarioHost("demo-gpu04", "stopped", clock=clock)  # workers left, unit down
+    app = make_app(demo)
+    async with app.run_test(size=(160, 50)) as pilot:
+        from support import until
+
+        await until(pilot, lambda: app.view.triage is not None
+                    and len(app.view.triage.orphans()) == 8, what="the orphans")
+        first, second = (p.pid for p in app.view.triage.orphans()[:2])  # type: ignore[union-attr]
+        await select(pilot, app, f"p:{first}")
+        await pilot.press("m")
+        await select(pilot, app, f"p:{second}")
+        await pilot.press("m")
+        table = app.query_one(HoldersTable)
+        await wait_for(pilot, lambda: "2 tagged" in str(table.border_title))
+        row = table.get_row(f"p:{first}")
+        assert row[0].plain.split(TAG)[-1].startswith(str(first))
+        await select(pilot, app, f"u:{MINIMAX}")  # the cursor elsewhere: the tags act
+        assert app.main.selection().pids == tuple(sorted((first, second)))
+        await run_confirmed(pilot, app, "k")
+        report = app.reports[-1]
+        assert report.plan.subject.startswith("2 tagged processes")
+        assert sorted(s.target.pid for s in report.plan.steps) == sorted((first, second))
+        assert report.verdict == "confirmed", report.describe()
+        await until(pilot, lambda: app.view.snapshot is not None
+                    and app.view.snapshot.process(first) is None
+                    and app.view.snapshot.process(second) is None, what="both gone")
+        others = [p.pid for p in app.view.triage.orphans()]  # type: ignore[union-attr]
+        assert len(others) == 6  # the untagged orphans were left alone
+        await pilot.press("M")
+        await wait_for(pilot, lambda: "tagged" not in str(table.border_title))

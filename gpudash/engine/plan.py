@@ -98,6 +98,9 @@ class Selection:
     # outside any running job is signalled too (else only reported)
     gpus: tuple[int, ...] | None = None
     strays: bool = True
+    # terminate / kill / a signal of the processes tagged (htop's Space): one plan signals
+    # each, pinned; empty: ``pid`` alone
+    pids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -179,21 +179,48 @@ def _process_notes(snapshot: HostSnapshot, p: Process, owner: Unit | None,
     return notes
 
 
-def plan_process(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> ActionPlan:
-    """terminate / kill / a picked signal of one pinned process."""
-    p = require_process(snapshot, sel.pid)
-    t = pin(snapshot, p)
+def _signal_of(spec: ActionSpec, sel: Selection, t: Target) -> tuple[Signal, bool]:
+    """(the step that signals ``t``, whether the signal ends it)."""
     if spec.kind is ActionKind.SIGNAL:
         picked = pickable(sel.signal)
         if picked is None:
             raise PlanError("pick a signal to send" if sel.signal is None else
                             f"signal {sel.signal} is not one gpudash sends")
-        step = Signal(t, picked.sig)
-        ends = picked.ends
-    else:
-        ends = True
-        kill = spec.kind is ActionKind.KILL
-        step = Signal(t, _signal.SIGKILL if kill else _signal.SIGTERM, escalate=not kill)
+        return Signal(t, picked.sig), picked.ends
+    kill = spec.kind is ActionKind.KILL
+    return Signal(t, _signal.SIGKILL if kill else _signal.SIGTERM, escalate=not kill), True
+
+
+def plan_tagged(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> ActionPlan:
+    """terminate / kill / a picked signal of every tagged process: each pinned, in one
+    plan (each still in the sample, or nothing is planned), each one's warnings said."""
+    procs = [require_process(snapshot, pid) for pid in sorted(set(sel.pids))]
+    targets = [pin(snapshot, p) for p in procs]
+    steps, notes = [], []
+    for p, t in zip(procs, targets, strict=True):
+        step, ends = _signal_of(spec, sel, t)
+        steps.append(step)
+        unit = snapshot.unit(p.unit) if p.unit and owner_of(p, snapshot).container is None \
+            else None
+        notes += [n for n in _process_notes(snapshot, p, unit, ends) if n not in notes]
+    pids = ", ".join(str(p.pid) for p in procs[:6]) + (", …" if len(procs) > 6 else "")
+    name = f" {steps[0].name}" if spec.kind is ActionKind.SIGNAL else ""
+    subject = f"{len(procs)} tagged processes{name} (pid {pids})"
+    return new_plan(
+        spec, snapshot, Selection(pids=tuple(p.pid for p in procs), signal=sel.signal),
+        subject, steps=tuple(steps),
+        expected_free_mib=({} if spec.kind is ActionKind.SIGNAL
+                           else expected_free(snapshot, targets)),
+        notes=tuple(notes), untouched=left_alone(snapshot, targets))
+
+
+def plan_process(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> ActionPlan:
+    """terminate / kill / a picked signal of one pinned process (of each tagged one)."""
+    if sel.pids:
+        return plan_tagged(spec, snapshot, sel)
+    p = require_process(snapshot, sel.pid)
+    t = pin(snapshot, p)
+    step, ends = _signal_of(spec, sel, t)
     owner = snapshot.unit(p.unit) if p.unit else None
     container = owner_of(p, snapshot).container
     if container is not None:

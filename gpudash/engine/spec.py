@@ -95,7 +95,7 @@ class ActionSpec:
             if self.container_planner is not None:
                 return "select a system service or a container (its row or one of its processes)"
             return "select a system service (a unit row or one of its processes)"
-        if self.needs is Needs.PROCESS and (sel.pid is None or sel.pid == 1):
+        if self.needs is Needs.PROCESS and not sel.pids and (sel.pid is None or sel.pid == 1):
             return "select a process"
         if self.needs is Needs.ORPHANS:
             orphans = result.orphans()

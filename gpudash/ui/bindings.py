@@ -72,6 +72,11 @@ KEYS: tuple[Key, ...] = (
     Key("main", "flat", "f5", "flat", "Flat/tree", show=False, help_keys="F5",
         help="Holders: every process in one list, sorted across owners (again: by owner)",
         palette="Holders: flat list / tree by owner"),
+    Key("main", "tag", "m", "tag", "Tag", show=False,
+        help="Tag / untag the selected process: k, t and S then act on every tagged one, "
+             "in one plan", palette="Tag / untag the selected process"),
+    Key("main", "untag", "M", "untag", "Untag all", show=False, help="Untag every process",
+        palette="Untag every process"),
     Key("main", "pause", "p", "pause", "Pause", show=False,
         help="Pause the display: samples are still read and recorded, and an action plans "
              "from the newest (again: live)",

@@ -23,7 +23,6 @@ from textual.css.scalar import Scalar
 from textual.events import Key, Resize
 from textual.widgets import DataTable
 
-from gpudash.domain.triage import label
 from gpudash.engine import SPECS_BY_NAME, Selection, selection_for
 from gpudash.session.controller import freshest_memory
 from gpudash.ui.acting import Acting
@@ -33,10 +32,10 @@ from gpudash.ui.keyhold import hold
 from gpudash.ui.layout import progress_columns, progress_room, size_classes
 from gpudash.ui.palette import palette
 from gpudash.ui.screens import DetailScreen
-from gpudash.ui.signal_picker import SignalPicker
+from gpudash.ui.signal_picker import SignalPicker, picker_heading
 from gpudash.ui.state import Dashboard
 from gpudash.ui.text import clean
-from gpudash.ui.view_keys import ViewKeys
+from gpudash.ui.view_keys import ViewKeys, tagged_pids
 from gpudash.ui.widgets.action_log import ActionLog, LogEntry, recent_entries
 from gpudash.ui.widgets.footer import DashboardFooter
 from gpudash.ui.widgets.gpus import GpuGrid, GpuTable
@@ -217,6 +216,7 @@ class MainScreen(ViewKeys):
         filters = [f"“{escape(clean(app.holder_filter))}”"] if app.holder_filter else []
         filters += [f"user {escape(clean(hv.user))}"] if hv.user is not None else []
         filters += [f"GPU {hv.gpu}"] if hv.gpu is not None else []
+        filters += [f"{len(hv.tagged)} tagged"] if hv.tagged else []
         title = "Holders (flat: F5)" if hv.flat else "Holders (by owner)"
         if filters and triage is not None:
             unfiltered = holder_rows(triage, pal, replace(hv, user=None, gpu=None), cache)
@@ -384,7 +384,7 @@ class MainScreen(ViewKeys):
         """What the operator points at in the holders view, as the engine takes it."""
         triage = self.dashboard.view.triage
         owner, _unit, pid = selection_of(triage, self.dashboard.selected_key)
-        return selection_for(triage, owner, pid)
+        return replace(selection_for(triage, owner, pid), pids=tagged_pids(self.dashboard))
 
     def on_key(self, event: Key) -> None:
         # A disabled action's key reaches here instead of its binding: say why.
@@ -462,11 +462,9 @@ class MainScreen(ViewKeys):
             self.action_explain("send_signal")
             return
         view, host, sel = self.dashboard.view, self.dashboard.current_host, self.selection()
-        p = view.snapshot.process(sel.pid) if view.snapshot and sel.pid is not None else None
-        if p is None:
+        heading = picker_heading(view.name, view.snapshot, sel)
+        if heading is None:
             return
-        heading = (f"pid {p.pid} ({p.user or '?'}, {label(p) or p.name}) on {view.name}: "
-                   f"{p.cmdline[:200]}")
 
         def picked(sig: int | None) -> None:
             if sig is not None and self.dashboard.current_host == host:

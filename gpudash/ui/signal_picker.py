@@ -11,9 +11,24 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
+from gpudash.domain.model import HostSnapshot
+from gpudash.domain.triage import label
+from gpudash.engine import Selection
 from gpudash.engine.signals import PICKABLE, Pickable
 from gpudash.ui.keyhold import release
 from gpudash.ui.text import literal
+
+
+def picker_heading(host: str, snapshot: HostSnapshot | None, sel: Selection) -> str | None:
+    """What the picker's signal goes to: the tagged processes, or the selected one (None:
+    no process)."""
+    if sel.pids:  # each pinned, in one plan
+        return f"{len(sel.pids)} tagged processes on {host}: pid " + ", ".join(
+            map(str, sel.pids))
+    p = snapshot.process(sel.pid) if snapshot and sel.pid is not None else None
+    if p is None:
+        return None
+    return f"pid {p.pid} ({p.user or '?'}, {label(p) or p.name}) on {host}: {p.cmdline[:200]}"
 
 
 def choice_text(p: Pickable) -> Text:

@@ -23,6 +23,13 @@ from gpudash.ui.widgets.holders import IDLE_KEY, HoldersTable, selection_of
 from gpudash.ui.widgets.plotview import MemoryPlot
 
 
+def tagged_pids(app: Dashboard) -> tuple[int, ...]:
+    """The tagged processes still in the host's sample (k, t, S act on them all)."""
+    snap = app.view.snapshot
+    return tuple(sorted(p for p in app.holder_view.tagged
+                        if snap is not None and snap.process(p) is not None))
+
+
 class ViewKeys(Screen[None]):
     """What a key does to the view; the screen below says how to redraw it."""
 
@@ -139,6 +146,25 @@ class ViewKeys(Screen[None]):
         self.refresh_holders()
         if key is not None and key.startswith("p:"):
             self.holders.select_key(key)
+
+    def action_tag(self) -> None:
+        """Tag the selected process (again: untag) and go to the next row, as htop's
+        Space: k, t and S then plan every tagged process, in one plan."""
+        app = self.dashboard
+        key = app.selected_key
+        if key is None or not key.startswith("p:"):
+            self.app.notify("Select a process to tag.", title="Tag", severity="warning")
+            return
+        app.holder_view = replace(app.holder_view,
+                                  tagged=app.holder_view.tagged ^ {int(key[2:])})
+        self.refresh_holders()
+        self.holders.action_cursor_down()
+
+    def action_untag(self) -> None:
+        app = self.dashboard
+        if app.holder_view.tagged:
+            app.holder_view = replace(app.holder_view, tagged=frozenset())
+            self.refresh_holders()
 
     def action_pause(self) -> None:
         """Stop drawing new samples (they are still read, recorded and triaged: an action

@@ -38,6 +38,7 @@ class HolderView:
     collapsed: frozenset[str] = field(default_factory=frozenset)  # row keys
     opened: frozenset[str] = field(default_factory=frozenset)  # folds shown open (idle units)
     flat: bool = False  # every process in one list, sorted across owners (htop's F5 off)
+    tagged: frozenset[int] = field(default_factory=frozenset)  # pids: k, t, S act on them all
 
     @property
     def default_order(self) -> bool:

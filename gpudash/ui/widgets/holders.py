@@ -55,6 +55,7 @@ def cell_widths(rows: list[HolderRow]) -> tuple[dict[str, int], int]:
 
 
 UNATTRIBUTED_KEY = "x:unattributed"
+TAG = "◆ "  # a tagged process's mark, before its pid
 IDLE_KEY = "i:idle"  # the fold of idle units: open while it is in ``HolderView.opened``
 # what an owner's own row says; a process's flags are on its row (collapsed: counted too)
 OWNER_FLAGS = frozenset({Flag.CRASH_LOOP, Flag.RESPAWNED, Flag.UNIT_INACTIVE})
@@ -224,6 +225,8 @@ def _process_rows(node: ProcessNode, prefix: str, last: bool, w: _Walk,
         who = Text(prefix + branch, style="dim")
         if children:  # a subtree: Left/Right/Space fold it
             who.append("▸ " if collapsed else "▾ ", style="bold")
+        if p.pid in w.view.tagged:
+            who.append(TAG, style=f"bold {w.pal.notice}")
         who.append(f"{p.pid} ", style=f"bold {w.pal.orphan}" if Flag.ORPHAN in node.flags
                    else "bold")
         who.append_text(literal(node.label or p.name))
@@ -236,7 +239,7 @@ def _process_rows(node: ProcessNode, prefix: str, last: bool, w: _Walk,
     else:  # what the row shows, and nothing else: the age only as it is written
         age = None if p.started_at is None else duration(w.now - p.started_at)
         out.append(w.cache.row(key, (p, node.flags, node.label, prefix + branch,
-                                     bool(children), collapsed, age,
+                                     bool(children), collapsed, age, p.pid in w.view.tagged,
                                      w.result.orphan_brief(p.pid), w.pal), make))
     if collapsed:
         return
@@ -307,7 +310,8 @@ def _flat_rows(w: _Walk) -> list[HolderRow]:
         p, owner = node.process, owner_of[id(node)]
 
         def make(p: Process = p, node: ProcessNode = node, owner: str = owner) -> HolderRow:
-            who = Text(f"{p.pid} ", style=f"bold {w.pal.orphan}" if Flag.ORPHAN in node.flags
+            who = Text(TAG, style=f"bold {w.pal.notice}") if p.pid in w.view.tagged else Text()
+            who.append(f"{p.pid} ", style=f"bold {w.pal.orphan}" if Flag.ORPHAN in node.flags
                        else "bold")
             who.append_text(literal(node.label or p.name))
             cells = list(process_cells(p, node, who, w))
@@ -323,6 +327,7 @@ def _flat_rows(w: _Walk) -> list[HolderRow]:
         else:
             age = None if p.started_at is None else duration(w.now - p.started_at)
             rows.append(w.cache.row(f"p:{p.pid}", (p, node.flags, node.label, "flat", owner,
+                                                   p.pid in w.view.tagged,
                                                    age, w.result.orphan_brief(p.pid), w.pal),
                                     make))
     return rows
