@@ -194,3 +194,12 @@ def test_llama_server_is_orphan_only_once_its_wrapper_is_gone() -> None:
     assert "lost its wrapper (pid 600 gone, re-parented to PID 1)" in (t.orphan_why(610) or "")
     # nohup'd by hand, its shell gone: its own group's leader, its own server: live
     assert orphans([job(620, 1, 62, cmd, pgid=620, mem=MIB)]) == set()
+
+
+def test_an_adopter_whose_command_line_names_the_server_is_not_its_api_server() -> None:
+    # ``tini -s -- vllm serve``: tini (a subreaper) adopted the engine of the API server
+    # it ran; its command line names vLLM, it is not vLLM
+    tini = job(100, 90, 10, "/usr/bin/tini -s -- vllm serve /m", pgid=100)
+    t = triage(snap([tini, *vllm(False, engine_parent=100)[1:]]))
+    assert {q.pid for q in t.orphans()} == {120, 130, 131}
+    assert "re-parented to" in (t.orphan_why(120) or "")

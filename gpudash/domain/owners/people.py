@@ -77,6 +77,8 @@ def lost_server(p: Process, tree: ProcessTree) -> Orphan | None:
     top, top_known = p, known
     if known.role is not Role.WHOLE:
         for parent in tree.ancestors(p):
+            if _adopter(parent):
+                break  # ``tini -- vllm serve`` names a server: it is not one
             role = server_process(parent.cmdline, parent.name)
             if role is None or role.role not in _SERVER_PARTS:
                 if role is not None and role.role in (Role.API, Role.WHOLE):
@@ -84,7 +86,7 @@ def lost_server(p: Process, tree: ProcessTree) -> Orphan | None:
                 break
             top, top_known = parent, role
     leader = tree.by_pid.get(top.pgid) if top.pgid is not None else None
-    if leader is not None and leader.pid != top.pid:
+    if leader is not None and leader.pid != top.pid and not _adopter(leader):
         led = server_process(leader.cmdline, leader.name)
         if led is not None and led.role in (Role.API, Role.WHOLE):
             return None  # its server leads its group, alive: it detached it on purpose
