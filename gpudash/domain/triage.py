@@ -324,6 +324,7 @@ def _tree(
     members: list[Process], flags: Mapping[int, frozenset[Flag]], main_pid: int | None
 ) -> tuple[ProcessNode, ...]:
     pids = {p.pid for p in members}
+    labels = serving.tree_labels(members)  # MPI ranks: their number is their order
     kids: dict[int, list[Process]] = {}
     roots: list[Process] = []
     for p in members:
@@ -334,7 +335,8 @@ def _tree(
 
     def build(p: Process) -> ProcessNode:
         children = sorted(kids.get(p.pid, []), key=lambda c: (c.start_ticks or 0, c.pid))
-        return ProcessNode(p, flags.get(p.pid, frozenset()), label(p), tuple(map(build, children)))
+        return ProcessNode(p, flags.get(p.pid, frozenset()), labels.get(p.pid) or label(p),
+                           tuple(map(build, children)))
 
     # The main process first, then the rest oldest first: orphans of an earlier
     # incarnation sort before the respawned main's new tree only by age, which is the truth.
