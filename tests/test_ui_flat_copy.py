@@ -144,3 +144,20 @@ async def test_m_tags_processes_and_k_kills_them_all_in_one_pinned_plan() -> Non
         assert len(others) == 6  # the untagged orphans were left alone
         await pilot.press("M")
         await wait_for(pilot, lambda: "tagged" not in str(table.border_title))
+
+
+async def test_help_has_a_legend_of_every_flag_short_and_long() -> None:
+    """Flags are short where the table is narrow (ORPH+1): help says what each is."""
+    from gpudash.domain.triage import Flag
+    from gpudash.ui.screens import HelpScreen
+    from gpudash.ui.widgets.holder_flags import SHORT_FLAG
+
+    app = make_app(DemoHost(clock=SteppedClock()))
+    async with app.run_test(size=(120, 50)) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+        shown = "\n".join(str(w.render()) for w in app.screen.query("Static"))
+        for flag in Flag:
+            assert f"{SHORT_FLAG[flag]:<5} {flag.value}" in shown, flag
+        assert "holds GPU memory and its owner is gone" in shown

@@ -230,7 +230,7 @@ class GpudashApp(HoldsKeys, LiteralNotices):
     def action_help(self) -> None:
         shown = self.shown_screen
         rows = shown.help_rows() if isinstance(shown, MainScreen | FleetScreen) else []
-        sections = shown.help_sections() if isinstance(shown, FleetScreen) else []
+        sections = shown.help_sections() if isinstance(shown, FleetScreen | MainScreen) else []
         self.push_screen(HelpScreen(rows, self.read_only, sections))
 
     async def action_quit(self) -> None:

@@ -19,6 +19,7 @@ from gpudash.ui.layout import PLOT_MIN
 from gpudash.ui.models import JournalScreen
 from gpudash.ui.screens import FilterScreen
 from gpudash.ui.state import Dashboard
+from gpudash.ui.widgets.holder_flags import legend
 from gpudash.ui.widgets.holders import IDLE_KEY, HoldersTable, selection_of
 from gpudash.ui.widgets.plotview import MemoryPlot
 
@@ -146,6 +147,10 @@ class ViewKeys(Screen[None]):
         self.refresh_holders()
         if key is not None and key.startswith("p:"):
             self.holders.select_key(key)
+
+    def help_sections(self) -> list[tuple[str, list[tuple[str, str]]]]:
+        """Help's legend of the holders' flags, short and long."""
+        return [("Flags (short form where the table is narrow)", legend())]
 
     def action_tag(self) -> None:
         """Tag the selected process (again: untag) and go to the next row, as htop's

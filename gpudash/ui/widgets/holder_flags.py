@@ -12,6 +12,25 @@ FLAG_ORDER = (
     Flag.ORPHAN, Flag.CRASH_LOOP, Flag.RESPAWNED, Flag.UNIT_INACTIVE, Flag.ZOMBIE,
     Flag.D_STATE, Flag.DEVICE_HOLDER, Flag.UNREADABLE, Flag.STRAY,
 )
+# What each flag says, for help's legend (docs/TRIAGE.md has the rules in full)
+MEANING = {
+    Flag.ORPHAN: "holds GPU memory and its owner is gone (an earlier run, a lost API "
+                 "server, an ended job): reap it",
+    Flag.CRASH_LOOP: "systemd keeps restarting the unit, and it keeps dying",
+    Flag.RESPAWNED: "systemd started the unit again by itself: a kill does not free it",
+    Flag.UNIT_INACTIVE: "the unit is stopped (or failed) while processes of it may be left",
+    Flag.ZOMBIE: "exited, not yet reaped by its parent",
+    Flag.D_STATE: "stuck in the kernel (uninterruptible): signals wait",
+    Flag.DEVICE_HOLDER: "holds a GPU's device files without NVML listing it",
+    Flag.UNREADABLE: "the driver lists it; its /proc could not be read (hidepid, a "
+                     "namespace)",
+    Flag.STRAY: "holds a GPU its scheduler did not allocate to it (Slurm)",
+}
+
+
+def legend() -> list[tuple[str, str]]:
+    """(``ORPH ORPHAN``, what it means) of every flag, in the table's order."""
+    return [(f"{SHORT_FLAG[f]:<5} {f.value}", MEANING[f]) for f in FLAG_ORDER]
 
 
 def _flag_style(flag: Flag, pal: Palette) -> str:
