@@ -61,6 +61,11 @@ def run_reclaim(args: argparse.Namespace, source: HostSource, term: Terminal) ->
         unit=args.unit, container=getattr(args, "container", None))))
 
 
+def run_reset(args: argparse.Namespace, source: HostSource, term: Terminal) -> int:
+    """``gpudash reset``: nvidia-smi --gpu-reset of a GPU nothing holds, proven."""
+    return run_action(args, source, term, Request(ActionKind.GPU_RESET, Selection(gpu=args.gpu)))
+
+
 def run_start(args: argparse.Namespace, source: HostSource, term: Terminal) -> int:
     """``gpudash start``: start a unit (and enable it) and prove it serves; or start a
     stopped container and prove it runs."""

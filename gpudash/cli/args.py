@@ -16,12 +16,14 @@ from gpudash.cli.helptext import DESCRIPTIONS, EXAMPLES
 from gpudash.cli.promargs import add_prometheus, check_prometheus
 from gpudash.demo.incident import MAX_DEMO_HOSTS  # names only: the demo loads on --demo
 from gpudash.domain.model import unit_name
+from gpudash.protocol.schema import MAX_GPUS
 from gpudash.state import config
 from gpudash.state.logfile import LEVELS
 
-SUBCOMMANDS = ("snapshot", "reclaim", "reap", "start", "swap", "fix", "exporter", "history",
-               "report", "completion")
-ACTING = ("reclaim", "reap", "start", "swap", "fix")  # subcommands that act (and ask first)
+SUBCOMMANDS = ("snapshot", "reclaim", "reap", "start", "swap", "fix", "reset", "exporter",
+               "history", "report", "completion")
+ACTING = ("reclaim", "reap", "start", "swap", "fix", "reset")  # they act (and ask first)
+ONE_HOST = ("reclaim", "start", "swap", "fix", "reset")  # they act on one host at a time
 
 
 def seconds(low: float, high: float, *, low_inclusive: bool = False) -> Callable[[str], float]:
@@ -242,9 +244,18 @@ def _which(p: argparse.ArgumentParser, command: str) -> None:
                        "job's GPUs outside any job (the site allows GPU work outside jobs)")
         p.add_argument("--dry-run", action="store_true",
                        help="print the plan of each host and send nothing")
+    elif command == "reset":
+        p.add_argument("--gpu", type=_gpu_index, required=True, metavar="N",
+                       help="the GPU (its index, as nvidia-smi -L numbers it)")
     else:
         p.add_argument("--unit", required=True,
                        help="the systemd unit (.service optional)")
+
+
+def _gpu_index(text: str) -> int:
+    if not re.fullmatch(r"[0-9]{1,2}", text) or int(text) >= MAX_GPUS:
+        raise argparse.ArgumentTypeError(f"not a GPU index: {text[:40]!r}")
+    return int(text)
 
 
 def _job_id(text: str) -> str:
@@ -272,7 +283,7 @@ def _acting_parser(command: str) -> argparse.ArgumentParser:
         p.add_argument("--ready-url", default=None, metavar="URL",
                        help="what proves it serves, asked on the host (default: "
                        "http://127.0.0.1:PORT/health, PORT from the unit's ExecStart)")
-    if command in ("reclaim", "start", "swap"):
+    if command in ("reclaim", "start", "swap", "reset"):
         p.add_argument("--dry-run", action="store_true",
                        help="print the plan (stdout; with --json, as JSON) and send nothing")
     p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
@@ -280,14 +291,14 @@ def _acting_parser(command: str) -> argparse.ArgumentParser:
                    help="act even if the audit record cannot be written (the report "
                    "says it was not audited); without it such an action is refused "
                    "(exit 7)")
-    freeing = command in ("reclaim", "reap")
+    freeing = command in ("reclaim", "reap", "reset")
     default = 120.0 if freeing else 60.0 if command == "fix" else 1800.0
     p.add_argument("--timeout", type=seconds(0, 86400), default=default, metavar="S",
                    help=f"give up after S seconds (default {default:g}: "
                    + ("memory back)" if freeing else
                       "systemctl show reports the fix)" if command == "fix" else
                       "a big model loads for 10+ minutes)"))
-    if command != "fix":  # it signals nothing
+    if command not in ("fix", "reset"):  # they signal nothing
         p.add_argument("--term-timeout", type=seconds(0, 3600), default=10.0, metavar="S",
                        help="seconds between SIGTERM and SIGKILL (default 10)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -425,7 +436,7 @@ def _check_hosts(command: str | None, args: argparse.Namespace, settings: config
     if any(h.startswith("@") for h in args.hosts):
         args.hosts = _expand_groups(args.hosts, settings, parser)
     if args.demo_hosts is not None:
-        if command in ("reclaim", "start", "swap", "fix") and args.demo_hosts > 1:
+        if command in ONE_HOST and args.demo_hosts > 1:
             parser.error(f"{command} acts on one host at a time")
         args.demo = True  # --demo-hosts N is the demo, N hosts of it
     if args.demo and (args.hosts or args.hosts_file):
@@ -440,7 +451,7 @@ def _check_hosts(command: str | None, args: argparse.Namespace, settings: config
             parser.error(str(exc))
         except UnsafeSshConfig as exc:  # refused as a connection would be: exit 3
             parser.exit(Exit.CONNECT, f"{parser.prog}: {exc}\n")
-    if command in ("reclaim", "start", "swap", "fix") and len(args.hosts) > 1:
+    if command in ONE_HOST and len(args.hosts) > 1:
         parser.error(f"{command} acts on one host at a time")
     if command == "exporter" and (twice := sorted({h for h in args.hosts
                                                    if args.hosts.count(h) > 1})):

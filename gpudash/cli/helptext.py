@@ -25,6 +25,11 @@ DESCRIPTIONS = {
     "exporter": "Follow the hosts and expose their triage as Prometheus metrics: GPU memory "
     "used/total, orphaned memory per GPU and unit, restarts, crash loops, link up. Only "
     "looks (every host read-only). Runs until SIGTERM or Ctrl+C.",
+    "reset": "Give back the memory no process holds on one GPU (a driver-level leak): "
+    "nvidia-smi --gpu-reset -i N, planned only where nothing holds the GPU (no process in "
+    "NVML's list, none with its /dev/nvidia file, every process visible), MIG is off and no "
+    "display is on it; refused with the reason otherwise (the process that holds it, "
+    "named). Exit 0 only if the GPU's memory came back to its baseline.",
     "swap": "Reclaim one model (a unit, or a container with --from-container) with proof, "
     "check the next one fits, start it and prove it serves. Exit 0 only if the old memory "
     "came back and the new model serves.",
@@ -53,6 +58,9 @@ EXAMPLES = {
     "fix": """examples:
   gpudash fix gpu01 --unit vllm-minimax-m25 --dry-run > fix.diff
   gpudash fix gpu01 --unit vllm-minimax-m25 --revert""",
+    "reset": """examples:
+  gpudash reset gpu01 --gpu 3 --dry-run              what was checked, the plan
+  gpudash reset gpu01 --gpu 3 --yes --json > verdict.json""",
     "reap": """examples:
   gpudash reap gpu01 gpu02 --dry-run                  each host's plan, nothing sent
   gpudash reap localhost --yes --json                  a Slurm epilog or a cron job""",

@@ -12,6 +12,7 @@
     gpudash swap [HOST] --from A --to B   reclaim A with proof, start B, prove it serves
     gpudash fix [HOST] --unit U        gpudash's drop-in that removes U's lint findings
     gpudash swap [HOST] --from-container C --to B   the same from a Docker/Podman container
+    gpudash reset [HOST] --gpu N       nvidia-smi --gpu-reset where nothing holds GPU N
     gpudash exporter [HOST ...]        the triage as Prometheus metrics (127.0.0.1:9835)
 
 What goes to stdout and stderr, and the exit codes: ``gpudash.cli.contract``.
@@ -129,7 +130,8 @@ def cmd_snapshot(args: argparse.Namespace, term: Terminal) -> int:
 def cmd_act(command: str, args: argparse.Namespace, term: Terminal) -> int:
     from gpudash.cli import act
 
-    run = {"reclaim": act.run_reclaim, "start": act.run_start, "swap": act.run_swap}[command]
+    run = {"reclaim": act.run_reclaim, "start": act.run_start, "swap": act.run_swap,
+           "reset": act.run_reset}[command]
     # The demo runs 20x faster than real time so the incident plays out in seconds.
     return run(args, open_sources(args, demo_speed=20.0)[0], term)
 
@@ -208,7 +210,7 @@ def _run(command: str | None, args: argparse.Namespace, term: Terminal) -> int:
         return cmd_prom_snapshot(args, term)
     if command == "snapshot":
         return cmd_snapshot(args, term)
-    if command in ("reclaim", "start", "swap"):
+    if command in ("reclaim", "start", "swap", "reset"):
         return cmd_act(command, args, term)
     if command == "completion":
         from gpudash.cli.completion import script

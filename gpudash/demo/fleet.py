@@ -21,6 +21,7 @@ import signal
 from collections.abc import AsyncIterator, Sequence
 
 from gpudash.demo import slurm
+from gpudash.demo.driver import LEAKS
 from gpudash.demo.host import DEEPSEEK, MINIMAX, DemoHost
 from gpudash.demo.incident import MAX_DEMO_HOSTS
 from gpudash.domain.clock import Clock, WallClock
@@ -70,6 +71,14 @@ class ScenarioHost(DemoHost):
             await self.systemctl("start", DEEPSEEK)
         elif self.scenario == "slurm":
             await slurm.play(self)
+        elif self.scenario == "leak":  # not in SCENARIOS (the fleet cycles them): asked by name
+            # the model gone, and memory left that no process holds: on GPU 3 (nothing else
+            # there: a reset gives it back), on GPU 0 (alice's kernel: a reset is refused)
+            await self.systemctl("stop", MINIMAX)
+            await self.systemctl("disable", MINIMAX)
+            for p in [p for p in self.processes.values() if p.unit == MINIMAX]:
+                await self.signal(p.pid, p.start_ticks, signal.SIGKILL, boot_id=self.boot_id)
+            self.driver.leaks.update(LEAKS)
         self.read_only = self._keep_read_only
 
     async def stream(self, interval: float) -> AsyncIterator[HostSnapshot]:
@@ -123,6 +132,9 @@ class UnreachableHost(HostControl):
         raise self._error()
 
     async def owner_command(self, kind: str, verb: str, key: str) -> CommandResult:
+        raise self._error()
+
+    async def gpu_reset(self, gpu: int) -> CommandResult:
         raise self._error()
 
     async def container(

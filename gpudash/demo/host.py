@@ -29,6 +29,7 @@ from collections.abc import AsyncIterator, Sequence
 from urllib.parse import urlsplit
 
 from gpudash.demo.dockerd import EMBED_ID, EMBED_MIB, EMBED_NAME
+from gpudash.demo.driver import DemoDriver
 from gpudash.demo.incident import (
     DEEPSEEK,
     GPU_TOTAL_MIB,
@@ -95,6 +96,7 @@ class DemoHost(HostControl):
         self.spawn = self.sim.spawn
         self.now = self.sim.now
         self.leave_orphans = self.sim.leave_orphans
+        self.driver = DemoDriver()  # a leak no process holds, GPU modes, the reset
 
     @property
     def sim_clock(self) -> Clock:
@@ -148,7 +150,8 @@ class DemoHost(HostControl):
     def wire(self) -> Json:
         """The host now, as its collector writes a snapshot: what every sample of this
         host is decoded from."""
-        return self.sim.wire(READ_ONLY_REASON if self.read_only else None)
+        return self.driver.dress(self.sim.wire(READ_ONLY_REASON if self.read_only else None),
+                                 self.sim)
 
     def line(self, message: Json) -> bytes:
         """One message as it goes down the wire: the collector's line (a test host may
@@ -184,6 +187,10 @@ class DemoHost(HostControl):
         from gpudash.demo import slurm
 
         return slurm.command(self, kind, verb, key, READ_ONLY_REASON if self.read_only else None)
+
+    async def gpu_reset(self, gpu: int) -> CommandResult:
+        """The driver's reset (``demo.driver``): refused while anything holds the GPU."""
+        return self.driver.reset(self.sim, gpu, READ_ONLY_REASON if self.read_only else None)
 
     async def unit_text(self, unit: str) -> str:
         u = self.sim.units.get(unit_name(unit))

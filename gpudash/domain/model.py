@@ -32,6 +32,16 @@ class Gpu:
     power_w: float | None = None
     power_limit_w: float | None = None
     error: str | None = None  # e.g. "GPU is lost": the row stays, its values are N/A
+    # What was checked of memory no process holds (None: not said). NVML's list of its
+    # compute processes: "read", or why not ("denied", "unsupported", "error"); the scan
+    # of every process's /dev/nvidia* files while memory on it is unexplained: "clear"
+    # (nobody else has them), "held" (someone NVML does not list has), "partial" (some
+    # processes' files could not be read); None: not scanned (too little unexplained)
+    process_list: str | None = None
+    device_scan: str | None = None
+    mig_mode: str | None = None  # "on" / "off"
+    display_active: str | None = None  # "on": a display (the console) is on this GPU
+    persistence_mode: str | None = None  # "on" / "off"
 
     @property
     def memory_free_mib(self) -> int | None:
@@ -258,6 +268,9 @@ class HostSnapshot:
     errors: tuple[str, ...] = ()  # problems the collector met but survived
     can_act: bool = True  # the login may run systemctl / signal processes
     cannot_act_reason: str | None = None
+    # which processes the collector sees: "full", "hidepid" (other users' hidden: /proc
+    # mounted so, not root), "namespace" (a child PID namespace sees only its own)
+    pid_view: str | None = None
     boot_id: str | None = None  # the host's boot: a process identity holds within one boot
     cpu_pct: float | None = None  # host CPU busy, % of all CPUs, since the previous sample
     # CPU seconds the collector (and what it ran) used on the host since it started

@@ -25,6 +25,8 @@ from gpudash.engine.container_plans import (
     plan_container_start,
     require_container,
 )
+from gpudash.engine.gpu_plans import TITLE as RESET_TITLE
+from gpudash.engine.gpu_plans import plan_gpu_reset, reset_refusal
 from gpudash.engine.owner_plans import plan_owner_command
 from gpudash.engine.plan import (
     ActionKind,
@@ -173,6 +175,8 @@ SPECS: dict[ActionKind, ActionSpec] = {
                    container_planner=plan_container, hidden_unless_fits=True),
         ActionSpec(ActionKind.FIX, "fix_unit", FIX_TITLE, "c", "Fix config", Needs.UNIT, plan_fix,
                    fix_fits, hidden_unless_fits=True, in_footer=False),
+        ActionSpec(ActionKind.GPU_RESET, "gpu_reset", RESET_TITLE, "G", "Reset GPU", Needs.GPU,
+                   plan_gpu_reset, reset_refusal, hidden_unless_fits=True),
     )
 }
 SPECS = {kind: replace(spec, container_title=CONTAINER_TITLES.get(kind))
@@ -192,10 +196,13 @@ def plan_action(
     return SPECS[kind].plan(snapshot, Selection(unit=unit, pid=pid, container=container))
 
 
-def selection_for(result: HostTriage | None, owner_key: str | None, pid: int | None
-                  ) -> Selection:
-    """What the operator points at (an owner's row, or one of its processes) as the engine
-    takes it: a service by its unit, a container by its id, a pod by its UID."""
+def selection_for(result: HostTriage | None, owner_key: str | None, pid: int | None, *,
+                  gpu: int | None = None) -> Selection:
+    """What the operator points at (an owner's row, or one of its processes; ``gpu``: the
+    memory no process holds on that GPU) as the engine takes it: a service by its unit,
+    a container by its id, a pod by its UID."""
+    if gpu is not None:
+        return Selection(gpu=gpu)
     group = result.group(owner_key) if result is not None and owner_key else None
     owner = group.owner if group is not None else None
     if owner is None or group is None:

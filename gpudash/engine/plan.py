@@ -20,6 +20,7 @@ from gpudash.engine.steps import (
     ContainerCommand,
     DaemonReload,
     DropIn,
+    GpuReset,
     OwnerCommand,
     Signal,
     Step,
@@ -43,6 +44,7 @@ class ActionKind(StrEnum):
     REMOVE = "remove"  # a stopped container: docker rm
     FIX = "fix"  # gpudash's drop-in of a unit: written (or, reverting, removed), reloaded
     SIGNAL = "signal"  # one signal the operator picked, to one pinned process
+    GPU_RESET = "gpu-reset"  # nvidia-smi --gpu-reset of a GPU nothing holds
 
 
 STOPPING = frozenset({ActionKind.STOP, ActionKind.STOP_DISABLE, ActionKind.RECLAIM})
@@ -50,7 +52,7 @@ DISABLING = frozenset({ActionKind.DISABLE, ActionKind.STOP_DISABLE, ActionKind.R
 STARTING = frozenset({ActionKind.START, ActionKind.RESTART, ActionKind.SWAP})
 
 
-COMMANDS = (Systemctl, ContainerCommand, DropIn, DaemonReload, OwnerCommand)  # commands
+COMMANDS = (Systemctl, ContainerCommand, DropIn, DaemonReload, OwnerCommand, GpuReset)
 
 
 ROLLBACK_HEADING = "if it does not serve:"  # a swap plan's last part: what puts it back
@@ -101,6 +103,7 @@ class Selection:
     # terminate / kill / a signal of the processes tagged (htop's Space): one plan signals
     # each, pinned; empty: ``pid`` alone
     pids: tuple[int, ...] = ()
+    gpu: int | None = None  # a GPU reset: the GPU (its index)
 
 
 @dataclass(frozen=True, slots=True)

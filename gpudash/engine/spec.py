@@ -33,6 +33,7 @@ class Needs(StrEnum):
     PROCESS = "process"  # one process
     ORPHANS = "orphans"  # orphans of the selected unit, else of the whole host
     UNIT_AND_TARGET = "unit and target"  # a service to reclaim and the one to start (swap)
+    GPU = "gpu"  # one GPU: the unattributed row (memory no process holds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +98,8 @@ class ActionSpec:
             return "select a system service (a unit row or one of its processes)"
         if self.needs is Needs.PROCESS and not sel.pids and (sel.pid is None or sel.pid == 1):
             return "select a process"
+        if self.needs is Needs.GPU and sel.gpu is None:
+            return "select the unattributed row (memory no process holds)"
         if self.needs is Needs.ORPHANS:
             orphans = result.orphans()
             if sel.unit is not None:

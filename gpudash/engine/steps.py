@@ -120,5 +120,27 @@ class OwnerCommand:
         return " ".join(self.argv)
 
 
-Command = Systemctl | ContainerCommand | DropIn | DaemonReload | OwnerCommand
-Step = Systemctl | ContainerCommand | DropIn | DaemonReload | OwnerCommand | Signal
+@dataclass(frozen=True, slots=True)
+class GpuReset:
+    """``nvidia-smi --gpu-reset -i INDEX``: the host control builds the argv again from the
+    index; the UUID is for the record (indices can move across a reboot)."""
+
+    gpu: int
+    uuid: str | None = None
+    verb = "gpu-reset"
+
+    @property
+    def unit(self) -> str:
+        """What the command is about, as a unit command's ``unit`` is (for messages)."""
+        return f"GPU {self.gpu}"
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        return ("nvidia-smi", "--gpu-reset", "-i", str(self.gpu))
+
+    def describe(self, term_timeout: float) -> str:
+        return " ".join(self.argv) + (f"  ({self.uuid})" if self.uuid else "")
+
+
+Command = Systemctl | ContainerCommand | DropIn | DaemonReload | OwnerCommand | GpuReset
+Step = Systemctl | ContainerCommand | DropIn | DaemonReload | OwnerCommand | GpuReset | Signal

@@ -29,6 +29,7 @@ from gpudash.collector.host.protocol import (
     CGROUP_MAX,
     CMDLINE_MAX,
     CONTAINER_ID,
+    DEVICE_SCANS,
     ERROR_MAX,
     EXEC_MAX,
     MAX_FACT_LIST,
@@ -36,7 +37,9 @@ from gpudash.collector.host.protocol import (
     MAX_OWNERS,
     OWNER_KEY,
     OWNER_KINDS,
+    PID_VIEWS,
     POD_UID,
+    PROCESS_LISTS,
     TEXT_MAX,
     TRUNCATED,
     UNREADABLE_REASONS,
@@ -71,6 +74,13 @@ class Text:
 
 Bound = Number | Text
 
+
+def _one_of(words: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile("|".join(map(re.escape, words)))
+
+
+_ON_OFF = _one_of(("on", "off"))
+
 BOUNDS: dict[type, dict[str, Bound]] = {
     Gpu: {
         "index": Number(0, MAX_GPUS - 1, identity=True),
@@ -84,6 +94,12 @@ BOUNDS: dict[type, dict[str, Bound]] = {
         "power_w": Number(0, 100_000),
         "power_limit_w": Number(0, 100_000),
         "error": Text(ERROR_MAX),
+        # what a GPU reset's plan is decided on: a value that is none is refused
+        "process_list": Text(16, identity=True, pattern=_one_of(PROCESS_LISTS)),
+        "device_scan": Text(16, identity=True, pattern=_one_of(DEVICE_SCANS)),
+        "mig_mode": Text(4, identity=True, pattern=_ON_OFF),
+        "display_active": Text(4, identity=True, pattern=_ON_OFF),
+        "persistence_mode": Text(4, identity=True, pattern=_ON_OFF),
     },
     Process: {
         "pid": Number(1, PID_MAX, identity=True),
@@ -153,6 +169,7 @@ BOUNDS: dict[type, dict[str, Bound]] = {
         "taken_at": Number(0, EPOCH_MAX, identity=True),
         "boot_id": Text(64, identity=True, pattern=BOOT_ID),
         "cannot_act_reason": Text(ERROR_MAX),
+        "pid_view": Text(16, identity=True, pattern=_one_of(PID_VIEWS)),
         "cpu_pct": Number(0, 100),
         "mem_used_mib": Number(0, HOST_MIB_MAX),
         "mem_total_mib": Number(0, HOST_MIB_MAX),

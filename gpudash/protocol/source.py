@@ -77,6 +77,7 @@ class Capability(StrEnum):
     CONTAINER_LOGS = "container-logs"  # ``container_logs``: ``docker logs``, then live
     CONTAINER_LOOKUP = "container-lookup"  # ``find_container``: a stopped one, by name
     OWNER_COMMANDS = "owner-commands"  # ``owner_command``: an owner kind's own (scancel)
+    GPU_RESET = "gpu-reset"  # ``gpu_reset``: ``nvidia-smi --gpu-reset -i N``
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +137,11 @@ class HostControl(Protocol):
         """``Capability.OWNER_COMMANDS``: the command of owner kind ``kind`` that does
         ``verb`` (an ``OwnerCapability``'s value) to the owner ``key`` (a Slurm job's
         ``scancel JOBID``), as that kind's rules build and validate it."""
+        ...
+
+    async def gpu_reset(self, gpu: int) -> CommandResult:
+        """``Capability.GPU_RESET``: ``nvidia-smi --gpu-reset -i GPU`` (the driver refuses
+        it while anything holds the GPU; the engine plans it only where nothing does)."""
         ...
 
     async def unit_text(self, unit: str) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 from gpudash.domain.lint import Learned
 from gpudash.domain.model import HostSnapshot
 from gpudash.domain.triage import triage, unattributed_mib
+from gpudash.domain.unheld import unheld_memory
 
 SCHEMA = 2
 
@@ -33,11 +34,16 @@ def host_to_json(snapshot: HostSnapshot,
     result = triage(snapshot, learned=learned)
     flags = result.flags
     unattributed = unattributed_mib(snapshot)
+    unheld = unheld_memory(snapshot)
     gpus = []
     for g in snapshot.gpus:
         gpu = _fields(g)
         gpu["memory_free_mib"] = g.memory_free_mib
         gpu["unattributed_mib"] = unattributed.get(g.index)
+        u = unheld.get(g.index)
+        gpu["unheld"] = None if u is None else {
+            "mib": u.mib, "checks": list(u.checks), "holders": list(u.holders),
+            "blockers": list(u.blockers), "resettable": u.resettable, "notes": list(u.notes)}
         gpus.append(gpu)
     owner_of = {n.process.pid: group.key for group in result.groups for n in group.nodes()}
     owners = []
@@ -81,6 +87,7 @@ def host_to_json(snapshot: HostSnapshot,
         "mem_used_mib": snapshot.mem_used_mib,
         "mem_total_mib": snapshot.mem_total_mib,
         "collector_cpu_s": snapshot.collector_cpu_s,
+        "pid_view": snapshot.pid_view,
         "gpus": gpus,
         "processes": processes,
         "units": [_fields(u) for u in snapshot.units],

@@ -38,6 +38,9 @@ _FIELDS: dict[str, dict[str, str]] = {
         "cpu_pct": "the host's CPU use, % of all its CPUs" + _NA,
         "mem_used_mib": "the host's RAM in use, MiB" + _NA,
         "mem_total_mib": "the host's RAM, MiB" + _NA,
+        "pid_view": "which processes the collector sees: `full`, `hidepid` (/proc mounted "
+        "so: other users' hidden from a login that is not root), `namespace` (a child PID "
+        "namespace sees only its own)" + _NA,
         "collector_cpu_s": "CPU time the collector and the programs it ran used on the host "
         "since it started (re-read every 10 s)" + _NA,
         "gpus": "the GPUs, as the driver reports them",
@@ -65,6 +68,29 @@ _FIELDS: dict[str, dict[str, str]] = {
         "power_limit_w": "power limit, W" + _NA,
         "error": "why the GPU could not be read (`GPU is lost`): its row stays, its values "
         "are null",
+        "process_list": "whether NVML's list of its compute processes was read: `read`, or "
+        "why not (`denied`, `unsupported`, `error`)" + _NA,
+        "device_scan": "while memory on it is unexplained (1 GiB or more), what the scan of "
+        "every process's `/dev/nvidia*` files and mappings found: `clear` (nobody NVML does "
+        "not list), `held` (someone: in `processes` with `device_gpus`), `partial` (some "
+        "processes' files not readable); null: not scanned",
+        "mig_mode": "MIG mode: `on` or `off`" + _NA,
+        "display_active": "whether a display is active on it (the console's GPU): `on` or "
+        "`off`" + _NA,
+        "persistence_mode": "persistence mode: `on` or `off`" + _NA,
+        "unheld": "memory no process holds on it (256 MiB or more unattributed), and what "
+        "was checked on the host to say so; null where there is none",
+    },
+    "hosts[].gpus[].unheld": {
+        "mib": "used memory no listed process accounts for, MiB",
+        "checks": "what was checked, one line each: NVML's process list, the `/dev/nvidia*` "
+        "scan, which processes the collector sees",
+        "holders": "who holds the GPU all the same: a process NVML lists on it (one it "
+        "cannot read too), one holding its device file",
+        "blockers": "why `gpudash reset` will not reset it, one line each, the one that "
+        "matters first; empty: nothing holds it",
+        "resettable": "true when `blockers` is empty: `gpudash reset HOST --gpu N` plans it",
+        "notes": "what its reset plan says besides (persistence mode)",
     },
     "hosts[].processes[]": {
         "pid": "process id",

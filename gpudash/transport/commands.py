@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import signal
 
+from gpudash.collector.host.protocol import MAX_GPUS
 from gpudash.domain.dropin import drop_in_dir, drop_in_path
 from gpudash.domain.model import UNIT_SUFFIXES
 from gpudash.domain.owners import OwnerCapability, rules_of
@@ -143,6 +144,13 @@ def daemon_reload_argv(*, sudo: bool) -> list[str]:
 def cat_argv(unit: str) -> list[str]:
     """``systemctl cat -- UNIT``: reading needs no root (unit files are world-readable)."""
     return ["systemctl", "--no-pager", "cat", "--", _service(unit)]
+
+
+def gpu_reset_argv(gpu: int, *, sudo: bool) -> list[str]:
+    """``[sudo -n] nvidia-smi --gpu-reset -i GPU``: the index checked to be one."""
+    if type(gpu) is not int or not 0 <= gpu < MAX_GPUS:
+        raise ValueError(f"not a GPU index: {gpu!r}")
+    return [*(["sudo", "-n"] if sudo else []), "nvidia-smi", "--gpu-reset", "-i", str(gpu)]
 
 
 def owner_argv(kind: str, verb: str, key: str) -> tuple[str, ...] | None:

@@ -47,6 +47,7 @@ from gpudash.transport.commands import (
     container_logs_argv,
     daemon_reload_argv,
     drop_in_argvs,
+    gpu_reset_argv,
     owner_argv,
     systemctl_argv,
     validate_container,
@@ -67,6 +68,7 @@ CONTAINER_RUNTIMES_ASKED = ("docker", "podman")  # in this order: the first that
 CONTAINER_SLACK_S = 60.0  # beyond a stop's own timeout: the daemon's work, a slow rm
 READ_ONLY_REASON = "opened read-only (--read-only)"
 QUERY_TIMEOUT_S = 20.0  # reading unit properties
+RESET_TIMEOUT_S = 60.0  # nvidia-smi --gpu-reset: seconds on a real GPU, a minute at most
 JOURNAL_QUIET_S = 24 * 3600.0  # a followed journal may be quiet that long: not a lost link
 
 
@@ -217,6 +219,18 @@ class SourceControl:
         result = await self._administer(
             lambda sudo: ["sudo", "-n", *argv] if sudo else list(argv), QUERY_TIMEOUT_S)
         self.source.poke(None)  # its facts read again now, not in a few seconds
+        return result
+
+    async def gpu_reset(self, gpu: int) -> CommandResult:
+        """``[sudo -n] nvidia-smi --gpu-reset -i GPU`` on the host; its memory read again
+        at once."""
+        try:
+            gpu_reset_argv(gpu, sudo=False)
+        except ValueError as exc:
+            return CommandResult(("nvidia-smi", "--gpu-reset"), 2, f"refused: {exc}")
+        result = await self._administer(lambda sudo: gpu_reset_argv(gpu, sudo=sudo),
+                                        RESET_TIMEOUT_S)
+        self.source.poke(None)
         return result
 
     async def unit_text(self, unit: str) -> str:

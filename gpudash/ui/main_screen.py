@@ -35,6 +35,7 @@ from gpudash.ui.screens import DetailScreen
 from gpudash.ui.signal_picker import SignalPicker, picker_heading
 from gpudash.ui.state import Dashboard
 from gpudash.ui.text import clean
+from gpudash.ui.unheld_panel import selected_gpu, unheld_text
 from gpudash.ui.view_keys import ViewKeys, tagged_pids
 from gpudash.ui.widgets.action_log import ActionLog, LogEntry, recent_entries
 from gpudash.ui.widgets.footer import DashboardFooter
@@ -42,12 +43,7 @@ from gpudash.ui.widgets.gpus import GpuGrid, GpuTable
 from gpudash.ui.widgets.guide import Guide
 from gpudash.ui.widgets.header import HeaderBar, HostList, header_text
 from gpudash.ui.widgets.holder_filter import filter_rows
-from gpudash.ui.widgets.holders import (
-    HoldersTable,
-    RowCache,
-    holder_rows,
-    selection_of,
-)
+from gpudash.ui.widgets.holders import HoldersTable, RowCache, holder_rows, selection_of
 from gpudash.ui.widgets.notice import HostNotice
 from gpudash.ui.widgets.plotview import MemoryPlot
 from gpudash.ui.widgets.progress import ActionProgressPanel
@@ -238,8 +234,11 @@ class MainScreen(ViewKeys):
         why = view.triage.orphan_why(pid) if view.triage and pid is not None else None
         crash = view.crashes.reason(group.unit.name) if group and group.unit else None
         fixes = self.availability("fix_unit")[0] is True  # the key only where it works
-        self.unit_panel.show(unit_text(group, process, pal, why, crash,
-                                       self.dashboard.key_of("fix_unit") if fixes else None))
+        resets = self.availability("gpu_reset")[0] is True
+        self.unit_panel.show(unheld_text(view.triage, app.selected_key, app.holder_view, pal,
+                                         app.key_of("gpu_reset") if resets else None)
+                             or unit_text(group, process, pal, why, crash,
+                                          self.dashboard.key_of("fix_unit") if fixes else None))
         # Too thin for the unit panel: its gist goes on Holders' border, Enter shows it all.
         quiet_border(self.holders, "subtitle",
                      unit_gist(group, pal) if self.has_class("-thin") else None)
@@ -382,9 +381,11 @@ class MainScreen(ViewKeys):
 
     def selection(self) -> Selection:
         """What the operator points at in the holders view, as the engine takes it."""
-        triage = self.dashboard.view.triage
-        owner, _unit, pid = selection_of(triage, self.dashboard.selected_key)
-        return replace(selection_for(triage, owner, pid), pids=tagged_pids(self.dashboard))
+        app = self.dashboard
+        owner, _unit, pid = selection_of(app.view.triage, app.selected_key)
+        gpu = selected_gpu(app.view.triage, app.selected_key, app.holder_view)
+        return replace(selection_for(app.view.triage, owner, pid, gpu=gpu),
+                       pids=tagged_pids(app))
 
     def on_key(self, event: Key) -> None:
         # A disabled action's key reaches here instead of its binding: say why.
@@ -441,21 +442,6 @@ class MainScreen(ViewKeys):
             return
         self.acting.plan(ACTIONS[action], self.dashboard.current_host, self.selection())
 
-    def action_stop_unit(self) -> None:
-        self.plan_action("stop_unit")
-
-    def action_disable_unit(self) -> None:
-        self.plan_action("disable_unit")
-
-    def action_stop_disable(self) -> None:
-        self.plan_action("stop_disable")
-
-    def action_terminate(self) -> None:
-        self.plan_action("terminate")
-
-    def action_kill(self) -> None:
-        self.plan_action("kill")
-
     def action_send_signal(self) -> None:
         """Pick a signal for the selected process; then planned and confirmed as any."""
         if self.availability("send_signal")[0] is not True:
@@ -473,26 +459,10 @@ class MainScreen(ViewKeys):
         hold(self.app)
         self.app.push_screen(SignalPicker(heading), picked)
 
-    def action_reap(self) -> None:
-        self.plan_action("reap")
 
-    def action_reclaim(self) -> None:
-        self.plan_action("reclaim")
-
-    def action_start_unit(self) -> None:
-        self.plan_action("start_unit")
-
-    def action_restart_unit(self) -> None:
-        self.plan_action("restart_unit")
-
-    def action_enable_unit(self) -> None:
-        self.plan_action("enable_unit")
-
-    def action_swap(self) -> None:
-        self.plan_action("swap")
-
-    def action_fix_unit(self) -> None:
-        self.plan_action("fix_unit")
-
-    def action_remove_container(self) -> None:
-        self.plan_action("remove_container")
+# Every action of the registry is planned and confirmed alike (``plan_action``), but for
+# one with a dialog of its own first (``action_send_signal``): its ``action_<name>``.
+for _spec in ACTIONS.values():
+    if not hasattr(MainScreen, f"action_{_spec.name}"):
+        setattr(MainScreen, f"action_{_spec.name}",
+                lambda self, _name=_spec.name: self.plan_action(_name))

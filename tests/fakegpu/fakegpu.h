@@ -56,6 +56,12 @@ typedef struct {
     char uuid[64];
     char serial[32];
     unsigned long long total_mib, baseline_mib, reserved_mib;
+    /* used with no process at all (a driver-level leak): not listed, no device file
+     * holds it; only a GPU reset (nvidia-smi --gpu-reset) gives it back */
+    unsigned long long leak_mib;
+    unsigned mig;             /* 1: MIG mode enabled (current and pending) */
+    unsigned display;         /* 1: a display is active on it (the console's GPU) */
+    unsigned persistence_off; /* 1: persistence mode disabled (default: enabled) */
     unsigned util_gpu, util_mem, temp, fan, pstate;
     unsigned power_mw, power_limit_mw;
     unsigned clk_graphics, clk_sm, clk_mem, clk_video;

@@ -131,6 +131,8 @@ static const fdesc gpu_fields[] = {
     G("pci_device", T_HEX, pci_device), G("pci_devid", T_HEX, pci_devid),
     G("pci_subsys", T_HEX, pci_subsys), G("lost", T_UINT, lost), G("noperm", T_UINT, noperm),
     G("procmem_na", T_UINT, procmem_na), G("unsupported", T_HEX, unsupported),
+    G("leak_mib", T_ULL, leak_mib), G("mig", T_UINT, mig), G("display", T_UINT, display),
+    G("persistence_off", T_UINT, persistence_off),
 };
 #undef G
 #define S(k, t, f) {k, t, offsetof(fg_state, f), sizeof(((fg_state *)0)->f)}
@@ -1087,7 +1089,8 @@ static unsigned long long tearing_mib(unsigned g, unsigned *ntearing)
 
 static unsigned long long used_mib(unsigned g)
 {
-    return C.st.g[g].baseline_mib + C.alive_mib[g] + C.detached_mib[g] + tearing_mib(g, NULL);
+    return C.st.g[g].baseline_mib + C.st.g[g].leak_mib + C.alive_mib[g] + C.detached_mib[g] +
+           tearing_mib(g, NULL);
 }
 
 EXPORT int fakegpu_gpu_usage(unsigned gpu, unsigned long long *used, unsigned *nprocs,
@@ -1100,8 +1103,8 @@ EXPORT int fakegpu_gpu_usage(unsigned gpu, unsigned long long *used, unsigned *n
         if (ntearing)
             *ntearing = 0;
         if (used)
-            *used = C.st.g[gpu].baseline_mib + C.alive_mib[gpu] + C.detached_mib[gpu] +
-                    tearing_mib(gpu, ntearing);
+            *used = C.st.g[gpu].baseline_mib + C.st.g[gpu].leak_mib + C.alive_mib[gpu] +
+                    C.detached_mib[gpu] + tearing_mib(gpu, ntearing);
         if (nprocs)
             *nprocs = C.nprocs[gpu];
         if (ndetached)
@@ -1606,9 +1609,11 @@ EXPORT nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t d, nvmlClockType_t t,
         *out = (value);                                                   \
         return leave(NVML_SUCCESS);                                       \
     }
-ENABLE_GETTER(nvmlDeviceGetPersistenceMode, NVML_FEATURE_ENABLED)
-ENABLE_GETTER(nvmlDeviceGetDisplayMode, NVML_FEATURE_DISABLED)
-ENABLE_GETTER(nvmlDeviceGetDisplayActive, NVML_FEATURE_DISABLED)
+ENABLE_GETTER(nvmlDeviceGetPersistenceMode,
+              g->persistence_off ? NVML_FEATURE_DISABLED : NVML_FEATURE_ENABLED)
+ENABLE_GETTER(nvmlDeviceGetDisplayMode, g->display ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED)
+ENABLE_GETTER(nvmlDeviceGetDisplayActive,
+              g->display ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED)
 
 EXPORT nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t d, nvmlComputeMode_t *mode)
 {
@@ -1642,7 +1647,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned int *current, 
         return r;
     if (!current || !pending)
         return leave(NVML_ERROR_INVALID_ARGUMENT);
-    *current = *pending = NVML_DEVICE_MIG_DISABLE;
+    *current = *pending = g->mig ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
     return leave(NVML_SUCCESS);
 }
 

@@ -10,7 +10,7 @@
  *   GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)
  *
  * Supported: --query-gpu=..., --query-compute-apps=..., --format=csv[,noheader][,nounits],
- * -L, -i/--id, -l N / --loop=N, -lms N / --loop-ms=N, and a plain table.
+ * -L, -i/--id, -l N / --loop=N, -lms N / --loop-ms=N, -r/--gpu-reset, and a plain table.
  */
 #define _GNU_SOURCE
 #define NVML_NO_UNVERSIONED_FUNC_DEFS
@@ -165,7 +165,9 @@ static void gpu_field(nvmlDevice_t d, unsigned idx, const char *f, val *v)
     } else if (!strcmp(f, "compute_mode")) {
         snprintf(v->buf, sizeof v->buf, "Default");
     } else if (!strcmp(f, "mig.mode.current")) {
-        snprintf(v->buf, sizeof v->buf, "Disabled");
+        unsigned cur = 0, pend = 0;
+        r = nvmlDeviceGetMigMode(d, &cur, &pend);
+        snprintf(v->buf, sizeof v->buf, "%s", r ? err_value(r) : cur ? "Enabled" : "Disabled");
     }
 }
 
@@ -475,10 +477,72 @@ static int table(void)
     return 0;
 }
 
+/*
+ * -r / --gpu-reset [-i ID]: as the real tool, refused while anything holds the GPU (a
+ * listed process, or a process that still has its device files: a detached holder),
+ * with its wording and exit status 255 (NVIDIA/gpu-operator#118, NVIDIA/NVSentinel#1690);
+ * else the memory no process holds (leak_mib) is given back and it says
+ * "GPU <bus id> was successfully reset." Without -i every GPU is reset, all or none.
+ */
+static int gpu_reset(unsigned n)
+{
+    unsigned busy = 0, picked = 0;
+    int want[FG_MAX_GPUS] = {0};
+    char bus[FG_MAX_GPUS][NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE];
+    for (unsigned i = 0; i < n && i < FG_MAX_GPUS; i++) {
+        nvmlDevice_t d;
+        if (get_handle(i, &d))
+            return 15;
+        if (!selected(d, i))
+            continue;
+        nvmlPciInfo_t p;
+        if (nvmlDeviceGetPciInfo_v3(d, &p))
+            return 15;
+        snprintf(bus[i], sizeof bus[i], "%s", p.busId);
+        unsigned nprocs = 0, ndetached = 0;
+        fakegpu_gpu_usage(i, NULL, &nprocs, NULL, &ndetached);
+        want[i] = 1, picked++;
+        if (nprocs + ndetached) {
+            printf("GPU %s is currently in use by another process.\n\n", bus[i]);
+            busy++;
+        }
+    }
+    if (!picked) {
+        printf("No devices were found\n");
+        return 6;
+    }
+    if (busy) {
+        printf("%u device%s currently being used by one or more other processes (e.g., "
+               "Fabric Manager, CUDA application, graphics application such as an X server, "
+               "or a monitoring application such as another instance of nvidia-smi). Please "
+               "first kill all processes using this device and all compute applications "
+               "running in the system.\n", busy, busy == 1 ? " is" : "s are");
+        return 255;
+    }
+    const char *dir = fakegpu_state_dir();
+    int fd = fakegpu_state_lock(dir);
+    fg_state s;
+    int bad = fd < 0 || fakegpu_state_load(dir, &s);
+    for (unsigned i = 0; !bad && i < n && i < FG_MAX_GPUS; i++)
+        if (want[i])
+            s.g[i].leak_mib = 0;
+    bad = bad || fakegpu_state_save(dir, &s);
+    if (fd >= 0)
+        fakegpu_state_unlock(fd);
+    if (bad) {
+        printf("Unable to reset GPU: Unknown Error\n");
+        return 255;
+    }
+    for (unsigned i = 0; i < n && i < FG_MAX_GPUS; i++)
+        if (want[i])
+            printf("GPU %s was successfully reset.\n", bus[i]);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     char *qgpu = NULL, *qapps = NULL;
-    int list = 0;
+    int list = 0, reset = 0;
     long loop_ms = 0;
     for (int i = 1; i < argc; i++) {
         char *a = argv[i];
@@ -501,6 +565,8 @@ int main(int argc, char **argv)
             }
         } else if (!strcmp(a, "-L") || !strcmp(a, "--list-gpus"))
             list = 1;
+        else if (!strcmp(a, "-r") || !strcmp(a, "--gpu-reset"))
+            reset = 1;
         else if ((!strcmp(a, "-i") || !strcmp(a, "--id")) && next)
             id_sel = argv[++i];
         else if (!strncmp(a, "--id=", 5))
@@ -532,6 +598,11 @@ int main(int argc, char **argv)
         return 6;
     }
     int rc;
+    if (reset) {
+        rc = gpu_reset(n);
+        nvmlShutdown();
+        return rc;
+    }
     for (;;) {
         if (qgpu)
             rc = query_gpu(qgpu);

@@ -23,13 +23,14 @@ class UndescribedField(Exception):
 
 def documents() -> list[dict[str, Any]]:
     """Real documents, as ``gpudash snapshot --json`` writes them: the demo host (with a
-    pod, which the demo does not have) and a host that could not be read."""
+    pod, which the demo does not have, and a leak) and a host that could not be read."""
     from gpudash.cli.args import build_parser
     from gpudash.cli.main import open_sources
     from gpudash.demo.host import DemoHost
 
     [demo] = open_sources(build_parser("snapshot").parse_args(["--demo", "--json"]))
     assert isinstance(demo, DemoHost)
+    demo.driver.leaks[7] = 512  # memory no process holds on one GPU: its `unheld`
     snap = demo.snapshot()
     with_pod = dataclasses.replace(snap, pods=(Pod("0b8c…", "serving", "vllm-0"),))
     return [document([with_pod]), document([], errors={"gpu03": "no answer within 10 s"})]
@@ -118,7 +119,9 @@ GPUs, processes, units, containers, pods and owners, and what the triage made of
   `cpu_pct`/`rss_mib`/`device_gpus`, unit `description`; process `pgid`, what its cgroup
   says of its owner (`container_runtime`, `container_id`, `pod_uid`, and under a user's
   own systemd `user_uid` and `user_unit`), `unreadable` and `orphan`; GPU
-  `unattributed_mib`; owner kind `user service`.
+  `unattributed_mib`; owner kind `user service`; what was checked of memory no process
+  holds: GPU `process_list`, `device_scan`, `mig_mode`, `display_active`,
+  `persistence_mode`, `unheld`, host `pid_view`.
 - A host that could not be read appears as `{{"name": …, "error": "…"}}` (its lists
   empty) and the exit code is 3; a host without a GPU source (`source` `none`) exits 1.
 - Text is JSON-escaped as usual, and control, bidi and invisible characters are `\\uNNNN`

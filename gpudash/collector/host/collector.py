@@ -106,6 +106,10 @@ class HostCollector:
         self.signalled: dict[int, int] = {}  # pid -> its start ticks
         self.holding: dict[int, tuple[Json, dict[int, int], Json, str, int | None]] = {}
         self.devices = DeviceHolders(self.proc.proc, gpus=gpus)
+        # which processes this collector can see: a child PID namespace sees only its
+        # own, hidepid hides other users' from all but root
+        self.pid_view = ("namespace" if self.proc.nested else
+                         "hidepid" if self.proc.hidepid and os.geteuid() != 0 else "full")
         host = os.uname().nodename if hasattr(os, "uname") else "localhost"
         self.host = cap_text(host, TEXT_MAX)
 
@@ -198,6 +202,10 @@ class HostCollector:
             procs[name] = out
         found, problem = self.devices.sample(gpus, holders, read, force_units)
         procs.update(found)  # holders through /dev/nvidia* that NVML does not list
+        for gpu in gpus:  # what the scan of the device files says of a short GPU
+            verdict = self.devices.verdicts.get(gpu["index"])
+            if verdict is not None:
+                gpu["device_scan"] = verdict
         if problem:
             errors = errors + [problem]
         owners: dict[str, str] = {}
@@ -273,6 +281,7 @@ class HostCollector:
             snap["degraded"] = True
         if self.boot_id is not None:
             snap["boot_id"] = self.boot_id
+        snap["pid_view"] = self.pid_view
         for stat, value in self.stats.read().items():
             if value is not None:
                 snap[stat] = value

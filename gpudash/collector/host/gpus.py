@@ -13,6 +13,8 @@ from .parsing import parse_smi_apps, parse_smi_gpus
 from .protocol import MAX_GPUS, MIB, SMI_APP_FIELDS, SMI_GPU_FIELDS, TEXT_MAX, UTIL_WINDOW_US
 from .text import cap_text
 
+MODES_EVERY_S = 30.0  # MIG, display and persistence mode are read again this often
+
 if TYPE_CHECKING:
     from .protocol import Json
 
@@ -35,6 +37,10 @@ class NvmlReader:
         self.last_holders: dict[int, dict[int, int]] = {}
         # per GPU: the newest utilisation sample read (the driver's CPU time, us)
         self.sm_util: dict[int, int] = {}  # {pid: SM %} of the last read
+        # (GPU, function) -> why its last call failed: "denied", "unsupported", "error"
+        self.failed: dict[tuple[int, str], str] = {}
+        self.modes: list[Json] = []  # per GPU: MIG, display and persistence mode
+        self.modes_at = -MODES_EVERY_S
         count = nvml.nvmlDeviceGetCount()
         self.unlisted = max(0, count - MAX_GPUS)
         for index in range(count - self.unlisted):
@@ -55,20 +61,47 @@ class NvmlReader:
         if (index, fn) in self.unsupported:
             return None
         try:
-            return (impl or getattr(self.nvml, fn))(*args)
+            value = (impl or getattr(self.nvml, fn))(*args)
         except self.nvml.NVMLError as exc:
             code = getattr(exc, "value", None)
             if code == self.nvml.NVML_ERROR_GPU_IS_LOST:
                 raise
+            self.failed[(index, fn)] = "error"
+            if code == self.nvml.NVML_ERROR_NO_PERMISSION:
+                self.failed[(index, fn)] = "denied"
             if code in (
                 self.nvml.NVML_ERROR_NOT_SUPPORTED,
                 self.nvml.NVML_ERROR_FUNCTION_NOT_FOUND,
             ):
                 self.unsupported.add((index, fn))
+                self.failed[(index, fn)] = "unsupported"
             return None
         except AttributeError:
             self.unsupported.add((index, fn))
+            self.failed[(index, fn)] = "unsupported"
             return None
+        self.failed.pop((index, fn), None)
+        return value
+
+    def _modes(self, index: int, handle: Any) -> Json:
+        """What a GPU reset asks of the GPU: MIG mode, a display on it, persistence mode
+        ("on"/"off"; left out where the driver cannot tell)."""
+        out: Json = {}
+        try:
+            mig = self._call(index, "nvmlDeviceGetMigMode", handle)
+        except self.nvml.NVMLError:  # lost: the sample says so
+            return out
+        if mig is not None:
+            out["mig_mode"] = "on" if int(mig[0]) else "off"
+        for key, fn in (("display_active", "nvmlDeviceGetDisplayActive"),
+                        ("persistence_mode", "nvmlDeviceGetPersistenceMode")):
+            try:
+                value = self._call(index, fn, handle)
+            except self.nvml.NVMLError:
+                return out
+            if value is not None:
+                out[key] = "on" if int(value) else "off"
+        return out
 
     def _fast_process_lists(self) -> dict[str, Any]:
         """The C entry points pynvml itself calls for process lists, with pynvml's struct.
@@ -189,9 +222,14 @@ class NvmlReader:
         errors: list[str] = []
         if self.unlisted:
             errors.append(f"{self.unlisted} GPUs beyond the first {MAX_GPUS} not listed")
+        now = time.monotonic()
+        if now - self.modes_at >= MODES_EVERY_S:  # rarely changed: not every sample's cost
+            self.modes_at = now
+            self.modes = [self._modes(i, h) for i, h in enumerate(self.handles)]
         for index, handle in enumerate(self.handles):
             gpu = dict(self.static[index])
             try:
+                gpu.update(self.modes[index])
                 mem = self._call(index, "nvmlDeviceGetMemoryInfo", handle)
                 if mem is not None:
                     gpu["memory_total_mib"] = int(mem.total) // MIB
@@ -213,6 +251,10 @@ class NvmlReader:
                     "nvmlDeviceGetGraphicsRunningProcesses",
                 ):
                     lists.append((index, self._processes(index, fn, handle)))
+                # whether NVML's list of its compute processes could be read: an empty
+                # list that could not be read proves nobody holds it
+                gpu["process_list"] = self.failed.get(
+                    (index, "nvmlDeviceGetComputeRunningProcesses"), "read")
                 util_of = self._process_util(index, handle)
                 if util_of is not None:
                     utils.append((lists[-2][1] + lists[-1][1], util_of))
@@ -285,6 +327,8 @@ class SmiReader:
             errors.append(err)
             return gpus, {}, errors
         holders, errs = parse_smi_apps(out, index_of)
+        for gpu in gpus:
+            gpu["process_list"] = "read"
         return gpus, holders, errors + errs
 
 

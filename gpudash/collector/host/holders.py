@@ -60,6 +60,10 @@ class DeviceHolders:
         self.was_denied = False  # the last process read had unreadable fds
         self.memo: tuple[Any, Any, tuple[tuple[int, int], ...]] = (None, None, ())
         self.outs: dict[int, tuple[Json, Json]] = {}
+        # per short GPU, what the last sample's scan says of its device files: "held" (a
+        # process NVML does not list has them), "partial" (none found, but some processes'
+        # fds were not readable), "clear" (every process's fds and maps read: nobody)
+        self.verdicts: dict[int, str] = {}
 
     def shortfall(self, gpus: list[Json], holders: dict[int, dict[int, int]]) -> tuple[
         tuple[int, int], ...
@@ -90,6 +94,7 @@ class DeviceHolders:
         """Wire dicts of the device holders to add to this sample (keyed by pid), and a
         problem to report. ``read`` is ``ProcReader.read``; dicts are reused while unchanged."""
         short = self.shortfall(gpus, holders)
+        self.verdicts = {}
         if not short:
             if self.found or self.queue or self.scanned_for is not None:
                 self.found, self.queue, self.outs, self.scanned_for = {}, [], {}, None
@@ -123,6 +128,12 @@ class DeviceHolders:
             procs[str(pid)] = last[1]
         for pid in [p for p in self.outs if str(p) not in procs]:
             del self.outs[pid]
+        scanned = {gpu for gpu, _mib in self.scanned_for} if isinstance(
+            self.scanned_for, tuple) else set()
+        held = {g for out in procs.values() for g in out["device_gpus"]}
+        for gpu in sorted(short_gpus & scanned):
+            self.verdicts[gpu] = ("held" if gpu in held else "partial" if self.denied
+                                  else "clear")
         problem = None
         if self.denied:
             problem = (

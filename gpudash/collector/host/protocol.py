@@ -13,7 +13,7 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
-PROTOCOL = 8  # 2: boot_id, CPU and memory of the host and of each process, source "none"
+PROTOCOL = 9  # 2: boot_id, CPU and memory of the host and of each process, source "none"
 # 3: "containers" (docker/podman inspect of the containers their cgroups name) and "pods"
 # 4: a process's process group and what its cgroup says (container, pod, a user's own
 #    systemd), why a listed process could not be read; the parents and group leaders
@@ -24,6 +24,9 @@ PROTOCOL = 8  # 2: boot_id, CPU and memory of the host and of each process, sour
 # 7: a container's health check, --init and PID mode (what the container lint reads)
 # 8: "owners", the facts of owner kinds without a section of their own (a Slurm job's),
 #    by kind and key; a process's "claim": the owner its cgroup names, "KIND:KEY"
+# 9: what was checked of memory no process holds: per GPU whether NVML's process list was
+#    read, the device-file scan's verdict; MIG, display and persistence mode; the host's
+#    "pid_view" (what a GPU reset's plan reads)
 
 UTIL_WINDOW_US = 1000000  # a process's SM %: the most of its samples of the last second
 
@@ -53,11 +56,22 @@ SNAPSHOT_KEYS = (
     "v", "host", "taken_at", "boot_id", "source", "degraded", "errors", "can_act",
     "cannot_act_reason", "cpu_pct", "mem_used_mib", "mem_total_mib", "collector_cpu_s",
     "gpus", "procs", "units", "containers", "pods", "owners",
+    "pid_view",  # which processes the collector sees: one of PID_VIEWS
 )
+PID_VIEWS = ("full", "hidepid", "namespace")  # hidepid: other users' hidden (not root)
 GPU_KEYS = (
     "index", "uuid", "name", "memory_total_mib", "memory_used_mib", "memory_reserved_mib",
     "utilization_pct", "temperature_c", "power_w", "power_limit_w", "error",
+    # NVML's list of its compute processes: "read", or why not ("denied", "unsupported",
+    # "error"): an empty list that was not read proves nothing
+    "process_list",
+    # while memory on it is unexplained (DEV_SLACK_MIB): the scan of every process's
+    # /dev/nvidia* fds and maps: one of DEVICE_SCANS; absent: not scanned
+    "device_scan",
+    "mig_mode", "display_active", "persistence_mode",  # "on" / "off"
 )
+PROCESS_LISTS = ("read", "denied", "unsupported", "error")
+DEVICE_SCANS = ("clear", "held", "partial")
 PROC_KEYS = (  # gpu_memory_mib: {"INDEX": MiB, or -1 where the driver cannot tell}
     "pid", "ppid", "start_ticks", "started_at", "state", "user", "name", "cmdline", "cgroup",
     "unit", "gpu_memory_mib", "cpu_pct", "rss_mib",
