@@ -125,7 +125,8 @@ async def test_kill_main_pid_shows_respawn(lab_host) -> None:
             def flags_cell() -> str:
                 return str(app.query_one(HoldersTable).get_row(f"u:{VLLM}")[FLAGS])
 
-            await wait_for(pilot, lambda: "RESPAWNED" in flags_cell(), what="RESPAWNED row")
+            # (short, RESP, where the command line takes the room)
+            await wait_for(pilot, lambda: "RESP" in flags_cell(), what="RESPAWNED row")
             await select(pilot, app, f"u:{VLLM}")
             panel = str(app.query_one(UnitPanel).render())
             assert "Restart=always: killing the main PID respawns it" in panel, panel
@@ -175,7 +176,7 @@ async def test_stop_disable_shows_orphans_then_reap_frees(lab_host) -> None:
             seen_gpus = set()
             for orphan in app.view.triage.orphans():
                 row = [str(c) for c in table.get_row(f"p:{orphan.pid}")]
-                assert "ORPHAN" in row[FLAGS], row
+                assert "ORPH" in row[FLAGS], row  # ORPH where the command takes the room
                 [(gpu, mib)] = orphan.gpu_memory_mib.items()
                 assert mib == WORKER_MIB
                 assert row[MEM] == f"GPU{gpu} {gib(WORKER_MIB)}" == f"GPU{gpu} 94.5 GiB"

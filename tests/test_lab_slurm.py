@@ -46,13 +46,22 @@ def end_and_wait_freed(sh: Any, job: int) -> None:
 
 @pytest.fixture
 def clean(slurm_host: Any) -> Iterator[Any]:
-    """The module's Slurm host, idle with every GPU empty before and after each test."""
+    """The module's Slurm host, idle with every GPU empty before and after each test; a
+    node a failed test left drained is resumed, so that one failure does not fail the
+    module's next tests too."""
     assert not any(slurm_host.host.gpu_used_mib())
+    # the epilog runs gpudash from this checkout inside the lab host: each lab host mounts
+    # a /tmp of its own, so a checkout under /tmp is not there
+    seen = slurm_host.host.exec(["test", "-x", sys.executable], check=False).returncode == 0
+    assert seen, f"{sys.executable} is not visible inside the lab host (a checkout under /tmp?)"
     yield slurm_host
     for pid in slurm_host.pids_of_user("alice"):  # what a test left: its escapee, ...
         slurm_host.host.exec(["kill", "-9", str(pid)], check=False)
     wait_host(lambda: not any(slurm_host.host.gpu_used_mib()), timeout=30,
               what="the stand-in GPUs' memory back after the test")
+    if "DRAIN" in slurm_host.node_state():
+        slurm_host.scontrol("update", f"nodename={slurm_host.node}", "state=resume",
+                            check=False)
     slurm_host.wait_idle(timeout=30)
 
 
