@@ -259,7 +259,9 @@ class MainScreen(ViewKeys):
             title = f"GPU {selected}"
         totals = [g.memory_total_mib for g in snap.gpus if g.memory_total_mib]
         ymax = max(totals) / 1024 if totals else None
-        self.memory_plot.show(view.history, gpus, ymax, title)
+        marks = [r.memory.start for r in app.controller.reports  # where each action began
+                 if r.plan.host == view.name and r.memory.start is not None]
+        self.memory_plot.show(view.history, gpus, ymax, title, marks)
 
     @drawing
     def refresh_progress(self) -> None:

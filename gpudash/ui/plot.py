@@ -63,6 +63,9 @@ def _plotext() -> tuple[Any, Any, Any]:
 _FIGURE, _MARKER, _PIXEL = _plotext()
 
 
+MARK_RGB = (200, 200, 200)  # where an action began: grey on dark and light themes
+
+
 def gpu_colour(index: int) -> str:
     return GPU_COLOURS[index % len(GPU_COLOURS)]
 
@@ -79,8 +82,10 @@ def render_history(
     width: int,
     height: int,
     ymax_gib: float | None,
+    marks: Sequence[float] = (),
 ) -> Text:
-    """A line chart of used GiB per GPU over the last samples (x: seconds before the last)."""
+    """A line chart of used GiB per GPU over the last samples (x: seconds before the last);
+    a vertical line at each of ``marks`` (host times: where an action began)."""
     if width < 20 or height < 5:
         return Text("(too small for a plot)")
     points = [(t, used) for t, used in history]
@@ -88,7 +93,9 @@ def render_history(
         return Text("waiting for samples…")
     last = points[-1][0]
     shown = [(t - last, used) for t, used in points if -WINDOW_S <= t - last <= 0]
-    return _draw(shown, gpus, width, height, ymax_gib, lone=-1.0)
+    first = shown[0][0] if shown else 0.0
+    at = [m - last for m in marks if first <= m - last <= 0]
+    return _draw(shown, gpus, width, height, ymax_gib, lone=-1.0, marks=at)
 
 
 def render_series(
@@ -116,6 +123,7 @@ def _draw(
     height: int,
     ymax_gib: float | None,
     lone: float,
+    marks: Sequence[float] = (),
 ) -> Text:
     """``points`` (x already within a WINDOW_S span) drawn with one colour per GPU. A lone
     sample is a short flat line ``lone`` seconds long: back in time for a history (its x
@@ -145,6 +153,12 @@ def _draw(
         drawn = True
     if not drawn:
         return Text("no memory readings (N/A)")
+    high = ymax_gib or max((m / MIB_PER_GIB for _x, u in points for m in u.values() if m),
+                           default=1.0)
+    for x in marks:  # an action began here: a vertical line over the whole height
+        mark = fig.signal([x, x], [0.0, high], marker=_MARKER("braille", _PIXEL(MARK_RGB)))
+        mark.lines(True)
+        fig.draw(mark)
     if ymax_gib:
         fig.ruler("y").lim(0, ymax_gib)
     xs = [x for x, _ in points]

@@ -30,6 +30,7 @@ class MemoryPlot(QuietStatic):
         self._gpus: Sequence[int] = ()
         self._ymax: float | None = None
         self._title = ""
+        self._marks: tuple[float, ...] = ()  # host times where an action began
         # what the plot shows now: (gpus, ymax, title), the last sample's values, its time
         self._drawn: tuple[tuple[object, ...], Mapping[int, int | None], float] | None = None
 
@@ -39,11 +40,12 @@ class MemoryPlot(QuietStatic):
         gpus: Sequence[int],
         ymax_gib: float | None,
         title: str,
+        marks: Sequence[float] = (),
     ) -> None:
         self._history, self._gpus = list(history), list(gpus)
-        self._ymax, self._title = ymax_gib, title
+        self._ymax, self._title, self._marks = ymax_gib, title, tuple(marks)
         last = self._history[-1] if self._history else None
-        what = (tuple(self._gpus), ymax_gib, title)
+        what = (tuple(self._gpus), ymax_gib, title, self._marks)
         drawn = self._drawn
         if (last is not None and drawn is not None and len(self._history) > 2
                 and drawn[0] == what and drawn[1] == last[1] and last[0] - drawn[2] < SHIFT_S):
@@ -60,9 +62,12 @@ class MemoryPlot(QuietStatic):
         for gpu in self._gpus:
             legend.append("━", style=gpu_colour(gpu))
             legend.append(f"{gpu} ")
-        chart = render_history(
-            self._history, self._gpus, width=width, height=max(0, height - 1), ymax_gib=self._ymax
-        )
+        if self._marks:
+            legend.append("│", style="rgb(200,200,200)")
+            legend.append("action ")
+        chart = render_history(self._history, self._gpus, width=width,
+                               height=max(0, height - 1), ymax_gib=self._ymax,
+                               marks=self._marks)
         out = Text()
         out.append_text(legend)
         out.append("\n")
