@@ -2,7 +2,8 @@
 
 Pure functions of log lines (host text: read, never run). The cause of a failure is a
 server's own failure line (``failurelines``: vLLM's startup memory check, CUDA out of
-memory, NCCL errors), else the exception line of the traceback that ended a
+memory, NCCL errors, a port taken, a model missing; SGLang's, TGI's, Ollama's,
+TensorRT-LLM's, llama.cpp's), else the exception line of the traceback that ended a
 process (``tracebacks``), never a source line the traceback quotes. A wrapper ("Engine
 core initialization failed. See root cause above") points to the account before it.
 """
