@@ -60,6 +60,18 @@ def test_a_source_line_a_traceback_quotes_is_never_the_cause() -> None:
     assert f.line == "RuntimeError: weight model.embed_tokens.weight does not exist"
 
 
+def test_a_log_that_starts_inside_a_traceback_does_not_take_its_source_for_a_cause() -> None:
+    # the journal's last 200 lines began in the middle of the API server's traceback
+    lines = ['  File "/v/lib/python3.11/site-packages/vllm/v1/engine/utils.py", line 1431, in '
+             "wait_for_engine_startup",
+             "    raise RuntimeError(",
+             "RuntimeError: Engine core initialization failed. See root cause above. Failed "
+             "core proc(s): {'EngineCore': -9}"]
+    f = failure(lines)
+    assert f is not None and f.kind == "engine-init"
+    assert f.line == lines[-1]  # nothing above it explains more: the wrapper itself
+
+
 # Lines as the servers' sources print them (the file each comes from is named in
 # gpudash/serving/failurelines.py), inside a log of their usual shape.
 @pytest.mark.parametrize(("lines", "kind", "line"), [

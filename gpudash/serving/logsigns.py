@@ -82,7 +82,7 @@ def failure(lines: Sequence[str]) -> Failure | None:
     above itself ("See root cause above") is followed to the cause it points at. Never a
     source line a traceback quotes."""
     found = tracebacks(lines)
-    source = quoted_source(found)
+    source = quoted_source(lines, found)
     for sig in SIGNATURES:
         for i in range(len(lines) - 1, -1, -1):
             if i not in source and sig.pattern.search(lines[i]):

@@ -33,6 +33,9 @@ _EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?::(?:\s.*)?)?$")
 # pydantic's detail under "ValidationError: N validation error(s) for X": the cause
 _PYDANTIC = re.compile(r"^\s*(?:Value error|Assertion failed|Input should|Field required|"
                        r"Extra inputs are not permitted)\b")
+# a frame ('  File "x.py", line 3, in f') or what Python prints under it (the source
+# line, its ^^^^ markers), four spaces in
+_FRAME = re.compile(r'^(?:  File "|    )')
 MAX_FRAMES_LINES = 600  # a traceback longer than this without its exception line: cut off
 
 
@@ -75,7 +78,9 @@ def tracebacks(lines: Sequence[str]) -> list[Traceback]:
     return out
 
 
-def quoted_source(found: Sequence[Traceback]) -> set[int]:
-    """The indices of the lines inside tracebacks that are not their exception lines: the
-    frames and the source they quote (code, never a cause)."""
-    return {i for t in found for i in range(t.start, t.end)}
+def quoted_source(lines: Sequence[str], found: Sequence[Traceback]) -> set[int]:
+    """The indices of the lines that are a traceback's frames and the source they quote
+    (code, never a cause): inside each traceback found, and any line shaped like one,
+    for a log whose tail starts, or is cut, in the middle of a traceback."""
+    inside = {i for t in found for i in range(t.start, t.end)}
+    return inside | {i for i, line in enumerate(lines) if _FRAME.match(bare(line))}
