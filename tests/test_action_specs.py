@@ -83,7 +83,7 @@ async def test_a_fix_is_offered_for_what_only_the_learned_stop_time_shows() -> N
     from gpudash.domain.lint import Learned
 
     snap = await DemoHost().sample()
-    clean = replace(snap.unit(MINIMAX), kill_mode="control-group", restart="on-failure",
+    clean = replace(snap.unit(MINIMAX), kill_mode="control-group", restart="always",
                     timeout_stop_s=300.0, exec_start="/usr/bin/vllm serve",
                     start_limit_interval_s=600.0)
     snap = replace(snap, units=tuple(clean if u.name == MINIMAX else u for u in snap.units))

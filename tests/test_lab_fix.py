@@ -2,7 +2,9 @@
 after ``gpudash fix`` on the incident unit (Restart=always, KillMode=process), ``kill -9``
 of its main PID leaves no ORPHAN (systemd stops the whole cgroup before it restarts) and
 ``systemctl stop`` leaves no process; after ``--revert`` the trap is back, and an
-operator's own drop-in beside gpudash's is kept throughout."""
+operator's own drop-in beside gpudash's is kept throughout. That drop-in sets
+Restart=on-failure, which a vLLM whose engine died (it exits 0, vllm #48966) never comes
+back from: the fix writes Restart=always over it (issue 34)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ VLLM = "vllm-minimax-m25.service"
 DIR = f"/etc/systemd/system/{VLLM}.d"
 OURS = f"{DIR}/50-gpudash.conf"
 OPERATORS = f"{DIR}/10-operator.conf"
-SHOW = ["MainPID", "NRestarts", "ActiveState", "KillMode"]
+SHOW = ["MainPID", "NRestarts", "ActiveState", "KillMode", "Restart"]
 
 
 def _exists(h, path: str) -> bool:  # type: ignore[no-untyped-def]
@@ -43,14 +45,16 @@ def _kill_main(h) -> tuple[int, int]:  # type: ignore[no-untyped-def]
 
 def test_fix_removes_the_trap_and_revert_brings_it_back(lab_host) -> None:  # type: ignore[no-untyped-def]
     h = lab_host
-    h.sh(f"mkdir -p {DIR} && printf '[Service]\\nEnvironment=OPERATOR_SET=1\\n' > {OPERATORS}"
-         " && systemctl daemon-reload")
+    h.sh(f"mkdir -p {DIR} && printf '[Service]\\nEnvironment=OPERATOR_SET=1\\n"
+         f"Restart=on-failure\\n' > {OPERATORS} && systemctl daemon-reload")
     old = wait_host(lambda: len(w := workers(h)) == 8 and w, what="8 workers")
     assert h.unit_show(VLLM, SHOW)["KillMode"] == "process"
+    assert h.unit_show(VLLM, SHOW)["Restart"] == "on-failure"
 
     dry = gpudash(h, "fix", h.alias, "--unit", "vllm-minimax-m25", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert f"+# {OURS}" in dry.stdout and "+KillMode=mixed" in dry.stdout
+    assert "+Restart=always" in dry.stdout and "+StartLimitBurst=5" in dry.stdout
     assert "nothing sent" in dry.stderr  # the diff on stdout (`> fix.diff`), the word apart
     assert not _exists(h, OURS)  # --dry-run sent nothing
 
@@ -59,7 +63,7 @@ def test_fix_removes_the_trap_and_revert_brings_it_back(lab_host) -> None:  # ty
     assert cp.returncode == 0, cp.stdout + cp.stderr
     assert json.loads(cp.stdout)["action"] == "fix"
     s = h.unit_show(VLLM, SHOW)
-    assert s["KillMode"] == "mixed"
+    assert s["KillMode"] == "mixed" and s["Restart"] == "always"
     assert _exists(h, OURS) and _exists(h, OPERATORS)
     assert sorted(workers(h)) == sorted(old)  # the running unit kept running
 
@@ -78,7 +82,8 @@ def test_fix_removes_the_trap_and_revert_brings_it_back(lab_host) -> None:  # ty
     cp = gpudash(h, "fix", h.alias, "--unit", "vllm-minimax-m25", "--revert", "--yes",
                  "--timeout", "30")
     assert cp.returncode == 0, cp.stdout + cp.stderr
-    assert h.unit_show(VLLM, SHOW)["KillMode"] == "process"
+    s = h.unit_show(VLLM, SHOW)
+    assert s["KillMode"] == "process" and s["Restart"] == "on-failure"
     assert not _exists(h, OURS) and _exists(h, OPERATORS)  # only gpudash's file went
     # the trap is back: the old workers outlive their main as orphans
     before = sorted(workers(h))

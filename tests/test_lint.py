@@ -88,7 +88,7 @@ def test_the_seeds_unit_is_linted_with_the_fix_for_each_finding() -> None:
 
 
 def test_a_well_set_unit_has_no_findings() -> None:
-    good = unit(kill_mode="mixed", restart="on-failure", restart_s=10.0,
+    good = unit(kill_mode="mixed", restart="always", restart_s=10.0,
                 start_limit_interval_s=600.0, start_limit_burst=5)
     assert lint_unit(good) == ()
     # systemd's defaults (100 ms apart, 5 in 10 s) stop a crash loop, but restart too fast

@@ -9,6 +9,7 @@ from gpudash.domain import dropin
 # the unit's settings a drop-in of gpudash's may change: key -> SimUnit field
 SETTINGS = {
     "KillMode": "kill_mode",
+    "Restart": "restart",
     "RestartSec": "restart_sec",
     "StartLimitIntervalSec": "start_limit_interval_s",
     "StartLimitBurst": "start_limit_burst",
@@ -27,7 +28,7 @@ def unit_file(u: SimUnit) -> str:
     command = u.server.cmdline() if u.server is not None else "python3 -m vllm.entrypoints"
     text = (f"# /etc/systemd/system/{u.name}\n[Unit]\nDescription={u.description}\n"
             f"StartLimitIntervalSec={base['start_limit_interval_s']:g}\n\n"
-            f"[Service]\nExecStart=/usr/bin/{command}\nRestart={u.restart}\n"
+            f"[Service]\nExecStart=/usr/bin/{command}\nRestart={base['restart']}\n"
             f"RestartSec={base['restart_sec']:g}\nKillMode={base['kill_mode']}\n\n"
             "[Install]\nWantedBy=multi-user.target\n")
     if u.drop_in is not None:
@@ -49,7 +50,7 @@ def reload(u: SimUnit) -> None:
         field = SETTINGS.get(key, "")
         if not field:
             continue
-        if field in ("kill_mode", "send_sigkill"):
+        if field in ("kill_mode", "send_sigkill", "restart"):
             setattr(u, field, value)
         elif field == "start_limit_burst":
             u.start_limit_burst = int(value)

@@ -20,6 +20,8 @@ from gpudash.serving.processes import server_process
 
 # systemd's Restart= values that bring a dead main process back by themselves
 RESTARTING = ("always", "on-failure", "on-abnormal", "on-abort", "on-watchdog")
+# ... and those of them that leave a main process that exited 0 dead (systemd.service(5))
+NOT_ON_CLEAN_EXIT = ("on-failure", "on-abnormal", "on-abort", "on-watchdog")
 # What gpudash's drop-in sets for each finding. KillMode=mixed: the server gets SIGTERM
 # and shuts its own workers down; whatever is left when TimeoutStopSec ends is SIGKILLed
 # with the whole cgroup (control-group would SIGTERM the workers under the server's feet).
@@ -73,14 +75,20 @@ class Finding:
 
 def is_model_server(unit: Unit) -> bool:
     """The unit's ExecStart is a model server's (vLLM, SGLang, TGI, ...)."""
+    return server_of(unit) is not None
+
+
+def server_of(unit: Unit) -> str | None:
+    """The model server the unit's ExecStart starts ("vLLM", "SGLang", ...), or None."""
     if not unit.exec_start:
-        return False
+        return None
     argv = unit.exec_start
     try:
         words = shlex.split(argv)
     except ValueError:
         words = argv.split()
-    return server_process(_shell_command(words) or argv) is not None
+    found = server_process(_shell_command(words) or argv)
+    return found.server if found is not None else None
 
 
 def _shell_command(words: list[str]) -> str | None:
@@ -111,6 +119,7 @@ def lint_unit(unit: Unit, *, holds_gpu_memory: bool = False,
             "outlive it and keep their GPU memory",
             (("Service", "KillMode", FIX_KILL_MODE),)))
     out += _sigterm_findings(unit, learned)
+    out += _exit_zero_findings(unit)
     out += _restart_findings(unit)
     out += _timeout_stop_findings(unit, learned.stop_s)
     shell = _shell_without_exec(unit.exec_start)
@@ -210,6 +219,31 @@ def lint_container(c: Container) -> tuple[Finding, ...]:
     return tuple(out)
 
 
+def _exit_zero_findings(unit: Unit) -> list[Finding]:
+    """vLLM's API server exits 0 when its EngineCore dies (vllm-project/vllm#48966, fix
+    PR #52178 open in 2026-12): systemd takes that for a clean stop, and a Restart= that
+    skips clean exits leaves the server down. Restart=always brings it back; the start
+    limit keeps that from being a crash loop for ever."""
+    restart = (unit.restart or "").lower()
+    if restart not in NOT_ON_CLEAN_EXIT or server_of(unit) != "vLLM":
+        return []
+    return [Finding(
+        f"Restart={unit.restart}",
+        "vLLM's API server exits 0 when its engine dies (vllm #48966): systemd sees a clean "
+        "exit and never restarts it; Restart=always does, bounded by a start limit",
+        (("Service", "Restart", "always"), *_start_limit_fix(unit)))]
+
+
+def _start_limit_fix(unit: Unit) -> tuple[tuple[str, str, str], ...]:
+    """gpudash's start limit: FIX_START_LIMIT_BURST starts within an interval that starts
+    ``RestartSec`` apart do reach (else systemd would never stop a crash loop)."""
+    delay = unit.restart_s or 0.0
+    interval = max(FIX_START_LIMIT_INTERVAL_S,
+                   int(math.ceil(2 * FIX_START_LIMIT_BURST * delay / 60.0)) * 60)
+    return (("Unit", "StartLimitIntervalSec", f"{interval}s"),
+            ("Unit", "StartLimitBurst", str(FIX_START_LIMIT_BURST)))
+
+
 def _restart_findings(unit: Unit) -> list[Finding]:
     restart = (unit.restart or "").lower()
     if restart not in RESTARTING:
@@ -228,9 +262,7 @@ def _restart_findings(unit: Unit) -> list[Finding]:
             out.append(Finding(
                 f"Restart={unit.restart}",
                 f"{limit}: a server that crashes at start is restarted for ever, each "
-                "time taking its GPU memory again",
-                (("Unit", "StartLimitIntervalSec", f"{FIX_START_LIMIT_INTERVAL_S}s"),
-                 ("Unit", "StartLimitBurst", str(FIX_START_LIMIT_BURST)))))
+                "time taking its GPU memory again", _start_limit_fix(unit)))
     if unit.restart_s is not None and unit.restart_s < MIN_RESTART_S:
         out.append(Finding(
             f"RestartSec={_secs(unit.restart_s)}",

@@ -1,9 +1,11 @@
 """What a model server's log says: loading progress, readiness, and why it failed.
 
-Pure functions of log lines (host text: read, never run). The signatures are the ones
-operators meet (``shared/MODEL-SERVERS.md``): vLLM's startup memory check, CUDA out of
-memory, NCCL errors, and the "Engine core initialization failed" wrapper whose cause is
-an earlier line.
+Pure functions of log lines (host text: read, never run). The cause of a failure is a
+server's own failure line (``failurelines``: vLLM's startup memory check, CUDA out of
+memory, NCCL errors, a port taken, a model missing; SGLang's, TGI's, Ollama's,
+TensorRT-LLM's, llama.cpp's), else the exception line of the traceback that ended a
+process (``tracebacks``), never a source line the traceback quotes. A wrapper ("Engine
+core initialization failed. See root cause above") points to the account before it.
 """
 
 from __future__ import annotations
@@ -11,6 +13,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+from gpudash.serving.failurelines import SIGNATURES, WRAPPERS
+from gpudash.serving.tracebacks import Traceback, bare, quoted_source, tracebacks
 
 # tqdm as vLLM prints it: "Loading safetensors checkpoint shards:  37% Completed | 24/64 [..]"
 _SHARDS = re.compile(
@@ -38,34 +43,20 @@ class LoadProgress:
 class Failure:
     """The line that explains why a server did not come up, and what it means."""
 
-    kind: str  # memory-held | cuda-oom | nccl | engine-init | exception | exited
-    line: str  # the host's line, as it was (escape it before showing)
+    # memory-held | cuda-oom | nccl | port-in-use | model-missing | model-load |
+    # engine-init (a wrapper's cause) | exception
+    kind: str
+    line: str  # the host's line without the server's prefixes (escape it before showing)
     advice: str
 
 
-_SIGNATURES: tuple[tuple[re.Pattern[str], str, str], ...] = (
-    (re.compile(r"Free memory on device .* is less than desired GPU memory utilization"),
-     "memory-held",
-     "another process still holds GPU memory: reclaim it (or lower "
-     "--gpu-memory-utilization)"),
-    (re.compile(r"No available memory for the cache blocks|larger than the available KV cache"),
-     "memory-held", "not enough GPU memory left for the KV cache"),
-    (re.compile(r"CUDA out of memory|torch\.OutOfMemoryError|cudaErrorMemoryAllocation"),
-     "cuda-oom", "the model does not fit in the GPU memory that is free"),
-    (re.compile(r"NCCL error|unhandled (?:system|cuda) error|ncclInternalError"),
-     "nccl", "NCCL failed between the GPUs: check NCCL_DEBUG=INFO output and the GPUs' peers"),
-)
-_WRAPPER = re.compile(r"Engine core initialization failed")
-_CAUSE = re.compile(r"(Error|Exception|error:|ERROR)")
-# vLLM prefixes what its processes print: "(EngineCore pid=3703) ", "(APIServer pid=1) "
-_PREFIX = re.compile(r"^\((?:\w+) pid=\d+\)\s?")
-_TRACEBACK = re.compile(r"Traceback \(most recent call last\):")
-# the exception line that ends a traceback: "ValueError: ...", "pkg.mod.SomeError: ..."
-_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt"
-                        r"|Warning|Failure)\b(?::|$)")
-# pydantic's detail under "ValidationError: N validation error(s) for X": the cause
-_PYDANTIC = re.compile(r"^\s*(?:Value error|Assertion failed|Input should|Field required|"
-                       r"Extra inputs are not permitted)\b")
+_WRAPPED = ("a part of the server failed to start and the server stopped with it: this is "
+            "that part's error")
+_DIED = ("the server stopped on this error: fix what it names (its arguments, its model, "
+         "its environment) and start it again")
+# a line that reads as an error, for a wrapper with no traceback above it
+_ERROR_LIKE = re.compile(r"(Error|Exception|error:|ERROR)")
+MAX_HOPS = 8  # wrappers followed back, at most
 
 
 def load_progress(lines: Iterable[str]) -> LoadProgress | None:
@@ -86,40 +77,47 @@ def says_ready(lines: Iterable[str]) -> bool:
 
 
 def failure(lines: Sequence[str]) -> Failure | None:
-    """The line that explains a failed start, most specific first; the wrapper's cause is
-    the last error line above it."""
-    for pattern, kind, advice in _SIGNATURES:
-        for line in reversed(lines):
-            if pattern.search(line):
-                return Failure(kind, line.strip(), advice)
-    for i in range(len(lines) - 1, -1, -1):
-        if _WRAPPER.search(lines[i]):
-            cause = next((lines[j] for j in range(i - 1, -1, -1) if _CAUSE.search(lines[j])),
-                         lines[i])
-            return Failure("engine-init", cause.strip(),
-                           "the engine failed to start; the line above is its cause")
-    died = _exception(lines)
-    if died is not None:
-        return Failure("exception", died.strip(),
-                       "the server stopped on this error: fix what it names (its arguments, "
-                       "its model, its environment) and start it again")
-    return None
+    """The line that explains a failed start: a server's own failure line (its signature,
+    most specific first), else the exception that ended a process; a wrapper that points
+    above itself ("See root cause above") is followed to the cause it points at. Never a
+    source line a traceback quotes."""
+    found = tracebacks(lines)
+    source = quoted_source(lines, found)
+    for sig in SIGNATURES:
+        for i in range(len(lines) - 1, -1, -1):
+            if i not in source and sig.pattern.search(lines[i]):
+                return Failure(sig.kind, bare(lines[i]).strip(), sig.advice)
+    return _cause(lines, found, source)
 
 
-def _exception(lines: Sequence[str]) -> str | None:
-    """The line that says why a Python program died: the exception line of its last
-    traceback, or, for pydantic's ValidationError, the detail line under it ("Value
-    error, ..."), not its "For further information visit ..." footer."""
-    start = None
-    for i in range(len(lines) - 1, -1, -1):
-        if _TRACEBACK.search(lines[i]):
-            start = i
+def _cause(lines: Sequence[str], found: Sequence[Traceback], source: set[int]
+           ) -> Failure | None:
+    """From the end of the log back: the last traceback's exception, unless a wrapper
+    reported it (a wrapper line after it, or its own exception line one, or one just
+    before it): then the account above that wrapper, and so on."""
+    wrappers = [i for i, line in enumerate(lines)
+                if i not in source and any(p.search(line) for p in WRAPPERS)]
+    pos = len(lines)
+    first: int | None = None  # the wrapper met first (the latest in the log)
+    for _ in range(MAX_HOPS):
+        before = [t for t in found if t.end < pos]
+        last = before[-1] if before else None
+        previous_end = before[-2].end if len(before) > 1 else -1
+        w = max((i for i in wrappers if i < pos), default=None)
+        if w is not None and (last is None or w > last.end):
+            pos = w  # a wrapper after the last traceback: its cause is above it
+        elif last is not None and w is not None and w > previous_end:
+            pos = last.start  # the wrapper's own traceback: the cause is before it
+        elif last is not None:
+            if first is None:
+                return Failure("exception", last.exception, _DIED)
+            return Failure("engine-init", last.exception, _WRAPPED)
+        else:
             break
-    if start is None:
+        first = w if first is None else first
+    if first is None:
         return None
-    bare = [_PREFIX.sub("", line) for line in lines[start + 1:]]
-    for i, line in enumerate(bare):
-        if _EXCEPTION.match(line):
-            detail = next((d for d in bare[i + 1:i + 6] if _PYDANTIC.match(d)), None)
-            return detail.strip() if detail is not None else line.strip()
-    return None
+    above = next((bare(lines[i]).strip() for i in range(pos - 1, -1, -1)
+                  if i not in source and i not in wrappers
+                  and _ERROR_LIKE.search(lines[i])), None)
+    return Failure("engine-init", above or bare(lines[first]).strip(), _WRAPPED)
