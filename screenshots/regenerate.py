@@ -4,7 +4,8 @@ Plays the incident on the demo (kill -9 of the vLLM main process, so systemd res
 and the old workers are orphaned), then saves: the main screen, the confirm dialog of a
 reclaim plan, and the confirmed result; at 160x50 (main.svg, ...) and at a laptop's
 80x24 (main-80x24.svg, ...). Then the fleet view of ``--demo-hosts 6`` (fleet.svg), after
-a reclaim on the host whose unit was stopped with its workers left behind.
+a reclaim on the host whose unit was stopped with its workers left behind; and the fleet
+from a Prometheus (prometheus-fleet.svg: recorded answers replayed on 127.0.0.1).
 
 ``python screenshots/regenerate.py [THEME] --swap`` saves the model swap instead: its plan
 (swap-plan.svg), the next model loading (swap-loading.svg), serving (swap-serving.svg), and
@@ -105,6 +106,32 @@ async def fleet(theme: str, suffix: str, size: tuple[int, int]) -> None:
         app.save_screenshot(f"fleet{suffix}.svg", str(HERE))
 
 
+async def prometheus(theme: str, size: tuple[int, int]) -> None:
+    """``gpudash --prometheus``: the fleet as a real Prometheus answered it (the answers
+    tests/data/fleetprom recorded, replayed on 127.0.0.1): gpudash's exporters and
+    dcgm-exporter hosts side by side."""
+    import json
+
+    sys.path.insert(0, str(HERE.parent / "tests"))
+    from promfakes import Recorded, serving
+
+    from gpudash.state.promconfig import PromSettings
+    from gpudash.ui.prom_app import PromFleetApp
+
+    answers = json.loads((HERE.parent / "tests" / "data" / "fleetprom" / "answers.json")
+                         .read_text())
+    at = answers["gpudash"]["data"]["result"][0]["value"][0]  # when it was recorded
+    recorded = Recorded(answers)
+    with serving(recorded.handler()) as url:
+        app = PromFleetApp(PromSettings(url=url), interval=0.5, theme=theme,
+                           clock=lambda: at + 2.0)
+        async with app.run_test(size=size) as pilot:
+            await until(pilot, lambda: len(app.fleet._shown) >= 8)
+            await pilot.pause(0.5)
+            app.save_screenshot("prometheus-fleet.svg", str(HERE))
+        recorded.release.set()
+
+
 def progress_text(app: GpudashApp) -> str:
     return str(app.query_one("#progress").render())
 
@@ -164,4 +191,5 @@ if __name__ == "__main__":
         for name_suffix, terminal in SIZES.items():
             asyncio.run(main(chosen, name_suffix, terminal))
             asyncio.run(fleet(chosen, name_suffix, terminal))
+        asyncio.run(prometheus(chosen, (160, 30)))
     print("wrote", ", ".join(sorted(p.name for p in HERE.glob("*.svg"))))
