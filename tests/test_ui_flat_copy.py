@@ -161,3 +161,34 @@ async def test_help_has_a_legend_of_every_flag_short_and_long() -> None:
         for flag in Flag:
             assert f"{SHORT_FLAG[flag]:<5} {flag.value}" in shown, flag
         assert "holds GPU memory and its owner is gone" in shown
+
+
+async def test_plus_and_minus_change_every_hosts_sample_interval_live() -> None:
+    """Changing the interval without restarting was reached for and not found (issue
+    33, item 10): + samples less often, - more often; the follower (its last sample, its
+    crash-loop watch) is kept, only the stream is started again at the new pace."""
+    from support import stepped_clock_of
+
+    demo = DemoHost(clock=SteppedClock())
+    app = make_app(demo)  # every 0.25 s
+    async with app.run_test(size=(160, 50)) as pilot:
+        await select(pilot, app, f"u:{MINIMAX}")
+        clock = stepped_clock_of(app)
+
+        async def samples_in(seconds: float) -> int:
+            before = len(app.view.history)
+            for _ in range(int(seconds / 0.25)):
+                await clock.advance(0.25)
+                await pilot.pause(0.01)
+            return len(app.view.history) - before
+
+        fast = await samples_in(5.0)
+        follower = app.feeds._followers[0]
+        await pilot.press("plus", "plus")  # 0.25 -> 0.5 -> 1 s
+        await wait_for(pilot, lambda: app.sample_interval == 1.0)
+        assert app.stale_after == 5.0 and app.feeds._followers[0] is follower
+        await samples_in(1.0)  # the new stream's first sample
+        slow = await samples_in(5.0)
+        assert 15 <= fast <= 21 and 3 <= slow <= 7, (fast, slow)
+        await pilot.press("minus")
+        await wait_for(pilot, lambda: app.sample_interval == 0.5)

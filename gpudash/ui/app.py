@@ -90,6 +90,7 @@ class GpudashApp(HoldsKeys, LiteralNotices):
         self.read_only = read_only
         self.exec_options = exec_options or ExecOptions()
         self.clock = clock
+        self.sample_interval = interval  # + and - change it, every host
         self.stale_after = 3 * interval + 2
         self.fresh_within = 1.5 * interval  # a sample younger than this: "just now"
         self.controller = ActionController(self.exec_options)
@@ -113,6 +114,11 @@ class GpudashApp(HoldsKeys, LiteralNotices):
         self.fleet = FleetScreen(self)  # several hosts: the table of them all, shown first
         self.feeds = HostFeeds(self, self, self.main, self.fleet, interval,
                                on_sample=self.acting.reverify)
+
+    def set_sample_interval(self, seconds: float) -> None:
+        self.sample_interval = seconds
+        self.stale_after, self.fresh_within = 3 * seconds + 2, 1.5 * seconds
+        self.feeds.set_interval(seconds)
 
     # --- layout ------------------------------------------------------------------------
 

@@ -77,6 +77,11 @@ KEYS: tuple[Key, ...] = (
              "in one plan", palette="Tag / untag the selected process"),
     Key("main", "untag", "M", "untag", "Untag all", show=False, help="Untag every process",
         palette="Untag every process"),
+    Key("main", "slower", "plus", "interval(1)", "Slower", show=False, help_keys="+",
+        help="Sample every host less often (0.25, 0.5, 1, 2, 5, 10, 30 s)",
+        palette="Sample interval: longer"),
+    Key("main", "faster", "minus", "interval(-1)", "Faster", show=False, help_keys="-",
+        help="Sample every host more often", palette="Sample interval: shorter"),
     Key("main", "pause", "p", "pause", "Pause", show=False,
         help="Pause the display: samples are still read and recorded, and an action plans "
              "from the newest (again: live)",

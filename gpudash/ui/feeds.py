@@ -38,6 +38,7 @@ class HostFeeds:
         # what the availability was last asked of: values, and objects (compared by identity)
         self._depends: tuple[tuple[object, ...], tuple[object, ...]] = ((), ())
         self._learned = LearnedUnits()  # what the unit lint reads of past stops, per host
+        self._followers: dict[int, HostFollower] = {}
 
     def start(self) -> None:
         """A worker per host, and the once-a-second tick."""
@@ -45,13 +46,24 @@ class HostFeeds:
             self._follow(index)
         self.app.set_interval(1.0, self.tick)
 
+    def set_interval(self, seconds: float) -> None:
+        """Sample every host every ``seconds`` from now on: each host's stream is started
+        again at that pace; its follower (the last sample, the crash-loop watch) is kept."""
+        self.interval = seconds
+        for index in list(self._followers):
+            self._follow(index)
+
     def _follow(self, index: int) -> None:
         view = self.state.views[index]
-        follower = HostFollower(
-            view.source, self.interval,
-            on_frame=lambda frame, sampled: self._framed(index, frame, sampled),
-            learned=lambda s: self._learned(s.host, simulated=s.source is SourceKind.DEMO),
-            retry_host_key=None)  # an unknown or changed key needs the operator
+        follower = self._followers.get(index)
+        if follower is None:
+            follower = HostFollower(
+                view.source, self.interval,
+                on_frame=lambda frame, sampled: self._framed(index, frame, sampled),
+                learned=lambda s: self._learned(s.host, simulated=s.source is SourceKind.DEMO),
+                retry_host_key=None)  # an unknown or changed key needs the operator
+            self._followers[index] = follower
+        follower.interval = self.interval
         self.app.run_worker(
             follower.run(), name=f"host {view.name}", group=f"host-{index}", exclusive=True,
             exit_on_error=False,

@@ -36,6 +36,7 @@ class Dashboard(Protocol):
     result_shown: bool
     holder_filter: str
     paused: bool  # new samples are not drawn (p)
+    sample_interval: float  # seconds between a host's samples (+ and - change it)
     holder_view: HolderView  # sort, user and GPU filters, what is collapsed
     last_actions: dict[str, LastAction]
     read_only: bool
@@ -72,6 +73,10 @@ class Dashboard(Protocol):
 
     def open_host(self, index: int) -> None:
         """Show host ``index``'s screen."""
+        ...
+
+    def set_sample_interval(self, seconds: float) -> None:
+        """Sample every host every ``seconds`` from now on."""
         ...
 
     def log_action(self, host: str, action: str, outcome: str, ok: bool | None,

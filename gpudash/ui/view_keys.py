@@ -23,6 +23,8 @@ from gpudash.ui.widgets.holder_flags import legend
 from gpudash.ui.widgets.holders import IDLE_KEY, HoldersTable, selection_of
 from gpudash.ui.widgets.plotview import MemoryPlot
 
+INTERVALS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)  # the steps of + and -
+
 
 def tagged_pids(app: Dashboard) -> tuple[int, ...]:
     """The tagged processes still in the host's sample (k, t, S act on them all)."""
@@ -170,6 +172,16 @@ class ViewKeys(Screen[None]):
         if app.holder_view.tagged:
             app.holder_view = replace(app.holder_view, tagged=frozenset())
             self.refresh_holders()
+
+    def action_interval(self, step: int) -> None:
+        """The sample interval one step longer (+) or shorter (-), every host."""
+        app = self.dashboard
+        now = app.sample_interval
+        at = min(range(len(INTERVALS)), key=lambda i: abs(INTERVALS[i] - now))
+        chosen = INTERVALS[max(0, min(len(INTERVALS) - 1, at + step))]
+        if chosen != now:
+            app.set_sample_interval(chosen)
+        self.app.notify(f"every {chosen:g} s, every host", title="Sample interval")
 
     def action_pause(self) -> None:
         """Stop drawing new samples (they are still read, recorded and triaged: an action
