@@ -3,8 +3,8 @@
 as their faithful stand-ins (tests/standins/), each (a) as a systemd unit
 (Restart=always, KillMode=process, as the incident's) and (b) as a job of alice's login
 session; and the real vLLM with a custom ``VLLM_PROCESS_NAME_PREFIX`` as a unit, and
-from a login shell that is a subreaper, where its engine is adopted by that shell rather
-than PID 1.
+(with another prefix) from a login shell that is a subreaper, where its engine is adopted
+by that shell rather than PID 1.
 
 Each test starts the server, waits until its holders hold their memory and it logged its
 ready line, checks that ``gpudash snapshot --json`` and ``gpudash reap --dry-run`` flag
@@ -37,6 +37,7 @@ from test_lab_realvllm import gpudash, gpudash_snapshot, orphans, reap
 pytestmark = [pytest.mark.lab]
 
 PREFIX = "acme"  # VLLM_PROCESS_NAME_PREFIX of the real vLLM's unit
+LOGIN_PREFIX = "ml-team"  # and of alice's (any word an operator sets)
 STANDIN_GPUS = 4  # the stand-ins hold GPUs 0-1 (rank = GPU); the real vLLM 4 and 5
 VLLM_UNIT_GPU, VLLM_LOGIN_GPU = 4, 5
 
@@ -70,8 +71,9 @@ def servers_host(lab: Any) -> Iterator[ServersHost]:
         login = None
         if real:
             port = labmod._free_port()
-            api, log = L.login_start(host, f"vllm-{port}", S.server_argv(port),
-                                     S.server_env(S.DEFAULT_MIB, (VLLM_LOGIN_GPU,)),
+            env = {**S.server_env(S.DEFAULT_MIB, (VLLM_LOGIN_GPU,)),
+                   "VLLM_PROCESS_NAME_PREFIX": LOGIN_PREFIX}
+            api, log = L.login_start(host, f"vllm-{port}", S.server_argv(port), env,
                                      prefix=L.subreaper_prefix())
             login = VllmLogin(api, port, log)
         yield ServersHost(host, unit, login)
@@ -289,7 +291,8 @@ def test_vllm_leftovers_adopted_by_a_subreaper_shell(realvllm: Any,
             tail = h.exec(["tail", "-n", "40", srv.log], check=False).stdout
             raise AssertionError(f"{e}\n--- {srv.log}:\n{tail}") from None
         assert L.processes(h)[shell].args == "-zsh"
-        engine, worker = vllm_tree(h, srv.api, "VLLM")
+        engine, worker = vllm_tree(h, srv.api, LOGIN_PREFIX)
+        assert h.proc(engine)["comm"] == f"{LOGIN_PREFIX}::EngineCore"[:15]
         S.wait_held(h, [worker], S.DEFAULT_MIB)
         scope = h.proc(worker)["cgroup"]
         assert "/session-" in scope, scope
