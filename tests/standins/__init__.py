@@ -18,14 +18,16 @@ PROGRAMS = {
 }
 
 
-def install(bin_dir: Path) -> Path:
+def install(bin_dir: Path, python: str = sys.executable, lib: str = str(HERE.parent)) -> Path:
     """Write the stand-in programs into ``bin_dir`` (and mpi4py's ``futures.server``,
-    which the MPI daemon runs as ``python -m``); returns ``bin_dir``."""
+    which the MPI daemon runs as ``python -m``); returns ``bin_dir``. ``python`` runs them
+    and ``lib`` is the directory holding this package, as the machine that runs them sees
+    both (a lab host: its own python3 and a copy every user can read)."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     for program, module in PROGRAMS.items():
         path = bin_dir / program
-        path.write_text(f"#!{sys.executable}\nimport sys\n"
-                        f"sys.path.insert(0, {str(HERE.parent)!r})\n"
+        path.write_text(f"#!{python}\nimport sys\n"
+                        f"sys.path.insert(0, {lib!r})\n"
                         f"from standins import {module}\n{module}.main({program!r})\n")
         path.chmod(0o755)
     futures = bin_dir / "mpi4py" / "futures"
@@ -33,7 +35,7 @@ def install(bin_dir: Path) -> Path:
     (bin_dir / "mpi4py" / "__init__.py").write_text("")
     (futures / "__init__.py").write_text("")
     (futures / "server.py").write_text(
-        f"import sys\nsys.path.insert(0, {str(HERE.parent)!r})\n"
+        f"import sys\nsys.path.insert(0, {lib!r})\n"
         "from standins import trtllm\ntrtllm.rank()\n")
     return bin_dir
 
