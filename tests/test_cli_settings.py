@@ -128,8 +128,8 @@ def test_help_lists_every_command() -> None:
     cp = subprocess.run([sys.executable, "-m", "gpudash", "--help"], capture_output=True,
                         text=True, timeout=30)
     text = " ".join(cp.stdout.split())
-    assert ("Subcommands: snapshot, reclaim, reap, start, swap, fix, exporter, history, report, "
-            "completion") in text, text
+    assert ("Subcommands: snapshot, reclaim, reap, start, swap, fix, reset, exporter, history, "
+            "report, completion") in text, text
 
 
 @pytest.mark.parametrize(("line", "expected"), [
