@@ -81,3 +81,17 @@ def test_the_documented_scrape_config_and_rules_pass_promtool(tmp_path: Path) ->
                         capture_output=True, text=True, timeout=60)
     assert cp.returncode == 0, cp.stdout + cp.stderr
     assert "SUCCESS: 4 rules found" in cp.stdout
+
+
+def test_every_file_the_set_up_installs_ships() -> None:
+    """docs/EXPORTER.md's commands and the unit's header name files of contrib/systemd."""
+    named = set(re.findall(r"contrib/systemd/[\w.-]+", DOC.read_text() + UNIT.read_text()))
+    assert {"contrib/systemd/gpudash-exporter.service",
+            "contrib/systemd/gpudash-exporter.default",
+            "contrib/systemd/gpudash-exporter.sysusers"} <= named
+    for rel in named:
+        assert (ROOT / rel).is_file(), rel
+    user = re.search(r"^User=(\S+)$", UNIT.read_text(), re.M)
+    assert user and f"u {user.group(1)} " in (ROOT / "contrib/systemd/"
+                                               "gpudash-exporter.sysusers").read_text()
+    assert "DynamicUser=yes" not in UNIT.read_text()  # dbus-daemon refuses them
