@@ -58,6 +58,46 @@ sys.exit(main())
 """
 
 
+# What a program run by the unit's sandbox may do to a root-owned process (PID in
+# /opt/probe-target) and the system; one line per attempt: ok, or the errno's name.
+PROBE = """import ctypes, errno, os
+pid = int(open("/opt/probe-target").read())
+def attempt(name, f):
+    try:
+        f()
+        print(name, "ok")
+    except OSError as e:
+        print(name, errno.errorcode.get(e.errno, e.errno))
+def ptrace():
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.ptrace(16, pid, 0, 0) != 0:  # PTRACE_ATTACH
+        raise OSError(ctypes.get_errno(), "ptrace")
+attempt("maps", lambda: open(f"/proc/{pid}/maps").read())
+attempt("fd", lambda: os.listdir(f"/proc/{pid}/fd"))
+attempt("mem", lambda: open(f"/proc/{pid}/mem", "rb").close())
+attempt("mem-write", lambda: open(f"/proc/{pid}/mem", "wb").close())
+attempt("kill", lambda: os.kill(pid, 0))
+attempt("ptrace", ptrace)
+attempt("etc", lambda: open("/etc/gpudash-probe", "w").close())
+attempt("state", lambda: open(os.environ["XDG_STATE_HOME"] + "/probe", "w").close())
+"""
+
+
+def sandbox_probe(host: Any, pid: int) -> dict[str, str]:
+    """PROBE run as a oneshot unit that is the exporter's unit but for its ExecStart."""
+    unit = re.sub(r"^ExecStart=.*$", "ExecStart=/usr/bin/python3 /opt/probe.py",
+                  UNIT.read_text(), count=1, flags=re.M).replace("Type=simple", "Type=oneshot")
+    host._write("/opt/probe.py", PROBE)
+    host._write("/opt/probe-target", str(pid))
+    host._write("/etc/systemd/system/gpudash-probe.service", unit)
+    host.systemctl("daemon-reload")
+    host.systemctl("start", "gpudash-probe.service")
+    out = host.exec(["journalctl", "-u", "gpudash-probe", "--no-pager", "-o", "cat"]).stdout
+    return dict(line.split(" ", 1) for line in out.splitlines()
+                if line.split(" ", 1)[0] in ("maps", "fd", "mem", "mem-write", "kill",
+                                             "ptrace", "etc", "state"))
+
+
 def install_exporter(host: Any, port: int) -> None:
     """gpudash and the shipped unit on ``host``, listening on 127.0.0.1:``port`` (the
     lab's hosts share this machine's network: each its own port)."""
@@ -255,6 +295,11 @@ def test_three_hosts_exporters_a_real_prometheus_the_incident_and_the_reap(
         assert rows[incident.name]["orphans"] in (0, None)
         assert rows[incident.name]["orphaned_mib"] in (0, None)
         assert "orphans" not in rows[incident.name]["states"]
+    # what the unit's sandbox lets a program do to a root-owned process and the system
+    root_pid = int(calm.unit_show("sglang-kimi.service", ["MainPID"])["MainPID"])
+    assert sandbox_probe(calm, root_pid) == {
+        "maps": "ok", "fd": "EACCES", "mem": "EACCES", "mem-write": "EROFS",
+        "kill": "EPERM", "ptrace": "EPERM", "etc": "EROFS", "state": "ok"}
     for h in hosts:  # it ran the whole time, and said nothing it should not have
         assert h.unit_show("gpudash-exporter.service", ["NRestarts"])["NRestarts"] == "0"
         log = h.exec(["journalctl", "-u", "gpudash-exporter", "--no-pager", "-o", "cat"],
