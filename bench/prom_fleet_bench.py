@@ -38,6 +38,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 from typing import TextIO
 
@@ -46,6 +48,11 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from promserver import start, stop  # noqa: E402
 
+import gpudash.fleetprom.fleet as feedmod  # noqa: E402
+from gpudash.fleetprom.client import PromClient  # noqa: E402
+from gpudash.fleetprom.fleet import FeedState  # noqa: E402
+from gpudash.fleetprom.queries import QUERIES  # noqa: E402
+from gpudash.fleetprom.rows import PromFleet  # noqa: E402
 from gpudash.state.promconfig import PromSettings  # noqa: E402
 from gpudash.ui.prom_app import PromFleetApp  # noqa: E402
 
@@ -127,6 +134,15 @@ def rss_mb() -> tuple[float, float]:
     return (int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024)
 
 
+def server_time(url: str, expr: str) -> float:
+    """Seconds Prometheus takes to answer ``expr`` and send it (read, not parsed)."""
+    t0 = time.perf_counter()
+    with urllib.request.urlopen(f"{url}/api/v1/query?{urllib.parse.urlencode({'query': expr})}",
+                                timeout=60) as r:
+        r.read()
+    return time.perf_counter() - t0
+
+
 def cpu_of(pid: int) -> float:
     """utime + stime of a process, seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -145,6 +161,26 @@ async def dashboard(url: str, hosts: int, seconds: float, prom_pid: int) -> dict
         return wait
 
     app.feed.refresh = timed  # type: ignore[method-assign]
+    # where a refresh's time goes: the three answers read and parsed, then the table
+    reads: list[float] = []
+    updates: list[float] = []
+    read = feedmod.read_fleet
+
+    async def timed_read(client: PromClient) -> PromFleet:
+        t0 = time.perf_counter()
+        fleet = await read(client)
+        reads.append(time.perf_counter() - t0)
+        return fleet
+
+    feedmod.read_fleet = timed_read  # type: ignore[assignment]
+    update = app.fleet.update
+
+    def timed_update(state: FeedState) -> None:
+        t0 = time.perf_counter()
+        update(state)
+        updates.append(time.perf_counter() - t0)
+
+    app.fleet.update = timed_update  # type: ignore[method-assign]
     async with app.run_test(size=(200, 50)) as pilot:
         deadline = time.monotonic() + 120
         while len(app.fleet.hosts) < hosts:
@@ -154,6 +190,8 @@ async def dashboard(url: str, hosts: int, seconds: float, prom_pid: int) -> dict
             await pilot.pause(0.2)
         await pilot.pause(3.0)  # warm up: layout, the first rows drawn
         refreshes.clear()
+        reads.clear()
+        updates.clear()
         cpu, prom_cpu, wall = time.process_time(), cpu_of(prom_pid), time.monotonic()
         await pilot.pause(seconds)
         wall = time.monotonic() - wall
@@ -161,6 +199,8 @@ async def dashboard(url: str, hosts: int, seconds: float, prom_pid: int) -> dict
         prom_cpu = cpu_of(prom_pid) - prom_cpu
         rss, hwm = rss_mb()
         window = list(refreshes)
+        window_reads, window_updates = list(reads), list(updates)
+        server = {name: server_time(url, expr) for name, expr in QUERIES}
         keys: dict[str, list[float]] = {}
 
         async def key(name: str, k: str) -> None:
@@ -177,7 +217,9 @@ async def dashboard(url: str, hosts: int, seconds: float, prom_pid: int) -> dict
         for _ in range(3):
             await key("sort >", "greater_than_sign")
             await key("reverse <", "less_than_sign")
-    return {"refreshes": window, "cpu": cpu / wall, "prom_cpu": prom_cpu / wall,
+    feedmod.read_fleet = read  # type: ignore[assignment]
+    return {"reads": window_reads, "updates": window_updates, "server": server,
+            "refreshes": window, "cpu": cpu / wall, "prom_cpu": prom_cpu / wall,
             "rss": rss, "hwm": hwm, "keys": keys, "filtered": shown, "wall": wall}
 
 
@@ -207,6 +249,14 @@ def main() -> None:
     print(f"refresh: median {statistics.median(refreshes) * 1000:.0f} ms, p95 "
           f"{p95 * 1000:.0f} ms, max {refreshes[-1] * 1000:.0f} ms "
           f"(target < {TARGETS['refresh_s'] * 1000:.0f} ms)")
+    reads, updates = r["reads"], r["updates"]
+    assert isinstance(reads, list) and isinstance(updates, list) and reads and updates
+    server = r["server"]
+    assert isinstance(server, dict)
+    print(f"  of which: the three answers read and parsed {statistics.median(reads) * 1000:.0f}"
+          f" ms (Prometheus alone, one after the other: "
+          + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in server.items())
+          + f"), the table updated {statistics.median(updates) * 1000:.0f} ms (medians)")
     print(f"dashboard CPU: {100 * r['cpu']:.1f} % of a core "  # type: ignore[operator]
           f"(target <= {TARGETS['cpu_pct']:g} %); Prometheus answering it: "
           f"{100 * r['prom_cpu']:.1f} %")  # type: ignore[operator]
