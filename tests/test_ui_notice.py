@@ -151,7 +151,7 @@ def test_walkthrough_steps_follow_the_demo_state() -> None:
     demo.units[KIMI].unit_file_state = "enabled"
     six = triage(demo.snapshot())
     assert demo_step(six) == 6 and "press c to fix the cause" in guide_text(six, keys).plain  # type: ignore[arg-type]
-    demo.units[KIMI].restart = "on-failure"  # what the drop-in leaves no finding for
+    demo.units[KIMI].restart = "always"  # what the drop-in writes (vLLM exits 0: #48966)
     demo.units[KIMI].start_limit_interval_s, demo.units[KIMI].start_limit_burst = 600.0, 5
     done = triage(demo.snapshot())
     assert demo_step(done) == 7 and "Demo done" in guide_text(done, keys).plain  # type: ignore[arg-type]

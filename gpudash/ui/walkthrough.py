@@ -76,7 +76,8 @@ def guide_text(result: HostTriage | None, key: KeyOf, running: bool = False) -> 
         out.append(key("reap"), style="bold reverse")
         out.append(" to reap the orphans; watch each GPU's memory come back.")
     elif step == 4:
-        out.append("the memory is back: select vllm-kimi-k25 and press ")
+        out.append("the memory is back: on “idle units” press → (the models not started), "
+                   "select vllm-kimi-k25 and press ")
         out.append(key("start_unit"), style="bold reverse")
         out.append(" to start the next model and watch it load until it serves.")
     elif step == 5:
