@@ -3,6 +3,7 @@ writes the developer's config, state or audit file."""
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -11,6 +12,16 @@ import pytest
 TESTS = Path(__file__).resolve().parent
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
+
+# The signals a terminal delivers, as a terminal's shell leaves them. A suite started in
+# the background of a script (`cmd &`, job control off) or under nohup inherits SIGINT,
+# SIGQUIT (and SIGHUP) ignored, and so does every process a test starts: Python then
+# installs no handler of its own, and the tests of Ctrl+C, of a hung-up terminal and of
+# nvidia-smi's loop sent signals nothing heard (seen here in every run started so).
+for _sig, _default in ((signal.SIGINT, signal.default_int_handler),
+                       (signal.SIGQUIT, signal.SIG_DFL), (signal.SIGHUP, signal.SIG_DFL)):
+    if signal.getsignal(_sig) is signal.SIG_IGN:
+        signal.signal(_sig, _default)
 
 
 @pytest.fixture(autouse=True)

@@ -41,13 +41,6 @@ def audit_records(name: str = "audit-demo.jsonl") -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def sigint_as_at_a_terminal() -> None:
-    """A child's SIGINT as a terminal's shell leaves it: default. A suite started in the
-    background of a script (``cmd &``, job control off) hands every child SIGINT ignored,
-    and Python then installs no handler of its own: these tests would test nothing."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 class Interactive:
     """gpudash with its stdin on a pseudo-terminal, as an operator at a prompt has it."""
 
@@ -55,7 +48,7 @@ class Interactive:
         self.master, slave = pty.openpty()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gpudash", *args], stdin=slave, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, env=os.environ.copy(), preexec_fn=sigint_as_at_a_terminal,
+            stderr=subprocess.PIPE, env=os.environ.copy(),
         )
         os.close(slave)
         self.err = b""
@@ -379,8 +372,7 @@ def test_an_interrupt_while_gpudash_starts_is_exit_5_without_a_traceback(sig: st
         "sys.exit(main(sys.argv[1:]))\n"
     )
     r = subprocess.run([sys.executable, "-c", code, *RECLAIM, "--yes"], capture_output=True,
-                       text=True, timeout=60, env=os.environ.copy(),
-                       preexec_fn=sigint_as_at_a_terminal)
+                       text=True, timeout=60, env=os.environ.copy())
     assert r.returncode == 5, (r.returncode, r.stderr)
     assert "Traceback" not in r.stderr and "nothing done" in r.stderr
     assert r.stdout == "" and audit_records() == []
@@ -450,8 +442,7 @@ def test_an_interrupt_while_a_host_hangs_is_exit_5_with_nothing_done(
         host = f"ssh://root@127.0.0.1:{silent.getsockname()[1]}"
         proc = subprocess.Popen([sys.executable, "-m", "gpudash", command[0], host,
                                  *command[1:], *SSH_ISOLATED], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=os.environ.copy(),
-                                preexec_fn=sigint_as_at_a_terminal)
+                                stderr=subprocess.PIPE, text=True, env=os.environ.copy())
         time.sleep(3)  # imported, connecting, waiting for a banner that never comes
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=20)
