@@ -115,7 +115,7 @@ def test_label_text_is_shown_literally_everywhere() -> None:
 
 @pytest.mark.parametrize(("instance", "host"), [
     ("gpu01:9835", "gpu01"), ("gpu01", "gpu01"), ("[::1]:9100", "::1"), ("::1", "::1"),
-    ("10.0.0.7:9400", "10.0.0.7")])
+    ("node-7.example:9400", "node-7.example")])
 def test_strip_port(instance: str, host: str) -> None:
     assert strip_port(instance) == host
 
