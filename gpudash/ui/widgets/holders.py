@@ -266,32 +266,20 @@ def holder_rows(result: HostTriage, pal: Palette,
     idle_groups = [g for g in groups if idle(g)]
     if view.user is not None or view.gpu is not None:
         idle_groups = []  # none of them is a user's or a GPU's (their rows go too, below)
-    if len(idle_groups) > 1:  # one is a line anyway
+    fold: list[HolderRow] = []
+    if len(idle_groups) > 1:  # one is a line anyway; the fold's row above its units
         opened = IDLE_KEY in view.opened
         folded = {id(g) for g in idle_groups}
-        groups = [g for g in groups if id(g) not in folded] + (idle_groups if opened else [])
-        rows_after = [_idle_row(idle_groups, opened)]
+        groups = [g for g in groups if id(g) not in folded]
+        fold = [_idle_row(idle_groups, opened)]
+        idle_groups = idle_groups if opened else []
     else:
-        rows_after = []
+        idle_groups = []
     for group in groups:
-        if rows_after and idle(group):  # the fold's row above its units
-            rows += rows_after
-            rows_after = []
-        roots = [r for r in sort_nodes(group.roots, view, now) if _kept(r, view)]
-        if not roots and (view.user is not None or view.gpu is not None):
-            continue
-        key = "u:" + group.key
-        collapsed = key in view.collapsed
-        # what the owner's row shows: a new triage makes new groups of the same facts
-        rows.append(_group_row(group, pal, collapsed) if cache is None else cache.row(
-            key, (group.key, group.kind, group.unit, group.flags, group.total_gpu_memory_mib,
-                  tuple(group.gpu_memory_mib.items()), _orphans(group), collapsed, pal),
-            partial(_group_row, group, pal, collapsed)))
-        if key in view.collapsed:
-            continue
-        for i, root in enumerate(roots):
-            _process_rows(root, "", i == len(roots) - 1, walk, rows)
-    rows += rows_after
+        _group_rows(group, walk, rows)
+    rows += fold
+    for group in idle_groups:
+        _group_rows(group, walk, rows)
     extra = _unattributed_row(result, pal)
     if extra is not None and view.user is None and (
             view.gpu is None
@@ -299,6 +287,25 @@ def holder_rows(result: HostTriage, pal: Palette,
         rows.append(extra)  # memory no user's process holds: not theirs to see filtered
 
     return rows
+
+
+def _group_rows(group: OwnerGroup, w: _Walk, rows: list[HolderRow]) -> None:
+    """An owner's row and, unless it is folded, its process trees (those the filters keep)."""
+    view, now = w.view, w.now
+    roots = [r for r in sort_nodes(group.roots, view, now) if _kept(r, view)]
+    if not roots and (view.user is not None or view.gpu is not None):
+        return
+    key = "u:" + group.key
+    collapsed = key in view.collapsed
+    # what the owner's row shows: a new triage makes new groups of the same facts
+    rows.append(_group_row(group, w.pal, collapsed) if w.cache is None else w.cache.row(
+        key, (group.key, group.kind, group.unit, group.flags, group.total_gpu_memory_mib,
+              tuple(group.gpu_memory_mib.items()), _orphans(group), collapsed, w.pal),
+        partial(_group_row, group, w.pal, collapsed)))
+    if collapsed:
+        return
+    for i, root in enumerate(roots):
+        _process_rows(root, "", i == len(roots) - 1, w, rows)
 
 
 def _flat_rows(w: _Walk) -> list[HolderRow]:
