@@ -276,10 +276,13 @@ def test_nvidia_smi_loop(fakegpu_state):
         stdout=subprocess.PIPE,
         text=True,
     )
-    time.sleep(0.45)
+    assert p.stdout is not None
+    # read as it prints (it flushes every round): three rounds, however slow the machine
+    lines = [p.stdout.readline().rstrip("\n") for _ in range(4)]
     p.send_signal(signal.SIGINT)
     out, _ = p.communicate(timeout=5)
-    lines = out.splitlines()
+    lines += out.splitlines()
+    assert p.returncode == -signal.SIGINT  # ended by the interrupt, not by itself
     assert lines[0] == "index, memory.used [MiB]"
     assert lines.count("0, 0 MiB") >= 3 and lines.count(lines[0]) == 1
 

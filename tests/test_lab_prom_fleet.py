@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lab.fixtures import labmod
 from lab.probes import wait_host, workers
 from promfakes import dcgm_exposition, exposition_handler, serving
 from promserver import Prometheus, free_port, start, stop
@@ -112,6 +113,9 @@ def install_exporter(host: Any, port: int) -> None:
     host._write("/etc/sysusers.d/gpudash-exporter.conf", SYSUSERS.read_text())
     host.exec(["systemd-sysusers"])
     host._write("/etc/systemd/system/gpudash-exporter.service", UNIT.read_text())
+    if labmod.tmp_binds():  # a checkout under /tmp: the unit's PrivateTmp= would hide it
+        host._write("/etc/systemd/system/gpudash-exporter.service.d/lab-checkout.conf",
+                    "[Service]\nBindReadOnlyPaths=" + " ".join(labmod.tmp_binds()) + "\n")
     defaults = re.sub(r'^ARGS=.*$', f'ARGS="--listen 127.0.0.1:{port} '
                       f'--interval {EXPORTER_INTERVAL_S:g}"', DEFAULTS.read_text(), count=1,
                       flags=re.M)

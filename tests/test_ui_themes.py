@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -60,14 +61,19 @@ async def test_unknown_theme_falls_back_with_a_warning() -> None:
         assert any("Unknown theme" in n.message for n in app._notifications)
 
 
+async def _until(pilot, predicate, within: float = 15.0) -> None:  # type: ignore[no-untyped-def]
+    """Wait on what is checked, not a fixed pause (a loaded machine is slow)."""
+    deadline = time.monotonic() + within
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await pilot.pause(0.05)
+
+
 async def test_help_and_palette_grey_what_does_not_fit() -> None:
     app = GpudashApp([DemoHost()], interval=1.0, read_only=False, theme=None,
                      exec_options=None, theme_dirs=[THEMES_DIR])
     async with app.run_test(size=(160, 50)) as pilot:
-        for _ in range(50):
-            if app.selected_key:
-                break
-            await pilot.pause(0.05)
+        await _until(pilot, lambda: app.selected_key is not None)
 
         def offered() -> tuple[set[str], dict[str, str]]:
             commands = app.main.palette_commands()
@@ -75,21 +81,22 @@ async def test_help_and_palette_grey_what_does_not_fit() -> None:
             greyed = {action: why for _t, why, action, ok in commands if not ok}
             return ready, greyed
 
-        app.main.holders.select_key("u:session-4.scope")
-        await pilot.pause(0.1)
+        async def select(key: str) -> None:
+            await _until(pilot, lambda: key in [str(k.value) for k in app.main.holders.rows])
+            app.main.holders.select_key(key)
+            await _until(pilot, lambda: app.selected_key == key)
+
+        await select("u:session-4.scope")
         ready, greyed = offered()
         assert "stop_unit" not in ready and "reclaim" not in ready
         assert "select a system service" in greyed["stop_unit"]
-        app.main.holders.select_key("u:vllm-minimax-m25.service")
-        await pilot.pause(0.1)
+        await select("u:vllm-minimax-m25.service")
         ready, greyed = offered()
         assert {"stop_unit", "reclaim", "stop_disable"} <= ready and "kill" in greyed
         await pilot.press("question_mark")
-        await pilot.pause(0.1)
-        assert type(app.screen).__name__ == "HelpScreen"
+        await _until(pilot, lambda: type(app.screen).__name__ == "HelpScreen")
         await pilot.press("escape")
-        await pilot.pause(0.1)
-        assert type(app.screen).__name__ != "HelpScreen"
+        await _until(pilot, lambda: type(app.screen).__name__ != "HelpScreen")
 
 
 def test_clean_makes_controls_visible() -> None:

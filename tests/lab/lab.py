@@ -382,6 +382,17 @@ def check_available() -> None:
         raise LabUnavailable(problem)
 
 
+def tmp_binds() -> list[str]:
+    """This checkout and its Python, where they live under /tmp: a lab host's root is
+    this machine's / but its /tmp is its own (nspawn mounts a tmpfs there), and a host
+    runs gpudash from the checkout (the Slurm epilog, the exporter unit)."""
+    out: list[str] = []
+    for p in (REPO, Path(sys.prefix).resolve(), Path(sys.executable).resolve().parent):
+        if p.is_relative_to("/tmp") and not any(p.is_relative_to(q) for q in out):
+            out.append(str(p))
+    return out
+
+
 def overlay_problem(filesystems: Path = Path("/proc/filesystems")) -> str | None:
     """Why overlay mounts cannot work here, or None.
 
@@ -798,6 +809,7 @@ class LabHost:
                 "--keep-unit",
                 "--console=read-only",
                 *(["--capability=all"] if self.spec.docker or self.spec.privileged else []),
+                *(f"--bind-ro={p}" for p in tmp_binds()),
             ]
             self.nspawn = subprocess.Popen(
                 ["/bin/sh", "-c", " && ".join([*moves, 'exec "$@"']), "sh", *nspawn],
