@@ -149,7 +149,7 @@ def test_an_action_of_one_sample_is_drawn_from_its_first_second_on() -> None:
     assert braille("".join(series)) and "-" not in series[-1], series[-1]
     assert series[-1].split()[0] == "0" and series[-1].split()[-1] == "1s"
     history = render_history([(100.0, {0: 4000})], [0], width=60, height=10,
-                             ymax_gib=10).plain.splitlines()
+                             ymax=10).plain.splitlines()
     assert history[-1].split()[-1] == "now" and history[-1].split()[0].startswith("-")
 
 

@@ -21,8 +21,8 @@ def marked_cells(text: Text) -> int:
 
 
 def test_an_action_is_a_grey_vertical_line_where_it_began() -> None:
-    plain = render_history(HISTORY, [0, 1], width=60, height=12, ymax_gib=96.0)
-    marked = render_history(HISTORY, [0, 1], width=60, height=12, ymax_gib=96.0,
+    plain = render_history(HISTORY, [0, 1], width=60, height=12, ymax=96.0)
+    marked = render_history(HISTORY, [0, 1], width=60, height=12, ymax=96.0,
                             marks=[1030.0])
     assert marked_cells(plain) == 0
     assert marked_cells(marked) >= 8  # a line over (most of) the chart's rows
@@ -31,7 +31,7 @@ def test_an_action_is_a_grey_vertical_line_where_it_began() -> None:
 
 
 def test_a_mark_outside_the_history_is_not_drawn() -> None:
-    before = render_history(HISTORY, [0], width=60, height=12, ymax_gib=96.0,
+    before = render_history(HISTORY, [0], width=60, height=12, ymax=96.0,
                             marks=[10.0, 5000.0])  # long before, and in the future
     assert marked_cells(before) == 0
 
@@ -45,13 +45,13 @@ async def test_the_dashboards_plot_marks_the_action_just_run() -> None:
     app = make_app(DemoHost(clock=SteppedClock()))
     async with app.run_test(size=(160, 50)) as pilot:
         await select(pilot, app, "u:vllm-minimax-m25.service")
-        assert "action" not in str(app.main.memory_plot.render())
+        assert "action" not in str(app.main.plot.render())
         await select(pilot, app, f"p:{main_pid(app)}")
         await run_confirmed(pilot, app, "k")
         await pilot.pause(0.2)
         app.main.refresh_plot()
         await pilot.pause(0.1)
-        shown = app.main.memory_plot.render()
+        shown = app.main.plot.render()
         assert "│action" in str(shown)
         # the line itself, in the marks' grey (the legend's │ is one cell of it)
         assert repr(shown).count(f"Color({', '.join(map(str, MARK_RGB))})") > 2

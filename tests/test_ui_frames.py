@@ -139,7 +139,7 @@ async def test_the_header_and_a_holder_changed_draw_those_two_and_nothing_betwee
         updates = [u for u in updates if u is not None]
         assert any(isinstance(u, BandsUpdate) and len(u.updates) >= 2 for u in updates), updates
         assert rendered["HeaderBar"] and rendered["HoldersTable"], rendered
-        assert not rendered["GpuTable"] and not rendered["MemoryPlot"], rendered
+        assert not rendered["GpuTable"] and not rendered["HistoryPlot"], rendered
         for update in updates:
             _apply(grid, update)
         full = _text_lines(screen._compositor.render_strips())

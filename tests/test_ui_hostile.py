@@ -192,7 +192,7 @@ def test_plot_survives_clock_jumps_and_readings_above_the_limit(history: list) -
     # child process can show that it did
     code = (
         "from gpudash.ui.plot import render_history\n"
-        f"text = render_history({history!r}, [0], width=56, height=9, ymax_gib=79.6)\n"
+        f"text = render_history({history!r}, [0], width=56, height=9, ymax=79.6)\n"
         "assert text.plain.strip()\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -18,7 +18,7 @@ DRAW = textwrap.dedent("""
         import plotext  # the entry point first: plot.py then takes the package as it is
     from gpudash.ui.plot import render_history
     history = [(t, {0: 1000 + 300 * t, 1: 5000, 2: None}) for t in range(0, 40, 2)]
-    chart = render_history(history, [0, 1, 2], width=70, height=14, ymax_gib=20)
+    chart = render_history(history, [0, 1, 2], width=70, height=14, ymax=20)
     import plotext
     print(json.dumps({"chart": chart.plain, "styles": sorted({str(s.style) for s in chart.spans}),
                       "docs": "plotext._doc.doc" in sys.modules,
@@ -49,5 +49,5 @@ def test_the_time_axis_has_whole_steps_with_their_unit() -> None:
         [-180.0, -120.0, -60.0, 0.0], ["-3m", "-2m", "-1m", "now"])
     assert time_ticks(0, 13.2, 60, since_start=True) == ([0.0, 5.0, 10.0], ["0", "5s", "10s"])
     history = [(1000.0 + i, {0: 40_000 + 100 * i}) for i in range(218)]
-    axis = render_history(history, [0], width=60, height=10, ymax_gib=95.6).plain
+    axis = render_history(history, [0], width=60, height=10, ymax=95.6).plain
     assert "-3m" in axis and "now" in axis and "-217" not in axis, axis

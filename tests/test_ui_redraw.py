@@ -23,7 +23,7 @@ from gpudash.ui.text import same_text
 from gpudash.ui.widgets import plotview
 from gpudash.ui.widgets.celltable import CellTable
 from gpudash.ui.widgets.holders import COLUMNS, HolderRow, HoldersTable
-from gpudash.ui.widgets.plotview import MemoryPlot
+from gpudash.ui.widgets.plotview import HistoryPlot
 
 ROWS = 12
 
@@ -124,7 +124,7 @@ async def test_other_hosts_samples_redraw_their_rows_in_the_host_list() -> None:
 
 class OnePlot(App[None]):
     def compose(self) -> ComposeResult:
-        yield MemoryPlot()
+        yield HistoryPlot()
 
 
 async def test_the_plot_draws_a_memory_change_at_once_and_a_mere_time_shift_every_5_s(
@@ -140,7 +140,7 @@ async def test_the_plot_draws_a_memory_change_at_once_and_a_mere_time_shift_ever
     monkeypatch.setattr(plotview, "render_history", counting)
     app = OnePlot()
     async with app.run_test(size=(100, 30)) as pilot:
-        plot = app.query_one(MemoryPlot)
+        plot = app.query_one(HistoryPlot)
         await pilot.pause()
         history: list[tuple[float, dict[int, int | None]]] = []
 
@@ -174,12 +174,14 @@ async def test_history_keeps_every_sample_and_shares_unchanged_memory() -> None:
     view.record(framed(first), 0.0)
     view.record(framed(later, first), 1.0)
     assert [t for t, _ in view.history] == [first.taken_at, first.taken_at + 1]
-    assert view.history[0][1] is view.history[1][1] == first.used_by_gpu()
+    assert view.history[0][1] == view.history[1][1] == first.used_by_gpu()
+    assert view.history.shared(0, 1)  # one array for both: nothing changed
     gpus = list(first.gpus)
     gpus[0] = dataclasses.replace(gpus[0], memory_used_mib=(gpus[0].memory_used_mib or 0) + 1)
     changed = dataclasses.replace(later, taken_at=later.taken_at + 1, gpus=tuple(gpus))
     view.record(framed(changed, later), 2.0)
     assert view.history[2][1] == changed.used_by_gpu() != view.history[1][1]
+    assert not view.history.shared(1, 2)
 
 
 async def test_host_rows_off_screen_wait_and_are_current_once_scrolled_to() -> None:

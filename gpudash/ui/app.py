@@ -67,6 +67,7 @@ class GpudashApp(HoldsKeys, LiteralNotices):
     selected_key: reactive[str | None] = reactive(None, bindings=True)
     running: reactive[bool] = reactive(False, bindings=True)
     plot_all: reactive[bool] = reactive(True)
+    plot_metric: reactive[str] = reactive("memory")
     result_shown: reactive[bool] = reactive(False, bindings=True)
 
     def __init__(

@@ -1,10 +1,10 @@
 """Per-host state as the dashboard sees it: the newest frame of the host's follower
-(``gpudash.feed.follow``), the link as the header says it, and the memory history the plot
-draws. Nothing here draws anything."""
+(``gpudash.feed.follow``), the link as the header says it, and the memory, utilisation and
+power histories the plot draws. Nothing here draws anything."""
 
 from __future__ import annotations
 
-from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gpudash.domain.model import HostSnapshot
@@ -12,8 +12,7 @@ from gpudash.domain.triage import HostTriage
 from gpudash.feed.follow import Frame
 from gpudash.protocol.source import HostSource
 from gpudash.ui.crashes import CrashReasons
-
-HISTORY = 300  # samples of memory history kept per host
+from gpudash.ui.gpu_history import GpuHistory, histories
 
 
 @dataclass
@@ -30,9 +29,8 @@ class HostView:
     triage: HostTriage | None = None
     received_at: float | None = None
     rtt: float | None = None  # request round trip to the host, seconds (None: not known)
-    history: deque[tuple[float, dict[int, int | None]]] = field(
-        default_factory=lambda: deque(maxlen=HISTORY)
-    )
+    # memory, SM utilisation and power per GPU over the last samples, by metric name
+    histories: Mapping[str, GpuHistory] = field(default_factory=histories)
     crashes: CrashReasons = field(default_factory=CrashReasons)  # why its units crash-loop
 
     def record(self, frame: Frame, now: float) -> None:
@@ -47,10 +45,13 @@ class HostView:
         self.error = None
         self.retry_at = None
         self.attempt = 0
-        used = snapshot.used_by_gpu()
-        if self.history and self.history[-1][1] == used:
-            used = self.history[-1][1]  # memory as before: share it (300 samples x hosts)
-        self.history.append((snapshot.taken_at, used))
+        for series in self.histories.values():
+            series.record(snapshot)
+
+    @property
+    def history(self) -> GpuHistory:
+        """The memory history (what the plot shows first)."""
+        return self.histories["memory"]
 
     def age(self, now: float) -> float | None:
         return None if self.received_at is None else max(0.0, now - self.received_at)

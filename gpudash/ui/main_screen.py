@@ -45,7 +45,7 @@ from gpudash.ui.widgets.header import HeaderBar, HostList, header_text
 from gpudash.ui.widgets.holder_filter import filter_rows
 from gpudash.ui.widgets.holders import HoldersTable, RowCache, holder_rows, selection_of
 from gpudash.ui.widgets.notice import HostNotice
-from gpudash.ui.widgets.plotview import MemoryPlot
+from gpudash.ui.widgets.plotview import HistoryPlot
 from gpudash.ui.widgets.progress import ActionProgressPanel
 from gpudash.ui.widgets.quiet import quiet_border
 from gpudash.ui.widgets.unit_panel import UnitPanel, unit_gist, unit_text
@@ -91,7 +91,7 @@ class MainScreen(ViewKeys):
         with Horizontal(id="top"):
             yield GpuTable(id="gpus")
             yield GpuGrid(id="gpu-grid")
-            yield MemoryPlot(id="plot")
+            yield HistoryPlot(id="plot")
         yield HostNotice(id="notice")
         with Horizontal(id="middle"):
             yield HoldersTable(id="holders")
@@ -108,7 +108,7 @@ class MainScreen(ViewKeys):
         self.gpu_grid = self.query_one(GpuGrid)
         self.notice = self.query_one(HostNotice)
         self.guide = self.query_one(Guide)
-        self.memory_plot = self.query_one(MemoryPlot)
+        self.plot = self.query_one(HistoryPlot)
         self.holders = self.query_one(HoldersTable)
         self.unit_panel = self.query_one(UnitPanel)
         self.progress_panel = self.query_one(ActionProgressPanel)
@@ -118,7 +118,7 @@ class MainScreen(ViewKeys):
         self.gpu_grid.border_title = "GPUs"
         self.holders.border_title = "Holders (by owner)"
         self.unit_panel.border_title = "Unit"
-        self.memory_plot.border_title = "Memory history (GiB)"
+        self.plot.border_title = "Memory history (GiB)"
         self.progress_panel.border_title = "Action"
         if len(self.dashboard.views) > 1:
             self.host_list.add_class("-multi")
@@ -257,11 +257,10 @@ class MainScreen(ViewKeys):
             selected = self.gpu_table.selected_gpu()
             gpus = [] if selected is None else [selected]
             title = f"GPU {selected}"
-        totals = [g.memory_total_mib for g in snap.gpus if g.memory_total_mib]
-        ymax = max(totals) / 1024 if totals else None
+        series = view.histories[app.plot_metric]
         marks = [r.memory.start for r in app.controller.reports  # where each action began
                  if r.plan.host == view.name and r.memory.start is not None]
-        self.memory_plot.show(view.history, gpus, ymax, title, marks)
+        self.plot.show(series, gpus, series.metric.top(snap), title, marks, series.metric)
 
     @drawing
     def refresh_progress(self) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from rich.color import Color
@@ -76,26 +76,30 @@ def _rgb(colour: str) -> tuple[int, int, int]:
 
 
 def render_history(
-    history: Sequence[tuple[float, Mapping[int, int | None]]],
+    history: Iterable[tuple[float, Mapping[int, int | None]]],
     gpus: Sequence[int],
     *,
     width: int,
     height: int,
-    ymax_gib: float | None,
+    ymax: float | None,
     marks: Sequence[float] = (),
+    scale: float = MIB_PER_GIB,
+    what: str = "memory",
 ) -> Text:
-    """A line chart of used GiB per GPU over the last samples (x: seconds before the last);
-    a vertical line at each of ``marks`` (host times: where an action began)."""
+    """A line chart of one figure per GPU over the last samples (x: seconds before the
+    last); a vertical line at each of ``marks`` (host times: where an action began). The
+    values are raw (memory in MiB): ``/ scale`` is what is drawn, up to ``ymax``."""
     if width < 20 or height < 5:
         return Text("(too small for a plot)")
-    points = [(t, used) for t, used in history]
+    points = list(history)
     if not points:
         return Text("waiting for samples…")
     last = points[-1][0]
     shown = [(t - last, used) for t, used in points if -WINDOW_S <= t - last <= 0]
     first = shown[0][0] if shown else 0.0
     at = [m - last for m in marks if first <= m - last <= 0]
-    return _draw(shown, gpus, width, height, ymax_gib, lone=-1.0, marks=at)
+    return _draw(shown, gpus, width, height, ymax, lone=-1.0, marks=at, scale=scale,
+                 what=what)
 
 
 def render_series(
@@ -121,9 +125,11 @@ def _draw(
     gpus: Sequence[int],
     width: int,
     height: int,
-    ymax_gib: float | None,
+    ymax: float | None,
     lone: float,
     marks: Sequence[float] = (),
+    scale: float = MIB_PER_GIB,
+    what: str = "memory",
 ) -> Text:
     """``points`` (x already within a WINDOW_S span) drawn with one colour per GPU. A lone
     sample is a short flat line ``lone`` seconds long: back in time for a history (its x
@@ -135,12 +141,12 @@ def _draw(
     fig.theme("simple")
     fig.legend(False)
     drawn = False
-    top = ymax_gib if ymax_gib else None
+    top = ymax if ymax else None
     for gpu in gpus:
         shown = [
-            (x, min(mib / MIB_PER_GIB, top) if top is not None else mib / MIB_PER_GIB)
+            (x, min(raw / scale, top) if top is not None else raw / scale)
             for x, used in points
-            if (mib := used.get(gpu)) is not None
+            if (raw := used.get(gpu)) is not None
         ]
         xs, ys = [x for x, _ in shown], [max(0.0, y) for _, y in shown]
         if not xs:
@@ -152,15 +158,15 @@ def _draw(
         fig.draw(signal)
         drawn = True
     if not drawn:
-        return Text("no memory readings (N/A)")
-    high = ymax_gib or max((m / MIB_PER_GIB for _x, u in points for m in u.values() if m),
+        return Text(f"no {what} readings (N/A)")
+    high = ymax or max((m / scale for _x, u in points for m in u.values() if m),
                            default=1.0)
     for x in marks:  # an action began here: a vertical line over the whole height
         mark = fig.signal([x, x], [0.0, high], marker=_MARKER("braille", _PIXEL(MARK_RGB)))
         mark.lines(True)
         fig.draw(mark)
-    if ymax_gib:
-        fig.ruler("y").lim(0, ymax_gib)
+    if ymax:
+        fig.ruler("y").lim(0, ymax)
     xs = [x for x, _ in points]
     xs += [xs[0] + lone] if len(set(xs)) == 1 else []  # a lone sample's short line
     positions, labels = time_ticks(min(xs), max(xs), width, since_start=lone > 0)

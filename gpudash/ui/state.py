@@ -33,6 +33,7 @@ class Dashboard(Protocol):
     selected_key: str | None
     running: bool
     plot_all: bool
+    plot_metric: str  # what the plot shows: a gpudash.ui.gpu_history metric's name
     result_shown: bool
     holder_filter: str
     paused: bool  # new samples are not drawn (p)

@@ -14,6 +14,7 @@ from textual.screen import Screen
 
 from gpudash.engine import Selection
 from gpudash.protocol.source import Capability
+from gpudash.ui.gpu_history import METRICS
 from gpudash.ui.keyhold import hold
 from gpudash.ui.layout import PLOT_MIN
 from gpudash.ui.models import JournalScreen
@@ -21,7 +22,7 @@ from gpudash.ui.screens import FilterScreen
 from gpudash.ui.state import Dashboard
 from gpudash.ui.widgets.holder_flags import legend
 from gpudash.ui.widgets.holders import IDLE_KEY, HoldersTable, selection_of
-from gpudash.ui.widgets.plotview import MemoryPlot
+from gpudash.ui.widgets.plotview import HistoryPlot
 
 INTERVALS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)  # the steps of + and -
 
@@ -38,7 +39,7 @@ class ViewKeys(Screen[None]):
 
     dashboard: Dashboard
     holders: HoldersTable
-    memory_plot: MemoryPlot
+    plot: HistoryPlot
 
     def selection(self) -> Selection:
         raise NotImplementedError
@@ -89,13 +90,25 @@ class ViewKeys(Screen[None]):
         app = self.dashboard
         app.plot_all = not app.plot_all
         self.refresh_plot()
-        if not self.memory_plot.display:
+        if not self.plot.display:
             width, height = self.app.size
             self.app.notify(
                 f"Plot set to {'all GPUs' if app.plot_all else 'the selected GPU'}; it shows "
                 f"on a terminal of at least {PLOT_MIN} (this one is {width}x{height}).",
-                title="Memory plot", markup=False,
+                title="Plot", markup=False,
             )
+
+    def action_plot_metric(self) -> None:
+        """The plot's next figure: memory, SM utilisation, power, memory again."""
+        app = self.dashboard
+        names = [m.name for m in METRICS]
+        app.plot_metric = names[(names.index(app.plot_metric) + 1) % len(names)]
+        self.refresh_plot()
+        if not self.plot.display:
+            width, height = self.app.size
+            self.app.notify(
+                f"Plot set to {app.plot_metric}; it shows on a terminal of at least "
+                f"{PLOT_MIN} (this one is {width}x{height}).", title="Plot", markup=False)
 
     def action_fleet(self) -> None:
         """The fleet table (several hosts); Enter on a row comes back to that host."""

@@ -1,4 +1,5 @@
-"""The memory history plot widget: all GPUs, or only the selected one."""
+"""The history plot widget: memory, SM utilisation or power per GPU; all GPUs, or only
+the selected one."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from collections.abc import Mapping, Sequence
 
 from rich.text import Text
 
+from gpudash.ui.gpu_history import MEMORY, Metric
 from gpudash.ui.plot import gpu_colour, render_history
 from gpudash.ui.widgets.quiet import QuietStatic
 
@@ -16,11 +18,12 @@ from gpudash.ui.widgets.quiet import QuietStatic
 SHIFT_S = 5.0
 
 
-class MemoryPlot(QuietStatic):
-    """Used GiB per GPU over time, drawn by plotext; a legend line above it."""
+class HistoryPlot(QuietStatic):
+    """One metric per GPU over time (used GiB, SM %, W), drawn by plotext; a legend line
+    above it."""
 
     DEFAULT_CSS = """
-    MemoryPlot { height: 1fr; width: 1fr; overflow: hidden; }
+    HistoryPlot { height: 1fr; width: 1fr; overflow: hidden; }
     """
     FIXED_SIZE = True  # the layout gives it its size, whatever it draws
 
@@ -31,6 +34,7 @@ class MemoryPlot(QuietStatic):
         self._ymax: float | None = None
         self._title = ""
         self._marks: tuple[float, ...] = ()  # host times where an action began
+        self.metric: Metric = MEMORY
         # what the plot shows now: (gpus, ymax, title), the last sample's values, its time
         self._drawn: tuple[tuple[object, ...], Mapping[int, int | None], float] | None = None
 
@@ -38,14 +42,17 @@ class MemoryPlot(QuietStatic):
         self,
         history: Sequence[tuple[float, Mapping[int, int | None]]],
         gpus: Sequence[int],
-        ymax_gib: float | None,
+        ymax: float | None,
         title: str,
         marks: Sequence[float] = (),
+        metric: Metric = MEMORY,
     ) -> None:
-        self._history, self._gpus = list(history), list(gpus)
-        self._ymax, self._title, self._marks = ymax_gib, title, tuple(marks)
-        last = self._history[-1] if self._history else None
-        what = (tuple(self._gpus), ymax_gib, title, self._marks)
+        self._history, self._gpus = history, list(gpus)  # drawn from only when redrawn
+        self._ymax, self._title, self._marks = ymax, title, tuple(marks)
+        self.metric = metric
+        self.border_title = f"{metric.title[0].upper()}{metric.title[1:]} history ({metric.unit})"
+        last = self._history[-1] if len(self._history) else None
+        what = (tuple(self._gpus), ymax, title, self._marks, metric.name)
         drawn = self._drawn
         if (last is not None and drawn is not None and len(self._history) > 2
                 and drawn[0] == what and drawn[1] == last[1] and last[0] - drawn[2] < SHIFT_S):
@@ -58,6 +65,7 @@ class MemoryPlot(QuietStatic):
 
     def _redraw(self) -> None:
         width, height = self.content_size.width, self.content_size.height
+        metric = self.metric
         legend = Text(self._title + "  ", style="bold")
         for gpu in self._gpus:
             legend.append("━", style=gpu_colour(gpu))
@@ -66,8 +74,8 @@ class MemoryPlot(QuietStatic):
             legend.append("│", style="rgb(200,200,200)")
             legend.append("action ")
         chart = render_history(self._history, self._gpus, width=width,
-                               height=max(0, height - 1), ymax_gib=self._ymax,
-                               marks=self._marks)
+                               height=max(0, height - 1), ymax=self._ymax,
+                               marks=self._marks, scale=metric.scale, what=metric.title)
         out = Text()
         out.append_text(legend)
         out.append("\n")
