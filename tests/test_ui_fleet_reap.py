@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from support import until
 from test_ui import wait_for
-from test_ui_fleet import SIZE, all_read, fleet, fleet_app, shown_names
+from test_ui_fleet import SIZE, all_read, cells, fleet, fleet_app, shown_names
 
 from gpudash.ui.fleet_acting import TITLE
 from gpudash.ui.screens import ConfirmModal
@@ -31,7 +31,14 @@ async def test_ctrl_o_reaps_the_hosts_shown_each_planned_and_proven() -> None:
         lines = "\n".join(app.screen.lines)  # type: ignore[attr-defined]
         assert "== demo-gpu01" in lines and "== demo-gpu04" in lines, lines
         assert "demo-gpu02" not in lines  # not shown: not planned
+        log_before = len(app.main.action_log.entries)
         await pilot.press("y")
+        # while the first host is reaped, each row says where it stands (the clock is
+        # stepped by nobody here: the first host waits on it, the second is queued)
+        index = {v.name: i for i, v in enumerate(app.views)}
+        await wait_for(pilot, lambda: "queued (2 of 2)" in cells(app, index["demo-gpu04"])[
+            "action"] and "(1 of 2)" in cells(app, index["demo-gpu01"])["action"])
+        assert len(app.main.action_log.entries) == log_before  # the log: verdicts only
         await until(pilot, lambda: {n for n, a in app.last_actions.items()
                                     if a.ok is not None} == orphaned,
                     within_s=120, what="both verdicts")
@@ -42,6 +49,7 @@ async def test_ctrl_o_reaps_the_hosts_shown_each_planned_and_proven() -> None:
         incident = app.last_actions["demo-gpu01"]
         assert incident.ok is False and "new holder" in incident.outcome, incident
         assert all("Reap orphans" in app.last_actions[n].title for n in orphaned)
+        assert len(app.main.action_log.entries) == log_before + 2
         await until(pilot, lambda: not any(orphans(n) for n in orphaned), what="reaped")
         assert not app.running
 

@@ -212,10 +212,12 @@ class GpudashApp(HoldsKeys, LiteralNotices):
         details: Sequence[str] = (),
     ) -> None:
         self.main.log_action(host, action, outcome, ok, details)
-        self.last_actions[host] = LastAction(action, outcome, ok, self.clock())
-        for index, view in enumerate(self.views):
-            if view.name == host and self.fleet.ready:
-                self.fleet.host_changed(index)
+        self.show_running(host, action, outcome, ok)
+
+    def show_running(self, host: str, action: str, doing: str, ok: bool | None = None) -> None:
+        self.last_actions[host] = LastAction(action, doing, ok, self.clock())
+        for index in (i for i, v in enumerate(self.views) if v.name == host and self.fleet.ready):
+            self.fleet.host_changed(index)
 
     def key_of(self, action: str) -> str:
         """The key pressed for ``action`` (a binding id less "gpudash."), keymap applied."""

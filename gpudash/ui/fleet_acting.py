@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from gpudash.engine import ActionKind, ActionPlan, PlanError, Selection, replan
+from gpudash.engine import ActionKind, ActionPlan, PlanError, Progress, Selection, replan
 from gpudash.protocol.source import SourceError
 from gpudash.session import lifecycle
 from gpudash.session.controller import outcome_line
@@ -82,17 +82,22 @@ async def reap_hosts(app: App[int], state: Dashboard, hosts: Sequence[int]) -> N
                              "cancelled: nothing was done", None)
         return
     state.running = True
+    total = len(plans)
+    for n, (index, plan) in enumerate(plans, 1):  # every row says where it stands
+        state.show_running(state.views[index].name, _title(plan), f"queued ({n} of {total})")
     try:
-        for index, plan in plans:
-            await _reap_one(app, state, index, plan)
+        for n, (index, plan) in enumerate(plans, 1):
+            await _reap_one(app, state, index, plan, f"{n} of {total}")
     finally:
         state.running = False
 
 
-async def _reap_one(app: App[int], state: Dashboard, index: int, plan: ActionPlan) -> None:
+async def _reap_one(app: App[int], state: Dashboard, index: int, plan: ActionPlan,
+                    turn: str) -> None:
     view = state.views[index]
     control = view.source.control
     title = _title(plan)
+    state.show_running(view.name, title, f"planning again on a fresh sample ({turn})")
     try:  # what the operator confirmed, on the host as it is now
         plan, changes = replan(plan, await control.sample())
     except (PlanError, SourceError) as exc:
@@ -104,7 +109,8 @@ async def _reap_one(app: App[int], state: Dashboard, index: int, plan: ActionPla
         return
     running = state.controller.begin(plan, index, act=True)
     outcome = await state.controller.run(
-        running, control, on_progress=lambda _p: None,
+        running, control, on_progress=lambda p: state.show_running(
+            view.name, title, f"{doing(p)} ({turn})"),
         on_audit_error=lambda why: app.notify(why, title="Audit", severity="warning"))
     state.controller.finished(index, outcome.report, outcome.error)
     if outcome.report is None:
@@ -112,6 +118,14 @@ async def _reap_one(app: App[int], state: Dashboard, index: int, plan: ActionPla
         return
     state.log_action(view.name, title, outcome_line(outcome.report),
                      outcome.report.verdict == "confirmed", outcome.report.describe()[1:])
+
+
+def doing(progress: Progress) -> str:
+    """A host's progress in a few words, for its fleet row."""
+    alive = f", {len(progress.alive_pids)} alive" if progress.alive_pids else ""
+    kill = (f", KILL in {progress.term_left_s:.0f} s" if progress.term_left_s is not None
+            else "")
+    return f"{progress.phase}{alive}{kill}"
 
 
 def _title(plan: ActionPlan) -> str:

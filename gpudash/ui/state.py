@@ -84,3 +84,8 @@ class Dashboard(Protocol):
                    details: Sequence[str] = ()) -> None:
         """Add an entry to the action log (and the host's fleet row)."""
         ...
+
+    def show_running(self, host: str, action: str, doing: str) -> None:
+        """Where an action of a batch stands on ``host`` (its fleet row says it; the log
+        gets the outcome, from ``log_action``)."""
+        ...
