@@ -70,3 +70,43 @@ async def test_cancelled_it_sends_nothing_and_says_so_per_host() -> None:
         await wait_for(pilot, lambda: "demo-gpu01" in app.last_actions)
         assert app.last_actions["demo-gpu01"].outcome == "cancelled: nothing was done"
         assert len(app.views[0].triage.orphans()) == before  # type: ignore[union-attr]
+
+
+async def test_ctrl_r_reclaims_the_picked_unit_on_every_host_shown() -> None:
+    # a model taken off a rack: one unit, stopped, disabled and reaped on every host shown
+    from gpudash.demo.host import MINIMAX
+    from gpudash.ui.fleet_pick import UnitPicker
+
+    app = fleet_app(fleet(6))
+    names = {"demo-gpu02", "demo-gpu06"}  # the healthy hosts: the model serves there
+    async with app.run_test(size=SIZE) as pilot:
+        await all_read(pilot, app)
+        await pilot.press(*"*0[26]")
+        await wait_for(pilot, lambda: set(shown_names(app)) == names)
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: isinstance(app.screen, UnitPicker))
+        picker = app.screen
+        assert isinstance(picker, UnitPicker)
+        assert picker.units[0][:2] == (MINIMAX, 2)  # the most widespread first
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal)
+                       and app.screen.armed)
+        assert MINIMAX in str(app.screen.title_text)  # type: ignore[attr-defined]
+        lines = "\n".join(app.screen.lines)  # type: ignore[attr-defined]
+        assert "== demo-gpu02" in lines and "== demo-gpu06" in lines, lines
+        assert "demo-gpu01" not in lines  # not shown: left alone
+        await pilot.press("y")
+        await until(pilot, lambda: {n for n, a in app.last_actions.items()
+                                    if a.ok is not None} >= names,
+                    within_s=180, what="both verdicts")
+        for view in (v for v in app.views if v.name in names):
+            verdict = app.last_actions[view.name]
+            assert verdict.ok is True and "Reclaim" in verdict.title, verdict
+            await until(pilot, lambda v=view: (u := v.snapshot.unit(MINIMAX)) is not None
+                        and u.active_state == "inactive", what="the unit stopped")
+            unit = view.snapshot.unit(MINIMAX)  # type: ignore[union-attr]
+            assert unit is not None and unit.unit_file_state == "disabled"
+            assert not any(p.unit == MINIMAX for p in view.snapshot.processes)  # type: ignore[union-attr]
+        incident = next(v for v in app.views if v.name == "demo-gpu01")
+        assert incident.snapshot.unit(MINIMAX).active_state == "active"  # type: ignore[union-attr]
+        assert not app.running

@@ -207,15 +207,16 @@ class GpudashApp(HoldsKeys, LiteralNotices):
             self.main.refresh_progress()
             self.main.refresh_gpus()  # the action's sample may be the newest figure
 
-    def log_action(
-        self, host: str, action: str, outcome: str, ok: bool | None,
-        details: Sequence[str] = (),
-    ) -> None:
+    def log_action(self, host: str, action: str, outcome: str, ok: bool | None,
+                   details: Sequence[str] = ()) -> None:
         self.main.log_action(host, action, outcome, ok, details)
-        self.show_running(host, action, outcome, ok)
+        self._last_action(host, LastAction(action, outcome, ok, self.clock()))
 
-    def show_running(self, host: str, action: str, doing: str, ok: bool | None = None) -> None:
-        self.last_actions[host] = LastAction(action, doing, ok, self.clock())
+    def show_running(self, host: str, action: str, doing: str) -> None:
+        self._last_action(host, LastAction(action, doing, None, self.clock(), running=True))
+
+    def _last_action(self, host: str, last: LastAction) -> None:
+        self.last_actions[host] = last
         for index in (i for i, v in enumerate(self.views) if v.name == host and self.fleet.ready):
             self.fleet.host_changed(index)
 

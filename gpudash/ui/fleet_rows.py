@@ -172,6 +172,9 @@ def fleet_row(
     if last is None:
         cells["action"] = Text("—", style="dim")
         sort["action"] = (0.0,)
+    elif last.running:  # where it stands first: the cell is narrow
+        cells["action"] = literal(f"⋯ {last.outcome} · {last.title}", style="bold")
+        sort["action"] = (last.at,)
     else:
         mark = {True: "✔ ", False: "✘ ", None: ""}[last.ok]
         style = {True: pal.success, False: pal.error, None: ""}[last.ok]

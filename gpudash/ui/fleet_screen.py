@@ -73,6 +73,26 @@ class FleetScreen(FleetTableScreen):
         self.app.run_worker(reap_hosts(self.app, self.dashboard, hosts), group="fleet reap",
                             exclusive=True, exit_on_error=False)
 
+    def action_reclaim_shown(self) -> None:
+        """Reclaim one unit (picked) on every host shown that has it."""
+        from gpudash.ui.fleet_acting import act_on_hosts, reclaim, units_held
+        from gpudash.ui.fleet_pick import UnitPicker
+
+        hosts = list(self._shown)
+        units = units_held(self.dashboard, hosts)
+        if not units:
+            self.app.notify("No service holds GPU memory on the hosts shown.",
+                            title="Reclaim a unit on the hosts shown", markup=False)
+            return
+
+        def picked(unit: str | None) -> None:
+            if unit is not None:
+                self.app.run_worker(act_on_hosts(self.app, self.dashboard, hosts,
+                                                 reclaim(unit)),
+                                    group="fleet reclaim", exclusive=True, exit_on_error=False)
+
+        self.app.push_screen(UnitPicker(units, len(hosts)), picked)
+
     def leave_for_host(self) -> None:
         """A host's screen replaces the fleet (Enter, the palette): see on_screen_resume."""
         self._left_for_host = True

@@ -40,9 +40,9 @@ def plan_text(lines: Iterable[str], *, first_bold: bool = True) -> Text:
 def _scrolls(line: str) -> bool:
     """A command of the plan, or a phase's heading or proof: the part that may scroll.
     (The rollback's heading scrolls with its commands: without it they read as the start
-    phase's own.)"""
+    phase's own; so does a host's, in a plan over several hosts, ``== HOST``.)"""
     text = line.lstrip()
-    return text.startswith(("$ ", "Serving when:", ROLLBACK_HEADING)) or (
+    return text.startswith(("$ ", "Serving when:", ROLLBACK_HEADING, "== ")) or (
         line.startswith("  ") and text[:1].isdigit() and ". " in text[:4])
 
 

@@ -22,6 +22,7 @@ class LastAction:
     outcome: str
     ok: bool | None
     at: float
+    running: bool = False  # where a batch stands, not a verdict (its row says that first)
 
 
 class Dashboard(Protocol):
