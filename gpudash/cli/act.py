@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from gpudash.cli import dryrun
@@ -22,6 +23,7 @@ from gpudash.cli.closing import CommandLoop, close_all
 from gpudash.cli.contract import Exit
 from gpudash.cli.terminal import Terminal
 from gpudash.domain.model import unit_name
+from gpudash.domain.owners import cli_selected
 from gpudash.domain.untrusted import json_dumps
 from gpudash.engine import ActionKind, ActionPlan, ActionReport, ExecOptions, Selection
 from gpudash.protocol.source import HostSource
@@ -57,8 +59,14 @@ def options_of(args: argparse.Namespace) -> ExecOptions:
 
 
 def run_reclaim(args: argparse.Namespace, source: HostSource, term: Terminal) -> int:
-    return run_action(args, source, term, Request(ActionKind.RECLAIM, Selection(
-        unit=args.unit, container=getattr(args, "container", None))))
+    return run_action(args, source, term, Request(ActionKind.RECLAIM, selected(args, "reclaim")))
+
+
+def selected(args: argparse.Namespace, command: str, **fields: Any) -> Selection:
+    """What ``command``'s owner flags name (each kind's own: ``cli_selectors``), with
+    ``fields`` beside."""
+    named: dict[str, Any] = dict(cli_selected(command, vars(args)))
+    return replace(Selection(**fields), **named)
 
 
 def run_reset(args: argparse.Namespace, source: HostSource, term: Terminal) -> int:
@@ -69,11 +77,11 @@ def run_reset(args: argparse.Namespace, source: HostSource, term: Terminal) -> i
 def run_start(args: argparse.Namespace, source: HostSource, term: Terminal) -> int:
     """``gpudash start``: start a unit (and enable it) and prove it serves; or start a
     stopped container and prove it runs."""
-    unit = unit_name(args.unit) if args.unit is not None else None
+    selection = selected(args, "start", force=args.force)
+    if selection.unit is not None:
+        selection = replace(selection, unit=unit_name(selection.unit))
     return run_action(args, source, term, Request(
-        ActionKind.START, Selection(unit=unit, container=getattr(args, "container", None),
-                                    force=args.force),
-        enable=args.enable, ready_url=args.ready_url))
+        ActionKind.START, selection, enable=args.enable, ready_url=args.ready_url))
 
 
 def run_swap(args: argparse.Namespace, source: HostSource, term: Terminal) -> int:

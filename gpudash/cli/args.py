@@ -16,6 +16,7 @@ from gpudash.cli.helptext import DESCRIPTIONS, EXAMPLES
 from gpudash.cli.promargs import add_prometheus, check_prometheus
 from gpudash.demo.incident import MAX_DEMO_HOSTS  # names only: the demo loads on --demo
 from gpudash.domain.model import unit_name
+from gpudash.domain.owners import CliSelector, cli_selectors
 from gpudash.protocol.schema import MAX_GPUS
 from gpudash.state import config
 from gpudash.state.logfile import LEVELS
@@ -204,20 +205,8 @@ def _which(p: argparse.ArgumentParser, command: str) -> None:
                        "stopped (default: stop the new one, disabled again if the swap "
                        "enabled it; start the old one again, enabled again if it was, "
                        "and prove it serves)")
-    elif command == "reclaim":
-        which = p.add_mutually_exclusive_group(required=True)
-        which.add_argument("--unit", help="the systemd unit (.service optional)")
-        which.add_argument("--container", metavar="NAME",
-                           help="a Docker or Podman container (name or id): stop it, "
-                           "turn its restart policy off, reap what is left")
-    elif command == "start":
-        which = p.add_mutually_exclusive_group(required=True)
-        which.add_argument("--unit", help="the systemd unit (.service optional)")
-        which.add_argument("--container", metavar="NAME",
-                           help="or a stopped Docker or Podman container (name or id): "
-                           "its restart policy put back as it was before gpudash turned "
-                           "it off, then docker start, proven running with its memory "
-                           "back")
+    elif command in ("reclaim", "start"):
+        _owner_flags(p.add_mutually_exclusive_group(required=True), command)
     elif command == "fix":
         p.add_argument("--unit", required=True,
                        help="the systemd service (.service optional)")
@@ -228,13 +217,7 @@ def _which(p: argparse.ArgumentParser, command: str) -> None:
                        help="print the plan and the diff, and send nothing")
     elif command == "reap":
         which = p.add_mutually_exclusive_group()
-        which.add_argument("--unit", help="only the orphans of this systemd unit")
-        which.add_argument("--container", metavar="NAME",
-                           help="only those of this Docker or Podman container")
-        which.add_argument("--job", type=_job_id, metavar="JOBID",
-                           help="what is left of this Slurm job: its processes that "
-                           "outlived it, and what holds its GPUs outside any running job "
-                           "(never a running job's processes)")
+        _owner_flags(which, command)
         which.add_argument("--slurm-epilog", action="store_true",
                            help="as Slurm's Epilog= on the node: --job $SLURM_JOB_ID on "
                            "$SLURM_JOB_GPUS, no prompt; where the memory is not back, "
@@ -258,10 +241,18 @@ def _gpu_index(text: str) -> int:
     return int(text)
 
 
-def _job_id(text: str) -> str:
-    if not re.fullmatch(r"[0-9]{1,12}", text):
-        raise argparse.ArgumentTypeError(f"not a Slurm job id: {text[:40]!r}")
-    return text
+def _owner_flags(group: argparse._MutuallyExclusiveGroup, command: str) -> None:
+    """The flags that name what ``command`` acts on: each owner kind's own
+    (``gpudash.domain.owners.cli_selectors``: a kind's adapter declares them)."""
+    for selector in cli_selectors(command):
+        def checked(text: str, s: CliSelector = selector) -> str:
+            try:
+                return s.checked(text)
+            except ValueError as exc:
+                raise argparse.ArgumentTypeError(str(exc)) from None
+
+        group.add_argument(selector.flag, metavar=selector.metavar, type=checked,
+                           help=selector.helps[command])
 
 
 def _acting_parser(command: str) -> argparse.ArgumentParser:

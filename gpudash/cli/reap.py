@@ -20,8 +20,9 @@ from gpudash.cli import act, dryrun, epilog
 from gpudash.cli.closing import CommandLoop, close_all
 from gpudash.cli.contract import Exit, worst
 from gpudash.cli.terminal import Terminal
+from gpudash.domain.owners import cli_selected
 from gpudash.domain.untrusted import json_dumps
-from gpudash.engine import ActionKind, ActionPlan, Selection
+from gpudash.engine import ActionKind, ActionPlan
 from gpudash.protocol.source import HostSource
 from gpudash.session.lifecycle import Ended, Ending, Request
 
@@ -40,7 +41,7 @@ class _Collected(Terminal):
 
 
 def run_reap(args: argparse.Namespace, sources: Sequence[HostSource], term: Terminal) -> int:
-    args.owner = f"{epilog.KIND}:{args.job}" if getattr(args, "job", None) else None
+    args.owner = cli_selected("reap", vars(args)).get("owner")  # a job's, say
     args.gpus = None
     if getattr(args, "slurm_epilog", False):
         try:
@@ -77,8 +78,8 @@ def _one(args: argparse.Namespace, source: HostSource, out: Terminal
          ) -> tuple[int, Any, str | None]:
     """Reap one host: (exit code, its JSON document or None, why nothing was done). One
     event loop for the whole host: its connection lives in it."""
-    request = Request(ActionKind.REAP, Selection(
-        unit=args.unit, container=args.container, owner=args.owner, gpus=args.gpus,
+    request = Request(ActionKind.REAP, act.selected(
+        args, "reap", owner=args.owner, gpus=args.gpus,
         strays=not getattr(args, "leave_strays", False)))
     before = len(out.documents) if isinstance(out, _Collected) else 0
     with CommandLoop() as runner:

@@ -22,6 +22,7 @@ from gpudash.domain.owners.container import (
 )
 from gpudash.domain.owners.kinds import (
     BaseRules,
+    CliSelector,
     Found,
     Orphan,
     Owner,
@@ -40,7 +41,8 @@ from gpudash.domain.owners.service import ServiceRules, unit_respawned
 from gpudash.domain.owners.slurm import SlurmJobRules
 
 __all__ = [
-    "KINDS", "NO_UNIT", "RESTARTING_POLICIES", "RULES", "BaseRules", "Found", "OwnerCapability",
+    "KINDS", "NO_UNIT", "RESTARTING_POLICIES", "RULES", "BaseRules", "CliSelector", "Found",
+    "OwnerCapability", "cli_selected", "cli_selectors",
     "Orphan",
     "Owner", "OwnerKind", "OwnerRules", "Stray", "container_key", "container_members",
     "container_owner", "idle_owners", "owner_of", "owners", "pod_advice", "pod_label",
@@ -55,6 +57,23 @@ KINDS: tuple[OwnerRules, ...] = (
     ServiceRules(), FALLBACK,
 )
 RULES: dict[OwnerKind, OwnerRules] = {r.kind: r for r in KINDS}
+
+
+def cli_selectors(command: str) -> list[CliSelector]:
+    """The flags that name an owner for ``command`` (reap, reclaim, start), in --help's
+    order: every kind's own (``OwnerRules.cli``)."""
+    return sorted((s for r in KINDS for s in r.cli if command in s.helps), key=lambda s: s.rank)
+
+
+def cli_selected(command: str, given: Mapping[str, object]) -> dict[str, str]:
+    """The ``Selection`` fields the selector flags of ``command`` name, from the parsed
+    arguments ``given`` (dest -> value; a flag not given is None or absent)."""
+    out: dict[str, str] = {}
+    for selector in cli_selectors(command):
+        value = given.get(selector.dest)
+        if isinstance(value, str):
+            out |= selector.selection(value)
+    return out
 NO_UNIT = FALLBACK.key
 
 

@@ -15,7 +15,14 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from gpudash.domain.lint import Finding, Learned, lint_container
 from gpudash.domain.model import HostSnapshot, Process, Unit
-from gpudash.domain.owners.kinds import BaseRules, Orphan, Owner, OwnerCapability, OwnerKind
+from gpudash.domain.owners.kinds import (
+    BaseRules,
+    CliSelector,
+    Orphan,
+    Owner,
+    OwnerCapability,
+    OwnerKind,
+)
 from gpudash.domain.tree import ProcessTree
 
 RESTARTING_POLICIES = frozenset({"always", "unless-stopped", "on-failure"})
@@ -35,6 +42,14 @@ def rootless_of_another(owner: Owner) -> bool:
 
 class ContainerRules(BaseRules):
     kind = OwnerKind.CONTAINER
+    cli: tuple[CliSelector, ...] = (CliSelector("--container", "NAME", {
+        "reclaim": "a Docker or Podman container (name or id): stop it, turn its restart "
+                   "policy off, reap what is left",
+        "start": "or a stopped Docker or Podman container (name or id): its restart policy "
+                 "put back as it was before gpudash turned it off, then docker start, "
+                 "proven running with its memory back",
+        "reap": "only those of this Docker or Podman container",
+    }, "container", rank=1),)
 
     def recognize(self, p: Process, snapshot: HostSnapshot, units: Mapping[str, Unit]
                   ) -> Owner | None:

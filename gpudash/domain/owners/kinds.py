@@ -12,6 +12,7 @@ demo).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -41,6 +42,35 @@ class OwnerCapability(StrEnum):
     REMOVE = "remove"  # docker rm / podman rm
     START = "start"  # systemctl start, restart, enable (and swap to it)
     RECLAIM = "reclaim"  # stop + disable + reap + wait for the memory
+
+
+@dataclass(frozen=True, slots=True)
+class CliSelector:
+    """How the command line names an owner of a kind: ``FLAG VALUE`` (``--job 4117``),
+    for the subcommands in ``helps``. The CLI's selector flags are these, generated."""
+
+    flag: str  # "--job"
+    metavar: str  # "JOBID"
+    helps: Mapping[str, str]  # subcommand -> the flag's help there (only those have it)
+    field: str  # the ``Selection`` field the value goes to: "unit", "container", "owner"
+    prefix: str = ""  # before the value in that field ("slurm job:" for an owner)
+    pattern: str | None = None  # what a value must be (``re.fullmatch``), else a usage error
+    what: str = ""  # what a value is, for that error ("a Slurm job id")
+    rank: int = 0  # its place among the selectors in --help
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+    def checked(self, text: str) -> str:
+        """``text`` if it can be such a value; ValueError otherwise."""
+        if self.pattern is not None and not re.fullmatch(self.pattern, text):
+            raise ValueError(f"not {self.what or 'a valid value'}: {text[:40]!r}")
+        return text
+
+    def selection(self, value: str) -> dict[str, str]:
+        """The ``Selection`` fields that ``value`` names."""
+        return {self.field: self.prefix + value}
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +115,7 @@ class OwnerRules(Protocol):
     manages_unit: bool
     nobody: bool  # no owner at all: listed last; each process stands for itself
     personal: bool  # somebody's live work (a login): signalling it says so
+    cli: tuple[CliSelector, ...]  # how the command line names one (none: it does not)
 
     def recognize(self, p: Process, snapshot: HostSnapshot, units: Mapping[str, Unit]
                   ) -> Owner | None:
@@ -196,6 +227,7 @@ class BaseRules:
     manages_unit = False
     nobody = False
     personal = False
+    cli: tuple[CliSelector, ...] = ()
 
     def recognize(self, p: Process, snapshot: HostSnapshot, units: Mapping[str, Unit]
                   ) -> Owner | None:

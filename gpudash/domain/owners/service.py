@@ -16,7 +16,14 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from gpudash.domain.lint import RESTARTING, Finding, Learned, lint_unit
 from gpudash.domain.model import HostSnapshot, Process, Unit
-from gpudash.domain.owners.kinds import BaseRules, Orphan, Owner, OwnerCapability, OwnerKind
+from gpudash.domain.owners.kinds import (
+    BaseRules,
+    CliSelector,
+    Orphan,
+    Owner,
+    OwnerCapability,
+    OwnerKind,
+)
 from gpudash.domain.tree import ProcessTree
 from gpudash.serving.processes import server_process
 
@@ -62,6 +69,11 @@ class ServiceRules(BaseRules):
 
     kind = OwnerKind.SERVICE
     manages_unit = True
+    cli: tuple[CliSelector, ...] = (CliSelector("--unit", "UNIT", {
+        "reclaim": "the systemd unit (.service optional)",
+        "start": "the systemd unit (.service optional)",
+        "reap": "only the orphans of this systemd unit",
+    }, "unit"),)
 
     def recognize(self, p: Process, snapshot: HostSnapshot, units: Mapping[str, Unit]
                   ) -> Owner | None:

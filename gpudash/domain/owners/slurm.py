@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from gpudash.domain.model import Fact, HostSnapshot, Process, Unit
 from gpudash.domain.owners.kinds import (
     BaseRules,
+    CliSelector,
     Found,
     Orphan,
     Owner,
@@ -103,6 +104,10 @@ def _likely_source(snapshot: HostSnapshot, p: Process, gpu: int) -> str:
 
 class SlurmJobRules(BaseRules):
     kind = KIND
+    cli: tuple[CliSelector, ...] = (CliSelector("--job", "JOBID", {
+        "reap": "what is left of this Slurm job: its processes that outlived it, and what "
+                "holds its GPUs outside any running job (never a running job's processes)",
+    }, "owner", prefix=f"{KIND}:", pattern=r"[0-9]{1,12}", what="a Slurm job id", rank=2),)
 
     def recognize(self, p: Process, snapshot: HostSnapshot, units: Mapping[str, Unit]
                   ) -> Owner | None:
