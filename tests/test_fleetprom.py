@@ -198,3 +198,22 @@ def test_a_bad_answer_is_a_typed_error() -> None:
         with pytest.raises(PromError) as caught:
             parse_vector(body)
         assert caught.value.kind == kind
+
+
+def test_ssh_name_on_the_command_line_over_the_config(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # issue 32: the SSH name template was only in config.toml
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    (tmp_path / "gpudash").mkdir()
+    (tmp_path / "gpudash" / "config.toml").write_text(
+        '[prometheus]\nurl = "http://127.0.0.1:9090"\nssh_name = "admin@{instance|noport}"\n')
+    assert parse(["--prometheus"])[1].prom.ssh_name == "admin@{instance|noport}"
+    for argv in (["--prometheus", "--ssh-name", "root@{hostname}"],
+                 ["snapshot", "--prometheus", "--ssh-name", "root@{hostname}"]):
+        assert parse(argv)[1].prom.ssh_name == "root@{hostname}"
+    for argv, says in [(["--prometheus", "--ssh-name", "root@{host"], "--ssh-name:"),
+                       (["--ssh-name", "{instance}", "gpu01"], "give --prometheus too")]:
+        with pytest.raises(SystemExit) as exited:
+            parse(argv)
+        assert exited.value.code == 2 and says in capsys.readouterr().err

@@ -7,7 +7,7 @@ import argparse
 from dataclasses import replace
 
 from gpudash.state import config
-from gpudash.state.promconfig import check_url
+from gpudash.state.promconfig import check_template, check_url
 
 
 def add_prometheus(parser: argparse.ArgumentParser) -> None:
@@ -17,6 +17,10 @@ def add_prometheus(parser: argparse.ArgumentParser) -> None:
                    "from a few aggregated queries (no SSH until a host is opened); no URL: "
                    "[prometheus] url in config.toml, where its credentials are too "
                    "(docs/PROMETHEUS.md)")
+    p.add_argument("--ssh-name", metavar="TEMPLATE", default=None,
+                   help="with --prometheus: the SSH name Enter opens, from the host's "
+                   "labels, e.g. '{instance|noport}' (the default) or 'root@{hostname}' "
+                   "([prometheus] ssh_name in config.toml)")
 
 
 def check_prometheus(args: argparse.Namespace, problems: list[config.Problem],
@@ -25,6 +29,8 @@ def check_prometheus(args: argparse.Namespace, problems: list[config.Problem],
     given; a usage error when it cannot be used as asked."""
     args.prom = None
     if getattr(args, "prometheus", None) is None:
+        if getattr(args, "ssh_name", None) is not None:
+            parser.error("--ssh-name names the hosts of --prometheus: give --prometheus too")
         return
     if args.hosts or args.hosts_file or args.demo or args.demo_hosts:
         parser.error("--prometheus reads the hosts from Prometheus: it takes no HOST, "
@@ -42,3 +48,8 @@ def check_prometheus(args: argparse.Namespace, problems: list[config.Problem],
         args.prom = replace(settings.prometheus, url=check_url(url))
     except ValueError as exc:
         parser.error(f"--prometheus: {exc}")
+    if getattr(args, "ssh_name", None) is not None:
+        try:
+            args.prom = replace(args.prom, ssh_name=check_template(args.ssh_name))
+        except ValueError as exc:
+            parser.error(f"--ssh-name: {exc}")
