@@ -55,14 +55,14 @@ def test_swap_cli_reclaims_starts_and_proves_serving(lab_host, tmp_path: Path) -
     rec = json.loads(cp.stdout)
     assert rec["confirmed"] is True, rec
     # the plan took the ready URL from the unit's --port, read on the host
-    assert "http://127.0.0.1:8001/health" in cp.stderr, cp.stderr
-    assert "8001/health" in json.dumps(rec)
+    assert f"http://127.0.0.1:{h.port(8001)}/health" in cp.stderr, cp.stderr
+    assert f"{h.port(8001)}/health" in json.dumps(rec)
     # the host agrees: old gone and disabled, new active, enabled, answering, loaded
     assert h.unit_show(MINIMAX, ["ActiveState", "UnitFileState"]) == {
         "ActiveState": "inactive", "UnitFileState": "disabled"}
     assert h.unit_show(KIMI, ["ActiveState", "UnitFileState", "NRestarts"]) == {
         "ActiveState": "active", "UnitFileState": "enabled", "NRestarts": "0"}
-    assert health(h, 8001) == "200"
+    assert health(h, h.port(8001)) == "200"
     used = h.gpu_used_mib()
     assert used == [1024 + 88064, 88064, 88064, 88064, 88064, 512 + 88064, 512 + 88064,
                     512 + 88064], used
@@ -96,7 +96,7 @@ def test_swap_into_a_crash_loop_is_stopped_and_explained(lab_host, tmp_path: Pat
     assert h.unit_show(MINIMAX, ["ActiveState", "UnitFileState"]) == {
         "ActiveState": "active", "UnitFileState": "enabled"}
     assert len(workers(h)) == 8 and h.alive(alice)
-    assert health(h, 8000) == "200"
+    assert health(h, h.port(8000)) == "200"
 
 
 @pytest.mark.parametrize("lab_host", [SWAP_HOST], indirect=True)
@@ -178,7 +178,7 @@ async def test_swap_from_the_dashboard_serves(lab_host, monkeypatch, tmp_path: P
     h = lab_host
     wait_host(lambda: len(workers(h)) == 8, what="8 MiniMax workers")
     plan, report, panel, journal = await _app_swap(h, KIMI, monkeypatch, tmp_path)
-    assert "http://127.0.0.1:8001/health answers 200" in plan, plan
+    assert f"http://127.0.0.1:{h.port(8001)}/health answers 200" in plan, plan
     assert report is not None and report.confirmed, report.describe()
     assert report.serving is not None and report.serving.serving
     assert report.serving.ready_status == 200
@@ -188,7 +188,7 @@ async def test_swap_from_the_dashboard_serves(lab_host, monkeypatch, tmp_path: P
     # systemd's own line of the start, from the real journal, beside the server's
     assert any(ln.startswith("systemd[1]: Started ") for ln in journal), journal
     assert h.unit_show(KIMI, ["ActiveState"])["ActiveState"] == "active"
-    assert health(h, 8001) == "200"
+    assert health(h, h.port(8001)) == "200"
 
 
 @pytest.mark.parametrize("lab_host", [SWAP_HOST], indirect=True)
@@ -236,7 +236,7 @@ def test_link_cut_while_loading_is_followed_again_not_resent(lab_host, tmp_path:
         wait_host(lambda: h.unit_show(KIMI, ["ActiveState"])["ActiveState"] == "active"
                   and 0 < h.gpu_used_mib()[1] < 88064, timeout=60, what="Kimi loading")
         main = h.unit_show(KIMI, ["MainPID"])["MainPID"]
-        assert health(h, 8001) != "200"
+        assert health(h, h.port(8001)) != "200"
         sessions = wait_host(lambda: _ssh_sessions(h), what="gpudash's ssh session")
         h.exec(["kill", "-9", *map(str, sessions)])  # the link drops mid-load
         out, _ = cli.communicate(timeout=150)
@@ -261,4 +261,4 @@ def test_link_cut_while_loading_is_followed_again_not_resent(lab_host, tmp_path:
     assert s == {"ActiveState": "active", "MainPID": main, "NRestarts": "0"}, s
     log = h.exec(["journalctl", "--no-pager", "-o", "cat", "-u", KIMI]).stdout
     assert log.count("vLLM API server version") == 1, log
-    assert health(h, 8001) == "200"
+    assert health(h, h.port(8001)) == "200"

@@ -22,7 +22,7 @@ from gpudash.transport.ssh import SshSource
 
 pytestmark = pytest.mark.lab
 
-MINIMAX = "vllm-minimax-m25.service"  # answers /health on 8000 once loaded
+MINIMAX = "vllm-minimax-m25.service"  # answers /health on its --port once loaded
 RACER_PORT = 8100
 HOST = HostSpec(units=labmod.SWAP_UNITS)
 
@@ -36,12 +36,13 @@ def health(host, port: int) -> str:  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("lab_host", [HOST], indirect=True)
 def test_the_units_own_server_proves_it_and_a_racing_user_never_does(lab_host) -> None:  # type: ignore[no-untyped-def]
     h = lab_host
-    wait_host(lambda: health(h, 8000) == "200", what="MiniMax answering /health",
+    port = h.port(8000)  # MiniMax's --port 8000, on this host (lab hosts share a network)
+    wait_host(lambda: health(h, port) == "200", what="MiniMax answering /health",
               timeout=120)
     # the bash probe itself, on the host: the holder of its connection is MiniMax's
-    found = parse_listener(h.exec(probe_argv(8000, "/health", 5), check=False).stdout)
+    found = parse_listener(h.exec(probe_argv(port, "/health", 5), check=False).stdout)
     assert found.status == 200, found
-    assert shell_listener_refusal(8000, MINIMAX, found) is None, found
+    assert shell_listener_refusal(port, MINIMAX, found) is None, found
     assert "vllm-minimax-m25.service" in found.cgroup
     h.exec(["systemd-run", "--unit", "racer", "--uid", "nobody", "python3", "-c", RACER,
             str(RACER_PORT)])
@@ -56,7 +57,7 @@ def test_the_units_own_server_proves_it_and_a_racing_user_never_does(lab_host) -
         out = {}
         try:
             for name, source in (("python", python), ("shell", shell)):
-                own = await source.control.probe_http("http://127.0.0.1:8000/health", 5,
+                own = await source.control.probe_http(f"http://127.0.0.1:{port}/health", 5,
                                                       MINIMAX)
                 raced = [await source.control.probe_http(
                     f"http://127.0.0.1:{RACER_PORT}/health", 1, MINIMAX) for _ in range(60)]

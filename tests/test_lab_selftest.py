@@ -427,6 +427,19 @@ def test_three_hosts_parallel_and_clean_teardown(lab, capsys):
             assert cp.stdout.strip() == h.name, cp.stderr
         assert len(L.mounts_under(base)) == 3
         assert _procs_under(base)
+        # they share this machine's network: each one's MiniMax (--port 8000 in its spec)
+        # listens on a port of its own, and what answers there is that host's (the swap's
+        # rollback was once proven by another host's MiniMax holding 127.0.0.1:8000)
+        minimax = [h.port(8000) for h in hosts]
+        assert len(set(minimax)) == 3 and 8000 not in minimax, minimax
+        for h in hosts:
+            port = h.port(8000)
+            _wait(lambda h=h, port=port: h.exec(
+                ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
+                 f"http://127.0.0.1:{port}/health"], check=False).stdout == "200",
+                  timeout=60, what=f"{h.name}'s MiniMax on {port}")
+            listener = h.exec(["ss", "-Htlnp", f"sport = :{port}"], check=False).stdout
+            assert "python3" in listener, (h.name, listener)  # its own, seen from inside
     finally:
         lab.stop()
     assert not base.exists()

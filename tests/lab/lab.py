@@ -33,7 +33,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -426,6 +426,50 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+# The ports the lab's services listen on ("--port N" in a UnitSpec's argv) are moved by an
+# offset of the host's own: lab hosts share this machine's network, so two hosts running
+# MiniMax (a module's three hosts, a helper's lab beside CI's) both wanted 127.0.0.1:8000,
+# one of them silently did without, and its swap's rollback was proven by the other's
+# answer (refused, rightly: "who answers cannot be told"). ``LabHost.port(8000)`` says
+# where a host's own listens.
+PORT_OFFSET_STEP = 20
+PORT_AVOID = frozenset({9090, 9093, 9100, 9835, 6817, 6818, 6819})  # prometheus & co, slurm
+
+
+def spec_ports(units: tuple[Unit, ...]) -> set[int]:
+    """The ports the lab's stand-in units are given (``--port N``)."""
+    out: set[int] = set()
+    for u in units:
+        argv = getattr(u, "argv", ())
+        out |= {int(argv[i + 1]) for i, a in enumerate(argv[:-1]) if a == "--port"}
+    return out
+
+
+def pick_port_offset(ports: set[int], taken: set[int]) -> int:
+    """An offset that puts every one of ``ports`` on a free port of this machine, clear of
+    other hosts' (``taken``) and of well-known services'."""
+    import random
+
+    for _ in range(200):
+        offset = PORT_OFFSET_STEP * random.randint(50, 1500)  # 1000 .. 30000
+        moved = {p + offset for p in ports}
+        if (max(moved, default=0) < 60000 and not moved & (taken | PORT_AVOID)
+                and not any(port_listening(p) for p in moved)):
+            return offset
+    raise LabError(f"no free ports for a lab host's services {sorted(ports)}")
+
+
+def moved_ports(unit: Unit, offset: int) -> Unit:
+    """``unit`` with its ``--port N`` moved by ``offset`` (a UnitSpec; others as they are)."""
+    if not isinstance(unit, UnitSpec) or not offset:
+        return unit
+    argv = list(unit.argv)
+    for i, a in enumerate(argv[:-1]):
+        if a == "--port":
+            argv[i + 1] = str(int(argv[i + 1]) + offset)
+    return replace(unit, argv=tuple(argv))
+
+
 def port_listening(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(0.2)
@@ -570,7 +614,12 @@ class LabHost:
     nspawn_pid: int | None = None
     pid1: int | None = None  # container's PID 1 as this machine sees it
     boot_seconds: float | None = None
+    port_offset: int = 0  # its services' ports, moved (see PORT_OFFSET_STEP)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def port(self, port: int) -> int:
+        """Where this host's service given ``--port port`` in its spec listens."""
+        return port + self.port_offset
 
     # paths --------------------------------------------------------------
     @property
@@ -726,7 +775,8 @@ class LabHost:
             self._symlink(f"/opt/gpulab/bin/{n}", "/usr/local/bin/fakegpu")
         # units
         for u in spec.units:
-            self._write(f"/etc/systemd/system/{u.name}", u.unit_file())
+            self._write(f"/etc/systemd/system/{u.name}",
+                        moved_ports(u, self.port_offset).unit_file())
             link = f"/etc/systemd/system/{u.wanted_by}.wants/{u.name}"
             if u.enabled:
                 self._symlink(link, f"/etc/systemd/system/{u.name}")
@@ -1195,14 +1245,18 @@ class Lab:
             port = _free_port()
             while port in ports:
                 port = _free_port()
+            the_spec = spec or HostSpec()
+            wanted = spec_ports(the_spec.units)
+            taken = {h.port(p) for h in self.hosts for p in spec_ports(h.spec.units)}
             h = LabHost(
                 lab=self,
                 index=i,
-                spec=spec or HostSpec(),
+                spec=the_spec,
                 name=f"gpuhost{i}",
                 alias=f"labhost{i}",
                 ssh_port=port,
                 dir=self.base_dir / f"host{i}",
+                port_offset=pick_port_offset(wanted, taken | {port}) if wanted else 0,
             )
             h.dir.mkdir(parents=True, exist_ok=True)
             _run(
