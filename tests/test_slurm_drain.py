@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -274,3 +275,61 @@ async def test_ended_is_said_where_a_drain_has_no_node() -> None:
     plan = await prepare(Request(ActionKind.DRAIN, Selection(), reason="x"),
                          DemoHost(clock=SteppedClock()), "demo-gpu01", Ports())
     assert isinstance(plan, Ended) and "is not a Slurm node" in plan.why
+
+
+def fake_scontrol(tmp_path: Path, rc: int = 0, said: str = "") -> Path:
+    """An ``scontrol`` that records its argv, one NUL-ended argument each, and answers
+    ``rc`` with ``said`` on stderr, as Slurm's does."""
+    log = tmp_path / "argv"
+    tool = tmp_path / "bin" / "scontrol"
+    tool.parent.mkdir()
+    tool.write_text(f"#!/bin/sh\nfor a in \"$@\"; do printf '%s\\0' \"$a\"; done >>{log}\n"
+                    f"printf '%s\\n' '{said}' >&2\nexit {rc}\n")
+    tool.chmod(0o755)
+    return log
+
+
+async def test_the_host_gets_the_reason_as_one_argument_never_a_shell_line(
+        tmp_path: Path) -> None:
+    """Through the real transport (a local host: its command runs as a process of its
+    own), a hostile reason arrives as one argument, byte for byte."""
+    from gpudash.transport.local import LocalSource
+
+    log = fake_scontrol(tmp_path)
+    path = f"{tmp_path / 'bin'}:{os.environ.get('PATH', '')}"
+    reason = drain_reason("alice", HOSTILE)
+    source = LocalSource("here", env={"PATH": path}, in_process=True)
+    try:
+        result = await source.control.node_state("drain", "node7", reason)
+        assert result.returncode == 0, result.output
+        argv = log.read_bytes().split(b"\0")[:-1]
+        assert [a.decode() for a in argv] == [
+            "update", "NodeName=node7", "State=DRAIN", f'Reason="{reason}"']
+        refused = await source.control.node_state("drain", "gpu[1-4]", reason)
+        assert refused.returncode == 2 and "not a Slurm node name" in refused.output
+        assert len(log.read_bytes().split(b"\0")) == 5  # nothing more was run
+    finally:
+        await source.close()
+
+
+async def test_slurms_refusal_is_the_commands_answer(tmp_path: Path) -> None:
+    """A login Slurm does not take node updates from (not root, not SlurmUser): its own
+    words come back as the command's failure; read-only, nothing is run at all."""
+    from gpudash.transport.local import LocalSource
+
+    log = fake_scontrol(tmp_path, rc=1, said="slurm_update error: Invalid user id")
+    path = f"{tmp_path / 'bin'}:{os.environ.get('PATH', '')}"
+    source = LocalSource("here", env={"PATH": path}, in_process=True)
+    try:
+        result = await source.control.node_state("resume", "node7", None)
+        assert result.returncode == 1 and "Invalid user id" in result.output
+    finally:
+        await source.close()
+    log.unlink()
+    source = LocalSource("here", env={"PATH": path}, read_only=True, in_process=True)
+    try:
+        result = await source.control.node_state("resume", "node7", None)
+        assert result.returncode == 1 and "read-only" in result.output
+        assert not log.exists()
+    finally:
+        await source.close()
