@@ -22,6 +22,7 @@ from gpudash.domain.clock import SteppedClock
 from gpudash.domain.model import HostSnapshot
 from gpudash.domain.owners.slurm_node import (
     REASON_MAX,
+    WORDS_MAX,
     drain_reason,
     node_argv,
     one_line,
@@ -266,9 +267,9 @@ def test_cli_resume_of_a_node_not_drained_is_a_plan_error(
 def test_cli_drain_refuses_a_reason_too_long_before_contacting_anything(
         capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as done:
-        main(["drain", "no-such-host.invalid", "--reason", "x" * (REASON_MAX + 1)])
+        main(["drain", "no-such-host.invalid", "--reason", "x" * (WORDS_MAX + 1)])
     assert done.value.code == 2
-    assert f"at most {REASON_MAX}" in capsys.readouterr().err
+    assert f"at most {WORDS_MAX}" in capsys.readouterr().err
 
 
 async def test_ended_is_said_where_a_drain_has_no_node() -> None:
@@ -333,3 +334,14 @@ async def test_slurms_refusal_is_the_commands_answer(tmp_path: Path) -> None:
         assert not log.exists()
     finally:
         await source.close()
+
+
+async def test_the_longest_words_the_cli_and_the_prompt_take_still_make_a_plan() -> None:
+    """Seen: --reason (and the prompt) took 160 characters, the reason Slurm gets adds
+    "gpudash: USER drained: ", and the plan then refused it as too long."""
+    host, _clock = await slurm_node()
+    words = "x" * WORDS_MAX
+    plan = await prepare(Request(ActionKind.DRAIN, Selection(), reason=words), host,
+                         host.name, Ports())
+    assert isinstance(plan, ActionPlan), plan
+    assert WORDS_MAX == 149 and len(drain_reason("u" * 32, words)) == REASON_MAX

@@ -9,7 +9,7 @@ import argparse
 import re
 
 from gpudash.domain.owners import CliSelector, cli_selectors
-from gpudash.domain.owners.slurm_node import REASON_MAX, one_line
+from gpudash.domain.owners.slurm_node import WORDS_MAX, one_line
 from gpudash.protocol.schema import MAX_GPUS
 
 
@@ -59,7 +59,7 @@ def acted_on(p: argparse.ArgumentParser, command: str) -> None:
     elif command == "drain":
         p.add_argument("--reason", type=_reason, default=None, metavar="TEXT",
                        help="why, in your words: Slurm is given \"gpudash: USER drained: "
-                       f"TEXT\" (one line, at most {REASON_MAX} characters in all; sinfo "
+                       f"TEXT\" (made one line; TEXT at most {WORDS_MAX} characters; sinfo "
                        "-R shows it)")
     elif command == "resume":
         pass  # the host's node: nothing more to name
@@ -91,6 +91,6 @@ def _owner_flags(group: argparse._MutuallyExclusiveGroup, command: str) -> None:
 def _reason(text: str) -> str:
     """The operator's words, made one line (what the plan shows is what Slurm gets)."""
     words = one_line(text)
-    if len(words) > REASON_MAX:
-        raise argparse.ArgumentTypeError(f"{len(words)} characters; at most {REASON_MAX}")
+    if len(words) > WORDS_MAX:
+        raise argparse.ArgumentTypeError(f"{len(words)} characters; at most {WORDS_MAX}")
     return words

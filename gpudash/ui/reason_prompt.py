@@ -11,7 +11,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
 from gpudash.domain.model import HostSnapshot
-from gpudash.domain.owners.slurm_node import REASON_MAX, node_of, running_jobs
+from gpudash.domain.owners.slurm_node import WORDS_MAX, node_of, running_jobs
 from gpudash.ui.keyhold import release
 from gpudash.ui.text import literal
 
@@ -47,7 +47,7 @@ class ReasonPrompt(ModalScreen[str | None]):
             box.border_title = self.title_text
             yield Static(literal(self.heading, style="bold"))
             yield Input(placeholder="why: GPU 3 ECC errors, a stuck process…",
-                        max_length=REASON_MAX, id="reason")
+                        max_length=WORDS_MAX, id="reason")
             yield Static("Slurm is given “gpudash: YOU drained: these words” (sinfo -R shows "
                          "it) · Enter: its plan, to confirm · Esc: cancel", classes="hint")
 

@@ -21,7 +21,10 @@ from gpudash.domain.owners.slurm import KIND, LIVE, jobs, node_facts
 
 DRAIN, RESUME = "drain", "resume"
 VERBS = (DRAIN, RESUME)
-REASON_MAX = 160  # characters: within what the collector carries of a reason (256 bytes)
+REASON_MAX = 200  # characters sent; the collector carries 256 bytes of it (then "…")
+# the operator's own words: what is left once "gpudash: USER drained: " has its part (a
+# user name of up to 32 characters, as useradd allows)
+WORDS_MAX = REASON_MAX - len("gpudash:  drained: ") - 32
 TRUNCATED = "…"  # what the collector ends a text it cut with
 # one node: a host name (letters, digits, '.', '_', '-'); no host-list brackets or commas
 NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -133,6 +136,6 @@ def running_jobs(snapshot: HostSnapshot) -> list[str]:
     return out
 
 
-__all__ = ["DRAIN", "KIND", "REASON_MAX", "RESUME", "VERBS", "drain_reason", "is_drained",
-           "node_argv", "node_of", "one_line", "reason_matches", "running_jobs", "state_of",
-           "validate_node", "validate_reason"]
+__all__ = ["DRAIN", "KIND", "REASON_MAX", "RESUME", "VERBS", "WORDS_MAX", "drain_reason",
+           "is_drained", "node_argv", "node_of", "one_line", "reason_matches", "running_jobs",
+           "state_of", "validate_node", "validate_reason"]
