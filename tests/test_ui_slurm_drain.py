@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from support import until
 from test_ui import make_app, run_confirmed, select, wait_for
+from textual.widgets import Static
 
 from gpudash.demo.fleet import SLURM_NODE, ScenarioHost
 from gpudash.demo.host import DemoHost
@@ -42,6 +43,8 @@ async def test_n_drains_the_node_with_the_typed_reason_and_ctrl_n_resumes_it() -
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         shown = "\n".join(app.screen.lines)
         assert f'drained: {TYPED}"' in shown  # literally, in the scontrol argument
+        drawn = str(app.screen.query_one("#plan-text", Static).render())
+        assert f'drained: {TYPED}"' in drawn  # drawn as typed: the markup not applied
         assert "job 4118 (bob's llama-ft, RUNNING, GPUs 0,1,2,3)" in shown
         await pilot.press("y")
         await until(pilot, lambda: app.last_report is not None, what="the drain's verdict")
