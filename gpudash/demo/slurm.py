@@ -6,7 +6,9 @@ its launcher, and its DP schedulers, re-parented to PID 1, still hold ~90 GiB on
 those GPUs. Slurm has since given GPUs 0-3 to bob's job 4118, whose training is loading
 its weights: it is about to run out of memory. carol's job 4116 runs on GPUs 4-7, as it
 should. What the host's collector would send: each job process's claim, and the jobs'
-facts as ``scontrol`` says them (the wire's ``owners``).
+facts as ``scontrol`` says them (the wire's ``owners``). Its slurmctld takes ``scancel``
+and a drain or resume of the node (``gpudash drain --demo``, ``N`` on demo-gpu07 of
+``gpudash --demo --demo-hosts 7``).
 """
 
 from __future__ import annotations
