@@ -24,7 +24,7 @@ def test_every_action_has_one_spec_with_its_own_key_and_binding() -> None:
         "gpudash.terminate", "gpudash.kill", "gpudash.reap", "gpudash.reclaim",
         "gpudash.start_unit", "gpudash.restart_unit", "gpudash.enable_unit", "gpudash.swap",
         "gpudash.remove_container", "gpudash.fix_unit", "gpudash.send_signal",
-        "gpudash.gpu_reset"}
+        "gpudash.gpu_reset", "gpudash.drain_node", "gpudash.resume_node"}
 
 
 def selections(snap: HostSnapshot) -> list[Selection]:

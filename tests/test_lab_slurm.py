@@ -7,6 +7,10 @@ its jobs (gpudash/collector/host/slurm.py) on the real thing. One boot for the m
 (b) a process alice starts over ssh during a job, on the job's GPU, is in no job's cgroup
     and outlives the job: the job COMPLETED, Slurm counts the GPU free, and the stand-in's
     nvidia-smi still lists the process's memory there.
+
+Then gpudash itself on it, (a)-(e) as issue 31 lists them, and (f): the node drained with
+a hostile reason by ``gpudash drain`` over ssh, proven by ``scontrol show node``, its
+running job left to finish, then resumed and idle again.
 """
 
 from __future__ import annotations
@@ -350,3 +354,52 @@ async def test_scancel_from_the_dashboard_with_proof(clean: Any) -> None:
         await source.close()
     assert sh.wait_job(job, "CANCELLED", timeout=30) == "CANCELLED"
     assert not any(sh.host.gpu_used_mib())
+
+
+# a reason as an operator may type it: quotes (a trailing one too: scontrol takes one off),
+# a shell's ; $() `` and ', Rich markup, a newline
+HOSTILE = 'ECC "GPU 3"; $(touch /tmp/pwned) `touch /tmp/pwned2` [bold red]x[/] it\'s\nnext "q"'
+
+
+def test_drain_with_a_hostile_reason_is_proven_by_scontrol_then_resume(clean: Any) -> None:
+    """(f) gpudash drain over ssh: the reason reaches Slurm as one literal argument (the
+    newline made a space), read back from scontrol show node; the running job is left to
+    finish (DRAINING); resume: no DRAIN any more, the node idle once the job ended."""
+    sh = clean
+    job, holders = sh.submit_train(gpus=1, mib=MIB)
+    try:
+        dry = gpudash(sh, "drain", sh.host.alias, "--reason", HOSTILE, "--dry-run")
+        assert dry.returncode == 0, dry.stderr
+        assert f"job {job} (alice's train, RUNNING" in dry.stdout, dry.stdout
+        assert "DRAIN" not in sh.node_state()  # a dry run sends nothing
+
+        cp = gpudash(sh, "drain", sh.host.alias, "--reason", HOSTILE, "--yes", "--json")
+        assert cp.returncode == 0, cp.stderr
+        doc = json.loads(cp.stdout)
+        assert doc["verdict"] == "confirmed" and doc["action"] == "drain", doc["summary"]
+        [command] = doc["commands"]
+        sent = command["argv"][-1]
+        assert sent.startswith('Reason="gpudash: ') and sent.endswith('"')
+        reason = sent[len('Reason="'):-1]
+        assert reason.endswith(" drained: " + HOSTILE.replace("\n", " "))
+        node = sh.scontrol("show", "node", "-o", sh.node).stdout
+        assert f" Reason={reason} [" in node, node  # every character as typed, one line
+        assert "DRAIN" in sh.node_state() and sh.job_state(job) == "RUNNING"
+        assert all(sh.host.alive(pid) for pid in holders)  # a drain ends no job
+        for pwned in ("/tmp/pwned", "/tmp/pwned2"):
+            assert sh.host.exec(["test", "-e", pwned], check=False).returncode != 0
+        assert f"scontrol show node {sh.node}: " in doc["summary"]
+        assert "+DRAIN" in doc["summary"], doc["summary"]
+
+        again = gpudash(sh, "drain", sh.host.alias, "--reason", "twice", "--yes")
+        assert again.returncode == 2 and "drained already" in again.stderr, again.stderr
+    finally:
+        end_and_wait_freed(sh, job)
+    cp = gpudash(sh, "resume", sh.host.alias, "--yes", "--json")
+    assert cp.returncode == 0, cp.stderr
+    doc = json.loads(cp.stdout)
+    assert doc["verdict"] == "confirmed", doc["summary"]
+    assert [c["argv"] for c in doc["commands"]] == [
+        ["scontrol", "update", f"NodeName={sh.node}", "State=RESUME"]]
+    assert "DRAIN" not in sh.node_state()
+    sh.wait_idle(timeout=30)

@@ -68,7 +68,8 @@ def test_memory_not_back_drains_the_node_with_gpudashs_one_line_reason(
     assert code == Exit.NOT_FREED  # non-zero: Slurm keeps the job's GPUs from the next one
     argv = log.read_text().splitlines()
     assert argv[:3] == ["update", "NodeName=node7", "State=DRAIN"]
-    assert argv[3] == "Reason=gpudash: job 42 left GPU memory: not back after the reap"
+    # quoted as every drain is: scontrol takes the pair off (tests/test_lab_slurm.py (c))
+    assert argv[3] == 'Reason="gpudash: job 42 left GPU memory: not back after the reap"'
     assert "drained node7" in capsys.readouterr().err
     assert epilog.verdict(Exit.OK, "42", Terminal(), env) == Exit.OK  # no drain
     assert len(log.read_text().splitlines()) == 4

@@ -74,6 +74,17 @@ def run_reset(args: argparse.Namespace, source: HostSource, term: Terminal) -> i
     return run_action(args, source, term, Request(ActionKind.GPU_RESET, Selection(gpu=args.gpu)))
 
 
+def run_drain(args: argparse.Namespace, source: HostSource, term: Terminal) -> int:
+    """``gpudash drain``: the host's Slurm node drained with a reason, proven by scontrol."""
+    return run_action(args, source, term, Request(ActionKind.DRAIN, Selection(),
+                                                  reason=args.reason))
+
+
+def run_resume(args: argparse.Namespace, source: HostSource, term: Terminal) -> int:
+    """``gpudash resume``: the host's drained Slurm node takes jobs again, proven."""
+    return run_action(args, source, term, Request(ActionKind.RESUME, Selection()))
+
+
 def run_start(args: argparse.Namespace, source: HostSource, term: Terminal) -> int:
     """``gpudash start``: start a unit (and enable it) and prove it serves; or start a
     stopped container and prove it runs."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import difflib
 import math
-import re
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -14,17 +13,18 @@ from gpudash import __version__
 from gpudash.cli.contract import EXIT_CODES_HELP, Exit
 from gpudash.cli.helptext import DESCRIPTIONS, EXAMPLES
 from gpudash.cli.promargs import add_prometheus, check_prometheus
+from gpudash.cli.targets import acted_on
 from gpudash.demo.incident import MAX_DEMO_HOSTS  # names only: the demo loads on --demo
 from gpudash.domain.model import unit_name
-from gpudash.domain.owners import CliSelector, cli_selectors
-from gpudash.protocol.schema import MAX_GPUS
 from gpudash.state import config
 from gpudash.state.logfile import LEVELS
 
-SUBCOMMANDS = ("snapshot", "reclaim", "reap", "start", "swap", "fix", "reset", "exporter",
-               "history", "report", "completion")
-ACTING = ("reclaim", "reap", "start", "swap", "fix", "reset")  # they act (and ask first)
-ONE_HOST = ("reclaim", "start", "swap", "fix", "reset")  # they act on one host at a time
+SUBCOMMANDS = ("snapshot", "reclaim", "reap", "start", "swap", "fix", "reset", "drain",
+               "resume", "exporter", "history", "report", "completion")
+# they act (and ask first); one host at a time but reap
+ACTING = ("reclaim", "reap", "start", "swap", "fix", "reset", "drain", "resume")
+ONE_HOST = ("reclaim", "start", "swap", "fix", "reset", "drain", "resume")
+NODE = ("drain", "resume")  # the host's Slurm node: they free no memory, signal nothing
 
 
 def seconds(low: float, high: float, *, low_inclusive: bool = False) -> Callable[[str], float]:
@@ -188,80 +188,13 @@ def _exporter_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _which(p: argparse.ArgumentParser, command: str) -> None:
-    """What an acting subcommand acts on: its unit, container, or the swap's two."""
-    if command == "swap":
-        source = p.add_mutually_exclusive_group(required=True)
-        source.add_argument("--from", dest="from_unit", metavar="UNIT",
-                            help="the unit to reclaim (e.g. vllm-minimax-m25)")
-        source.add_argument("--from-container", dest="from_container", metavar="NAME",
-                            help="or a Docker or Podman container (name or id) to "
-                            "reclaim: stop it, turn its restart policy off, reap what "
-                            "is left")
-        p.add_argument("--to", dest="to_unit", required=True, metavar="UNIT",
-                       help="the unit to start once the memory is back")
-        p.add_argument("--no-rollback", action="store_true",
-                       help="when the new unit does not serve, leave the old one "
-                       "stopped (default: stop the new one, disabled again if the swap "
-                       "enabled it; start the old one again, enabled again if it was, "
-                       "and prove it serves)")
-    elif command in ("reclaim", "start"):
-        _owner_flags(p.add_mutually_exclusive_group(required=True), command)
-    elif command == "fix":
-        p.add_argument("--unit", required=True,
-                       help="the systemd service (.service optional)")
-        p.add_argument("--revert", action="store_true",
-                       help="remove gpudash's drop-in of the unit (only that file) "
-                       "and reload")
-        p.add_argument("--dry-run", action="store_true",
-                       help="print the plan and the diff, and send nothing")
-    elif command == "reap":
-        which = p.add_mutually_exclusive_group()
-        _owner_flags(which, command)
-        which.add_argument("--slurm-epilog", action="store_true",
-                           help="as Slurm's Epilog= on the node: --job $SLURM_JOB_ID on "
-                           "$SLURM_JOB_GPUS, no prompt; where the memory is not back, "
-                           "drain the node with gpudash's reason and exit non-zero")
-        p.add_argument("--leave-strays", action="store_true",
-                       help="with --job or --slurm-epilog: only report what holds the "
-                       "job's GPUs outside any job (the site allows GPU work outside jobs)")
-        p.add_argument("--dry-run", action="store_true",
-                       help="print the plan of each host and send nothing")
-    elif command == "reset":
-        p.add_argument("--gpu", type=_gpu_index, required=True, metavar="N",
-                       help="the GPU (its index, as nvidia-smi -L numbers it)")
-    else:
-        p.add_argument("--unit", required=True,
-                       help="the systemd unit (.service optional)")
-
-
-def _gpu_index(text: str) -> int:
-    if not re.fullmatch(r"[0-9]{1,2}", text) or int(text) >= MAX_GPUS:
-        raise argparse.ArgumentTypeError(f"not a GPU index: {text[:40]!r}")
-    return int(text)
-
-
-def _owner_flags(group: argparse._MutuallyExclusiveGroup, command: str) -> None:
-    """The flags that name what ``command`` acts on: each owner kind's own
-    (``gpudash.domain.owners.cli_selectors``: a kind's adapter declares them)."""
-    for selector in cli_selectors(command):
-        def checked(text: str, s: CliSelector = selector) -> str:
-            try:
-                return s.checked(text)
-            except ValueError as exc:
-                raise argparse.ArgumentTypeError(str(exc)) from None
-
-        group.add_argument(selector.flag, metavar=selector.metavar, type=checked,
-                           help=selector.helps[command])
-
-
 def _acting_parser(command: str) -> argparse.ArgumentParser:
     epilog = EXAMPLES[command] + "\n\n" + EXIT_CODES_HELP
     fmt = argparse.RawDescriptionHelpFormatter
     p = argparse.ArgumentParser(prog=f"gpudash {command}", epilog=epilog,
                                 formatter_class=fmt,
                                 description=textwrap.fill(DESCRIPTIONS[command], 79))
-    _which(p, command)
+    acted_on(p, command)
     if command in ("start", "swap"):
         p.add_argument("--enable", action=argparse.BooleanOptionalAction, default=None,
                        help="enable the started unit (start it at boot); default: start "
@@ -274,7 +207,7 @@ def _acting_parser(command: str) -> argparse.ArgumentParser:
         p.add_argument("--ready-url", default=None, metavar="URL",
                        help="what proves it serves, asked on the host (default: "
                        "http://127.0.0.1:PORT/health, PORT from the unit's ExecStart)")
-    if command in ("reclaim", "start", "swap", "reset"):
+    if command in ("reclaim", "start", "swap", "reset", *NODE):
         p.add_argument("--dry-run", action="store_true",
                        help="print the plan (stdout; with --json, as JSON) and send nothing")
     p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
@@ -283,13 +216,15 @@ def _acting_parser(command: str) -> argparse.ArgumentParser:
                    "says it was not audited); without it such an action is refused "
                    "(exit 7)")
     freeing = command in ("reclaim", "reap", "reset")
-    default = 120.0 if freeing else 60.0 if command == "fix" else 1800.0
+    default = (120.0 if freeing else 60.0 if command == "fix" else 30.0 if command in NODE
+               else 1800.0)
     p.add_argument("--timeout", type=seconds(0, 86400), default=default, metavar="S",
                    help=f"give up after S seconds (default {default:g}: "
                    + ("memory back)" if freeing else
                       "systemctl show reports the fix)" if command == "fix" else
+                      "scontrol show node reports it)" if command in NODE else
                       "a big model loads for 10+ minutes)"))
-    if command not in ("fix", "reset"):  # they signal nothing
+    if command not in ("fix", "reset", *NODE):  # they signal nothing
         p.add_argument("--term-timeout", type=seconds(0, 3600), default=10.0, metavar="S",
                        help="seconds between SIGTERM and SIGKILL (default 10)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -47,9 +47,11 @@ def worst(codes: Iterable[int]) -> int:
 
 EXIT_CODES_HELP = """exit codes:
   0  memory confirmed free (reclaim) / every host read (snapshot) /
-     systemctl show reports gpudash's drop-in (fix)
+     systemctl show reports gpudash's drop-in (fix) /
+     scontrol show node reports the node drained or resumed (drain, resume)
   1  not confirmed: the report names what still holds memory and why (reclaim);
-     a host was read but could not report its GPUs (snapshot)
+     a host was read but could not report its GPUs (snapshot);
+     Slurm did not report the node's new state in time (drain, resume)
   2  usage or plan error: nothing was done
   3  a host could not be reached or refused us (auth, host key, sudo -n);
      --prometheus: Prometheus down, slow, refused (401/403), TLS, a query error,

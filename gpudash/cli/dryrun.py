@@ -25,6 +25,8 @@ def document(plan: ActionPlan, lines: list[str]) -> dict[str, Any]:
                      "label": t.label} for t in plan.targets],
         "expected_free_mib": {str(g): m for g, m in sorted(plan.expected_free_mib.items())},
     }
+    if plan.kind in (ActionKind.DRAIN, ActionKind.RESUME):
+        out.update(node=plan.subject.removeprefix("node "), reason=plan.selection.reason)
     if plan.kind is ActionKind.FIX:
         out.update(revert=plan.selection.revert, diff=list(plan.preview),
                    settings=[f"[{s}] {k}={v}" for s, k, v in plan.settings])

@@ -21,12 +21,12 @@ from collections.abc import Mapping
 
 from gpudash.cli.contract import Exit
 from gpudash.cli.terminal import Terminal
+from gpudash.domain.owners.slurm_node import DRAIN, REASON_MAX, node_argv, one_line
 
 KIND = "slurm job"  # the owner kind whose leftovers an epilog reaps (a claim's KIND)
 # where Slurm's tools are when PATH is empty (an epilog's), after PATH's own
 TOOL_DIRS = ("/usr/bin", "/usr/local/bin", "/usr/sbin", "/opt/slurm/bin", "/usr/local/slurm/bin")
 DRAIN_TIMEOUT_S = 10.0
-REASON_MAX = 200  # Slurm keeps a node's reason as given; sinfo -R shows one line
 
 
 class EpilogError(ValueError):
@@ -71,15 +71,20 @@ def tool(name: str, environ: Mapping[str, str]) -> str | None:
 
 
 def drain(job: str, why: str, term: Terminal, environ: Mapping[str, str]) -> bool:
-    """Drain this node with gpudash's reason; False (said) where it could not."""
+    """Drain this node with gpudash's reason; False (said) where it could not. The command
+    is the drain action's own (``slurm_node.node_argv``): one node, the reason one line
+    and quoted for scontrol."""
     node = environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
     scontrol = tool("scontrol", environ)
-    reason = f"gpudash: job {job} left GPU memory: {why}"
-    reason = " ".join(reason.split())[:REASON_MAX]  # one line, bounded
+    reason = one_line(f"gpudash: job {job} left GPU memory: {why}")[:REASON_MAX].rstrip()
     if scontrol is None:
         term.error(f"could not drain {node}: no scontrol found (PATH or {TOOL_DIRS[0]})")
         return False
-    argv = [scontrol, "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"]
+    try:
+        argv = [scontrol, *node_argv(DRAIN, node, reason)[1:]]
+    except ValueError as exc:
+        term.error(f"could not drain {node}: {exc}")
+        return False
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=DRAIN_TIMEOUT_S,
                               env={"PATH": os.path.dirname(scontrol)}, check=False)

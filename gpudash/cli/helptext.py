@@ -30,6 +30,15 @@ DESCRIPTIONS = {
     "NVML's list, none with its /dev/nvidia file, every process visible), MIG is off and no "
     "display is on it; refused with the reason otherwise (the process that holds it, "
     "named). Exit 0 only if the GPU's memory came back to its baseline.",
+    "drain": "Drain the host's Slurm node with a reason, for the operator who decides it "
+    "is unhealthy: Slurm starts no new job there and lets the running ones finish (a drain "
+    "ends none of them; the plan names them). The reason Slurm is given says gpudash and "
+    "who drained. Refused where the host is no Slurm node, Slurm does not answer, or the "
+    "node is drained already. Exit 0 only if `scontrol show node` reports DRAIN with that "
+    "reason.",
+    "resume": "Resume the host's drained Slurm node: it takes jobs again (the plan names "
+    "any GPU memory no running job has, which the next job would be given). Refused where "
+    "the node is not drained. Exit 0 only if `scontrol show node` no longer reports DRAIN.",
     "swap": "Reclaim one model (a unit, or a container with --from-container) with proof, "
     "check the next one fits, start it and prove it serves. Exit 0 only if the old memory "
     "came back and the new model serves.",
@@ -61,6 +70,12 @@ EXAMPLES = {
     "reset": """examples:
   gpudash reset gpu01 --gpu 3 --dry-run              what was checked, the plan
   gpudash reset gpu01 --gpu 3 --yes --json > verdict.json""",
+    "drain": """examples:
+  gpudash drain gpu01 --reason "GPU 3 ECC errors" --dry-run   the plan, nothing sent
+  gpudash drain gpu01 --reason "GPU 3 ECC errors" --yes --json > verdict.json""",
+    "resume": """examples:
+  gpudash resume gpu01 --dry-run
+  gpudash resume gpu01 --yes""",
     "reap": """examples:
   gpudash reap gpu01 gpu02 --dry-run                  each host's plan, nothing sent
   gpudash reap localhost --yes --json                  a Slurm epilog or a cron job""",

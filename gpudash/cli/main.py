@@ -13,6 +13,8 @@
     gpudash fix [HOST] --unit U        gpudash's drop-in that removes U's lint findings
     gpudash swap [HOST] --from-container C --to B   the same from a Docker/Podman container
     gpudash reset [HOST] --gpu N       nvidia-smi --gpu-reset where nothing holds GPU N
+    gpudash drain [HOST] --reason TEXT   drain the host's Slurm node (its jobs finish)
+    gpudash resume [HOST]              the drained Slurm node takes jobs again
     gpudash exporter [HOST ...]        the triage as Prometheus metrics (127.0.0.1:9835)
 
 What goes to stdout and stderr, and the exit codes: ``gpudash.cli.contract``.
@@ -45,11 +47,16 @@ AS_CTRL_C = (signal.SIGTERM, signal.SIGHUP)
 
 
 def open_sources(args: argparse.Namespace, *, demo_speed: float = 1.0,
-                 demo_orphans: bool = False) -> list[HostSource]:
+                 demo_orphans: bool = False, demo_slurm: bool = False) -> list[HostSource]:
     """The hosts named on the command line, as sources (not yet connected). The demo host
     starts as it is before the incident, or (``demo_orphans``) after its ``kill -9`` and
-    ``systemctl stop`` + ``disable``, with the workers orphaned."""
+    ``systemctl stop`` + ``disable``, with the workers orphaned; or (``demo_slurm``) it is
+    the fleet demo's Slurm node."""
     read_only = getattr(args, "read_only", False)
+    if args.demo and demo_slurm:
+        from gpudash.demo.fleet import SLURM_NODE, ScenarioHost
+
+        return [ScenarioHost(SLURM_NODE, "slurm", speed=demo_speed, read_only=read_only)]
     if args.demo:
         from gpudash.demo.host import DemoHost
 
@@ -131,9 +138,11 @@ def cmd_act(command: str, args: argparse.Namespace, term: Terminal) -> int:
     from gpudash.cli import act
 
     run = {"reclaim": act.run_reclaim, "start": act.run_start, "swap": act.run_swap,
-           "reset": act.run_reset}[command]
-    # The demo runs 20x faster than real time so the incident plays out in seconds.
-    return run(args, open_sources(args, demo_speed=20.0)[0], term)
+           "reset": act.run_reset, "drain": act.run_drain, "resume": act.run_resume}[command]
+    # The demo runs 20x faster than real time so the incident plays out in seconds; a
+    # Slurm node's drain and resume act on the demo's Slurm node.
+    return run(args, open_sources(args, demo_speed=20.0,
+                                  demo_slurm=command in ("drain", "resume"))[0], term)
 
 
 NO_TERMINAL = ("the dashboard needs a terminal (stdin and stdout a tty); from a script, "
@@ -210,7 +219,7 @@ def _run(command: str | None, args: argparse.Namespace, term: Terminal) -> int:
         return cmd_prom_snapshot(args, term)
     if command == "snapshot":
         return cmd_snapshot(args, term)
-    if command in ("reclaim", "start", "swap", "reset"):
+    if command in ("reclaim", "start", "swap", "reset", "drain", "resume"):
         return cmd_act(command, args, term)
     if command == "completion":
         from gpudash.cli.completion import script

@@ -38,6 +38,7 @@ from gpudash.protocol.source import (
     SignalOutcome,
 )
 
+SLURM_NODE = "demo-gpu07"  # the fleet's Slurm node, as `gpudash drain --demo` acts on it
 SCENARIOS = ("incident", "healthy", "unreachable", "stopped", "crash-loop", "healthy",
              "slurm")
 
@@ -135,6 +136,9 @@ class UnreachableHost(HostControl):
         raise self._error()
 
     async def gpu_reset(self, gpu: int) -> CommandResult:
+        raise self._error()
+
+    async def node_state(self, verb: str, node: str, reason: str | None) -> CommandResult:
         raise self._error()
 
     async def container(

@@ -188,6 +188,13 @@ class DemoHost(HostControl):
 
         return slurm.command(self, kind, verb, key, READ_ONLY_REASON if self.read_only else None)
 
+    async def node_state(self, verb: str, node: str, reason: str | None) -> CommandResult:
+        """The demo's Slurm node drained or resumed (``demo.slurm``)."""
+        from gpudash.demo import slurm
+
+        return slurm.node_state(self, verb, node, reason,
+                                READ_ONLY_REASON if self.read_only else None)
+
     async def gpu_reset(self, gpu: int) -> CommandResult:
         """The driver's reset (``demo.driver``): refused while anything holds the GPU."""
         return self.driver.reset(self.sim, gpu, READ_ONLY_REASON if self.read_only else None)

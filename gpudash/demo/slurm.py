@@ -6,7 +6,9 @@ its launcher, and its DP schedulers, re-parented to PID 1, still hold ~90 GiB on
 those GPUs. Slurm has since given GPUs 0-3 to bob's job 4118, whose training is loading
 its weights: it is about to run out of memory. carol's job 4116 runs on GPUs 4-7, as it
 should. What the host's collector would send: each job process's claim, and the jobs'
-facts as ``scontrol`` says them (the wire's ``owners``).
+facts as ``scontrol`` says them (the wire's ``owners``). Its slurmctld takes ``scancel``
+and a drain or resume of the node (``gpudash drain --demo``, ``N`` on demo-gpu07 of
+``gpudash --demo --demo-hosts 7``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Protocol
 from gpudash.demo.incident import MINIMAX
 from gpudash.demo.sim import HostSimulation
 from gpudash.domain.owners import OwnerCapability, rules_of
+from gpudash.domain.owners.slurm_node import DRAIN, node_argv
 from gpudash.protocol.source import CommandResult
 
 
@@ -94,4 +97,36 @@ def command(host: SlurmNode, kind: str, verb: str, key: str, refused: str | None
     host.sim.owners = {KIND: {**jobs, key: {**job, "state": "CANCELLED"}}}
     for p in [p for p in host.sim.processes.values() if p.claim == f"{KIND}:{key}"]:
         host.sim.die(p)
+    return CommandResult(argv, 0, "")
+
+
+def node_state(host: SlurmNode, verb: str, node: str, reason: str | None,
+               refused: str | None) -> CommandResult:
+    """``scontrol update NodeName=NODE State=DRAIN|RESUME``, as the demo's slurmctld takes
+    it: the node's state and reason change (its jobs run on: a drain ends none)."""
+    try:
+        argv = node_argv(verb, node, reason)
+    except ValueError as exc:
+        return CommandResult(("scontrol", "update"), 2, f"refused: {exc}")
+    if refused is not None:
+        return CommandResult(argv, 1, refused)
+    section = host.sim.owners.get(KIND, {})
+    here = section.get("")
+    if here is None:
+        return CommandResult(argv, 127, "scontrol: command not found (this demo host is no "
+                                        "Slurm node)")
+    if here.get("node") != node:
+        return CommandResult(argv, 1, "slurm_update error: Invalid node name specified")
+    drained = bool(here.get("drain"))
+    if verb != DRAIN and not drained:
+        return CommandResult(argv, 1, "slurm_update error: Invalid node state specified")
+    busy = any(j.get("state") == "RUNNING" for k, j in section.items() if k)
+    base = "MIXED" if busy else "IDLE"
+    now = {k: v for k, v in here.items() if k not in ("drain", "reason", "node_state")}
+    if verb == DRAIN:
+        now.update(node_state=f"{base}+DRAIN", drain=True, reason=reason)
+    else:
+        now.update(node_state=base, drain=False)
+    # a new object: the stream's patches skip what is the same object as before
+    host.sim.owners = {KIND: {**section, "": now}}
     return CommandResult(argv, 0, "")

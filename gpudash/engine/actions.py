@@ -27,6 +27,13 @@ from gpudash.engine.container_plans import (
 )
 from gpudash.engine.gpu_plans import TITLE as RESET_TITLE
 from gpudash.engine.gpu_plans import plan_gpu_reset, reset_refusal
+from gpudash.engine.node_plans import (
+    DRAIN_TITLE,
+    RESUME_TITLE,
+    drain_refusal,
+    plan_node,
+    resume_refusal,
+)
 from gpudash.engine.owner_plans import plan_owner_command
 from gpudash.engine.plan import (
     ActionKind,
@@ -177,6 +184,10 @@ SPECS: dict[ActionKind, ActionSpec] = {
                    fix_fits, hidden_unless_fits=True, in_footer=False),
         ActionSpec(ActionKind.GPU_RESET, "gpu_reset", RESET_TITLE, "G", "Reset GPU", Needs.GPU,
                    plan_gpu_reset, reset_refusal, hidden_unless_fits=True),
+        ActionSpec(ActionKind.DRAIN, "drain_node", DRAIN_TITLE, "N", "Drain node", Needs.NODE,
+                   plan_node, drain_refusal, hidden_unless_fits=True),
+        ActionSpec(ActionKind.RESUME, "resume_node", RESUME_TITLE, "ctrl+n", "Resume node",
+                   Needs.NODE, plan_node, resume_refusal, hidden_unless_fits=True),
     )
 }
 SPECS = {kind: replace(spec, container_title=CONTAINER_TITLES.get(kind))

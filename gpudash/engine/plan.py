@@ -21,6 +21,7 @@ from gpudash.engine.steps import (
     DaemonReload,
     DropIn,
     GpuReset,
+    NodeCommand,
     OwnerCommand,
     Signal,
     Step,
@@ -45,14 +46,20 @@ class ActionKind(StrEnum):
     FIX = "fix"  # gpudash's drop-in of a unit: written (or, reverting, removed), reloaded
     SIGNAL = "signal"  # one signal the operator picked, to one pinned process
     GPU_RESET = "gpu-reset"  # nvidia-smi --gpu-reset of a GPU nothing holds
+    DRAIN = "drain"  # a Slurm node: no new job starts there; the running ones finish
+    RESUME = "resume"  # a drained Slurm node takes jobs again
 
 
 STOPPING = frozenset({ActionKind.STOP, ActionKind.STOP_DISABLE, ActionKind.RECLAIM})
 DISABLING = frozenset({ActionKind.DISABLE, ActionKind.STOP_DISABLE, ActionKind.RECLAIM})
 STARTING = frozenset({ActionKind.START, ActionKind.RESTART, ActionKind.SWAP})
+NODE_STATES = frozenset({ActionKind.DRAIN, ActionKind.RESUME})  # a Slurm node's own state
+# they change a configuration or a state, and free no memory: no "Expected back" line
+FREE_NOTHING = frozenset({ActionKind.FIX}) | NODE_STATES
 
 
-COMMANDS = (Systemctl, ContainerCommand, DropIn, DaemonReload, OwnerCommand, GpuReset)
+COMMANDS = (Systemctl, ContainerCommand, DropIn, DaemonReload, OwnerCommand, GpuReset,
+            NodeCommand)
 
 
 ROLLBACK_HEADING = "if it does not serve:"  # a swap plan's last part: what puts it back
@@ -104,6 +111,9 @@ class Selection:
     # each, pinned; empty: ``pid`` alone
     pids: tuple[int, ...] = ()
     gpu: int | None = None  # a GPU reset: the GPU (its index)
+    # a Slurm node's drain: the reason Slurm is given, exactly (the session makes it of the
+    # operator's words and who they are: ``slurm_node.drain_reason``)
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,8 +221,8 @@ class ActionPlan:
             lines += [f"    $ {s.describe(term_timeout)}" for s in self.rollback.steps]
         if not self.steps and not self.phases:
             lines.append("  (nothing to send)")
-        if self.kind is ActionKind.FIX:
-            pass  # a configuration change frees nothing: no "Expected back" line
+        if self.kind in FREE_NOTHING:
+            pass  # a configuration or a node's state changed frees nothing: no such line
         elif self.kind is ActionKind.SIGNAL:
             held = sum(m for t in self.targets for m in t.gpu_memory_mib.values() if m)
             lines.append("  Expected: delivered; what it does then is up to the process "

@@ -30,7 +30,8 @@ from gpudash.engine.goals import (
     unit_memory,
 )
 from gpudash.engine.journal import failure_from_log, follow_journal, task_stack
-from gpudash.engine.plan import ActionKind, Phase, Serving
+from gpudash.engine.node_proof import node_goal
+from gpudash.engine.plan import NODE_STATES, ActionKind, Phase, Serving
 from gpudash.engine.proof import freeing_goals
 from gpudash.engine.report import (
     ActionReport,
@@ -73,17 +74,7 @@ class Run(RunIO):
             for phase in self.plan.run_phases:
                 self.phase = phase
                 began = self.host_now
-                if phase.kind is ActionKind.FIX:
-                    ok = await self._config_phase(act)
-                elif phase.kind is ActionKind.SIGNAL:
-                    ok = await self._signal_phase(act)
-                elif phase.kind in CONTAINER_STARTS and phase.serving is None and (
-                        self.plan.container_before is not None):
-                    ok = await self._container_start_phase(act)
-                elif phase.serving is None:
-                    ok = await self._freeing_phase(act)
-                else:
-                    ok = await self._serving_phase(phase.serving, act)
+                ok = await self._run_phase(phase, act)
                 if self.plan.phases:
                     report.phases.append(PhaseOutcome(
                         phase.name, ok, report.summary, self._since(began)))
@@ -115,6 +106,21 @@ class Run(RunIO):
             )
             report.log(report.summary)
             raise
+
+    async def _run_phase(self, phase: Phase, act: bool) -> bool:
+        """One phase, as its kind is carried out and proven."""
+        if phase.kind is ActionKind.FIX:
+            return await self._config_phase(act)
+        if phase.kind in NODE_STATES:
+            return await self._node_phase(act)
+        if phase.kind is ActionKind.SIGNAL:
+            return await self._signal_phase(act)
+        if phase.kind in CONTAINER_STARTS and phase.serving is None and (
+                self.plan.container_before is not None):
+            return await self._container_start_phase(act)
+        if phase.serving is None:
+            return await self._freeing_phase(act)
+        return await self._serving_phase(phase.serving, act)
 
     async def _freeing_phase(self, act: bool) -> bool:
         """Commands, pinned signals, then memory back and processes gone (or explained)."""
@@ -176,6 +182,20 @@ class Run(RunIO):
             report.warnings += [n for n in plan.notes if "next stop or restart" in n]
         else:
             report.summary = f"NOT confirmed: {status.detail or status.title}"
+        return report.confirmed
+
+    async def _node_phase(self, act: bool) -> bool:
+        """A Slurm node drained or resumed (``scontrol update``), then proven on fresh
+        samples: ``scontrol show node`` reports it so. Nothing is freed."""
+        report, opts = self.report, self.opts
+        self.memory = MemoryAtMost({}, opts.settle, opts.slack_mib)
+        if act and not await self._commands():
+            return False
+        await self._verify([node_goal(self.plan)], opts.verify_timeout)
+        status = self.statuses[0]
+        report.confirmed = status.state is GoalState.MET
+        report.summary = (f"confirmed: {status.detail}" if report.confirmed
+                          else f"NOT confirmed: {status.detail or status.title}")
         return report.confirmed
 
     async def _signal_phase(self, act: bool) -> bool:

@@ -27,7 +27,14 @@ from gpudash.engine.journal import LOG_TAIL
 from gpudash.engine.options import ExecOptions, ProgressFn
 from gpudash.engine.plan import ActionPlan, Phase
 from gpudash.engine.report import ActionReport, Progress
-from gpudash.engine.steps import ContainerCommand, DaemonReload, DropIn, GpuReset, OwnerCommand
+from gpudash.engine.steps import (
+    ContainerCommand,
+    DaemonReload,
+    DropIn,
+    GpuReset,
+    NodeCommand,
+    OwnerCommand,
+)
 from gpudash.engine.target import Target
 from gpudash.protocol.source import (
     CommandResult,
@@ -159,6 +166,11 @@ class RunIO:
                 self.tell("commands", said)
                 result = await self._send(step.argv, self.control.owner_command(
                     step.kind, step.verb, step.key))
+            elif isinstance(step, NodeCommand):
+                said = step.describe(self.opts.term_timeout)
+                self.tell("commands", said)
+                result = await self._send(step.argv, self.control.node_state(
+                    step.verb, step.node, step.reason))
             elif isinstance(step, GpuReset):
                 said = " ".join(step.argv)
                 self.tell("commands", said)

@@ -34,6 +34,7 @@ class Needs(StrEnum):
     ORPHANS = "orphans"  # orphans of the selected unit, else of the whole host
     UNIT_AND_TARGET = "unit and target"  # a service to reclaim and the one to start (swap)
     GPU = "gpu"  # one GPU: the unattributed row (memory no process holds)
+    NODE = "node"  # the host itself as a Slurm node: whatever is selected
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
 """The steps of a plan, typed: a ``systemctl`` verb on a unit, a signal to a pinned
-process, a container command, or gpudash's own drop-in of a unit and the reload after it."""
+process, a container command, gpudash's own drop-in of a unit and the reload after it, an
+owner kind's own command, a GPU reset, or a Slurm node's state."""
 
 from __future__ import annotations
 
@@ -142,5 +143,27 @@ class GpuReset:
         return " ".join(self.argv) + (f"  ({self.uuid})" if self.uuid else "")
 
 
-Command = Systemctl | ContainerCommand | DropIn | DaemonReload | OwnerCommand | GpuReset
-Step = Systemctl | ContainerCommand | DropIn | DaemonReload | OwnerCommand | GpuReset | Signal
+@dataclass(frozen=True, slots=True)
+class NodeCommand:
+    """``scontrol update NodeName=NODE State=DRAIN Reason="..."`` (or ``State=RESUME``):
+    the Slurm node's own state. The host control builds the argv again from the verb, the
+    node and the reason (``gpudash.domain.owners.slurm_node``), never from ``argv``."""
+
+    verb: str  # drain | resume
+    node: str
+    reason: str | None  # drain: exactly what Slurm is given; resume: None
+    argv: tuple[str, ...]
+
+    @property
+    def unit(self) -> str:
+        """What the command is about, as a unit command's ``unit`` is (for messages)."""
+        return f"node {self.node}"
+
+    def describe(self, term_timeout: float) -> str:
+        return " ".join(self.argv)
+
+
+Command = (Systemctl | ContainerCommand | DropIn | DaemonReload | OwnerCommand | GpuReset
+           | NodeCommand)
+Step = (Systemctl | ContainerCommand | DropIn | DaemonReload | OwnerCommand | GpuReset
+        | NodeCommand | Signal)

@@ -78,6 +78,7 @@ class Capability(StrEnum):
     CONTAINER_LOOKUP = "container-lookup"  # ``find_container``: a stopped one, by name
     OWNER_COMMANDS = "owner-commands"  # ``owner_command``: an owner kind's own (scancel)
     GPU_RESET = "gpu-reset"  # ``gpu_reset``: ``nvidia-smi --gpu-reset -i N``
+    NODE_STATE = "node-state"  # ``node_state``: a Slurm node drained or resumed
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +138,13 @@ class HostControl(Protocol):
         """``Capability.OWNER_COMMANDS``: the command of owner kind ``kind`` that does
         ``verb`` (an ``OwnerCapability``'s value) to the owner ``key`` (a Slurm job's
         ``scancel JOBID``), as that kind's rules build and validate it."""
+        ...
+
+    async def node_state(self, verb: str, node: str, reason: str | None) -> CommandResult:
+        """``Capability.NODE_STATE``: ``scontrol update NodeName=NODE State=DRAIN
+        Reason="REASON"`` (``verb`` drain) or ``State=RESUME`` (``verb`` resume, no reason),
+        as ``gpudash.domain.owners.slurm_node`` builds and checks it: argv, never a shell
+        line, the reason one argument whatever it holds."""
         ...
 
     async def gpu_reset(self, gpu: int) -> CommandResult:

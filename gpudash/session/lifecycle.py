@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Protocol
 
 from gpudash.domain.model import HostSnapshot, SourceKind, Unit, unit_name
+from gpudash.domain.owners.slurm_node import drain_reason
 from gpudash.engine import (
     SPECS,
     STARTING,
@@ -38,7 +39,7 @@ from gpudash.engine import (
     selected_owner,
 )
 from gpudash.protocol.source import Capability, HostControl, ModelUnit, SourceError
-from gpudash.session.audit import audit_path
+from gpudash.session.audit import audit_path, operator
 from gpudash.session.controller import serving_request
 from gpudash.session.history import read_records
 from gpudash.state import footprints
@@ -123,6 +124,7 @@ class Request:
     enable: bool | None = None  # start/swap: None: a swap keeps the old unit's; start: no
     ready_url: str | None = None  # start/swap: --ready-url
     snapshot: HostSnapshot | None = None  # plan from this one (the screen's), else fresh
+    reason: str | None = None  # a drain: why, in the operator's words (--reason, the prompt)
 
 
 async def prepare(request: Request, control: HostControl, host: str, ports: Ports,
@@ -134,7 +136,11 @@ async def prepare(request: Request, control: HostControl, host: str, ports: Port
         if request.kind is ActionKind.FIX:
             return await _prepare_fix(request, control, host)
         snapshot = request.snapshot or await control.sample()
-        return SPECS[request.kind].plan(snapshot, request.selection)
+        selection = request.selection
+        if request.kind is ActionKind.DRAIN:  # Slurm's reason says gpudash and who drained
+            selection = dataclasses.replace(selection, reason=drain_reason(
+                operator()["operator"], request.reason))
+        return SPECS[request.kind].plan(snapshot, selection)
     except PlanError as exc:
         return Ended(Ending.PLAN, str(exc), exc.lines)
     except SourceError as exc:

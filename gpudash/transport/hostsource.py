@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from gpudash.collector.host.protocol import CONTAINER_ID, OP_REFRESH, OP_WATCH
 from gpudash.domain.model import HostSnapshot
+from gpudash.domain.owners.slurm_node import node_argv
 from gpudash.protocol.shell_listener import ask_owned
 from gpudash.protocol.source import (
     LOOPBACK_HOSTS,
@@ -219,6 +220,18 @@ class SourceControl:
         result = await self._administer(
             lambda sudo: ["sudo", "-n", *argv] if sudo else list(argv), QUERY_TIMEOUT_S)
         self.source.poke(None)  # its facts read again now, not in a few seconds
+        return result
+
+    async def node_state(self, verb: str, node: str, reason: str | None) -> CommandResult:
+        """``[sudo -n] scontrol update NodeName=NODE State=DRAIN|RESUME [Reason="..."]`` on
+        the host, every part checked first; the node's state read again at once."""
+        try:
+            argv = node_argv(verb, node, reason)
+        except ValueError as exc:
+            return CommandResult(("scontrol", "update"), 2, f"refused: {exc}")
+        result = await self._administer(
+            lambda sudo: ["sudo", "-n", *argv] if sudo else list(argv), QUERY_TIMEOUT_S)
+        self.source.poke(None)
         return result
 
     async def gpu_reset(self, gpu: int) -> CommandResult:

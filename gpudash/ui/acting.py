@@ -58,12 +58,15 @@ class Acting:
 
     # --- planning ----------------------------------------------------------------------
 
-    def plan(self, spec: ActionSpec, host: int, selection: Selection) -> None:
-        """Plan ``spec`` for ``selection`` on ``host`` and ask for confirmation (the session
-        in ``gpudash.session.lifecycle``; this only shows its dialogs)."""
+    def plan(self, spec: ActionSpec, host: int, selection: Selection,
+             reason: str | None = None) -> None:
+        """Plan ``spec`` for ``selection`` on ``host`` (``reason``: a drain's, in the
+        operator's words) and ask for confirmation (the session in
+        ``gpudash.session.lifecycle``; this only shows its dialogs)."""
         view = self.state.views[host]
         # What is planned on the snapshot on screen; a start asks the host first.
-        request = lifecycle.Request(spec.kind, selection, snapshot=view.snapshot)
+        request = lifecycle.Request(spec.kind, selection, snapshot=view.snapshot,
+                                    reason=reason)
         hold(self.app)  # keys typed while it is planned go to its dialog, never to the table
         self._run(self._plan_and_confirm(request, host), "confirm")
 

@@ -31,6 +31,7 @@ from gpudash.ui.compositor import BandCompositor
 from gpudash.ui.keyhold import hold
 from gpudash.ui.layout import progress_columns, progress_room, size_classes
 from gpudash.ui.palette import palette
+from gpudash.ui.reason_prompt import ReasonPrompt, drain_heading
 from gpudash.ui.screens import DetailScreen
 from gpudash.ui.signal_picker import SignalPicker, picker_heading
 from gpudash.ui.state import Dashboard
@@ -235,10 +236,12 @@ class MainScreen(ViewKeys):
         crash = view.crashes.reason(group.unit.name) if group and group.unit else None
         fixes = self.availability("fix_unit")[0] is True  # the key only where it works
         resets = self.availability("gpu_reset")[0] is True
+        resumes = self.availability("resume_node")[0] is True
         self.unit_panel.show(unheld_text(view.triage, app.selected_key, app.holder_view, pal,
                                          app.key_of("gpu_reset") if resets else None)
                              or unit_text(group, process, pal, why, crash,
-                                          self.dashboard.key_of("fix_unit") if fixes else None))
+                                          self.dashboard.key_of("fix_unit") if fixes else None,
+                                          app.key_of("resume_node") if resumes else None))
         # Too thin for the unit panel: its gist goes on Holders' border, Enter shows it all.
         quiet_border(self.holders, "subtitle",
                      unit_gist(group, pal) if self.has_class("-thin") else None)
@@ -459,6 +462,21 @@ class MainScreen(ViewKeys):
 
         hold(self.app)
         self.app.push_screen(SignalPicker(heading), picked)
+
+
+    def action_drain_node(self) -> None:
+        """Ask why the node is drained; then planned and confirmed as any action."""
+        if self.availability("drain_node")[0] is not True:
+            self.action_explain("drain_node")
+            return
+        view, host, sel = self.dashboard.view, self.dashboard.current_host, self.selection()
+
+        def given(words: str | None) -> None:
+            if words is not None and self.dashboard.current_host == host:
+                self.acting.plan(ACTIONS["drain_node"], host, sel, reason=words)
+
+        hold(self.app)
+        self.app.push_screen(ReasonPrompt(drain_heading(view.name, view.snapshot)), given)
 
 
 # Every action of the registry is planned and confirmed alike (``plan_action``), but for

@@ -187,8 +187,8 @@ class SlurmJobRules(BaseRules):
             node = _text(owner.facts, "node_name") or "this node"
             why = _text(owner.facts, "node_reason")
             w.append(f"{node} is drained" + (f" ({why})" if why else "") + ": Slurm starts "
-                     "no new job here. Once its GPUs are clean: scontrol update "
-                     f"nodename={node} state=resume")
+                     "no new job here. Once its GPUs are clean: gpudash resume (scontrol "
+                     f"update nodename={node} state=resume)")
         return tuple(w)
 
     def leftovers(self, key: str, snapshot: HostSnapshot, found: Found,

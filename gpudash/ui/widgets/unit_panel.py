@@ -105,10 +105,11 @@ def _process_rows(out: Text, process: Process, pal: Palette, why: str | None) ->
 
 def unit_text(group: OwnerGroup | None, process: Process | None, pal: Palette,
               why: str | None = None, crash: CrashReason | None = None,
-              fix_key: str | None = None) -> Text:
+              fix_key: str | None = None, resume_key: str | None = None) -> Text:
     """The panel's content for the selected owner group (and process, if one is selected;
     ``why``: what makes it an orphan, in the triage's words; ``crash``: why its unit
-    crash-loops, as its journal says)."""
+    crash-loops, as its journal says; ``resume_key``: the key that resumes the drained
+    node an owner runs on, where it can be)."""
     if group is None:
         return Text("Select a unit or process in Holders.", style="dim")
     out = Text()
@@ -141,6 +142,9 @@ def unit_text(group: OwnerGroup | None, process: Process | None, pal: Palette,
         out.append("\n")
         for name, value in owner.rules.rows(owner) if owner is not None else ():
             _row(out, name, value)
+        if resume_key and owner is not None and owner.facts.get("node_drain"):
+            out.append(f" {resume_key} ", style="bold reverse")
+            out.append(" resume the node: it takes jobs again, proven by scontrol\n")
     total = group.total_gpu_memory_mib
     gpus = sum(1 for v in group.gpu_memory_mib.values() if v)
     _row(out, "GPU memory", f"{gib(total)} on {gpus} GPU(s)" if total else "none", "bold")
