@@ -159,8 +159,9 @@ def test_a_flood_of_wrong_passwords_never_starves_a_remembered_scraper(tmp_path:
             flood.kill()
         said = exporter.stop()
     assert answers == [200] * 9, (answers, seen)
-    # it was a flood: hundreds of wrong passwords answered meanwhile, none let in
-    assert seen.get("401", 0) + seen.get("503", 0) > 200 and "200" not in seen, seen
+    # it was a flood: wrong passwords answered all along, none let in (a loaded machine
+    # answers fewer of them in the 14 s: each costs a bcrypt)
+    assert seen.get("401", 0) + seen.get("503", 0) > 100 and "200" not in seen, seen
     assert "Traceback" not in said
 
 
