@@ -132,8 +132,9 @@ class FleetScreen(FleetTableScreen):
         now = app.clock()
         for i, view in enumerate(app.views):
             row = self._rows.get(i)
-            if row is None or view.status(now, app.stale_after)[0] != row.link_text:
-                self.host_changed(i)
+            text = view.status(now, app.stale_after)[0]
+            if row is None or text != row.link_text:
+                self.link_moved(i, text)
         self.apply_layout()
 
     def _draw_header(self) -> None:
