@@ -16,6 +16,7 @@ import json
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -151,18 +152,28 @@ def silent_server() -> Iterator[str]:
         listener.close()
 
 
+def _vector(samples: list[tuple[dict[str, str], float, float]]) -> dict[str, object]:
+    """An instant query's answer: (labels, time, value) per series."""
+    return {"status": "success", "data": {"resultType": "vector", "result": [
+        {"metric": labels, "value": [at, str(value)]} for labels, at, value in samples]}}
+
+
 class Recorded:
     """A Prometheus that answers the fleet's queries with answers a real one gave
     (tests/data/fleetprom/answers.json), or fails as ``mode`` says: "ok", "401", "hang"
-    (until released), "garbage". ``extra``: series added to a query's answer."""
+    (until released), "garbage". ``extra``: series added to a query's answer. It has no
+    recording rules: the probe (``PROBE``) says "raw", newer at every ask (a fleet being
+    scraped), and a query of the recorded series answers nothing, as Prometheus does."""
 
     def __init__(self, answers: dict[str, object]) -> None:
         import threading as _threading
 
-        from gpudash.fleetprom.queries import QUERIES
+        from gpudash.fleetprom.queries import PROBE, QUERIES, RECORDED
 
         self.answers = answers
         self.by_expr = dict((expr, name) for name, expr in QUERIES)
+        self.probe = PROBE
+        self.recorded = {expr for name, expr in RECORDED if name != "fleet"}
         self.mode = "ok"
         self.extra: dict[str, list[dict[str, object]]] = {}
         self.release = _threading.Event()
@@ -186,9 +197,15 @@ class Recorded:
                     status, body = 200, b"\x00garbage"
                 else:
                     expr = _parse.parse_qs(_parse.urlsplit(self.path).query)["query"][0]
-                    name = recorded.by_expr[expr]
-                    doc = json.loads(json.dumps(recorded.answers[name]))
-                    doc["data"]["result"] += recorded.extra.get(name, [])
+                    now = time.time()
+                    if expr == recorded.probe:
+                        doc = _vector([({"of": "raw"}, now, now)])
+                    elif expr in recorded.recorded:
+                        doc = _vector([])
+                    else:
+                        name = recorded.by_expr[expr]
+                        doc = json.loads(json.dumps(recorded.answers[name]))
+                        doc["data"]["result"] += recorded.extra.get(name, [])
                     status, body = 200, json.dumps(doc).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")

@@ -238,17 +238,20 @@ class PromClient:
         text = reason.strerror if isinstance(reason, OSError) and reason.strerror else reason
         return PromError("down", f"{clean(self.base)}: {clean(text)[:ERROR_TEXT_MAX]}")
 
+    def _samples(self, expr: str) -> list[Sample]:
+        # parsed in the worker thread too: thousands of samples do not hold the event loop
+        return parse_vector(self._get(expr))
+
     async def query(self, expr: str) -> list[Sample]:
         """The samples of one instant query, or PromError."""
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self.settings.timeout + 1):
-                body = await loop.run_in_executor(self._pool, self._get, expr)
+                return await loop.run_in_executor(self._pool, self._samples, expr)
         except TimeoutError:
             raise PromError("slow", f"no answer within {self.settings.timeout:g} s") from None
         except RuntimeError as exc:  # the pool was shut down: the client is closing
             raise PromError("down", f"closed ({exc})") from None
-        return parse_vector(body)
 
     async def query_all(self, exprs: Sequence[str]) -> list[list[Sample]]:
         """Several instant queries side by side; the first PromError, if any."""

@@ -1,6 +1,11 @@
 """Reading the fleet from Prometheus: one refresh (``read_fleet``), its rows as JSON
 (``fleet_json``), and the refresh loop the dashboard follows (``PromFeed``): the last good
-rows are kept through failures (marked stale) and retried with capped backoff."""
+rows are kept through failures (marked stale) and retried with capped backoff.
+
+Each refresh first asks one small question (``PROBE``): are the recording rules' series
+there (then they are read, else the raw queries), and is anything newer than what the
+last read saw? When nothing is, the refresh reads nothing more: Prometheus has not
+changed the answer (a recorded fleet changes once per evaluation interval)."""
 
 from __future__ import annotations
 
@@ -8,11 +13,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpudash.fleetprom.client import PromClient, PromError
-from gpudash.fleetprom.queries import QUERIES
+from gpudash.fleetprom.queries import PROBE, QUERIES, RECORDED
 from gpudash.fleetprom.rows import PromFleet, PromHost, carried, fleet_of
 from gpudash.fleetprom.sshname import SshNameError, SshNameTemplate
 
@@ -22,10 +27,35 @@ BACKOFF_MAX_S = 60.0
 JSON_SCHEMA = 1
 
 
-async def read_fleet(client: PromClient) -> PromFleet:
-    """Every host, from one round of the queries (side by side); PromError if any fails."""
-    answers = await client.query_all([expr for _name, expr in QUERIES])
-    return fleet_of({name: a for (name, _e), a in zip(QUERIES, answers, strict=True)})
+async def read_fleet(client: PromClient, source: str = "raw") -> PromFleet:
+    """Every host, from one round of the queries (side by side): the recorded series'
+    (``source`` "recorded") or the raw sums; PromError if any fails. The rows are made in
+    a worker thread: the dashboard's keys are not held while thousands are."""
+    queries = RECORDED if source == "recorded" else QUERIES
+    answers = await client.query_all([expr for _name, expr in queries])
+    named = {name: a for (name, _e), a in zip(queries, answers, strict=True)}
+    fleet = await asyncio.get_running_loop().run_in_executor(None, fleet_of, named)
+    return replace(fleet, source=source)
+
+
+@dataclass(frozen=True, slots=True)
+class Newest:
+    """What ``PROBE`` says: which queries to read, and the newest times they would see."""
+
+    source: str  # "recorded" or "raw"
+    at: tuple[float | None, float | None]  # (its figures' newest sample, ALERTS' newest)
+
+
+async def probe(client: PromClient) -> Newest:
+    """Recorded or raw, and how new: one query, a few samples."""
+    by = {s.labels.get("of"): s.value for s in await client.query(PROBE)}
+    source = "recorded" if "recorded" in by else "raw"
+    return Newest(source, (by.get(source), by.get("alerts")))
+
+
+async def read_current(client: PromClient) -> PromFleet:
+    """The fleet as it is now: the recorded series where the rules keep them, else raw."""
+    return await read_fleet(client, (await probe(client)).source)
 
 
 def _mib(value: float | None) -> int | None:
@@ -63,7 +93,7 @@ def host_json(host: PromHost, now: float, ssh: SshNameTemplate | None) -> dict[s
 
 def fleet_json(fleet: PromFleet, url: str, ssh: SshNameTemplate | None) -> dict[str, Any]:
     """The whole table as ``gpudash snapshot --prometheus URL --json`` prints it."""
-    return {"schema": JSON_SCHEMA, "prometheus": url, "at": fleet.at,
+    return {"schema": JSON_SCHEMA, "prometheus": url, "at": fleet.at, "source": fleet.source,
             "hosts": [host_json(h, fleet.at, ssh) for h in fleet.hosts]}
 
 
@@ -92,6 +122,7 @@ class PromFeed:
         self.on_state = on_state
         self.clock = clock
         self.state = FeedState(None)
+        self.read_at: Newest | None = None  # what the probe said before the last read
 
     def _set(self, state: FeedState) -> None:
         self.state = state
@@ -101,7 +132,12 @@ class PromFeed:
         """One refresh; the seconds to wait before the next one."""
         started = self.clock()
         try:
-            fleet = await read_fleet(self.client)
+            newest = await probe(self.client)
+            if (newest == self.read_at and self.state.error is None
+                    and self.state.fleet is not None and None not in newest.at[:1]):
+                # nothing newer than the rows shown: Prometheus would answer the same
+                return max(0.0, self.interval - (self.clock() - started))
+            fleet = await read_fleet(self.client, newest.source)
         except PromError as exc:
             failures = self.state.failures + 1
             wait = max(self.interval, min(BACKOFF_MAX_S, 2.0 ** (failures - 1)))
@@ -110,6 +146,7 @@ class PromFeed:
             self._set(FeedState(self.state.fleet, exc, failures, started + wait,
                                 self.state.refreshed_at))
             return wait
+        self.read_at = newest
         self._set(FeedState(carried(self.state.fleet, fleet), refreshed_at=self.clock()))
         return max(0.0, self.interval - (self.clock() - started))
 

@@ -33,39 +33,39 @@ def _tag(expr: str, stat: str) -> str:
     return f'label_replace({expr}, "stat", "{stat}", "", "")'
 
 
-def _sum(metric: str, stat: str, by: str = G) -> str:
-    return _tag(f"sum by ({by}) ({metric})", stat)
-
-
 # A GPU is held when some process accounts for memory on it (used less what nobody
 # accounts for), or when a holder's memory is unknown (then unattributed is absent).
 _HELD = ("(gpudash_gpu_memory_used_bytes - gpudash_gpu_memory_unattributed_bytes) > 0 "
          "or (gpudash_gpu_memory_used_bytes unless gpudash_gpu_memory_unattributed_bytes)")
 
-GPUDASH = " or ".join([
-    _sum("gpudash_gpu_memory_used_bytes", "used_bytes"),
-    _sum("gpudash_gpu_memory_total_bytes", "total_bytes"),
-    _tag(f"count by ({G}) (gpudash_gpu_memory_total_bytes)", "gpus"),
-    _tag(f"count by ({G}) ({_HELD})", "gpus_held"),
-    _sum("gpudash_gpu_orphaned_bytes", "orphaned_bytes"),
-    _sum("gpudash_orphaned_processes", "orphans"),
-    _sum("gpudash_reclaimable_bytes", "reclaimable_bytes"),
-    _sum("gpudash_gpu_memory_unattributed_bytes", "unattributed_bytes"),
-    _sum("gpudash_gpu_stray_bytes", "stray_bytes"),
-    _tag(f"max by ({G}) (gpudash_link_up)", "link_up"),
-    _tag(f"max by ({G}) (gpudash_sample_timestamp_seconds)", "sampled_at"),
-    _tag(f"max by ({G}) (timestamp(gpudash_link_up))", "scraped_at"),
-])
-
-DCGM = " or ".join([
-    _sum("DCGM_FI_DEV_FB_USED", "used_mib", D),
-    _sum("DCGM_FI_DEV_FB_FREE", "free_mib", D),
-    _tag(f"count by ({D}) (DCGM_FI_DEV_FB_USED)", "gpus"),
-    _tag(f"count by ({D}) (DCGM_FI_DEV_FB_USED > {DCGM_HELD_MIB})", "gpus_held"),
+# (stat, its expression per host): the parts of GPUDASH and DCGM, and the recording rules
+GPUDASH_PARTS = (
+    ("used_bytes", f"sum by ({G}) (gpudash_gpu_memory_used_bytes)"),
+    ("total_bytes", f"sum by ({G}) (gpudash_gpu_memory_total_bytes)"),
+    ("gpus", f"count by ({G}) (gpudash_gpu_memory_total_bytes)"),
+    ("gpus_held", f"count by ({G}) ({_HELD})"),
+    ("orphaned_bytes", f"sum by ({G}) (gpudash_gpu_orphaned_bytes)"),
+    ("orphans", f"sum by ({G}) (gpudash_orphaned_processes)"),
+    ("reclaimable_bytes", f"sum by ({G}) (gpudash_reclaimable_bytes)"),
+    ("unattributed_bytes", f"sum by ({G}) (gpudash_gpu_memory_unattributed_bytes)"),
+    ("stray_bytes", f"sum by ({G}) (gpudash_gpu_stray_bytes)"),
+    ("link_up", f"max by ({G}) (gpudash_link_up)"),
+    ("sampled_at", f"max by ({G}) (gpudash_sample_timestamp_seconds)"),
+    ("scraped_at", f"max by ({G}) (timestamp(gpudash_link_up))"),
+)
+DCGM_PARTS = (
+    ("used_mib", f"sum by ({D}) (DCGM_FI_DEV_FB_USED)"),
+    ("free_mib", f"sum by ({D}) (DCGM_FI_DEV_FB_FREE)"),
+    ("gpus", f"count by ({D}) (DCGM_FI_DEV_FB_USED)"),
+    ("gpus_held", f"count by ({D}) (DCGM_FI_DEV_FB_USED > {DCGM_HELD_MIB})"),
     # {hpc_job=""} matches a series without the label too: a GPU no mapping file names
-    _sum(f'DCGM_FI_DEV_FB_USED{{hpc_job="", pod=""}} > {DCGM_HELD_MIB}', "unowned_mib", D),
-    _tag(f"max by ({D}) (timestamp(DCGM_FI_DEV_FB_USED))", "scraped_at"),
-])
+    ("unowned_mib",
+     f'sum by ({D}) (DCGM_FI_DEV_FB_USED{{hpc_job="", pod=""}} > {DCGM_HELD_MIB})'),
+    ("scraped_at", f"max by ({D}) (timestamp(DCGM_FI_DEV_FB_USED))"),
+)
+
+GPUDASH = " or ".join(_tag(expr, stat) for stat, expr in GPUDASH_PARTS)
+DCGM = " or ".join(_tag(expr, stat) for stat, expr in DCGM_PARTS)
 
 _ALERTS = "|".join(ALERT_NAMES)
 FLEET = " or ".join([
@@ -78,3 +78,34 @@ FLEET = " or ".join([
 ])
 
 QUERIES = (("gpudash", GPUDASH), ("dcgm", DCGM), ("fleet", FLEET))
+
+# --- the same figures, kept by Prometheus' recording rules -------------------------------
+# docs/prometheus/gpudash-records.yml (``recording_rules()``) keeps every part above as one
+# series per host and stat, evaluated once per evaluation interval: reading them costs the
+# server a lookup, not twelve aggregations over every GPU's series per dashboard per second.
+RECORDED_GPUDASH = "gpudash:host_figures"
+RECORDED_DCGM = "gpudash:dcgm_host_figures"
+RULES_GROUP = "gpudash-fleet"
+# ``sum without ()``: the recorded series as they are, less their name (shorter answers)
+RECORDED = (("gpudash", f"sum without () ({RECORDED_GPUDASH})"),
+            ("dcgm", f"sum without () ({RECORDED_DCGM})"), ("fleet", FLEET))
+
+
+def recording_rules() -> dict[str, object]:
+    """The recording rules file (as YAML's data) that keeps the figures RECORDED reads."""
+    rules = [{"record": name, "expr": expr, "labels": {"stat": stat}}
+             for name, parts in ((RECORDED_GPUDASH, GPUDASH_PARTS), (RECORDED_DCGM, DCGM_PARTS))
+             for stat, expr in parts]
+    return {"groups": [{"name": RULES_GROUP, "rules": rules}]}
+
+
+# What is new since the last read, in one small answer: when the recorded figures were last
+# evaluated (absent: no recording rules, the raw queries are read), when a target was last
+# scraped (what the raw queries would see change), and when the alert rules last changed
+# ALERTS. A refresh whose answer is no newer than the last read's reads nothing more.
+PROBE = " or ".join([
+    f'label_replace(max(timestamp({{__name__=~"{RECORDED_GPUDASH}|{RECORDED_DCGM}"}})), '
+    '"of", "recorded", "", "")',
+    'label_replace(max(timestamp(up)), "of", "raw", "", "")',
+    'label_replace(max(timestamp(ALERTS)), "of", "alerts", "", "")',
+])

@@ -70,11 +70,14 @@ class PromHost:
 
 @dataclass(frozen=True, slots=True)
 class PromFleet:
-    """Every host of one refresh, sorted by name; ``at``: Prometheus' time of it."""
+    """Every host of one refresh, sorted by name; ``at``: Prometheus' time of it;
+    ``source``: "recorded" (read from the recording rules' series) or "raw" (summed by
+    the queries themselves)."""
 
     at: float
     hosts: tuple[PromHost, ...]
     down_targets: frozenset[tuple[str, str]] = frozenset()  # (instance, job) with up == 0
+    source: str = "raw"
 
 
 def _stats(samples: Iterable[Sample], keys: tuple[str, ...]
@@ -219,4 +222,5 @@ def carried(previous: PromFleet | None, new: PromFleet) -> PromFleet:
             if (h.label("instance") or "", h.label("job") or "") in new.down_targets:
                 h = replace(h, target_down=True, link_up=False)
             hosts[h.name] = h
-    return PromFleet(new.at, tuple(hosts[n] for n in sorted(hosts)), new.down_targets)
+    return PromFleet(new.at, tuple(hosts[n] for n in sorted(hosts)), new.down_targets,
+                     new.source)

@@ -163,6 +163,9 @@ class PromFleetScreen(FleetTableScreen):
         out.append(" gpudash ", style="bold reverse")
         out.append(" fleet ", style="bold")
         out.append_text(literal(self.url, style="dim"))
+        if self.state.fleet is not None:  # which queries the rows come from (docs/prometheus)
+            out.append(" recorded" if self.state.fleet.source == "recorded"
+                       else " raw (no gpudash-records.yml)", style="dim")
         out.append(f"  │ {len(self.hosts)} hosts", style="bold")
         # as PromHost.states says, without its clock: neither depends on the time
         down = sum(h.target_down or h.link_up is False for h in self.hosts)
