@@ -94,6 +94,7 @@ class FleetTableScreen(Screen[None]):
         self.ready = False
         self._rows: dict[int, FleetRow] = {}
         self._aged: set[int] = set()  # rows whose age text moved: made again when drawn
+        self._by_name: list[int] = []  # host indices by name: the order ties keep
         self._crash_len = 0  # the longest Crash loop cell the columns were laid out for
         self._columns_dirty = False  # a cell outgrew its column: laid out at the next tick
         self._shown: list[int] = []  # host indices in table order
@@ -169,31 +170,37 @@ class FleetTableScreen(Screen[None]):
         return self._rows[index].cells
 
     def _matches(self, index: int) -> bool:
-        text = self.filter_text.lower()
+        return self._matches_row(index, self.row(index), self.filter_text.lower())
+
+    def _matches_row(self, index: int, row: FleetRow, text: str) -> bool:
         if not text:
             return True
         name = self.host_name(index).lower()
         if any(c in text for c in "*[]"):
             return fnmatch.fnmatchcase(name, text)
-        row = self.row(index)
         return (text in name or row.link_text.lower().startswith(text)
                 or (text in self.STATES and text in row.states))
 
     def _order(self) -> list[int]:
-        shown = [i for i in range(self.host_count()) if self._matches(i)]
+        rows = [self.row(i) for i in range(self.host_count())]
+        if len(self._by_name) != len(rows):  # names are fixed until refresh_all
+            self._by_name = sorted(range(len(rows)), key=lambda i: rows[i].sort["host"])
+        text = self.filter_text.lower()
+        shown = ([i for i in self._by_name if self._matches_row(i, rows[i], text)]
+                 if text else list(self._by_name))
         key = self.sort_key
-
-        def by(i: int) -> tuple[object, ...]:
-            return self.row(i).sort.get(key, (-1,))
-
-        shown.sort(key=lambda i: self.row(i).sort["host"])
-        shown.sort(key=by, reverse=self.descending)  # stable: ties stay by name
+        # stable: ties stay by name
+        shown.sort(key=lambda i: rows[i].sort.get(key, (-1,)), reverse=self.descending)
         return shown
 
-    def _columns(self) -> None:
+    def _columns(self, *, recount: bool = True) -> None:
+        """The columns laid out for the terminal's width (``recount``: the Crash loop
+        column's longest cell counted again; a sort changes only the titles' arrow)."""
         self._mode = self.mode_of(self.app.size.width)
-        crash = self._crash_len = max((self.row(i).cells["crash"].cell_len
-                                       for i in range(self.host_count())), default=0)
+        if recount:
+            self._crash_len = max((self.row(i).cells["crash"].cell_len
+                                   for i in range(self.host_count())), default=0)
+        crash = self._crash_len
         self.table.set_columns([
             (col.key, title + (("▼" if self.descending else "▲") if col.key == self.sort_key
                                else ""), width)
@@ -212,8 +219,9 @@ class FleetTableScreen(Screen[None]):
         column = self.table.columns.get(ColumnKey("link"))
         return column.width if column is not None else 44
 
-    def rebuild(self, *, columns: bool = False) -> None:
-        """Filter and sort every row again; the cursor stays on its host."""
+    def rebuild(self, *, columns: bool = False, titles: bool = False) -> None:
+        """Filter and sort every row again; the cursor stays on its host. ``columns``:
+        laid out again; ``titles``: only their sort arrow moved."""
         if not self.ready:
             return
         try:
@@ -221,9 +229,16 @@ class FleetTableScreen(Screen[None]):
             with self.app.batch_update():
                 if columns or not self.table.columns:
                     self._columns()
+                elif titles:
+                    self._columns(recount=False)
                 self._shown = self._order()
                 width = self._link_width()
-                self._heights = {i: link_lines(self.row(i), width) for i in self._shown}
+                rows = self._rows
+                # rows taller than one line (a long error); a cell of n characters is
+                # at most 2n cells wide: shorter ones need no measuring
+                self._heights = {i: h for i in self._shown
+                                 if len(rows[i].cells["link"]) * 2 > width
+                                 and (h := link_lines(rows[i], width)) > 1}
                 self.table.set_order(self._shown, self._heights, cursor=cursor)
             self._order_dirty = False
             self.refresh_header()
@@ -232,6 +247,7 @@ class FleetTableScreen(Screen[None]):
 
     def refresh_all(self) -> None:
         self._rows = {i: self._make_row(i) for i in range(self.host_count())}
+        self._by_name = []
         self._aged.clear()
         self.rebuild(columns=True)
 
@@ -243,26 +259,27 @@ class FleetTableScreen(Screen[None]):
         if self.ready:
             self._rows_redraw.ask(index)
 
-    def host_aged(self, index: int) -> None:
+    def host_aged(self, index: int, visible: frozenset[int]) -> None:
         """Only the age in host ``index``'s link text moved (its first word, what the
         filter and the Link order read, is the same): its row is made again when it is
-        next drawn (now, if it is on screen), not for every host every second."""
+        next drawn (now, if it is among the rows on screen, ``visible``), not for every
+        host every second."""
         if not self.ready:
             return
         self._aged.add(index)
-        if index in self._visible:
+        if index in visible:
             self._rows_redraw.ask(index)
 
-    def link_moved(self, index: int, text: str) -> None:
+    def link_moved(self, index: int, text: str, visible: frozenset[int]) -> None:
         """Host ``index``'s link text is ``text`` now: aged, or news if its state changed."""
         row = self._rows.get(index)
         if row is None or _word(row.link_text) != _word(text):
             self.host_changed(index)
         elif row.link_text != text:
-            self.host_aged(index)
+            self.host_aged(index, visible)
 
-    @property
-    def _visible(self) -> frozenset[int]:
+    def visible_hosts(self) -> frozenset[int]:
+        """The hosts whose rows are on screen now."""
         return frozenset(self.table.visible_rows()) if self.ready else frozenset()
 
     def _redraw_rows(self, hosts: set[int]) -> None:
@@ -283,7 +300,7 @@ class FleetTableScreen(Screen[None]):
                 self._order_dirty = True
             if old is not None and old.sort.get(self.sort_key) != new.sort.get(self.sort_key):
                 self._order_dirty = True
-            if visible and link_lines(new, self._link_width()) != self._heights.get(index):
+            if visible and link_lines(new, self._link_width()) != self._heights.get(index, 1):
                 self._order_dirty = True  # its error got longer or shorter: rows are re-laid
             crash = new.cells["crash"].cell_len
             if crash > self._crash_len and self._crash_room(crash) > self._crash_width():
@@ -368,13 +385,13 @@ class FleetTableScreen(Screen[None]):
 
     def action_sort_reverse(self) -> None:
         self.descending = not self.descending
-        self.rebuild(columns=True)
+        self.rebuild(titles=True)
 
     def sort_by(self, key: str) -> None:
         """Sort by column ``key``: names A to Z, numbers biggest first."""
         self.sort_key = key
         self.descending = key not in ("host", "link")
-        self.rebuild(columns=True)
+        self.rebuild(titles=True)
 
     def on_line_table_header_selected(self, event: LineTable.HeaderSelected) -> None:
         key = event.key

@@ -103,13 +103,14 @@ class PromFleetScreen(FleetTableScreen):
             return
         failing = state.error is not None
         now = self.clock()
+        visible = self.visible_hosts()
         for i, (old, new) in enumerate(zip(self.hosts, hosts, strict=True)):
             if old != new or was_failing != failing:
                 self.hosts[i] = new
                 if was_failing == failing and _only_scraped(old, new):
                     # a new scrape, the same figures (most hosts, most refreshes): only
                     # its age moved, unless it changed state (stale -> up)
-                    self.link_moved(i, scrape_state(new, now, failing)[0])
+                    self.link_moved(i, scrape_state(new, now, failing)[0], visible)
                 else:
                     self.host_changed(i)
         self.refresh_header()
@@ -150,11 +151,12 @@ class PromFleetScreen(FleetTableScreen):
             return
         now = self.clock()
         failing = self.state.error is not None
+        visible = self.visible_hosts()
         for i, host in enumerate(self.hosts):
             row = self._rows.get(i)
             text = scrape_state(host, now, failing)[0]
             if row is None or text != row.link_text:
-                self.link_moved(i, text)
+                self.link_moved(i, text, visible)
         self.apply_layout()
 
     def _draw_header(self) -> None:

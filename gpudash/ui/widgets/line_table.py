@@ -17,16 +17,18 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
+from functools import lru_cache
 from itertools import accumulate
 from typing import ClassVar
 
+from rich.console import Console
 from rich.padding import Padding
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual import events
 from textual.binding import Binding, BindingType
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.message import Message
 from textual.renderables.styled import Styled
 from textual.scroll_view import ScrollView
@@ -34,6 +36,12 @@ from textual.strip import Strip
 from textual.widgets.data_table import Column, ColumnKey
 
 CellsOf = Callable[[int], Mapping[str, Text]]
+@lru_cache(maxsize=8192)
+def _meta(row: int, column: int) -> Style:
+    """A cell's place, as style meta (as DataTable's cells carry theirs)."""
+    return Style.from_meta({"row": row, "column": column})
+
+
 CACHE_ROWS = 512  # rendered rows kept (a screenful is ~50): dropped whole when over
 
 
@@ -113,6 +121,9 @@ class LineTable(ScrollView, can_focus=True):
         # row id -> (its cells as drawn, the key they were drawn with, the lines)
         self._cache: dict[int, tuple[Mapping[str, Text], tuple[object, ...], list[Strip]]] = {}
         self._header: tuple[tuple[object, ...], Strip] | None = None
+        # (base, header, cursor, even row, odd row) styles, read once per repaint
+        self._styles: tuple[Style, Style, Style, Style, Style] | None = None
+        self._app_console: Console | None = None  # (``self.app`` costs a lookup each time)
 
     # --- what the caller sets ------------------------------------------------------------
 
@@ -262,16 +273,57 @@ class LineTable(ScrollView, can_focus=True):
 
     # --- drawing -------------------------------------------------------------------------
 
+    def _render_line(self, cells: Mapping[str, Text], pre: Style, post: Style, at: int
+                     ) -> Strip:
+        """A one-line row, drawn as Rich would draw ``Styled(Padding(cell))`` cut to its
+        column (what ``_render_cells`` does for taller rows), without its layout
+        machinery: a screenful of rows is drawn in a few ms, not a hundred."""
+        console = self._console
+        pad = " " * self.cell_padding
+        segments: list[Segment] = []
+        for ci, (key, column) in enumerate(self.columns.items()):
+            cell = cells.get(str(key.value)) or Text()
+            if "\n" in cell.plain:
+                cell = cell.split("\n")[0]
+            text = cell.copy()
+            text.truncate(column.width, overflow=cell.overflow or "fold")
+            # Text.render leaves out the text's own style where it has no spans
+            drawn = (text.render(console) if text.spans else
+                     [Segment(text.plain, console.get_style(text.style, default=Style.null()))])
+            style = pre + _meta(at, ci)
+            rest = " " * (column.width - text.cell_len) + pad  # unstyled, as Padding's
+            segments.extend(Segment.apply_style([Segment(pad), *drawn, Segment(rest)], style,
+                                                post))
+        total = sum(self._cell_width(c) for c in self.columns.values())
+        room = max(0, self.size.width - total)
+        return Strip([*segments, Segment(" " * room, pre)], total + room).simplify()
+
+    @property
+    def _console(self) -> Console:
+        if self._app_console is None:
+            self._app_console = self.app.console
+        return self._app_console
+
     def _cell_width(self, column: Column) -> int:
         return column.width + 2 * self.cell_padding
 
     def _widths(self) -> tuple[tuple[str, int], ...]:
         return tuple((str(k.value), c.width) for k, c in self.columns.items())
 
+    def render_lines(self, crop: Region) -> list[Strip]:
+        component = self.get_component_rich_style
+        self._styles = (self.rich_style, component("line-table--header"),
+                        component("line-table--cursor"), component("line-table--even-row"),
+                        component("line-table--odd-row"))
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._styles = None
+
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset
         width = self.size.width
-        base = self.rich_style
+        base = self._styles[0] if self._styles else self.rich_style
         if y == 0:
             strip = self._header_strip(base)
         else:
@@ -282,8 +334,11 @@ class LineTable(ScrollView, can_focus=True):
             strip = self._row_strips(row, base)[line - self._starts[row]]
         return strip.crop_extend(scroll_x, scroll_x + width, base)
 
+    def _style(self, at: int, component: str) -> Style:
+        return self._styles[at] if self._styles else self.get_component_rich_style(component)
+
     def _header_strip(self, base: Style) -> Strip:
-        style = base + self.get_component_rich_style("line-table--header")
+        style = base + self._style(1, "line-table--header")
         key = (self._widths(), tuple(c.label.plain for c in self.columns.values()), style,
                self.size.width)
         if self._header is None or self._header[0] != key:
@@ -295,12 +350,12 @@ class LineTable(ScrollView, can_focus=True):
         row_id = self._order[at]
         height = self._starts[at + 1] - self._starts[at]
         if at == self.cursor_row:
-            cursor = self.get_component_rich_style("line-table--cursor")
+            cursor = self._style(2, "line-table--cursor")
             pre = base + cursor
             post = Style.from_color(cursor.color, cursor.bgcolor)
         else:
-            pre = base + self.get_component_rich_style(
-                "line-table--odd-row" if at % 2 else "line-table--even-row")
+            pre = base + (self._style(4, "line-table--odd-row") if at % 2
+                          else self._style(3, "line-table--even-row"))
             post = Style.null()
         cells = self.cells_of(row_id)
         key = (at, height, pre, post, self._widths(), self.size.width)
@@ -318,7 +373,9 @@ class LineTable(ScrollView, can_focus=True):
         """One row's lines: each cell padded to its column, wrapped over ``height``
         lines (one line: cut, never wrapped), side by side. Each cell carries its place
         as style meta, as DataTable's do (and so its segments stay apart, as there)."""
-        console = self.app.console
+        if height == 1:
+            return [self._render_line(cells, pre, post, at)]
+        console = self._console
         lines: list[list[Segment]] = [[] for _ in range(height)]
         for ci, (key, column) in enumerate(self.columns.items()):
             width = self._cell_width(column)
@@ -328,7 +385,7 @@ class LineTable(ScrollView, can_focus=True):
                 options = options.update(no_wrap=True)
             rendered = console.render_lines(
                 Styled(Padding(cell, (0, self.cell_padding)),
-                       pre_style=pre + Style.from_meta({"row": at, "column": ci}),
+                       pre_style=pre + _meta(at, ci),
                        post_style=post), options, pad=True)
             for line, part in zip(lines, rendered, strict=False):
                 line.extend(part)
