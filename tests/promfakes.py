@@ -16,7 +16,6 @@ import json
 import socket
 import ssl
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -152,18 +151,12 @@ def silent_server() -> Iterator[str]:
         listener.close()
 
 
-def _vector(samples: list[tuple[dict[str, str], float, float]]) -> dict[str, object]:
-    """An instant query's answer: (labels, time, value) per series."""
-    return {"status": "success", "data": {"resultType": "vector", "result": [
-        {"metric": labels, "value": [at, str(value)]} for labels, at, value in samples]}}
-
-
 class Recorded:
     """A Prometheus that answers the fleet's queries with answers a real one gave
     (tests/data/fleetprom/answers.json), or fails as ``mode`` says: "ok", "401", "hang"
     (until released), "garbage". ``extra``: series added to a query's answer. It has no
-    recording rules: the probe (``PROBE``) says "raw", newer at every ask (a fleet being
-    scraped), and a query of the recorded series answers nothing, as Prometheus does."""
+    recording rules: the probe (``PROBE``) and the recorded series' queries answer
+    nothing, as Prometheus does."""
 
     def __init__(self, answers: dict[str, object]) -> None:
         import threading as _threading
@@ -197,16 +190,13 @@ class Recorded:
                     status, body = 200, b"\x00garbage"
                 else:
                     expr = _parse.parse_qs(_parse.urlsplit(self.path).query)["query"][0]
-                    now = time.time()
-                    if expr == recorded.probe:
-                        doc = _vector([({"of": "raw"}, now, now)])
-                    elif expr in recorded.recorded:
-                        doc = _vector([])
+                    if expr == recorded.probe or expr in recorded.recorded:
+                        status, body = 200, empty_vector()  # no recording rules here
                     else:
                         name = recorded.by_expr[expr]
                         doc = json.loads(json.dumps(recorded.answers[name]))
                         doc["data"]["result"] += recorded.extra.get(name, [])
-                    status, body = 200, json.dumps(doc).encode()
+                        status, body = 200, json.dumps(doc).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))

@@ -80,9 +80,11 @@ class Prometheus:
 
 def start(tmp: Path, targets: list[str], *, rules: Path | list[Path] | None = ALERT_RULES,
           timeout: float = 60.0, jobs: dict[str, list[str]] | None = None,
-          evaluation_interval: str = "1s") -> Prometheus:
+          evaluation_interval: str = "1s", out_of_order: str | None = None) -> Prometheus:
     """``targets`` in job "gpudash"; ``jobs``: other scrape jobs (name -> targets);
-    ``rules``: rule files loaded, evaluated every ``evaluation_interval``."""
+    ``rules``: rule files loaded, evaluated every ``evaluation_interval``;
+    ``out_of_order``: how far behind the newest sample one is still taken (a recording
+    rule's, when backfilled blocks reach past now: bench/prom_fleet_bench.py)."""
     binary = prometheus_binary()
     tmp.mkdir(parents=True, exist_ok=True)
     config = tmp / "prometheus.yml"
@@ -93,6 +95,8 @@ def start(tmp: Path, targets: list[str], *, rules: Path | list[Path] | None = AL
                            for name, t in {"gpudash": targets, **(jobs or {})}.items()
                            if t],
     }
+    if out_of_order is not None:
+        doc["storage"] = {"tsdb": {"out_of_order_time_window": out_of_order}}
     if rules is not None:
         doc["rule_files"] = [str(r) for r in ([rules] if isinstance(rules, Path) else rules)]
     config.write_text(json.dumps(doc))  # JSON is YAML

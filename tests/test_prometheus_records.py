@@ -25,6 +25,7 @@ from gpudash.fleetprom.queries import (
     GPUDASH_PARTS,
     PROBE,
     RECORDED,
+    RECORDED_CLOCK,
     RECORDED_DCGM,
     RECORDED_GPUDASH,
     recording_rules,
@@ -50,7 +51,7 @@ def test_the_records_file_is_what_gpudash_reads() -> None:
     cp = subprocess.run([promtool(), "check", "rules", str(RECORDS)], capture_output=True,
                         text=True, timeout=60)
     assert cp.returncode == 0, cp.stdout + cp.stderr
-    assert "SUCCESS: 18 rules found" in cp.stdout
+    assert "SUCCESS: 19 rules found" in cp.stdout
 
 
 def _ident(host: str) -> str:
@@ -119,6 +120,9 @@ def _rules_test() -> dict[str, object]:
         tests.append({"expr": f'{name}{{{labels},stat="{stat}"}}', "eval_time": "2m",
                       "exp_samples": [{"labels": f'{name}{{{labels},stat="{stat}"}}',
                                        "value": value}]})
+    # the probe's clock: one series, whatever the hosts (here two of each exporter)
+    tests.append({"expr": RECORDED_CLOCK, "eval_time": "2m",
+                  "exp_samples": [{"labels": RECORDED_CLOCK, "value": 4}]})
     return {"rule_files": [str(RECORDS)], "evaluation_interval": "1m",
             "tests": [{"interval": "1m",
                        "input_series": [{"series": s, "values": f"{v}x3"} for s, v in SERIES],
@@ -152,8 +156,7 @@ class Counting:
 
     def handler(self) -> type[http.server.BaseHTTPRequestHandler]:
         counting = self
-        answers = {PROBE: lambda: [({"of": "recorded"}, counting.evaluated),
-                                   ({"of": "raw"}, counting.evaluated + 3)],
+        answers = {PROBE: lambda: [({}, counting.evaluated)],
                    RECORDED[0][1]: lambda: [({"instance": "gpu-a:9835", "job": "gpudash",
                                              "host": "gpu-a", "stat": "gpus"}, 8.0)]}
 

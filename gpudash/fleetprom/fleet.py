@@ -40,17 +40,18 @@ async def read_fleet(client: PromClient, source: str = "raw") -> PromFleet:
 
 @dataclass(frozen=True, slots=True)
 class Newest:
-    """What ``PROBE`` says: which queries to read, and the newest times they would see."""
+    """What ``PROBE`` says: which queries to read, and (recorded) when the rules that
+    keep their figures were last evaluated (raw: None, every read may be new)."""
 
     source: str  # "recorded" or "raw"
-    at: tuple[float | None, float | None]  # (its figures' newest sample, ALERTS' newest)
+    at: float | None
 
 
 async def probe(client: PromClient) -> Newest:
-    """Recorded or raw, and how new: one query, a few samples."""
-    by = {s.labels.get("of"): s.value for s in await client.query(PROBE)}
-    source = "recorded" if "recorded" in by else "raw"
-    return Newest(source, (by.get(source), by.get("alerts")))
+    """Recorded or raw, and how new: one query, one series."""
+    answer = await client.query(PROBE)
+    at = max((s.value for s in answer), default=None)
+    return Newest("raw", None) if at is None else Newest("recorded", at)
 
 
 async def read_current(client: PromClient) -> PromFleet:
@@ -133,8 +134,8 @@ class PromFeed:
         started = self.clock()
         try:
             newest = await probe(self.client)
-            if (newest == self.read_at and self.state.error is None
-                    and self.state.fleet is not None and None not in newest.at[:1]):
+            if (newest.at is not None and newest == self.read_at
+                    and self.state.error is None and self.state.fleet is not None):
                 # nothing newer than the rows shown: Prometheus would answer the same
                 return max(0.0, self.interval - (self.clock() - started))
             fleet = await read_fleet(self.client, newest.source)

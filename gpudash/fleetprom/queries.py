@@ -85,6 +85,8 @@ QUERIES = (("gpudash", GPUDASH), ("dcgm", DCGM), ("fleet", FLEET))
 # server a lookup, not twelve aggregations over every GPU's series per dashboard per second.
 RECORDED_GPUDASH = "gpudash:host_figures"
 RECORDED_DCGM = "gpudash:dcgm_host_figures"
+# one series, evaluated last in the group: when it is new, every figure above is
+RECORDED_CLOCK = "gpudash:fleet_hosts"
 RULES_GROUP = "gpudash-fleet"
 # ``sum without ()``: the recorded series as they are, less their name (shorter answers)
 RECORDED = (("gpudash", f"sum without () ({RECORDED_GPUDASH})"),
@@ -93,19 +95,19 @@ RECORDED = (("gpudash", f"sum without () ({RECORDED_GPUDASH})"),
 
 def recording_rules() -> dict[str, object]:
     """The recording rules file (as YAML's data) that keeps the figures RECORDED reads."""
-    rules = [{"record": name, "expr": expr, "labels": {"stat": stat}}
-             for name, parts in ((RECORDED_GPUDASH, GPUDASH_PARTS), (RECORDED_DCGM, DCGM_PARTS))
-             for stat, expr in parts]
+    rules: list[dict[str, object]] = [
+        {"record": name, "expr": expr, "labels": {"stat": stat}}
+        for name, parts in ((RECORDED_GPUDASH, GPUDASH_PARTS), (RECORDED_DCGM, DCGM_PARTS))
+        for stat, expr in parts]
+    # hosts of either exporter; "or vector(0)": the series exists with no host at all
+    rules.append({"record": RECORDED_CLOCK,
+                  "expr": f"count(count by ({G}) (gpudash_link_up) or count by ({D}) "
+                          "(DCGM_FI_DEV_FB_USED)) or vector(0)"})
     return {"groups": [{"name": RULES_GROUP, "rules": rules}]}
 
 
-# What is new since the last read, in one small answer: when the recorded figures were last
-# evaluated (absent: no recording rules, the raw queries are read), when a target was last
-# scraped (what the raw queries would see change), and when the alert rules last changed
-# ALERTS. A refresh whose answer is no newer than the last read's reads nothing more.
-PROBE = " or ".join([
-    f'label_replace(max(timestamp({{__name__=~"{RECORDED_GPUDASH}|{RECORDED_DCGM}"}})), '
-    '"of", "recorded", "", "")',
-    'label_replace(max(timestamp(up)), "of", "raw", "", "")',
-    'label_replace(max(timestamp(ALERTS)), "of", "alerts", "", "")',
-])
+# Whether the recording rules are there, and when they were last evaluated: one series'
+# timestamp (none: no rules; the raw queries are read, every refresh). A refresh whose
+# answer is no newer than the last read's reads nothing more: the recorded figures, and
+# what else it reads (crash loops, ALERTS, targets down), follow the rules' evaluation.
+PROBE = f"timestamp({RECORDED_CLOCK})"
