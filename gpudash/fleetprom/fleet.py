@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gpudash.fleetprom.client import PromClient, PromError
+from gpudash.fleetprom.client import PromClient, PromError, Sample, paused_collection
 from gpudash.fleetprom.queries import PROBE, QUERIES, RECORDED
 from gpudash.fleetprom.rows import PromFleet, PromHost, carried, fleet_of
 from gpudash.fleetprom.sshname import SshNameError, SshNameTemplate
@@ -34,8 +34,13 @@ async def read_fleet(client: PromClient, source: str = "raw") -> PromFleet:
     queries = RECORDED if source == "recorded" else QUERIES
     answers = await client.query_all([expr for _name, expr in queries])
     named = {name: a for (name, _e), a in zip(queries, answers, strict=True)}
-    fleet = await asyncio.get_running_loop().run_in_executor(None, fleet_of, named)
+    fleet = await asyncio.get_running_loop().run_in_executor(None, _rows_of, named)
     return replace(fleet, source=source)
+
+
+def _rows_of(answers: dict[str, list[Sample]]) -> PromFleet:
+    with paused_collection():
+        return fleet_of(answers)
 
 
 @dataclass(frozen=True, slots=True)
