@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from operator import attrgetter
 
 from rich.text import Text
 
@@ -43,9 +44,10 @@ class TableMemory:
     state: FeedState | None = None
 
 
-def _only_scraped(old: PromHost, new: PromHost) -> bool:
-    """Whether ``new`` is ``old`` scraped again: the same figures, newer times."""
-    return replace(old, scraped_at=new.scraped_at, sampled_at=new.sampled_at) == new
+# What a host's row shows but its age: the same, and a new scrape only moves the age
+_TIMES = ("scraped_at", "sampled_at")
+_figures = attrgetter(*(f for f in PromHost.__dataclass_fields__ if f not in _TIMES))
+_times = attrgetter(*_TIMES)
 
 
 class PromFleetScreen(FleetTableScreen):
@@ -104,15 +106,23 @@ class PromFleetScreen(FleetTableScreen):
         failing = state.error is not None
         now = self.clock()
         visible = self.visible_hosts()
+        rows = self._rows
         for i, (old, new) in enumerate(zip(self.hosts, hosts, strict=True)):
-            if old != new or was_failing != failing:
-                self.hosts[i] = new
-                if was_failing == failing and _only_scraped(old, new):
-                    # a new scrape, the same figures (most hosts, most refreshes): only
-                    # its age moved, unless it changed state (stale -> up)
-                    self.link_moved(i, scrape_state(new, now, failing)[0], visible)
-                else:
-                    self.host_changed(i)
+            same = was_failing == failing and _figures(old) == _figures(new)
+            if same and _times(old) == _times(new):
+                continue
+            self.hosts[i] = new
+            if not same:
+                self.host_changed(i)
+                continue
+            # a new scrape, the same figures (most hosts, every read): only its age moved,
+            # unless it changed state (stale -> up); "up" stays up when scraped again
+            row = rows.get(i)
+            if (row is not None and not failing and row.link_text.startswith("up ")
+                    and (new.scraped_at or 0.0) >= (old.scraped_at or 0.0)):
+                self.host_aged(i, visible)
+            else:
+                self.link_moved(i, scrape_state(new, now, failing)[0], visible)
         self.refresh_header()
 
     def host_count(self) -> int:
