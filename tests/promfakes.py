@@ -166,7 +166,7 @@ class Recorded:
         self.answers = answers
         self.by_expr = dict((expr, name) for name, expr in QUERIES)
         self.probe = PROBE
-        self.recorded = {expr for name, expr in RECORDED if name != "fleet"}
+        self.recorded = {expr for _name, stat, expr in RECORDED if stat is not None}
         self.mode = "ok"
         self.extra: dict[str, list[dict[str, object]]] = {}
         self.release = _threading.Event()

@@ -146,6 +146,10 @@ def test_promtool_shows_the_recorded_figures_are_the_raw_sums(tmp_path: Path) ->
     assert "SUCCESS" in cp.stdout
 
 
+# the recorded figure the fake has: gpu-a's GPUs (one query per figure)
+GPUS = next(expr for name, stat, expr in RECORDED if (name, stat) == ("gpudash", "gpus"))
+
+
 class Counting:
     """A Prometheus with the recording rules, evaluated at ``evaluated`` (the probe's
     answer): counts what it is asked, by query."""
@@ -157,8 +161,8 @@ class Counting:
     def handler(self) -> type[http.server.BaseHTTPRequestHandler]:
         counting = self
         answers = {PROBE: lambda: [({}, counting.evaluated)],
-                   RECORDED[0][1]: lambda: [({"instance": "gpu-a:9835", "job": "gpudash",
-                                             "host": "gpu-a", "stat": "gpus"}, 8.0)]}
+                   GPUS: lambda: [({"instance": "gpu-a:9835", "job": "gpudash",
+                                    "host": "gpu-a"}, 8.0)]}
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802
@@ -191,12 +195,13 @@ def test_a_refresh_reads_the_fleet_only_when_prometheus_has_evaluated_it_again()
                 await feed.refresh()
                 assert feed.state.fleet is not None and feed.state.fleet.source == "recorded"
                 assert [h.name for h in feed.state.fleet.hosts] == ["gpu-a"]
+                assert feed.state.fleet.hosts[0].gpus == 8  # tagged with its figure
                 await feed.refresh()  # the rules were not evaluated since: the probe only
                 assert counting.asked[PROBE] == 2
-                assert counting.asked[RECORDED[0][1]] == 1 and len(states) == 1
+                assert counting.asked[GPUS] == 1 and len(states) == 1
                 counting.evaluated += 15  # evaluated again: read again
                 await feed.refresh()
-                assert counting.asked[RECORDED[0][1]] == 2 and len(states) == 2
+                assert counting.asked[GPUS] == 2 and len(states) == 2
             finally:
                 client.close()
 

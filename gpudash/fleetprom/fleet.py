@@ -31,16 +31,25 @@ async def read_fleet(client: PromClient, source: str = "raw") -> PromFleet:
     """Every host, from one round of the queries (side by side): the recorded series'
     (``source`` "recorded") or the raw sums; PromError if any fails. The rows are made in
     a worker thread: the dashboard's keys are not held while thousands are."""
-    queries = RECORDED if source == "recorded" else QUERIES
-    answers = await client.query_all([expr for _name, expr in queries])
-    named = {name: a for (name, _e), a in zip(queries, answers, strict=True)}
-    fleet = await asyncio.get_running_loop().run_in_executor(None, _rows_of, named)
+    queries = (RECORDED if source == "recorded"
+               else tuple((name, None, expr) for name, expr in QUERIES))
+    answers = await client.query_all([expr for _name, _stat, expr in queries])
+    tagged = [(name, stat, a) for (name, stat, _e), a in zip(queries, answers, strict=True)]
+    fleet = await asyncio.get_running_loop().run_in_executor(None, _rows_of, tagged)
     return replace(fleet, source=source)
 
 
-def _rows_of(answers: dict[str, list[Sample]]) -> PromFleet:
+def _rows_of(answers: list[tuple[str, str | None, list[Sample]]]) -> PromFleet:
+    """The rows of the answers (query family, the figure its samples are or None: they
+    carry a ``stat`` label, samples)."""
     with paused_collection():
-        return fleet_of(answers)
+        named: dict[str, list[Sample]] = {}
+        for name, stat, samples in answers:
+            if stat is not None:
+                for s in samples:
+                    s.labels["stat"] = stat
+            named.setdefault(name, []).extend(samples)
+        return fleet_of(named)
 
 
 @dataclass(frozen=True, slots=True)

@@ -88,9 +88,17 @@ RECORDED_DCGM = "gpudash:dcgm_host_figures"
 # one series, evaluated last in the group: when it is new, every figure above is
 RECORDED_CLOCK = "gpudash:fleet_hosts"
 RULES_GROUP = "gpudash-fleet"
-# ``sum without ()``: the recorded series as they are, less their name (shorter answers)
-RECORDED = (("gpudash", f"sum without () ({RECORDED_GPUDASH})"),
-            ("dcgm", f"sum without () ({RECORDED_DCGM})"), ("fleet", FLEET))
+# One query per figure, side by side (Prometheus answers them on all its cores: 5,000
+# hosts' 55,000 series came in half the time of one query for all), each the recorded
+# series less their name and ``stat`` (shorter answers; the reader tags them again);
+# then FLEET as the raw queries read it: (family, stat or None, query).
+RECORDED = (
+    *(("gpudash", stat, f'sum without (stat) ({RECORDED_GPUDASH}{{stat="{stat}"}})')
+      for stat, _expr in GPUDASH_PARTS),
+    *(("dcgm", stat, f'sum without (stat) ({RECORDED_DCGM}{{stat="{stat}"}})')
+      for stat, _expr in DCGM_PARTS),
+    ("fleet", None, FLEET),
+)
 
 
 def recording_rules() -> dict[str, object]:
