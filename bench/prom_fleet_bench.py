@@ -253,7 +253,8 @@ async def dashboard(url: str, hosts: int, seconds: float, prom_pid: int) -> dict
     exprs = dict(queries.QUERIES)
     server = {f"raw {n}": server_time(url, e) for n, e in exprs.items() if n == "gpudash"}
     recorded = [q[-1] for q in getattr(queries, "RECORDED", ()) if q[0] == "gpudash"]
-    if recorded:  # one after the other (the dashboard asks them side by side)
+    if recorded and getattr(app.feed.state.fleet, "source", "") == "recorded":
+        # one after the other (the dashboard asks them side by side)
         server["recorded gpudash"] = sum(server_time(url, e) for e in recorded)
     if hasattr(queries, "PROBE"):
         server["probe"] = server_time(url, queries.PROBE)
@@ -344,6 +345,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--baseline", type=Path, help="another checkout, run side by side")
+    parser.add_argument("--no-rules", action="store_true",
+                        help="without the recording rules (the raw queries, every refresh)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--code", type=Path, default=ROOT, help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
@@ -368,11 +371,13 @@ def main() -> None:
         print(f"backfilled {args.hosts} hosts x {args.gpus} GPUs ({series} series, "
               f"a sample every {SCRAPE_S} s) in {took:.0f} s; load {os.getloadavg()[0]:.2f}")
         # the backfilled blocks reach past now: the rules' samples, at now, are behind them
-        prom = start(tmp / "prometheus", [], rules=RULES, timeout=300,
-                     evaluation_interval=f"{SCRAPE_S}s", out_of_order=f"{ahead + 3600}s")
+        prom = start(tmp / "prometheus", [], rules=None if args.no_rules else RULES,
+                     timeout=300, evaluation_interval=f"{SCRAPE_S}s",
+                     out_of_order=f"{ahead + 3600}s")
         try:
-            print(f"recording rules evaluated for every host after "
-                  f"{wait_recorded(prom.base, args.hosts):.0f} s")
+            if not args.no_rules:
+                print(f"recording rules evaluated for every host after "
+                      f"{wait_recorded(prom.base, args.hosts):.0f} s")
             for n in range(args.rounds):
                 order = list(trees) if n % 2 == 0 else list(reversed(trees))
                 for name in order:
