@@ -324,6 +324,8 @@ class FleetTableScreen(Screen[None]):
             self.refresh_header()
 
     def refresh_header(self) -> None:
+        if not self.ready:  # news before the screen is mounted: on_mount draws it all
+            return
         try:
             self._draw_header()
             self.keys.update(self._key_line())
