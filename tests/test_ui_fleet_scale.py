@@ -109,3 +109,26 @@ async def test_a_second_of_ageing_makes_again_only_the_rows_on_screen() -> None:
         last = screen._shown[-1]
         last_age = clock[0] - screen.hosts[last].scraped_at  # type: ignore[operator]
         assert table.get_row(str(last))[1].plain == f"● up {duration(last_age)}"
+
+
+async def test_a_click_on_a_title_sorts_and_on_a_row_moves_the_cursor_then_opens() -> None:
+    clock = [NOW + 1.0]
+    app, _made = big_app(clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await filled(pilot, app)
+        screen, table = app.fleet, app.fleet.table
+        # the table's border, then the title line; the Host column first
+        await pilot.click("#fleet-table", offset=(3, 1))
+        await pilot.pause(0.1)
+        assert screen.sort_key == "host" and not screen.descending
+        await pilot.click("#fleet-table", offset=(3, 1))  # the same title again: reversed
+        await pilot.pause(0.1)
+        assert screen.sort_key == "host" and screen.descending
+        assert screen.hosts[screen._shown[0]].name == "gpu04999"
+        await pilot.press("home")  # (the cursor stayed on its host, far down)
+        await pilot.click("#fleet-table", offset=(3, 4))  # the third row
+        await pilot.pause(0.1)
+        assert table.cursor_row == 2 and screen.hosts[table.cursor_id].name == "gpu04997"
+        await pilot.click("#fleet-table", offset=(3, 4))  # the cursor's row: opened
+        await wait_for(pilot, lambda: not app.is_running, what="the app left for the host")
+    assert app.chosen == "gpu04997"  # its SSH name: the instance without its port
