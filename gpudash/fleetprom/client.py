@@ -106,6 +106,7 @@ def _server_error(body: bytes) -> str:
 
 _gc_lock = threading.Lock()
 _gc_readers = 0
+_gc_was_on = True  # whether the collector ran when the first reader paused it
 
 
 @contextmanager
@@ -114,17 +115,18 @@ def paused_collection() -> Iterator[None]:
     60,000 samples' dicts made at once set off full collections over the dashboard's
     whole heap, which took longer than the parsing (they hold no cycles; collection
     resumes after). Counted: a refresh's answers are parsed side by side, in threads."""
-    global _gc_readers
+    global _gc_readers, _gc_was_on
     with _gc_lock:
         _gc_readers += 1
         if _gc_readers == 1:
+            _gc_was_on = gc.isenabled()
             gc.disable()
     try:
         yield
     finally:
         with _gc_lock:
             _gc_readers -= 1
-            if _gc_readers == 0:
+            if _gc_readers == 0 and _gc_was_on:  # (paused by someone else: left so)
                 gc.enable()
 
 
