@@ -115,7 +115,8 @@ class LineTable(ScrollView, can_focus=True):
         self.columns: dict[ColumnKey, Column] = {}
         self._order: list[int] = []
         self._heights: dict[int, int] = {}  # rows taller than one line
-        self._starts: list[int] = [0]  # first line of each row, and the total at the end
+        # the first line of each row, and the total at the end
+        self._starts: Sequence[int] = range(1)
         self._where: dict[int, int] = {}  # row id -> its place in the order
         self.cursor_row = 0
         # row id -> (its cells as drawn, the key they were drawn with, the lines)
@@ -176,7 +177,7 @@ class LineTable(ScrollView, can_focus=True):
         if self._heights:
             self._starts = [0, *accumulate(self._heights.get(i, 1) for i in self._order)]
         else:  # every row one line: no need to walk them
-            self._starts = range(len(self._order) + 1)  # type: ignore[assignment]
+            self._starts = range(len(self._order) + 1)
 
     def _resize_virtual(self) -> None:
         width = sum(self._cell_width(c) for c in self.columns.values())
