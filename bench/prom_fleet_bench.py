@@ -1,36 +1,44 @@
-"""The fleet table over 5,000 GPU hosts in a real Prometheus, refreshed every second.
+"""The fleet table over 5,000 GPU hosts in a real Prometheus, refreshed every second: this
+tree's dashboard and, side by side, another checkout's (the baseline).
 
     python bench/prom_fleet_bench.py [--hosts 5000] [--gpus 8] [--seconds 30]
+                                     [--rounds 3] [--baseline /tmp/old-checkout]
 
 The hosts' series (gpudash's node-local exporter, as ``gpudash exporter`` names and
 labels them: memory used/total/unattributed, orphaned and reclaimable bytes per GPU, link,
 sample time, crash loops, ``up``) are written as OpenMetrics and backfilled with
 ``promtool tsdb create-blocks-from openmetrics``; a real Prometheus (Debian's, as the tests
-use) serves them. Each host is scraped every 15 s, the hosts spread over the 15 s as
-Prometheus spreads targets, so every refresh sees a fifteenth of the rows change (their
-scrape time), as on a live fleet; 5 % of hosts hold orphans. The samples run from a little
-before the start to a few minutes after, so the queries at "now" see them throughout.
+use) serves them, with docs/prometheus/gpudash-records.yml loaded and evaluated every 15 s
+(the documented set-up: a baseline that does not read the recorded series runs its raw
+queries against the same server). Each host is scraped every 15 s, the hosts spread over
+the 15 s as Prometheus spreads targets, so every second a fifteenth of the raw series
+change, as on a live fleet; 5 % of hosts hold orphans.
 
-The dashboard (``PromFleetApp``, the one ``gpudash --prometheus URL`` runs) runs headless
-in this process at 200x50 with a 1 s interval, and is measured:
+Each round runs the dashboard (``PromFleetApp``, what ``gpudash --prometheus URL`` runs,
+headless at 200x50, 1 s interval) in a fresh process per checkout, this tree's and the
+baseline's alternately (the order swapped every round), and measures:
 
-- refresh: from a refresh's start (three queries sent) to the table updated with its
-  answers, each refresh of the window; it must fit in the interval;
-- CPU: this process's CPU time (every thread: the HTTP reads, the JSON, Textual) over the
-  window, as a share of one core (Prometheus's own CPU is reported apart);
-- RSS: VmRSS at the end, and its high-water mark (VmHWM);
-- keys: typing the filter ``orphans`` (each key refilters) and clearing it, ``>`` (sort by
-  the next column) and ``<`` (reverse): from the key sent to the screen idle again.
+- refresh: from a refresh's start to its end (the table updated where it read rows), each
+  refresh of the window; it must fit in the interval; full reads (rows read and parsed)
+  are also counted and timed apart;
+- CPU: the process's CPU time (every thread: the HTTP reads, the JSON, Textual) over the
+  window, as a share of one core (Prometheus's own CPU over the same window apart);
+- RSS: VmRSS at the end of the window, and its high-water mark (VmHWM);
+- keys: typing the filter ``orphans`` (each key refilters), clearing it with backspace,
+  ``>`` (sort by the next column) and ``<`` (reverse): from the key given to the app (as
+  a terminal's would be) to the first frame drawn after the table took it (the frame
+  rendered to terminal text, as a terminal would be sent it).
 
-Not a test: these machines are shared; run it when the machine is quiet and compare
-figures from one run. Targets (issue 32): refresh within the interval, CPU <= 10 % of a
-core, RSS <= 150 MB, keys <= 100 ms.
+Not a test: these machines are shared; compare figures from one run only. Targets
+(issue 32): refresh within the interval, CPU <= 10 % of a core, RSS <= 150 MB, keys <=
+100 ms.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import shutil
 import statistics
@@ -41,26 +49,20 @@ import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-
-from promserver import start, stop  # noqa: E402
-
-import gpudash.fleetprom.fleet as feedmod  # noqa: E402
-from gpudash.fleetprom.client import PromClient  # noqa: E402
-from gpudash.fleetprom.fleet import FeedState  # noqa: E402
-from gpudash.fleetprom.queries import QUERIES  # noqa: E402
-from gpudash.fleetprom.rows import PromFleet  # noqa: E402
-from gpudash.state.promconfig import PromSettings  # noqa: E402
-from gpudash.ui.prom_app import PromFleetApp  # noqa: E402
-
+RULES = ROOT / "docs" / "prometheus" / "gpudash-records.yml"
 GIB = 2**30
 TOTAL = 96 * GIB
 SCRAPE_S = 15
 UNIT = "vllm.service"
 TARGETS = {"refresh_s": 1.0, "cpu_pct": 10.0, "rss_mb": 150.0, "key_ms": 100.0}
+KEYS = [*(("filter (a letter)", c, c) for c in "orphans"),
+        *(("filter (backspace)", "backspace", "\x08") for _ in "orphans"),
+        *((name, key, char) for _ in range(4)
+          for name, key, char in (("sort >", "greater_than_sign", ">"),
+                                  ("reverse <", "less_than_sign", "<")))]
 
 
 def exposition(out: TextIO, hosts: int, gpus: int, start_t: int, end_t: int) -> None:
@@ -123,8 +125,6 @@ def backfill(tmp: Path, hosts: int, gpus: int, ahead_s: int) -> float:
     subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(om),
                     str(tsdb)], check=True, capture_output=True, timeout=1800)
     om.unlink()
-    # the dashboard's high-water mark, not the generator's (proc(5), clear_refs)
-    Path("/proc/self/clear_refs").write_text("5")
     return time.monotonic() - started
 
 
@@ -149,9 +149,23 @@ def cpu_of(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def dashboard(url: str, hosts: int, seconds: float, prom_pid: int) -> dict[str, object]:
+# --- one dashboard, in a process of its own (``--child``) --------------------------------
+
+
+async def dashboard(url: str, hosts: int, seconds: float, prom_pid: int) -> dict[str, Any]:
+    """The dashboard of the checkout on sys.path, measured (see the module's doc)."""
+    from textual import events
+    from textual._compositor import CompositorUpdate
+
+    import gpudash.fleetprom.fleet as feedmod
+    import gpudash.fleetprom.queries as queries
+    from gpudash.state.promconfig import PromSettings
+    from gpudash.ui.prom_app import PromFleetApp
+
     app = PromFleetApp(PromSettings(url=url), interval=1.0, theme=None)
     refreshes: list[float] = []
+    reads: list[float] = []
+    updates: list[float] = []
     feed_refresh = app.feed.refresh
 
     async def timed() -> float:
@@ -161,26 +175,34 @@ async def dashboard(url: str, hosts: int, seconds: float, prom_pid: int) -> dict
         return wait
 
     app.feed.refresh = timed  # type: ignore[method-assign]
-    # where a refresh's time goes: the three answers read and parsed, then the table
-    reads: list[float] = []
-    updates: list[float] = []
     read = feedmod.read_fleet
 
-    async def timed_read(client: PromClient) -> PromFleet:
+    async def timed_read(*args: Any, **kw: Any) -> Any:
         t0 = time.perf_counter()
-        fleet = await read(client)
+        fleet = await read(*args, **kw)
         reads.append(time.perf_counter() - t0)
         return fleet
 
     feedmod.read_fleet = timed_read  # type: ignore[assignment]
     update = app.fleet.update
 
-    def timed_update(state: FeedState) -> None:
+    def timed_update(state: Any) -> None:
         t0 = time.perf_counter()
         update(state)
         updates.append(time.perf_counter() - t0)
 
     app.fleet.update = timed_update  # type: ignore[method-assign]
+    # the frames: rendered to terminal text as a terminal would be sent them
+    drawn = [0.0]
+    display = app._display
+
+    def timed_display(screen: Any, renderable: Any) -> None:
+        display(screen, renderable)
+        if isinstance(renderable, CompositorUpdate) and not app._batch_count:
+            renderable.render_segments(app.console)
+            drawn[0] = time.perf_counter()
+
+    app._display = timed_display  # type: ignore[method-assign]
     async with app.run_test(size=(200, 50)) as pilot:
         deadline = time.monotonic() + 120
         while len(app.fleet.hosts) < hosts:
@@ -193,34 +215,127 @@ async def dashboard(url: str, hosts: int, seconds: float, prom_pid: int) -> dict
         reads.clear()
         updates.clear()
         cpu, prom_cpu, wall = time.process_time(), cpu_of(prom_pid), time.monotonic()
-        await pilot.pause(seconds)
+        await asyncio.sleep(seconds)
         wall = time.monotonic() - wall
         cpu = time.process_time() - cpu
         prom_cpu = cpu_of(prom_pid) - prom_cpu
         rss, hwm = rss_mb()
-        window = list(refreshes)
-        window_reads, window_updates = list(reads), list(updates)
-        server = {name: server_time(url, expr) for name, expr in QUERIES}
+        window = {"refreshes": list(refreshes), "reads": list(reads),
+                  "updates": list(updates)}
+        screen = app.fleet
         keys: dict[str, list[float]] = {}
-
-        async def key(name: str, k: str) -> None:
+        driver = app._driver
+        assert driver is not None
+        filtered = 0
+        for name, key, char in KEYS:
+            before = (screen.filter_text, screen.sort_key, screen.descending)
+            event = events.Key(key, char)
+            event.set_sender(app)
             t0 = time.perf_counter()
-            await pilot.press(k)
-            await pilot.pause()
-            keys.setdefault(name, []).append(time.perf_counter() - t0)
-
-        for ch in "orphans":
-            await key("filter (a letter)", ch)
-        shown = len(app.fleet._shown)
-        for _ in "orphans":
-            await key("filter (backspace)", "backspace")
-        for _ in range(3):
-            await key("sort >", "greater_than_sign")
-            await key("reverse <", "less_than_sign")
+            driver.send_message(event)
+            # taken: the screen's state moved; drawn: a frame after that
+            taken = 0.0
+            while True:
+                now = time.perf_counter()
+                if not taken and (screen.filter_text, screen.sort_key,
+                                  screen.descending) != before:
+                    taken = now
+                if taken and drawn[0] > taken:
+                    break
+                if now - t0 > 60:
+                    raise SystemExit(f"key {key}: no frame after 60 s")
+                await asyncio.sleep(0.001)
+            keys.setdefault(name, []).append(drawn[0] - t0)
+            if screen.filter_text == "orphans":
+                filtered = len(screen._shown)
+            await asyncio.sleep(0.3)  # keys a person types, not a paste
     feedmod.read_fleet = read  # type: ignore[assignment]
-    return {"reads": window_reads, "updates": window_updates, "server": server,
-            "refreshes": window, "cpu": cpu / wall, "prom_cpu": prom_cpu / wall,
-            "rss": rss, "hwm": hwm, "keys": keys, "filtered": shown, "wall": wall}
+    exprs = dict(queries.QUERIES)
+    server = {f"raw {n}": server_time(url, e) for n, e in exprs.items() if n == "gpudash"}
+    recorded = [q[-1] for q in getattr(queries, "RECORDED", ()) if q[0] == "gpudash"]
+    if recorded and getattr(app.feed.state.fleet, "source", "") == "recorded":
+        # one after the other (the dashboard asks them side by side)
+        server["recorded gpudash"] = sum(server_time(url, e) for e in recorded)
+    if hasattr(queries, "PROBE"):
+        server["probe"] = server_time(url, queries.PROBE)
+    return {**window, "server": server, "cpu": cpu / wall, "prom_cpu": prom_cpu / wall,
+            "rss": rss, "hwm": hwm, "keys": keys, "filtered": filtered, "wall": wall}
+
+
+def child(args: argparse.Namespace) -> None:
+    sys.path[:0] = [str(Path(args.code).resolve())]
+    import gpudash
+
+    assert Path(gpudash.__file__).resolve().is_relative_to(Path(args.code).resolve())
+    result = asyncio.run(dashboard(args.url, args.hosts, args.seconds, args.prom_pid))
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+# --- the rounds ---------------------------------------------------------------------------
+
+
+def run_child(code: Path, url: str, hosts: int, seconds: float, prom_pid: int
+              ) -> dict[str, Any]:
+    cp = subprocess.run([sys.executable, __file__, "--child", "--code", str(code),
+                         "--url", url, "--hosts", str(hosts), "--seconds", str(seconds),
+                         "--prom-pid", str(prom_pid)], capture_output=True, text=True,
+                        timeout=600, cwd=code)
+    lines = [x for x in cp.stdout.splitlines() if x.startswith("RESULT ")]
+    if cp.returncode != 0 or not lines:
+        raise SystemExit(f"{code}: exit {cp.returncode}\n{cp.stderr[-3000:]}")
+    return dict(json.loads(lines[-1].removeprefix("RESULT ")))
+
+
+def wait_recorded(url: str, hosts: int, timeout: float = 300) -> float:
+    """Seconds until the recording rules have every host (their first evaluation)."""
+    t0 = time.monotonic()
+    expr = 'count(gpudash:host_figures{stat="link_up"})'
+    while True:
+        q = urllib.parse.urlencode({"query": expr})
+        with urllib.request.urlopen(f"{url}/api/v1/query?{q}", timeout=60) as r:
+            result = json.load(r)["data"]["result"]
+        if result and float(result[0]["value"][1]) >= hosts:
+            return time.monotonic() - t0
+        if time.monotonic() - t0 > timeout:
+            raise SystemExit(f"the recording rules had {result} after {timeout:g} s")
+        time.sleep(1)
+
+
+def med(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def summary(name: str, runs: list[dict[str, Any]]) -> list[str]:
+    """One line per figure: the median over the rounds of each round's figure."""
+    def over(f: Any) -> str:
+        values = [f(r) for r in runs]
+        return " / ".join(f"{v:.0f}" for v in values)
+
+    def ms(xs: list[float]) -> float:
+        return 1000 * med(xs)
+
+    out = [f"{name}: {len(runs)} rounds (each round's figure, in round order)"]
+    out.append(f"  refresh median ms: {over(lambda r: ms(r['refreshes']))}; max ms: "
+               f"{over(lambda r: 1000 * max(r['refreshes'], default=0))} "
+               f"(target < {TARGETS['refresh_s'] * 1000:.0f})")
+    out.append(f"  refreshes in the window: {over(lambda r: len(r['refreshes']))}; full "
+               f"reads: {over(lambda r: len(r['reads']))}, median ms "
+               f"{over(lambda r: ms(r['reads']))}, max ms "
+               f"{over(lambda r: 1000 * max(r['reads'], default=0))}; table updated, "
+               f"median ms: {over(lambda r: ms(r['updates']))}")
+    out.append(f"  CPU % of a core: {over(lambda r: 100 * r['cpu'])} (target <= "
+               f"{TARGETS['cpu_pct']:g}); Prometheus meanwhile: "
+               f"{over(lambda r: 100 * r['prom_cpu'])}")
+    out.append(f"  RSS MB: {over(lambda r: r['rss'])}, high-water "
+               f"{over(lambda r: r['hwm'])} (target <= {TARGETS['rss_mb']:g})")
+    for key in runs[0]["keys"]:
+        out.append(f"  key {key} ms: median {over(lambda r, k=key: ms(r['keys'][k]))}, max "
+                   f"{over(lambda r, k=key: 1000 * max(r['keys'][k]))} "
+                   f"(target <= {TARGETS['key_ms']:g})")
+    out.append("  Prometheus alone (ms, after the window): " + "; ".join(
+        f"{k} {over(lambda r, k=k: 1000 * r['server'][k])}" for k in runs[0]["server"]))
+    out.append(f"  filter 'orphans' left {runs[0]['filtered']} rows")
+    return out
 
 
 def main() -> None:
@@ -228,47 +343,56 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, default=5000)
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--baseline", type=Path, help="another checkout, run side by side")
+    parser.add_argument("--no-rules", action="store_true",
+                        help="without the recording rules (the raw queries, every refresh)")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--code", type=Path, default=ROOT, help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--prom-pid", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        child(args)
+        return
     if shutil.which("promtool") is None or shutil.which("prometheus") is None:
         raise SystemExit("needs prometheus and promtool (apt-get install prometheus)")
+    sys.path[:0] = [str(ROOT / "tests")]
+    from promserver import start, stop
+
+    trees = {"this tree": ROOT, **({"baseline": args.baseline} if args.baseline else {})}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
+    # the rounds' samples run from a little before the start to after the last round
+    ahead = int(args.rounds * len(trees) * (args.seconds + 150)) + 600
     with tempfile.TemporaryDirectory(prefix="prom-fleet-bench-") as d:
         tmp = Path(d)
-        took = backfill(tmp, args.hosts, args.gpus, ahead_s=int(args.seconds) + 600)
+        took = backfill(tmp, args.hosts, args.gpus, ahead_s=ahead)
         series = args.hosts * (5 * args.gpus + 5)
         print(f"backfilled {args.hosts} hosts x {args.gpus} GPUs ({series} series, "
-              f"a sample every {SCRAPE_S} s) in {took:.0f} s")
-        prom = start(tmp / "prometheus", [], rules=None, timeout=300)
+              f"a sample every {SCRAPE_S} s) in {took:.0f} s; load {os.getloadavg()[0]:.2f}")
+        # the backfilled blocks reach past now: the rules' samples, at now, are behind them
+        prom = start(tmp / "prometheus", [], rules=None if args.no_rules else RULES,
+                     timeout=300, evaluation_interval=f"{SCRAPE_S}s",
+                     out_of_order=f"{ahead + 3600}s")
         try:
-            r = asyncio.run(dashboard(prom.base, args.hosts, args.seconds, prom.proc.pid))
+            if not args.no_rules:
+                print(f"recording rules evaluated for every host after "
+                      f"{wait_recorded(prom.base, args.hosts):.0f} s")
+            for n in range(args.rounds):
+                order = list(trees) if n % 2 == 0 else list(reversed(trees))
+                for name in order:
+                    r = run_child(trees[name], prom.base, args.hosts, args.seconds,
+                                  prom.proc.pid)
+                    runs[name].append(r)
+                    print(f"round {n + 1} {name}: refresh median "
+                          f"{1000 * med(r['refreshes']):.0f} ms, CPU {100 * r['cpu']:.1f} %,"
+                          f" RSS {r['rss']:.0f} MB, sort > "
+                          f"{1000 * med(r['keys']['sort >']):.0f} ms; load "
+                          f"{os.getloadavg()[0]:.2f}", flush=True)
         finally:
             stop(prom)
-    refreshes = sorted(r["refreshes"])  # type: ignore[type-var]
-    assert isinstance(refreshes, list) and refreshes
-    print(f"window {r['wall']:.0f} s, {len(refreshes)} refreshes of {args.hosts} rows")
-    p95 = refreshes[max(0, round(0.95 * len(refreshes)) - 1)]
-    print(f"refresh: median {statistics.median(refreshes) * 1000:.0f} ms, p95 "
-          f"{p95 * 1000:.0f} ms, max {refreshes[-1] * 1000:.0f} ms "
-          f"(target < {TARGETS['refresh_s'] * 1000:.0f} ms)")
-    reads, updates = r["reads"], r["updates"]
-    assert isinstance(reads, list) and isinstance(updates, list) and reads and updates
-    server = r["server"]
-    assert isinstance(server, dict)
-    print(f"  of which: the three answers read and parsed {statistics.median(reads) * 1000:.0f}"
-          f" ms (Prometheus alone, one after the other: "
-          + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in server.items())
-          + f"), the table updated {statistics.median(updates) * 1000:.0f} ms (medians)")
-    print(f"dashboard CPU: {100 * r['cpu']:.1f} % of a core "  # type: ignore[operator]
-          f"(target <= {TARGETS['cpu_pct']:g} %); Prometheus answering it: "
-          f"{100 * r['prom_cpu']:.1f} %")  # type: ignore[operator]
-    print(f"dashboard RSS: {r['rss']:.0f} MB, high-water {r['hwm']:.0f} MB "
-          f"(target <= {TARGETS['rss_mb']:g} MB)")
-    keys = r["keys"]
-    assert isinstance(keys, dict)
-    for name, times in keys.items():
-        print(f"key {name}: max {max(times) * 1000:.0f} ms, median "
-              f"{statistics.median(times) * 1000:.0f} ms over {len(times)} "
-              f"(target <= {TARGETS['key_ms']:g} ms)")
-    print(f"(filter 'orphans' left {r['filtered']} rows)")
+    for name, result in runs.items():
+        print("\n".join(summary(f"{name} ({trees[name]})", result)))
 
 
 if __name__ == "__main__":

@@ -154,15 +154,19 @@ def silent_server() -> Iterator[str]:
 class Recorded:
     """A Prometheus that answers the fleet's queries with answers a real one gave
     (tests/data/fleetprom/answers.json), or fails as ``mode`` says: "ok", "401", "hang"
-    (until released), "garbage". ``extra``: series added to a query's answer."""
+    (until released), "garbage". ``extra``: series added to a query's answer. It has no
+    recording rules: the probe (``PROBE``) and the recorded series' queries answer
+    nothing, as Prometheus does."""
 
     def __init__(self, answers: dict[str, object]) -> None:
         import threading as _threading
 
-        from gpudash.fleetprom.queries import QUERIES
+        from gpudash.fleetprom.queries import PROBE, QUERIES, RECORDED
 
         self.answers = answers
         self.by_expr = dict((expr, name) for name, expr in QUERIES)
+        self.probe = PROBE
+        self.recorded = {expr for _name, stat, expr in RECORDED if stat is not None}
         self.mode = "ok"
         self.extra: dict[str, list[dict[str, object]]] = {}
         self.release = _threading.Event()
@@ -186,10 +190,13 @@ class Recorded:
                     status, body = 200, b"\x00garbage"
                 else:
                     expr = _parse.parse_qs(_parse.urlsplit(self.path).query)["query"][0]
-                    name = recorded.by_expr[expr]
-                    doc = json.loads(json.dumps(recorded.answers[name]))
-                    doc["data"]["result"] += recorded.extra.get(name, [])
-                    status, body = 200, json.dumps(doc).encode()
+                    if expr == recorded.probe or expr in recorded.recorded:
+                        status, body = 200, empty_vector()  # no recording rules here
+                    else:
+                        name = recorded.by_expr[expr]
+                        doc = json.loads(json.dumps(recorded.answers[name]))
+                        doc["data"]["result"] += recorded.extra.get(name, [])
+                        status, body = 200, json.dumps(doc).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))

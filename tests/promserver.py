@@ -26,6 +26,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 ALERT_RULES = ROOT / "docs" / "prometheus" / "gpudash-alerts.yml"
+RECORDING_RULES = ROOT / "docs" / "prometheus" / "gpudash-records.yml"
 
 
 def free_port() -> int:
@@ -77,21 +78,27 @@ class Prometheus:
             time.sleep(0.25)
 
 
-def start(tmp: Path, targets: list[str], *, rules: Path | None = ALERT_RULES,
-          timeout: float = 60.0, jobs: dict[str, list[str]] | None = None) -> Prometheus:
-    """``targets`` in job "gpudash"; ``jobs``: other scrape jobs (name -> targets)."""
+def start(tmp: Path, targets: list[str], *, rules: Path | list[Path] | None = ALERT_RULES,
+          timeout: float = 60.0, jobs: dict[str, list[str]] | None = None,
+          evaluation_interval: str = "1s", out_of_order: str | None = None) -> Prometheus:
+    """``targets`` in job "gpudash"; ``jobs``: other scrape jobs (name -> targets);
+    ``rules``: rule files loaded, evaluated every ``evaluation_interval``;
+    ``out_of_order``: how far behind the newest sample one is still taken (a recording
+    rule's, when backfilled blocks reach past now: bench/prom_fleet_bench.py)."""
     binary = prometheus_binary()
     tmp.mkdir(parents=True, exist_ok=True)
     config = tmp / "prometheus.yml"
     doc: dict[str, Any] = {
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s",
-                   "evaluation_interval": "1s"},
+                   "evaluation_interval": evaluation_interval},
         "scrape_configs": [{"job_name": name, "static_configs": [{"targets": t}]}
                            for name, t in {"gpudash": targets, **(jobs or {})}.items()
                            if t],
     }
+    if out_of_order is not None:
+        doc["storage"] = {"tsdb": {"out_of_order_time_window": out_of_order}}
     if rules is not None:
-        doc["rule_files"] = [str(rules)]
+        doc["rule_files"] = [str(r) for r in ([rules] if isinstance(rules, Path) else rules)]
     config.write_text(json.dumps(doc))  # JSON is YAML
     port = free_port()
     log = tmp / "prometheus.log"

@@ -80,7 +80,8 @@ def test_the_documented_scrape_config_and_rules_pass_promtool(tmp_path: Path) ->
     cp = subprocess.run([promtool, "check", "config", str(tmp_path / SCRAPE.name)],
                         capture_output=True, text=True, timeout=60)
     assert cp.returncode == 0, cp.stdout + cp.stderr
-    assert "SUCCESS: 4 rules found" in cp.stdout
+    assert "SUCCESS: 4 rules found" in cp.stdout  # the alert rules
+    assert "SUCCESS: 19 rules found" in cp.stdout  # the recording rules --prometheus reads
 
 
 def test_every_file_the_set_up_installs_ships() -> None:

@@ -217,3 +217,25 @@ def test_ssh_name_on_the_command_line_over_the_config(
         with pytest.raises(SystemExit) as exited:
             parse(argv)
         assert exited.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_the_collector_paused_for_a_parse_is_left_as_it_was() -> None:
+    """An answer is parsed with the cyclic collector paused (tens of thousands of dicts
+    at 5,000 hosts): after it, good or bad, the collector runs again; one paused by
+    someone else (Textual pauses it while it scrolls) stays paused."""
+    import gc
+
+    good = (b'{"status":"success","data":{"resultType":"vector","result":'
+            b'[{"metric":{"host":"a"},"value":[1,"2"]}]}}')
+    assert gc.isenabled()
+    assert parse_vector(good)[0].labels == {"host": "a"}
+    assert gc.isenabled()
+    with pytest.raises(PromError):
+        parse_vector(b"\xff")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        parse_vector(good)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

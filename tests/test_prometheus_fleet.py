@@ -29,11 +29,19 @@ from promfakes import (
     serving,
     silent_server,
 )
-from promserver import Exporter, Prometheus, free_port, start, stop
+from promserver import (
+    ALERT_RULES,
+    RECORDING_RULES,
+    Exporter,
+    Prometheus,
+    free_port,
+    start,
+    stop,
+)
 from test_exporter_hold import make_certificate
 
 from gpudash.fleetprom.client import PromClient, PromError
-from gpudash.fleetprom.fleet import read_fleet
+from gpudash.fleetprom.fleet import fleet_json, read_fleet
 from gpudash.fleetprom.queries import QUERIES
 from gpudash.state.promconfig import PromSettings
 
@@ -54,7 +62,8 @@ def gpudash(*args: str, config: str | None = None, tmp: Path,
 
 
 @contextlib.contextmanager
-def fleet(tmp: Path) -> Iterator[tuple[Prometheus, dict[str, str], Exporter]]:
+def fleet(tmp: Path, rules: list[Path] | None = None
+          ) -> Iterator[tuple[Prometheus, dict[str, str], Exporter]]:
     """A real Prometheus scraping the exporter over 5 demo hosts (job gpudash) and four
     dcgm-exporters: job "dcgm" maps GPUs to Slurm jobs (dgx-old, Hostname as before May
     2026; dgx-new, hostname), job "dcgm-plain" maps nothing (dgx-plain, and demo-gpu02,
@@ -71,7 +80,7 @@ def fleet(tmp: Path) -> Iterator[tuple[Prometheus, dict[str, str], Exporter]]:
         urls = {k: stack.enter_context(serving(exposition_handler({"/metrics": v})))
                 for k, v in pages.items()}
         targets = {k: u.removeprefix("http://") for k, u in urls.items()}
-        prom = start(tmp / "prometheus", [exporter.target], jobs={
+        prom = start(tmp / "prometheus", [exporter.target], rules=rules or ALERT_RULES, jobs={
             "dcgm": [targets["old"], targets["new"]],
             "dcgm-plain": [targets["plain"], targets["both"]]})
         stack.callback(stop, prom)
@@ -122,6 +131,33 @@ def test_the_fleet_table_from_a_real_prometheus_gpudash_and_dcgm_hosts(tmp_path:
     assert by["dgx-plain"]["unowned_mib"] is None  # its job maps no GPU: cannot tell
     # Enter's SSH name: the scrape target without its port (the default template)
     assert old["ssh_name"] == targets["old"].rsplit(":", 1)[0]
+
+
+def test_with_the_recording_rules_the_table_reads_them_and_says_the_same(tmp_path: Path
+                                                                         ) -> None:
+    """docs/prometheus/gpudash-records.yml loaded: the table reads the recorded series
+    (``source``), and every host's figures are what the raw queries say."""
+    with fleet(tmp_path, [ALERT_RULES, RECORDING_RULES]) as (prom, _targets, _exporter):
+        prom.wait("gpudash_unit_crash_looping == 1", lambda r: len(r) >= 1, timeout=60)
+        # evaluated after every target was scraped: every host recorded
+        prom.wait('count(gpudash:host_figures{stat="link_up"})', lambda r: 5.0 in r.values())
+        prom.wait('count(gpudash:dcgm_host_figures{stat="gpus"})', lambda r: 4.0 in r.values())
+        cp = gpudash("snapshot", "--prometheus", prom.base, "--json", tmp=tmp_path)
+        assert cp.returncode == 0, cp.stderr
+        recorded = json.loads(cp.stdout)
+        client = PromClient(PromSettings(url=prom.base))
+        try:
+            raw = asyncio.run(read_fleet(client, "raw"))
+        finally:
+            client.close()
+    assert recorded["source"] == "recorded" and raw.source == "raw"
+    timeless = ("scrape_age_s", "sample_age_s", "ssh_name", "ssh_name_error")
+    got = {h["host"]: {k: v for k, v in h.items() if k not in timeless}
+           for h in recorded["hosts"]}
+    want = {h["host"]: {k: v for k, v in h.items() if k not in timeless}
+            for h in fleet_json(raw, prom.base, None)["hosts"]}
+    assert sorted(got) == sorted(want) and len(got) == 8
+    assert got == want
 
 
 def test_a_dcgm_host_whose_target_goes_down_is_marked_so(tmp_path: Path) -> None:

@@ -202,6 +202,30 @@ async def test_prometheus_down_from_the_start_says_so(tmp_path: Path) -> None:
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: "prometheus down" in header(app.fleet))
         assert app.fleet.hosts == [] and app.is_running
+        # the failure may come before the table is mounted: said in the header, no more
+        # (it was drawn then too, and that failed: a "Display error" toast at start)
+        said = [(n.title, n.message) for n in app._notifications]
+        assert not [t for t, _m in said if t == "Display error"], said
+
+
+async def test_back_from_a_host_while_prometheus_fails_says_so_in_the_header_only(
+        tmp_path: Path) -> None:
+    """Back from a host (``q``) while Prometheus was failing: the new table is given the
+    failing state before it is mounted; drawing its header then raised and showed a
+    "Display error" toast instead of the table's own words."""
+    from promserver import free_port
+
+    from gpudash.fleetprom.client import PromError
+    from gpudash.fleetprom.fleet import FeedState
+    from gpudash.ui.prom_screen import TableMemory
+
+    failing = FeedState(None, PromError("down", "connection refused"), failures=1)
+    app = PromFleetApp(PromSettings(url=f"http://127.0.0.1:{free_port()}"), interval=0.2,
+                       theme=None, memory=TableMemory(state=failing))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: "prometheus down" in header(app.fleet))
+        said = [(n.title, n.message) for n in app._notifications]
+        assert not [t for t, _m in said if t == "Display error"], said
 
 
 def test_enter_opens_the_host_as_gpudash_host_does_and_q_comes_back(

@@ -16,7 +16,7 @@ from gpudash.cli.terminal import Terminal
 from gpudash.domain.units import NA
 from gpudash.domain.untrusted import clean, json_dumps
 from gpudash.fleetprom.client import PromClient, PromError
-from gpudash.fleetprom.fleet import fleet_json, read_fleet
+from gpudash.fleetprom.fleet import fleet_json, read_current
 from gpudash.fleetprom.rows import PromFleet, PromHost
 from gpudash.fleetprom.sshname import SshNameTemplate
 
@@ -54,7 +54,7 @@ def cmd_prom_snapshot(args: argparse.Namespace, term: Terminal) -> int:
     client = PromClient(settings)
     try:
         with CommandLoop() as loop:
-            fleet = loop.run(read_fleet(client))
+            fleet = loop.run(read_current(client))
     except PromError as exc:
         term.error(f"prometheus {clean(settings.url)}: {exc}")
         return Exit.CONNECT

@@ -33,39 +33,39 @@ def _tag(expr: str, stat: str) -> str:
     return f'label_replace({expr}, "stat", "{stat}", "", "")'
 
 
-def _sum(metric: str, stat: str, by: str = G) -> str:
-    return _tag(f"sum by ({by}) ({metric})", stat)
-
-
 # A GPU is held when some process accounts for memory on it (used less what nobody
 # accounts for), or when a holder's memory is unknown (then unattributed is absent).
 _HELD = ("(gpudash_gpu_memory_used_bytes - gpudash_gpu_memory_unattributed_bytes) > 0 "
          "or (gpudash_gpu_memory_used_bytes unless gpudash_gpu_memory_unattributed_bytes)")
 
-GPUDASH = " or ".join([
-    _sum("gpudash_gpu_memory_used_bytes", "used_bytes"),
-    _sum("gpudash_gpu_memory_total_bytes", "total_bytes"),
-    _tag(f"count by ({G}) (gpudash_gpu_memory_total_bytes)", "gpus"),
-    _tag(f"count by ({G}) ({_HELD})", "gpus_held"),
-    _sum("gpudash_gpu_orphaned_bytes", "orphaned_bytes"),
-    _sum("gpudash_orphaned_processes", "orphans"),
-    _sum("gpudash_reclaimable_bytes", "reclaimable_bytes"),
-    _sum("gpudash_gpu_memory_unattributed_bytes", "unattributed_bytes"),
-    _sum("gpudash_gpu_stray_bytes", "stray_bytes"),
-    _tag(f"max by ({G}) (gpudash_link_up)", "link_up"),
-    _tag(f"max by ({G}) (gpudash_sample_timestamp_seconds)", "sampled_at"),
-    _tag(f"max by ({G}) (timestamp(gpudash_link_up))", "scraped_at"),
-])
-
-DCGM = " or ".join([
-    _sum("DCGM_FI_DEV_FB_USED", "used_mib", D),
-    _sum("DCGM_FI_DEV_FB_FREE", "free_mib", D),
-    _tag(f"count by ({D}) (DCGM_FI_DEV_FB_USED)", "gpus"),
-    _tag(f"count by ({D}) (DCGM_FI_DEV_FB_USED > {DCGM_HELD_MIB})", "gpus_held"),
+# (stat, its expression per host): the parts of GPUDASH and DCGM, and the recording rules
+GPUDASH_PARTS = (
+    ("used_bytes", f"sum by ({G}) (gpudash_gpu_memory_used_bytes)"),
+    ("total_bytes", f"sum by ({G}) (gpudash_gpu_memory_total_bytes)"),
+    ("gpus", f"count by ({G}) (gpudash_gpu_memory_total_bytes)"),
+    ("gpus_held", f"count by ({G}) ({_HELD})"),
+    ("orphaned_bytes", f"sum by ({G}) (gpudash_gpu_orphaned_bytes)"),
+    ("orphans", f"sum by ({G}) (gpudash_orphaned_processes)"),
+    ("reclaimable_bytes", f"sum by ({G}) (gpudash_reclaimable_bytes)"),
+    ("unattributed_bytes", f"sum by ({G}) (gpudash_gpu_memory_unattributed_bytes)"),
+    ("stray_bytes", f"sum by ({G}) (gpudash_gpu_stray_bytes)"),
+    ("link_up", f"max by ({G}) (gpudash_link_up)"),
+    ("sampled_at", f"max by ({G}) (gpudash_sample_timestamp_seconds)"),
+    ("scraped_at", f"max by ({G}) (timestamp(gpudash_link_up))"),
+)
+DCGM_PARTS = (
+    ("used_mib", f"sum by ({D}) (DCGM_FI_DEV_FB_USED)"),
+    ("free_mib", f"sum by ({D}) (DCGM_FI_DEV_FB_FREE)"),
+    ("gpus", f"count by ({D}) (DCGM_FI_DEV_FB_USED)"),
+    ("gpus_held", f"count by ({D}) (DCGM_FI_DEV_FB_USED > {DCGM_HELD_MIB})"),
     # {hpc_job=""} matches a series without the label too: a GPU no mapping file names
-    _sum(f'DCGM_FI_DEV_FB_USED{{hpc_job="", pod=""}} > {DCGM_HELD_MIB}', "unowned_mib", D),
-    _tag(f"max by ({D}) (timestamp(DCGM_FI_DEV_FB_USED))", "scraped_at"),
-])
+    ("unowned_mib",
+     f'sum by ({D}) (DCGM_FI_DEV_FB_USED{{hpc_job="", pod=""}} > {DCGM_HELD_MIB})'),
+    ("scraped_at", f"max by ({D}) (timestamp(DCGM_FI_DEV_FB_USED))"),
+)
+
+GPUDASH = " or ".join(_tag(expr, stat) for stat, expr in GPUDASH_PARTS)
+DCGM = " or ".join(_tag(expr, stat) for stat, expr in DCGM_PARTS)
 
 _ALERTS = "|".join(ALERT_NAMES)
 FLEET = " or ".join([
@@ -78,3 +78,44 @@ FLEET = " or ".join([
 ])
 
 QUERIES = (("gpudash", GPUDASH), ("dcgm", DCGM), ("fleet", FLEET))
+
+# --- the same figures, kept by Prometheus' recording rules -------------------------------
+# docs/prometheus/gpudash-records.yml (``recording_rules()``) keeps every part above as one
+# series per host and stat, evaluated once per evaluation interval: reading them costs the
+# server a lookup, not twelve aggregations over every GPU's series per dashboard per second.
+RECORDED_GPUDASH = "gpudash:host_figures"
+RECORDED_DCGM = "gpudash:dcgm_host_figures"
+# one series, evaluated last in the group: when it is new, every figure above is
+RECORDED_CLOCK = "gpudash:fleet_hosts"
+RULES_GROUP = "gpudash-fleet"
+# One query per figure, side by side (Prometheus answers them on all its cores: 5,000
+# hosts' 55,000 series came in half the time of one query for all), each the recorded
+# series less their name and ``stat`` (shorter answers; the reader tags them again);
+# then FLEET as the raw queries read it: (family, stat or None, query).
+RECORDED = (
+    *(("gpudash", stat, f'sum without (stat) ({RECORDED_GPUDASH}{{stat="{stat}"}})')
+      for stat, _expr in GPUDASH_PARTS),
+    *(("dcgm", stat, f'sum without (stat) ({RECORDED_DCGM}{{stat="{stat}"}})')
+      for stat, _expr in DCGM_PARTS),
+    ("fleet", None, FLEET),
+)
+
+
+def recording_rules() -> dict[str, object]:
+    """The recording rules file (as YAML's data) that keeps the figures RECORDED reads."""
+    rules: list[dict[str, object]] = [
+        {"record": name, "expr": expr, "labels": {"stat": stat}}
+        for name, parts in ((RECORDED_GPUDASH, GPUDASH_PARTS), (RECORDED_DCGM, DCGM_PARTS))
+        for stat, expr in parts]
+    # hosts of either exporter; "or vector(0)": the series exists with no host at all
+    rules.append({"record": RECORDED_CLOCK,
+                  "expr": f"count(count by ({G}) (gpudash_link_up) or count by ({D}) "
+                          "(DCGM_FI_DEV_FB_USED)) or vector(0)"})
+    return {"groups": [{"name": RULES_GROUP, "rules": rules}]}
+
+
+# Whether the recording rules are there, and when they were last evaluated: one series'
+# timestamp (none: no rules; the raw queries are read, every refresh). A refresh whose
+# answer is no newer than the last read's reads nothing more: the recorded figures, and
+# what else it reads (crash loops, ALERTS, targets down), follow the rules' evaluation.
+PROBE = f"timestamp({RECORDED_CLOCK})"

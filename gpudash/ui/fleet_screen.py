@@ -150,10 +150,12 @@ class FleetScreen(FleetTableScreen):
             return
         app = self.dashboard
         now = app.clock()
+        visible = self.visible_hosts()
         for i, view in enumerate(app.views):
             row = self._rows.get(i)
-            if row is None or view.status(now, app.stale_after)[0] != row.link_text:
-                self.host_changed(i)
+            text = view.status(now, app.stale_after)[0]
+            if row is None or text != row.link_text:
+                self.link_moved(i, text, visible)
         self.apply_layout()
 
     def _draw_header(self) -> None:

@@ -4,7 +4,11 @@ share. A subclass says how many hosts there are, each one's name and row
 (``gpudash.ui.fleet_rows.FleetRow``), its columns, its header, and what Enter does; this
 screen keeps the order, the filter, the cursor and the redraws.
 
-Work per change: one row, and only its cells that changed.
+Work per change: one row, drawn again only if it is on screen. The table
+(``gpudash.ui.widgets.line_table``) draws only the rows on screen and reorders by taking a
+new list of host indices: a sort or a filter at 5,000 hosts re-adds nothing. A host whose
+only news is its age ("up 3 s" -> "up 4 s") is ``host_aged``: its row is made again when
+it is drawn, not once a second for every host.
 """
 
 from __future__ import annotations
@@ -18,12 +22,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.events import Key, Resize
 from textual.screen import Screen
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 from textual.widgets.data_table import ColumnKey
 
 from gpudash.ui.fleet_rows import STATE_FILTERS, FleetColumn, FleetRow, link_lines
 from gpudash.ui.text import clean, literal
 from gpudash.ui.throttle import RedrawThrottle
+from gpudash.ui.widgets.line_table import LineTable
 
 # Characters that go to the filter as they are typed (what host names are made of, and
 # glob characters); every other key keeps its meaning.
@@ -31,8 +36,8 @@ FILTER_CHARS = frozenset("-_.@:*[]")
 FLUSH_HZ = 1  # fleet row redraws per second at most: each one renders every visible row again
 
 
-def _same(a: Text, b: Text) -> bool:
-    return a.plain == b.plain and a.style == b.style and a.spans == b.spans
+def _word(text: str) -> str:
+    return text.split(" ", 1)[0]
 
 
 class FleetApp(Protocol):
@@ -52,13 +57,13 @@ class FleetApp(Protocol):
         ...
 
 
-class FleetTable(DataTable[Text]):
-    """The fleet's rows, keyed by host index."""
+class FleetTable(LineTable):
+    """The fleet's rows, keyed by host index (``get_row(str(index))``: its cells)."""
 
     DEFAULT_CSS = """
     FleetTable { height: 1fr; border: round $primary; }
     """
-    # A row cursor: Home/End go to the first/last row (DataTable scrolls sideways).
+    # A row cursor: Home/End go to the first/last row.
     BINDINGS = [
         Binding("home", "scroll_top", "First row", show=False),
         Binding("end", "scroll_bottom", "Last row", show=False),
@@ -88,6 +93,9 @@ class FleetTableScreen(Screen[None]):
         self.descending = True
         self.ready = False
         self._rows: dict[int, FleetRow] = {}
+        self._aged: set[int] = set()  # rows whose age text moved: made again when drawn
+        self._by_name: list[int] = []  # host indices by name: the order ties keep
+        self._crash_len = 0  # the longest Crash loop cell the columns were laid out for
         self._columns_dirty = False  # a cell outgrew its column: laid out at the next tick
         self._shown: list[int] = []  # host indices in table order
         self._order_dirty = False
@@ -130,7 +138,7 @@ class FleetTableScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Static(id="fleet-header")
-        yield FleetTable(id="fleet-table", cursor_type="row", zebra_stripes=True)
+        yield FleetTable(self._drawn_cells, id="fleet-table")
         yield Static(id="fleet-detail")  # the cursor host's link state in full
         yield Static(id="fleet-keys")
 
@@ -148,41 +156,55 @@ class FleetTableScreen(Screen[None]):
             self.rebuild(columns=True)
 
     def row(self, index: int) -> FleetRow:
-        """The row of host ``index`` as last drawn (made now if it never was)."""
+        """The row of host ``index`` as last made (made now if it never was): what the
+        filter and the order read (an aged row's age text may be a second behind)."""
         if index not in self._rows:
             self._rows[index] = self._make_row(index)
         return self._rows[index]
 
+    def _drawn_cells(self, index: int) -> Mapping[str, Text]:
+        """The cells the table draws for host ``index``: an aged row made again first."""
+        if index in self._aged or index not in self._rows:
+            self._aged.discard(index)
+            self._rows[index] = self._make_row(index)
+        return self._rows[index].cells
+
     def _matches(self, index: int) -> bool:
-        text = self.filter_text.lower()
+        return self._matches_row(index, self.row(index), self.filter_text.lower())
+
+    def _matches_row(self, index: int, row: FleetRow, text: str) -> bool:
         if not text:
             return True
         name = self.host_name(index).lower()
         if any(c in text for c in "*[]"):
             return fnmatch.fnmatchcase(name, text)
-        row = self.row(index)
         return (text in name or row.link_text.lower().startswith(text)
                 or (text in self.STATES and text in row.states))
 
     def _order(self) -> list[int]:
-        shown = [i for i in range(self.host_count()) if self._matches(i)]
+        rows = [self.row(i) for i in range(self.host_count())]
+        if len(self._by_name) != len(rows):  # names are fixed until refresh_all
+            self._by_name = sorted(range(len(rows)), key=lambda i: rows[i].sort["host"])
+        text = self.filter_text.lower()
+        shown = ([i for i in self._by_name if self._matches_row(i, rows[i], text)]
+                 if text else list(self._by_name))
         key = self.sort_key
-
-        def by(i: int) -> tuple[object, ...]:
-            return self.row(i).sort.get(key, (-1,))
-
-        shown.sort(key=lambda i: self.row(i).sort["host"])
-        shown.sort(key=by, reverse=self.descending)  # stable: ties stay by name
+        # stable: ties stay by name
+        shown.sort(key=lambda i: rows[i].sort.get(key, (-1,)), reverse=self.descending)
         return shown
 
-    def _columns(self) -> None:
+    def _columns(self, *, recount: bool = True) -> None:
+        """The columns laid out for the terminal's width (``recount``: the Crash loop
+        column's longest cell counted again; a sort changes only the titles' arrow)."""
         self._mode = self.mode_of(self.app.size.width)
-        self.table.clear(columns=True)
-        crash = max((self.row(i).cells["crash"].cell_len
-                     for i in range(self.host_count())), default=0)
-        for col, title, width in self.column_layout(self.app.size.width, crash):
-            arrow = ("▼" if self.descending else "▲") if col.key == self.sort_key else ""
-            self.table.add_column(f"{title}{arrow}", key=col.key, width=width)
+        if recount:
+            self._crash_len = max((self.row(i).cells["crash"].cell_len
+                                   for i in range(self.host_count())), default=0)
+        crash = self._crash_len
+        self.table.set_columns([
+            (col.key, title + (("▼" if self.descending else "▲") if col.key == self.sort_key
+                               else ""), width)
+            for col, title, width in self.column_layout(self.app.size.width, crash)])
 
     def _crash_room(self, crash_len: int) -> int:
         """How wide the Crash loop column would be for a cell that long."""
@@ -197,8 +219,9 @@ class FleetTableScreen(Screen[None]):
         column = self.table.columns.get(ColumnKey("link"))
         return column.width if column is not None else 44
 
-    def rebuild(self, *, columns: bool = False) -> None:
-        """Filter and sort every row again; the cursor stays on its host."""
+    def rebuild(self, *, columns: bool = False, titles: bool = False) -> None:
+        """Filter and sort every row again; the cursor stays on its host. ``columns``:
+        laid out again; ``titles``: only their sort arrow moved."""
         if not self.ready:
             return
         try:
@@ -206,18 +229,17 @@ class FleetTableScreen(Screen[None]):
             with self.app.batch_update():
                 if columns or not self.table.columns:
                     self._columns()
-                else:
-                    self.table.clear()
-                keys = [str(k.value) for k in self.table.columns]
+                elif titles:
+                    self._columns(recount=False)
                 self._shown = self._order()
-                self._heights = {}
-                for i in self._shown:
-                    row = self.row(i)
-                    height = self._heights[i] = link_lines(row, self._link_width())
-                    self.table.add_row(*(row.cells[k] for k in keys), key=str(i),
-                                       height=height)
-                if cursor is not None and cursor in self._shown:
-                    self.table.move_cursor(row=self._shown.index(cursor), animate=False)
+                width = self._link_width()
+                rows = self._rows
+                # rows taller than one line (a long error); a cell of n characters is
+                # at most 2n cells wide: shorter ones need no measuring
+                self._heights = {i: h for i in self._shown
+                                 if len(rows[i].cells["link"]) * 2 > width
+                                 and (h := link_lines(rows[i], width)) > 1}
+                self.table.set_order(self._shown, self._heights, cursor=cursor)
             self._order_dirty = False
             self.refresh_header()
         except Exception as exc:  # noqa: BLE001 - logged; the screen stays
@@ -225,6 +247,8 @@ class FleetTableScreen(Screen[None]):
 
     def refresh_all(self) -> None:
         self._rows = {i: self._make_row(i) for i in range(self.host_count())}
+        self._by_name = []
+        self._aged.clear()
         self.rebuild(columns=True)
 
     def host_changed(self, index: int) -> None:
@@ -234,6 +258,29 @@ class FleetTableScreen(Screen[None]):
         are drawn together, not one by one."""
         if self.ready:
             self._rows_redraw.ask(index)
+
+    def host_aged(self, index: int, visible: frozenset[int]) -> None:
+        """Only the age in host ``index``'s link text moved (its first word, what the
+        filter and the Link order read, is the same): its row is made again when it is
+        next drawn (now, if it is among the rows on screen, ``visible``), not for every
+        host every second."""
+        if not self.ready:
+            return
+        self._aged.add(index)
+        if index in visible:
+            self._rows_redraw.ask(index)
+
+    def link_moved(self, index: int, text: str, visible: frozenset[int]) -> None:
+        """Host ``index``'s link text is ``text`` now: aged, or news if its state changed."""
+        row = self._rows.get(index)
+        if row is None or _word(row.link_text) != _word(text):
+            self.host_changed(index)
+        elif row.link_text != text:
+            self.host_aged(index, visible)
+
+    def visible_hosts(self) -> frozenset[int]:
+        """The hosts whose rows are on screen now."""
+        return frozenset(self.table.visible_rows()) if self.ready else frozenset()
 
     def _redraw_rows(self, hosts: set[int]) -> None:
         """Redraw the rows of the hosts that changed since the last redraw."""
@@ -246,23 +293,22 @@ class FleetTableScreen(Screen[None]):
     def _redraw_row(self, index: int) -> None:
         old = self._rows.get(index)
         new = self._rows[index] = self._make_row(index)
+        self._aged.discard(index)
         try:
             visible = index in self._shown
             if visible != self._matches(index):
                 self._order_dirty = True
             if old is not None and old.sort.get(self.sort_key) != new.sort.get(self.sort_key):
                 self._order_dirty = True
-            if visible and link_lines(new, self._link_width()) != self._heights.get(index):
+            if visible and link_lines(new, self._link_width()) != self._heights.get(index, 1):
                 self._order_dirty = True  # its error got longer or shorter: rows are re-laid
-            if self._crash_room(new.cells["crash"].cell_len) > self._crash_width():
+            crash = new.cells["crash"].cell_len
+            if crash > self._crash_len and self._crash_room(crash) > self._crash_width():
                 self._columns_dirty = True  # a longer unit name: the column takes the room
             if visible and index == self._cursor_index():
                 self._subtitle(index)
             if visible:
-                for col in self.table.columns:
-                    key = str(col.value)
-                    if old is None or not _same(old.cells[key], new.cells[key]):
-                        self.table.update_cell(str(index), key, new.cells[key])
+                self.table.row_changed(index)
         except Exception as exc:  # noqa: BLE001 - logged; the screen stays
             self.keys_of.drawing_failed("fleet row", exc)
 
@@ -278,6 +324,8 @@ class FleetTableScreen(Screen[None]):
             self.refresh_header()
 
     def refresh_header(self) -> None:
+        if not self.ready:  # news before the screen is mounted: on_mount draws it all
+            return
         try:
             self._draw_header()
             self.keys.update(self._key_line())
@@ -305,10 +353,7 @@ class FleetTableScreen(Screen[None]):
     # --- keys ----------------------------------------------------------------------------
 
     def _cursor_index(self) -> int | None:
-        if not self._shown or self.table.row_count == 0:
-            return None
-        row = self.table.cursor_row
-        return self._shown[row] if 0 <= row < len(self._shown) else None
+        return self.table.cursor_id if self._shown else None
 
     def on_key(self, event: Key) -> None:
         """Host-name characters go to the filter, backspace takes one back; the quit key
@@ -342,26 +387,25 @@ class FleetTableScreen(Screen[None]):
 
     def action_sort_reverse(self) -> None:
         self.descending = not self.descending
-        self.rebuild(columns=True)
+        self.rebuild(titles=True)
 
     def sort_by(self, key: str) -> None:
         """Sort by column ``key``: names A to Z, numbers biggest first."""
         self.sort_key = key
         self.descending = key not in ("host", "link")
-        self.rebuild(columns=True)
+        self.rebuild(titles=True)
 
-    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
-        key = str(event.column_key.value)
+    def on_line_table_header_selected(self, event: LineTable.HeaderSelected) -> None:
+        key = event.key
         if key == self.sort_key:
             self.action_sort_reverse()
         else:
             self.sort_by(key)
 
-    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+    def on_line_table_highlighted(self, event: LineTable.Highlighted) -> None:
         """The link state (an error) in full under the table, wrapped, for the row under
         the cursor: its row wraps it too, but in at most LINK_LINES_MAX lines."""
-        if event.row_key.value is not None:
-            self._subtitle(int(event.row_key.value))
+        self._subtitle(event.row_id)
 
     def _subtitle(self, index: int) -> None:
         row = self._rows.get(index)
@@ -378,6 +422,5 @@ class FleetTableScreen(Screen[None]):
             self.detail.update(text)
             self.detail.set_class(True, "shown")
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        if event.row_key.value is not None:
-            self.open_row(int(event.row_key.value))
+    def on_line_table_selected(self, event: LineTable.Selected) -> None:
+        self.open_row(event.row_id)

@@ -4,6 +4,8 @@ answers to. Label text is the server's: every cell that shows it is ``literal``.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from rich.text import Text
 
 from gpudash.domain.units import NA
@@ -58,10 +60,25 @@ def _gib(value: float | None) -> str:
     return NA if value is None else f"{value / GIB:.1f}"
 
 
+@lru_cache(maxsize=4096)
+def _cell(plain: str, style: str = "") -> Text:
+    """A cell, one object for every row that shows the same: at 5,000 hosts most cells
+    repeat ("0", "N/A", "6/8") and the rows are kept for the filter and the order. (The
+    table never changes a cell it is given; cells here are made and then only read.)"""
+    return Text(plain, style=style)
+
+
+@lru_cache(maxsize=4096)
+def _link(status: str, style: str) -> Text:
+    link = Text("● ", style=style)
+    link.append_text(literal(status, style=style))
+    return link
+
+
 def _num(value: float | None, bold: str) -> Text:
     if value is None:
-        return Text(NA, style="dim")
-    return Text(_gib(value), style=bold if value > 0 else "dim")
+        return _cell(NA, "dim")
+    return _cell(_gib(value), bold if value > 0 else "dim")
 
 
 def scrape_state(host: PromHost, now: float, failing: bool) -> tuple[str, str]:
@@ -90,24 +107,22 @@ def prom_row(host: PromHost, now: float, failing: bool, pal: Palette) -> FleetRo
     """The cells of one host's row (label text shown literally)."""
     status, kind = scrape_state(host, now, failing)
     style = {"ok": pal.success, "warn": pal.warning, "error": f"bold {pal.error}"}[kind]
-    link = Text("● ", style=style)
-    link.append_text(literal(status, style=style))
+    link = _link(status, style)
     orphan = f"bold {pal.orphan}"
     cells: dict[str, Text] = {"host": literal(host.name, style="bold"), "link": link}
-    cells["gpus"] = Text(NA if host.gpus is None else
-                         f"{NA if host.gpus_held is None else host.gpus_held}/{host.gpus}",
-                         style="dim" if host.gpus is None else "")
-    cells["mem"] = Text(NA if host.used_bytes is None
-                        else f"{_gib(host.used_bytes)}/{_gib(host.total_bytes)} GiB")
+    cells["gpus"] = _cell(NA if host.gpus is None else
+                          f"{NA if host.gpus_held is None else host.gpus_held}/{host.gpus}",
+                          "dim" if host.gpus is None else "")
+    cells["mem"] = _cell(NA if host.used_bytes is None
+                         else f"{_gib(host.used_bytes)}/{_gib(host.total_bytes)} GiB")
     cells["reclaim"] = _num(host.reclaimable_bytes, orphan)
-    cells["orphans"] = (Text(NA, style="dim") if host.orphans is None else
-                        Text(str(host.orphans), style=orphan if host.orphans else "dim"))
+    cells["orphans"] = (_cell(NA, "dim") if host.orphans is None else
+                        _cell(str(host.orphans), orphan if host.orphans else "dim"))
     loops = host.crash_looping
-    cells["crash"] = (Text(NA, style="dim") if loops is None else Text("0", style="dim")
+    cells["crash"] = (_cell(NA, "dim") if loops is None else _cell("0", "dim")
                       if not loops else literal(f"{len(loops)} {loops[0].removesuffix('.service')}",
                                                 style=f"bold {pal.error}"))
-    cells["alerts"] = Text(str(len(host.alerts)),
-                           style=f"bold {pal.error}" if host.alerts else "dim")
+    cells["alerts"] = _cell(str(len(host.alerts)), f"bold {pal.error}" if host.alerts else "dim")
     cells["unattr"] = _num(host.unattributed_bytes, pal.warning)
     cells["noowner"] = _num(noowner_bytes(host), orphan)
     states = set(host.states(now)) | ({"stale"} if failing else set())

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import attrgetter
 
 from rich.text import Text
 
@@ -27,6 +28,7 @@ from gpudash.ui.prom_rows import (
     PROM_COLUMNS,
     PROM_FILTERS,
     prom_row,
+    scrape_state,
 )
 from gpudash.ui.text import literal
 
@@ -40,6 +42,12 @@ class TableMemory:
     descending: bool = True
     cursor: str | None = None  # the host name under the cursor
     state: FeedState | None = None
+
+
+# What a host's row shows but its age: the same, and a new scrape only moves the age
+_TIMES = ("scraped_at", "sampled_at")
+_figures = attrgetter(*(f for f in PromHost.__dataclass_fields__ if f not in _TIMES))
+_times = attrgetter(*_TIMES)
 
 
 class PromFleetScreen(FleetTableScreen):
@@ -95,10 +103,26 @@ class PromFleetScreen(FleetTableScreen):
                 if name is not None:
                     self.cursor_to(name)
             return
+        failing = state.error is not None
+        now = self.clock()
+        visible = self.visible_hosts()
+        rows = self._rows
         for i, (old, new) in enumerate(zip(self.hosts, hosts, strict=True)):
-            if old != new or was_failing != (state.error is not None):
-                self.hosts[i] = new
+            same = was_failing == failing and _figures(old) == _figures(new)
+            if same and _times(old) == _times(new):
+                continue
+            self.hosts[i] = new
+            if not same:
                 self.host_changed(i)
+                continue
+            # a new scrape, the same figures (most hosts, every read): only its age moved,
+            # unless it changed state (stale -> up); "up" stays up when scraped again
+            row = rows.get(i)
+            if (row is not None and not failing and row.link_text.startswith("up ")
+                    and (new.scraped_at or 0.0) >= (old.scraped_at or 0.0)):
+                self.host_aged(i, visible)
+            else:
+                self.link_moved(i, scrape_state(new, now, failing)[0], visible)
         self.refresh_header()
 
     def host_count(self) -> int:
@@ -132,31 +156,34 @@ class PromFleetScreen(FleetTableScreen):
         return f"{row.link_text} · {opens} · {'+'.join(host.sources) or 'no series'} ({where})"
 
     def tick(self) -> None:
-        """Once a second: ages move, a changed order is applied."""
+        """Once a second: ages move (drawn where on screen), a changed order is applied."""
         if not self.ready:
             return
         now = self.clock()
         failing = self.state.error is not None
+        visible = self.visible_hosts()
         for i, host in enumerate(self.hosts):
             row = self._rows.get(i)
-            if row is None or prom_row(host, now, failing, palette(self.app)).link_text != (
-                    row.link_text):
-                self.host_changed(i)
+            text = scrape_state(host, now, failing)[0]
+            if row is None or text != row.link_text:
+                self.link_moved(i, text, visible)
         self.apply_layout()
 
     def _draw_header(self) -> None:
         pal = palette(self.app)
-        now = self.clock()
-        states = [h.states(now) for h in self.hosts]
         out = Text()
         out.append(" gpudash ", style="bold reverse")
         out.append(" fleet ", style="bold")
         out.append_text(literal(self.url, style="dim"))
+        if self.state.fleet is not None:  # which queries the rows come from (docs/prometheus)
+            out.append(" recorded" if self.state.fleet.source == "recorded"
+                       else " raw (no gpudash-records.yml)", style="dim")
         out.append(f"  │ {len(self.hosts)} hosts", style="bold")
-        down = sum("down" in s for s in states)
+        # as PromHost.states says, without its clock: neither depends on the time
+        down = sum(h.target_down or h.link_up is False for h in self.hosts)
         if down:
             out.append(f"  │ {down} down", style=f"bold {pal.error}")
-        alerting = sum("alerting" in s for s in states)
+        alerting = sum(bool(h.alerts) for h in self.hosts)
         if alerting:
             out.append(f"  │ {alerting} alerting", style=f"bold {pal.error}")
         reclaim = sum(h.reclaimable_bytes or 0.0 for h in self.hosts)
