@@ -30,7 +30,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudash.cli.args import parse
 from gpudash.cli.closing import CommandLoop, close_all
@@ -40,6 +40,9 @@ from gpudash.domain.model import HostSnapshot, SourceKind
 from gpudash.domain.untrusted import json_dumps
 from gpudash.protocol.source import HostSource, SourceError
 from gpudash.state import logfile
+
+if TYPE_CHECKING:
+    from gpudash.fleetprom.visit import Visit
 
 log = logging.getLogger("gpudash.cli")
 
@@ -167,6 +170,9 @@ def cmd_dashboard(args: argparse.Namespace, term: Terminal) -> int:
 def _prometheus_fleet(args: argparse.Namespace, term: Terminal, theme: str | None) -> int:
     """The fleet from Prometheus; Enter opens a host as ``gpudash HOST`` does, and quitting
     that host comes back to the table (an action cut short ends both, with its verdict)."""
+    import time
+
+    from gpudash.fleetprom.visit import Visit
     from gpudash.ui.prom_app import run_prom_fleet
 
     memory = None
@@ -177,15 +183,19 @@ def _prometheus_fleet(args: argparse.Namespace, term: Terminal, theme: str | Non
             return Exit.OK
         args.hosts = [chosen]
         try:
-            code = _host_dashboard(args, term, theme)
+            code = _host_dashboard(args, term, theme, memory.visits)
         except (SourceError, ValueError) as exc:  # a name SSH cannot take: back to the table
             term.error(f"{chosen}: {exc}")
+            memory.visits[chosen] = Visit(time.time(), error=str(exc))
             continue
         if code not in (Exit.OK, Exit.CONNECT):
             return code
 
 
-def _host_dashboard(args: argparse.Namespace, term: Terminal, theme: str | None) -> int:
+def _host_dashboard(args: argparse.Namespace, term: Terminal, theme: str | None,
+                    visits: dict[str, Visit] | None = None) -> int:
+    """The dashboard on ``args.hosts``; ``visits``: where what it found of the host is kept
+    (the Prometheus fleet's row of it, once the table is back)."""
     from gpudash.ui.app import run_dashboard
 
     sources = open_sources(args)
@@ -203,6 +213,8 @@ def _host_dashboard(args: argparse.Namespace, term: Terminal, theme: str | None)
             # Bounded: a link that does not close must not keep a dashboard whose
             # terminal is gone (its collectors end with the connection anyway).
             loop.run(close_all(sources))
+    if visits is not None and outcome.visit is not None:
+        visits[args.hosts[0]] = outcome.visit
     said = outcome.lines()
     if said:  # the verdict of the action it quit during, or waited for
         term.result(said)

@@ -39,7 +39,7 @@ from gpudash.ui.hosts import HostView
 from gpudash.ui.keyhold import HoldsKeys
 from gpudash.ui.main_screen import MainScreen
 from gpudash.ui.notices import LiteralNotices
-from gpudash.ui.outcome import DashboardOutcome, still_held
+from gpudash.ui.outcome import DashboardOutcome, still_held, visit_of
 from gpudash.ui.screens import ConfirmModal, HelpScreen
 from gpudash.ui.startup import chosen_theme, load_user_files
 from gpudash.ui.state import LastAction
@@ -274,15 +274,9 @@ class GpudashApp(HoldsKeys, LiteralNotices):
                         title="Display error", severity="error", timeout=10)
 
 
-def run_dashboard(
-    sources: list[HostSource],
-    *,
-    interval: float,
-    read_only: bool,
-    theme: str | None,
-    exec_options: ExecOptions | None,
-    demo: bool = False,
-) -> DashboardOutcome:
+def run_dashboard(sources: list[HostSource], *, interval: float, read_only: bool,
+                  theme: str | None, exec_options: ExecOptions | None,
+                  demo: bool = False) -> DashboardOutcome:
     """Run the dashboard until the operator quits."""
     app = GpudashApp(
         sources, interval=interval, read_only=read_only, theme=theme, exec_options=exec_options,
@@ -297,4 +291,5 @@ def run_dashboard(
     stopped = app.interrupted_report
     return DashboardOutcome(
         code, stopped, app.acting.waited_for,
-        still_held(stopped, [v.snapshot for v in app.views]) if stopped else ())
+        still_held(stopped, [v.snapshot for v in app.views]) if stopped else (),
+        visit_of(app.views, app.last_actions))

@@ -3,12 +3,17 @@ the exit status, and the verdict of an action it quit during (or waited for)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from gpudash.domain.fleet import summarize
 from gpudash.domain.model import HostSnapshot
 from gpudash.domain.units import gib
 from gpudash.engine import ActionReport
+from gpudash.fleetprom.visit import Visit
+from gpudash.ui.hosts import HostView
+from gpudash.ui.state import LastAction
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +26,7 @@ class DashboardOutcome:
     interrupted: ActionReport | None = None
     finished: ActionReport | None = None
     still_held: tuple[str, ...] = ()
+    visit: Visit | None = None  # what the host opened from Prometheus' fleet was like
 
     def lines(self) -> list[str]:
         """What the command line prints (stdout) once the dashboard is gone."""
@@ -33,6 +39,25 @@ class DashboardOutcome:
         if self.finished is not None:
             return ["quit once the action had ended:", *self.finished.describe()]
         return []
+
+
+def visit_of(views: Sequence[HostView], last_actions: Mapping[str, LastAction]
+             ) -> Visit | None:
+    """The one host a dashboard showed, as the Prometheus fleet's row tells it afterwards:
+    why SSH never reached it, or its last sample's figures and its last action."""
+    if len(views) != 1:
+        return None
+    view = views[0]
+    last = last_actions.get(view.name)
+    action = None if last is None or last.running else (
+        f"{_MARK[last.ok]}{last.title}: {last.outcome}")
+    if view.snapshot is None or view.triage is None:
+        return Visit(time.time(), error=view.error or "no answer", action=action)
+    return Visit(time.time(), taken_at=view.snapshot.taken_at,
+                 summary=summarize(view.triage), action=action)
+
+
+_MARK = {True: "✔ ", False: "✘ ", None: ""}
 
 
 def still_held(report: ActionReport, snapshots: Sequence[HostSnapshot | None]) -> tuple[str, ...]:

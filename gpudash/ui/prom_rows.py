@@ -10,6 +10,7 @@ from rich.text import Text
 
 from gpudash.domain.units import NA
 from gpudash.fleetprom.rows import STALE_AFTER_S, PromHost
+from gpudash.fleetprom.visit import Visit, as_visited
 from gpudash.ui.fleet_rows import STATE_FILTERS, FleetColumn, FleetRow
 from gpudash.ui.palette import Palette
 from gpudash.ui.text import duration, literal
@@ -17,7 +18,8 @@ from gpudash.ui.text import duration, literal
 GIB = 2.0**30
 PROM_FILTERS = {
     **STATE_FILTERS,
-    "down": "hosts whose scrape target is down, or that gpudash's exporter cannot read",
+    "down": "hosts whose scrape target is down, that gpudash's exporter cannot read, or "
+            "that SSH did not reach when opened",
     "alerting": "hosts with a firing gpudash alert (ALERTS)",
     "stale": f"hosts not scraped for {STALE_AFTER_S:.0f} s, gone from Prometheus' answers, "
              "or shown from before Prometheus failed",
@@ -39,7 +41,9 @@ PROM_COLUMN_HELP = (
              "scrape target without its port"),
     ("Scrape", "up and how long ago Prometheus scraped it; stale N s; target down; "
                "exporter cannot read it (gpudash's link to it is down); gone (no longer in "
-               "the answers, kept as last seen)"),
+               "the answers, kept as last seen); ssh failed (opened, SSH did not reach it); "
+               "figures as ssh saw them (opened: its own figures, until Prometheus has a "
+               "newer sample)"),
     ("GPUs", "GPUs some process holds memory on / GPUs (dcgm-exporter only: more than "
              "64 MiB used)"),
     ("GPU memory", "used / total over all its GPUs (from 140 columns)"),
@@ -97,15 +101,31 @@ def scrape_state(host: PromHost, now: float, failing: bool) -> tuple[str, str]:
     return f"up {duration(age)}", "ok"
 
 
+def row_status(host: PromHost, visit: Visit | None, now: float, failing: bool
+               ) -> tuple[str, str]:
+    """(text, kind) of the host's Scrape cell, with what opening it over SSH found: SSH
+    did not reach it; or the row shows the host's own figures, newer than Prometheus'."""
+    if visit is not None and visit.error is not None:
+        return (f"ssh failed {duration(max(0.0, now - visit.ended_at))} ago: "
+                f"{visit.error}", "error")
+    status, kind = scrape_state(host, now, failing)
+    if visit is not None and visit.newer_than(host):
+        return f"{status} · figures as ssh saw them", kind
+    return status, kind
+
+
 def noowner_bytes(host: PromHost) -> float | None:
     """Memory held by nobody the scheduler knows: gpudash's stray bytes, or dcgm's held on
     GPUs no job and no pod has."""
     return host.stray_bytes if "gpudash" in host.sources else host.unowned_bytes
 
 
-def prom_row(host: PromHost, now: float, failing: bool, pal: Palette) -> FleetRow:
-    """The cells of one host's row (label text shown literally)."""
-    status, kind = scrape_state(host, now, failing)
+def prom_row(host: PromHost, now: float, failing: bool, pal: Palette,
+             visit: Visit | None = None) -> FleetRow:
+    """The cells of one host's row (label text shown literally); ``visit``: what opening
+    it over SSH found (``gpudash.fleetprom.visit``)."""
+    status, kind = row_status(host, visit, now, failing)
+    host = as_visited(host, visit)
     style = {"ok": pal.success, "warn": pal.warning, "error": f"bold {pal.error}"}[kind]
     link = _link(status, style)
     orphan = f"bold {pal.orphan}"
@@ -125,7 +145,8 @@ def prom_row(host: PromHost, now: float, failing: bool, pal: Palette) -> FleetRo
     cells["alerts"] = _cell(str(len(host.alerts)), f"bold {pal.error}" if host.alerts else "dim")
     cells["unattr"] = _num(host.unattributed_bytes, pal.warning)
     cells["noowner"] = _num(noowner_bytes(host), orphan)
-    states = set(host.states(now)) | ({"stale"} if failing else set())
+    states = (set(host.states(now)) | ({"stale"} if failing else set())
+              | ({"down"} if visit is not None and visit.error is not None else set()))
 
     def n(value: float | None) -> tuple[object, ...]:
         return (-1.0 if value is None else value,)

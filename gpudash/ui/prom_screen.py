@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter
 
 from rich.text import Text
@@ -18,6 +18,7 @@ from rich.text import Text
 from gpudash.fleetprom.fleet import FeedState
 from gpudash.fleetprom.rows import PromHost
 from gpudash.fleetprom.sshname import SshNameError, SshNameTemplate
+from gpudash.fleetprom.visit import Visit
 from gpudash.ui.bindings import bindings, help_rows
 from gpudash.ui.fleet_rows import FleetColumn, FleetRow, column_widths, mode_of
 from gpudash.ui.fleet_table import FleetApp, FleetTableScreen
@@ -28,7 +29,7 @@ from gpudash.ui.prom_rows import (
     PROM_COLUMNS,
     PROM_FILTERS,
     prom_row,
-    scrape_state,
+    row_status,
 )
 from gpudash.ui.text import literal
 
@@ -42,6 +43,8 @@ class TableMemory:
     descending: bool = True
     cursor: str | None = None  # the host name under the cursor
     state: FeedState | None = None
+    # what opening each host over SSH found, by SSH name (the last time it was opened)
+    visits: dict[str, Visit] = field(default_factory=dict)
 
 
 # What a host's row shows but its age: the same, and a new scrape only moves the age
@@ -85,7 +88,8 @@ class PromFleetScreen(FleetTableScreen):
     def remember(self) -> TableMemory:
         index = self._cursor_index() if self.ready else None
         return TableMemory(self.filter_text, self.sort_key, self.descending,
-                           None if index is None else self.hosts[index].name, self.state)
+                           None if index is None else self.hosts[index].name, self.state,
+                           self.memory.visits)
 
     # --- rows ----------------------------------------------------------------------------
 
@@ -108,7 +112,9 @@ class PromFleetScreen(FleetTableScreen):
         visible = self.visible_hosts()
         rows = self._rows
         for i, (old, new) in enumerate(zip(self.hosts, hosts, strict=True)):
-            same = was_failing == failing and _figures(old) == _figures(new)
+            visit = self.visit_of(i)
+            same = (was_failing == failing and _figures(old) == _figures(new)
+                    and (visit is None or visit.newer_than(old) == visit.newer_than(new)))
             if same and _times(old) == _times(new):
                 continue
             self.hosts[i] = new
@@ -122,7 +128,8 @@ class PromFleetScreen(FleetTableScreen):
                     and (new.scraped_at or 0.0) >= (old.scraped_at or 0.0)):
                 self.host_aged(i, visible)
             else:
-                self.link_moved(i, scrape_state(new, now, failing)[0], visible)
+                self.link_moved(i, row_status(new, self.visit_of(i), now, failing)[0],
+                                visible)
         self.refresh_header()
 
     def host_count(self) -> int:
@@ -139,7 +146,14 @@ class PromFleetScreen(FleetTableScreen):
 
     def _make_row(self, index: int) -> FleetRow:
         return prom_row(self.hosts[index], self.clock(), self.state.error is not None,
-                        palette(self.app))
+                        palette(self.app), self.visit_of(index))
+
+    def visit_of(self, index: int) -> Visit | None:
+        """What opening host ``index`` over SSH found, if it was opened."""
+        if not self.memory.visits:
+            return None
+        name, _why = self.ssh_name(index)
+        return None if name is None else self.memory.visits.get(name)
 
     def ssh_name(self, index: int) -> tuple[str | None, str]:
         """(the SSH name, or None and why not)."""
@@ -153,7 +167,10 @@ class PromFleetScreen(FleetTableScreen):
         host = self.hosts[index]
         where = ", ".join(f"{k}={v}" for k, v in host.labels)
         opens = f"Enter opens ssh {name}" if name else f"cannot open: {why}"
-        return f"{row.link_text} · {opens} · {'+'.join(host.sources) or 'no series'} ({where})"
+        visit = self.visit_of(index)
+        last = f" · last there: {visit.action}" if visit is not None and visit.action else ""
+        return (f"{row.link_text} · {opens} · {'+'.join(host.sources) or 'no series'} "
+                f"({where}){last}")
 
     def tick(self) -> None:
         """Once a second: ages move (drawn where on screen), a changed order is applied."""
@@ -164,7 +181,7 @@ class PromFleetScreen(FleetTableScreen):
         visible = self.visible_hosts()
         for i, host in enumerate(self.hosts):
             row = self._rows.get(i)
-            text = scrape_state(host, now, failing)[0]
+            text = row_status(host, self.visit_of(i), now, failing)[0]
             if row is None or text != row.link_text:
                 self.link_moved(i, text, visible)
         self.apply_layout()
