@@ -128,12 +128,12 @@ def test_help_lists_every_command() -> None:
     cp = subprocess.run([sys.executable, "-m", "gpudash", "--help"], capture_output=True,
                         text=True, timeout=30)
     text = " ".join(cp.stdout.split())
-    assert ("Subcommands: snapshot, reclaim, reap, start, swap, fix, reset, exporter, history, "
-            "report, completion") in text, text
+    assert ("Subcommands: snapshot, reclaim, reap, start, swap, fix, reset, drain, resume, "
+            "exporter, history, report, completion") in text, text
 
 
 @pytest.mark.parametrize(("line", "expected"), [
-    ("gpudash re", {"reclaim", "reap"}),
+    ("gpudash re", {"reclaim", "reap", "reset", "resume", "report"}),
     ("gpudash reap --dr", {"--dry-run"}),
     ("gpudash completion ", {"bash", "zsh", "fish"}),
     ("gpudash swap --from-c", {"--from-container"}),
