@@ -139,7 +139,7 @@ def test_alices_rootless_podman_container_is_not_inspected_not_orphan_and_not_re
     # The review's reproduction, through the decoder and SPECS[REAP].plan: it planned
     # `kill -TERM 4242 (alice, python)`.
     facts = cgroup_facts(ALICE_PODMAN)
-    assert facts == {"container_runtime": "podman", "container_id": "ab" * 32,
+    assert facts == {"claim": "container:podman/" + "ab" * 32,
                      "user_uid": 1000, "user_unit": f"libpod-{'ab' * 32}.scope"}
     wire = {"v": PROTOCOL, "host": "h", "taken_at": 1.7e9, "source": "nvml",
             "can_act": True,

@@ -142,7 +142,7 @@ def container_of(p: SimProcess) -> dict[str, Any]:
     """What a real host's collector parses from a container's cgroup, for the demo's."""
     unit = p.unit or ""
     if unit.startswith("docker-") and unit.endswith(".scope"):
-        return {"container_runtime": "docker", "container_id": unit[len("docker-"):-6]}
+        return {"claim": "container:docker/" + unit[len("docker-"):-6]}
     return {}
 
 

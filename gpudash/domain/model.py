@@ -80,18 +80,14 @@ class Process:
     # unknown (None in gpu_memory_mib), not attributed by the driver.
     device_gpus: tuple[int, ...] = ()
     pgid: int | None = None  # its process group (a model server's processes share one)
-    # What the host parsed of its cgroup: the container it is in (docker | podman | cri),
-    # the container's id and the Kubernetes pod's UID; and, under a user's own systemd
-    # (``user@UID.service``), that user's uid and the unit there (rootless containers too).
-    container_runtime: str | None = None
-    container_id: str | None = None
-    pod_uid: str | None = None
+    # What the host parsed of its cgroup under a user's own systemd (``user@UID.service``):
+    # that user's uid and the unit there (their rootless containers too).
     user_uid: int | None = None
     user_unit: str | None = None
     # The driver lists it but the collector could not read it (``UNREADABLE``): why.
     unreadable: str | None = None
-    # ``KIND:KEY``: an owner of a kind with no field above that its cgroup names (a Slurm
-    # job), whose facts are the snapshot's ``owners``
+    # ``KIND:KEY``: the owner its cgroup names (a container, a pod, a Slurm job), whose
+    # facts the snapshot holds by kind and key; its kind's adapter reads it
     claim: str | None = None
 
     @property

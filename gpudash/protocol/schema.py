@@ -36,6 +36,7 @@ from gpudash.collector.host.protocol import (
     MAX_FACTS,
     MAX_OWNERS,
     OWNER_KEY,
+    OWNER_KEYS,
     OWNER_KINDS,
     PID_VIEWS,
     POD_UID,
@@ -117,15 +118,12 @@ BOUNDS: dict[type, dict[str, Bound]] = {
         "sm_util_pct": Number(0, 100),
         "pgid": Number(0, PID_MAX, identity=True),
         # who owns a process is decided on these: a value that is none is refused
-        "container_runtime": Text(8, identity=True, pattern=re.compile("docker|podman|cri")),
-        "container_id": Text(64, identity=True, pattern=CONTAINER_ID),
-        "pod_uid": Text(64, identity=True, pattern=POD_UID),
         "user_uid": Number(0, 2**32 - 1, identity=True),
         "user_unit": Text(TEXT_MAX),
         "unreadable": Text(16, identity=True,
                            pattern=re.compile("|".join(UNREADABLE_REASONS))),
-        "claim": Text(TEXT_MAX, identity=True, pattern=re.compile(
-            "(" + "|".join(map(re.escape, OWNER_KINDS)) + "):" + OWNER_KEY.pattern)),
+        "claim": Text(TEXT_MAX, identity=True, pattern=re.compile("|".join(
+            f"{re.escape(kind)}:(?:{OWNER_KEYS[kind].pattern})" for kind in OWNER_KINDS))),
     },
     Unit: {
         "name": Text(TEXT_MAX, identity=True),

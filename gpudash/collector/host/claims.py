@@ -16,14 +16,13 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from .protocol import MAX_FACT_LIST, MAX_OWNERS, TEXT_MAX
+from .protocol import MAX_FACT_LIST, MAX_OWNERS, SLURM_JOB, TEXT_MAX
 from .slurm import ACTIVE_STATES, find_tool, job_of_cgroup, read_jobs, read_node
 from .text import cap_text
 
 if TYPE_CHECKING:
     from .protocol import Json
 
-SLURM_JOB = "slurm job"
 FACTS_TTL_S = 5.0
 RETRY_S = 30.0
 # the job fields the wire carries (host text capped), as the domain's Slurm adapter reads them

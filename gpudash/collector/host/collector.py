@@ -21,11 +21,13 @@ from .protocol import (
     ANCESTRY_DEPTH,
     CMDLINE_BUDGET,
     CMDLINE_SHORT,
+    CONTAINER,
     ERROR_MAX,
     MAX_ERRORS,
     MAX_GPUS,
     MAX_PROCS,
     MAX_UNITS,
+    POD,
     PROTOCOL,
     TEXT_MAX,
 )
@@ -249,14 +251,14 @@ class HostCollector:
         pod_uids: set[str] = set()
         me = os.geteuid() if hasattr(os, "geteuid") else 0
         for info in procs.values():
-            cid, runtime = info.get("container_id"), info.get("container_runtime")
-            if (cid is not None and runtime in ("docker", "podman")
-                    and info.get("user_uid", me) == me):
+            kind, _, named = str(info.get("claim") or "").partition(":")
+            if kind == CONTAINER and info.get("user_uid", me) == me:
                 # a rootless container of another user is not in this runtime's store:
                 # asked here, it would answer "no such container"
+                runtime, _, cid = named.partition("/")
                 seen[cid] = runtime
-            if info.get("pod_uid") is not None:
-                pod_uids.add(info["pod_uid"])
+            elif kind == POD:
+                pod_uids.add(named)
         for cid, runtime in self.watched_containers.items():
             seen.setdefault(cid, runtime)
         containers, container_errors = self.containers.read(seen, force_units)

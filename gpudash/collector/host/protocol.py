@@ -13,7 +13,7 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
-PROTOCOL = 9  # 2: boot_id, CPU and memory of the host and of each process, source "none"
+PROTOCOL = 10  # 2: boot_id, CPU and memory of the host and of each process, source "none"
 # 3: "containers" (docker/podman inspect of the containers their cgroups name) and "pods"
 # 4: a process's process group and what its cgroup says (container, pod, a user's own
 #    systemd), why a listed process could not be read; the parents and group leaders
@@ -27,6 +27,8 @@ PROTOCOL = 9  # 2: boot_id, CPU and memory of the host and of each process, sour
 # 9: what was checked of memory no process holds: per GPU whether NVML's process list was
 #    read, the device-file scan's verdict; MIG, display and persistence mode; the host's
 #    "pid_view" (what a GPU reset's plan reads)
+# 10: containers and pods are claimed like any owner ("container:docker/ID", "pod:UID"):
+#    a process has no container_runtime, container_id or pod_uid of its own any more
 
 UTIL_WINDOW_US = 1000000  # a process's SM %: the most of its samples of the last second
 
@@ -80,11 +82,12 @@ PROC_KEYS = (  # gpu_memory_mib: {"INDEX": MiB, or -1 where the driver cannot te
     "sm_util_pct",
     "device_gpus",  # [INDEX]: holds these GPUs' /dev/nvidia* although the driver lists it not
     "pgid",  # its process group
-    # from its cgroup: the container (runtime, id), the pod, and under user@UID.service
-    # that user's uid and the unit there
-    "container_runtime", "container_id", "pod_uid", "user_uid", "user_unit",
+    # from its cgroup: under user@UID.service, that user's uid and the unit there
+    "user_uid", "user_unit",
     "unreadable",  # listed by the driver, not readable here: one of UNREADABLE_REASONS
-    "claim",  # "KIND:KEY": an owner of a kind in "owners" its cgroup names (a Slurm job)
+    # "KIND:KEY": the owner its cgroup names, of one of OWNER_KINDS (OWNER_KEYS[KIND]
+    # fullmatches KEY): "slurm job:42", "container:docker/ID", "pod:UID"
+    "claim",
 )
 UNREADABLE_REASONS = ("gone", "hidden", "denied", "namespace")
 UNIT_KEYS = (
@@ -109,7 +112,8 @@ POD_KEYS = ("uid", "namespace", "name")
 # "owners": {KIND: {KEY: {FACT: text | integer | true/false | [integers]}}}: what the host
 # knows of owners of a kind that has no section of its own; the key "" holds the kind's
 # facts about the host itself (a Slurm node's state). Bounded like everything else.
-OWNER_KINDS = ("slurm job",)  # the kinds a host may name in "owners" and in claims
+SLURM_JOB, CONTAINER, POD = "slurm job", "container", "pod"
+OWNER_KINDS = (SLURM_JOB, CONTAINER, POD)  # the kinds a host may name in "owners" and claims
 MAX_OWNERS = 256  # of one kind
 MAX_FACTS = 32  # of one owner
 MAX_FACT_LIST = 64  # integers in one fact
@@ -140,6 +144,15 @@ UNIT_COMPONENT = re.compile(r"[A-Za-z0-9:_.\\@-]{1,240}\.(service|scope)")  # fu
 BOOT_ID = re.compile(r"[0-9a-fA-F-]{1,64}")  # fullmatch
 CONTAINER_ID = re.compile(r"[0-9a-f]{12,64}")  # fullmatch
 POD_UID = re.compile(r"[0-9a-f-]{8,64}")  # fullmatch
+# A claim's KEY, by kind (fullmatch). A container's names its runtime with its id: the
+# cgroup says both, and the runtime (whose CLI is asked, whose restart policy applies)
+# is known even where the container could not be inspected. A pod's is its UID alone:
+# the pod is the owner (the kubelet's, never acted on), not the container in it.
+OWNER_KEYS = {
+    SLURM_JOB: OWNER_KEY,
+    CONTAINER: re.compile(r"(docker|podman)/[0-9a-f]{12,64}"),
+    POD: POD_UID,
+}
 
 UNIT_PROPERTIES = (
     "Id,ActiveState,SubState,UnitFileState,Restart,KillMode,NRestarts,MainPID,"
