@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from test_collector import FakeGpus, fake_proc
-from test_containers import collector, fake_cli, host, inspect_json
+from test_containers import collector, fake_cli, host, inspect_json, wire_containers
 
 from gpudash.collector.host.collector import HostCollector
 from gpudash.collector.host.containers import PodReader
@@ -103,7 +103,7 @@ def test_alices_rootless_container_is_not_asked_of_roots_podman(tmp_path: Path) 
                                      | {"Name": "vllm"}}, "podman")
     snap = collector(tmp_path, {4242: {0: 8000}, 100: {0: 100}}, {"podman": str(cli)}).sample()
     assert CID not in calls.read_text()  # root's store would say "no such container"
-    assert CID not in snap["containers"]
+    assert CID not in wire_containers(snap)
     assert snap["procs"]["4242"]["user_uid"] == 1000
     assert snap["procs"]["4242"]["claim"] == f"container:podman/{CID}"
     decoded = SnapshotDecoder("h").feed(json.dumps({"k": "full", "s": snap}).encode())
@@ -218,7 +218,7 @@ def test_crictl_is_not_asked_about_a_pod_named_in_a_users_subtree(tmp_path: Path
     c = collector(tmp_path, {4242: {0: 8000}}, {})
     c.pods = PodReader(which=lambda name: str(crictl) if name == "crictl" else None)
     snap = c.sample(force_units=True)
-    assert snap["pods"] == {} and not calls.exists()
+    assert "pod" not in snap.get("owners", {}) and not calls.exists()
 
 
 def test_the_operator_side_takes_no_pod_from_a_users_subtree() -> None:

@@ -149,8 +149,7 @@ def test_alices_rootless_podman_container_is_not_inspected_not_orphan_and_not_re
                                "unit": "user@1000.service", "gpu_memory_mib": {"0": 8000},
                                **facts}},
             # what root's podman used to answer for it: no such container
-            "containers": {"ab" * 32: {"id": "ab" * 32, "runtime": "podman",
-                                       "state": "removed"}}}
+            "owners": {"container": {"podman/" + "ab" * 32: {"state": "removed"}}}}
     s = SnapshotDecoder("h").feed(json.dumps({"k": "full", "s": wire}).encode())
     t = triage(s)
     assert t.orphans() == ()

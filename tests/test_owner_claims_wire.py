@@ -1,8 +1,9 @@
 """Every owner kind rides the wire one way: a process's ``claim`` (``KIND:KEY``) names its
-owner. Containers and pods once had typed fields of their own (``container_runtime``,
+owner, and the snapshot's ``owners`` says what the host knows of it, by kind and key.
+Containers and pods once had typed fields of their own (``container_runtime``,
 ``container_id``, ``pod_uid``) on the collector's process record and the decoder's
-``Process``; a kind with fields of its own is a kind every layer has to know by name.
-These tests fail when such a field comes back.
+``Process``, and sections of their own (``containers``, ``pods``); a kind with fields of
+its own is a kind every layer has to know by name. These tests fail when one comes back.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 from test_collector import fake_proc
 from test_containers import collector, fake_cli, host, inspect_json
 
-from gpudash.collector.host.protocol import OWNER_KINDS, PROC_KEYS, PROTOCOL
+from gpudash.collector.host.protocol import OWNER_KINDS, PROC_KEYS, PROTOCOL, SNAPSHOT_KEYS
 from gpudash.domain.model import Process
 from gpudash.domain.owners import OwnerKind
 from gpudash.domain.triage import triage
@@ -38,6 +39,7 @@ def kind_fields(names: object) -> list[str]:
 def test_no_process_key_or_field_belongs_to_one_owner_kind() -> None:
     assert kind_fields(PROC_KEYS) == []
     assert kind_fields(f.name for f in dataclasses.fields(Process)) == []
+    assert kind_fields(SNAPSHOT_KEYS) == []  # no section of one kind: "owners" has them all
 
 
 def test_the_collectors_process_records_claim_their_container_and_pod(tmp_path: Path) -> None:
@@ -48,6 +50,8 @@ def test_the_collectors_process_records_claim_their_container_and_pod(tmp_path: 
     cli, _ = fake_cli(tmp_path, {CID: inspect_json(CID, "vllm", "always", 0)})
     snap = collector(tmp_path, {100: {0: 5000}, 200: {0: 3000}, 300: {0: 1000}},
                      {"docker": str(cli)}).sample()
+    assert kind_fields(snap) == [] and set(snap["owners"]) == {"container", "pod"}
+    assert set(snap["owners"]["container"]) == {f"docker/{CID}"}  # podman: no CLI here
     procs = snap["procs"]
     for pid, record in procs.items():
         assert set(record) <= set(PROC_KEYS), (pid, set(record) - set(PROC_KEYS))

@@ -1,7 +1,8 @@
-"""Owners of kinds with no section of their own: which one a process's cgroup claims
-(``claim``: ``KIND:KEY``) and what the host knows of them (the snapshot's ``owners``).
+"""Slurm jobs as owners: which one a process's cgroup claims (``claim``: ``KIND:KEY``)
+and what the host knows of them (the snapshot's ``owners``). A container's and a pod's
+claim come from ``parsing.container_claim``, their facts from ``containers``.
 
-One reader per kind, asked in turn; today a Slurm job (``slurm``). A kind this host is
+One reader per kind, asked in turn; here a Slurm job (``slurm``). A kind this host is
 not part of says nothing: no claim, no section. A host is a Slurm node while a ``slurmd``
 runs on it or a process claims a job: ``squeue`` alone (a login host's client, a package
 installed and never configured) is not one, and its errors are not this host's. Its
