@@ -84,7 +84,7 @@ def test_snapshot_json_follows_schema_2() -> None:
     r = gpudash("snapshot", "--demo", "--json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["schema"] == 2
+    assert doc["schema"] == 3
     (host,) = doc["hosts"]
     assert len(host["gpus"]) == 8
     g0 = host["gpus"][0]

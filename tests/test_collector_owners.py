@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from test_collector import FakeGpus, fake_proc
-from test_containers import collector, fake_cli, host, inspect_json
+from test_containers import collector, fake_cli, host, inspect_json, wire_containers
 
 from gpudash.collector.host.collector import HostCollector
 from gpudash.collector.host.containers import PodReader
@@ -103,9 +103,9 @@ def test_alices_rootless_container_is_not_asked_of_roots_podman(tmp_path: Path) 
                                      | {"Name": "vllm"}}, "podman")
     snap = collector(tmp_path, {4242: {0: 8000}, 100: {0: 100}}, {"podman": str(cli)}).sample()
     assert CID not in calls.read_text()  # root's store would say "no such container"
-    assert CID not in snap["containers"]
+    assert CID not in wire_containers(snap)
     assert snap["procs"]["4242"]["user_uid"] == 1000
-    assert snap["procs"]["4242"]["container_id"] == CID
+    assert snap["procs"]["4242"]["claim"] == f"container:podman/{CID}"
     decoded = SnapshotDecoder("h").feed(json.dumps({"k": "full", "s": snap}).encode())
     t = triage(decoded)
     assert t.orphans() == ()
@@ -115,12 +115,14 @@ def test_alices_rootless_container_is_not_asked_of_roots_podman(tmp_path: Path) 
 
 def test_the_cgroup_facts_of_each_owner_kind() -> None:
     facts = cgroup_facts
-    assert facts(f"/system.slice/docker-{CID}.scope") == {
-        "container_runtime": "docker", "container_id": CID}
+    assert facts(f"/system.slice/docker-{CID}.scope") == {"claim": f"container:docker/{CID}"}
+    assert facts(f"/machine.slice/libpod-{CID}.scope") == {"claim": f"container:podman/{CID}"}
+    # a pod's process claims the pod (the owner), not the container in it
     assert facts("/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod0a1b2c3d_"
                  f"4e5f_6789_abcd_ef0123456789.slice/cri-containerd-{CID}.scope") == {
-        "container_runtime": "cri", "container_id": CID,
-        "pod_uid": "0a1b2c3d-4e5f-6789-abcd-ef0123456789"}
+        "claim": "pod:0a1b2c3d-4e5f-6789-abcd-ef0123456789"}
+    assert facts("/kubepods/besteffort/pod0a1b2c3d-4e5f-6789-abcd-ef0123456789") == {
+        "claim": "pod:0a1b2c3d-4e5f-6789-abcd-ef0123456789"}  # the pod's own cgroup
     assert facts("/user.slice/user-1001.slice/user@1001.service/app.slice/jupyter.service") == {
         "user_uid": 1001, "user_unit": "jupyter.service"}
     assert facts("/user.slice/user-1001.slice/session-4.scope") == {}
@@ -189,8 +191,8 @@ def test_a_users_cgroup_named_like_a_kubelet_pod_is_theirs_not_the_pod(tmp_path:
     c = collector(tmp_path, {100: {0: 30000}, 4242: {0: 8000}}, {})
     c.pods = PodReader(which=lambda name: str(crictl) if name == "crictl" else None)
     snap = c.sample()
-    assert snap["procs"]["100"]["pod_uid"] == POD  # the kubelet's pod is still a pod
-    assert "pod_uid" not in snap["procs"]["4242"]
+    assert snap["procs"]["100"]["claim"] == "pod:" + POD  # the kubelet's pod is still a pod
+    assert not snap["procs"]["4242"]["claim"].startswith("pod:")
     assert snap["procs"]["4242"]["user_uid"] == 1000
     decoded = SnapshotDecoder("h").feed(json.dumps({"k": "full", "s": snap}).encode())
     t = triage(decoded)
@@ -216,7 +218,7 @@ def test_crictl_is_not_asked_about_a_pod_named_in_a_users_subtree(tmp_path: Path
     c = collector(tmp_path, {4242: {0: 8000}}, {})
     c.pods = PodReader(which=lambda name: str(crictl) if name == "crictl" else None)
     snap = c.sample(force_units=True)
-    assert snap["pods"] == {} and not calls.exists()
+    assert "pod" not in snap.get("owners", {}) and not calls.exists()
 
 
 def test_the_operator_side_takes_no_pod_from_a_users_subtree() -> None:
@@ -224,12 +226,11 @@ def test_the_operator_side_takes_no_pod_from_a_users_subtree() -> None:
     a process under user@UID.service is never a pod's, even with a pod UID beside it."""
     p = Process(4242, ppid=1, user="alice", name="python", unit="user@1000.service",
                 cgroup=f"{ALICE}{POD_SLICE}/cri-containerd-{CID}.scope",
-                gpu_memory_mib={0: 8000}, container_runtime="cri", container_id=CID,
-                pod_uid=POD, user_uid=1000)
+                gpu_memory_mib={0: 8000}, claim="pod:" + POD, user_uid=1000)
     snap = HostSnapshot("h", 0.0, (Gpu(0, memory_total_mib=80000),), (p,), (),
                         pods=(Pod(POD, "prod", "llm-serving-7d9f"),))
     owner = owner_of(p, snap)
-    assert owner.kind is OwnerKind.CONTAINER and owner.user_uid == 1000 and owner.pod is None
+    assert owner.kind is not OwnerKind.POD and owner.user_uid == 1000 and owner.pod is None
     no_pod_word(owner.key, owner.describe(), *(owner.unable(c) for c in OwnerCapability))
 
 

@@ -81,7 +81,7 @@ def test_the_wire_carries_the_port_and_bounds_it() -> None:
     def decoded(port: object) -> object:
         wire = {"v": PROTOCOL, "host": "h", "taken_at": 1.7e9, "source": "nvml",
                 "can_act": True, "gpus": {}, "procs": {}, "units": {},
-                "containers": {CID: {"id": CID, "runtime": "docker", "port": port}}}
+                "owners": {"container": {f"docker/{CID}": {"port": port}}}}
         snap = SnapshotDecoder("h").feed(json.dumps({"k": "full", "s": wire}).encode())
         c = snap.container(CID)
         assert c is not None

@@ -91,6 +91,16 @@ def host(tmp_path: Path) -> None:
     systemctl.chmod(systemctl.stat().st_mode | stat.S_IEXEC)
 
 
+def wire_containers(snap: dict) -> dict[str, dict]:
+    """The containers a wire snapshot describes (``owners``, kind ``container``), by id,
+    with the runtime and id their key says."""
+    out = {}
+    for key, facts in snap.get("owners", {}).get("container", {}).items():
+        runtime, _, cid = key.partition("/")
+        out[cid] = {"id": cid, "runtime": runtime, **facts}
+    return out
+
+
 def collector(tmp_path: Path, holders: dict, clis: dict[str, str | None]) -> HostCollector:
     return HostCollector(
         gpus=FakeGpus(holders),
@@ -109,11 +119,13 @@ def test_collector_inspects_only_the_containers_it_saw_in_one_batch(tmp_path: Pa
     c = collector(tmp_path, {100: {0: 5000}, 200: {0: 3000}, 300: {0: 100}},
                   {"docker": str(cli)})
     snap = c.sample()
-    assert snap["containers"][CID] == {
-        "id": CID, "runtime": "docker", "name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
+    # described under its kind, keyed as its processes claim it (the key says id and runtime)
+    assert snap["owners"]["container"][f"docker/{CID}"] == {
+        "name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
         "state": "running", "restart_policy": "always", "restart_count": 2, "main_pid": 100,
         "health": "none", "init": "no"}  # docker run's defaults: no health check, no --init
-    assert snap["containers"][CID2] == {"id": CID2, "runtime": "docker", "state": "removed"}
+    assert snap["owners"]["container"][f"docker/{CID2}"] == {"state": "removed"}
+    assert "containers" not in snap and "pods" not in snap
     assert snap["errors"] == []
     lines = calls.read_text().splitlines()
     assert lines == [f"inspect --type container -- {CID} {CID2}"]
@@ -131,22 +143,22 @@ def test_a_stopped_container_stays_reported_without_processes(tmp_path: Path) ->
     fake_proc(tmp_path, 100, "vllm", f"/system.slice/docker-{CID}.scope")
     cli, _calls = fake_cli(tmp_path, {CID: inspect_json(CID, "vllm", "always", 0)})
     c = collector(tmp_path, {100: {0: 5000}}, {"docker": str(cli)})
-    assert c.sample()["containers"][CID]["state"] == "running"
+    assert wire_containers(c.sample())[CID]["state"] == "running"
     (tmp_path / "proc" / "100" / "stat").unlink()  # docker stop: its processes are gone
     c.gpus.holders.clear()  # type: ignore[attr-defined]
     (tmp_path / "docker.json").write_text(json.dumps(
         {CID: inspect_json(CID, "vllm", "no", 0, status="exited")}))
     later = c.sample(force_units=True)
-    assert later["procs"] == {} and later["containers"][CID]["state"] == "exited"
-    assert later["containers"][CID]["restart_policy"] == "no"
-    assert "main_pid" not in later["containers"][CID]
+    assert later["procs"] == {} and wire_containers(later)[CID]["state"] == "exited"
+    assert wire_containers(later)[CID]["restart_policy"] == "no"
+    assert "main_pid" not in wire_containers(later)[CID]
 
 
 def test_no_container_cli_means_no_metadata_and_no_error(tmp_path: Path) -> None:
     host(tmp_path)
     fake_proc(tmp_path, 100, "vllm", f"/system.slice/docker-{CID}.scope")
     snap = collector(tmp_path, {100: {0: 5000}}, {}).sample()
-    assert snap["containers"] == {} and snap["errors"] == []
+    assert wire_containers(snap) == {} and snap["errors"] == []
     assert snap["procs"]["100"]["unit"] == f"docker-{CID}.scope"
 
 
@@ -158,7 +170,7 @@ def test_a_runtime_that_refuses_is_an_error_not_a_removed_container(tmp_path: Pa
                    "daemon socket at unix:///var/run/docker.sock' >&2\nexit 1\n")
     cli.chmod(0o755)
     snap = collector(tmp_path, {100: {0: 5000}}, {"docker": str(cli)}).sample()
-    assert snap["containers"] == {}
+    assert wire_containers(snap) == {}
     assert any("docker inspect: permission denied" in e for e in snap["errors"])
 
 
@@ -168,23 +180,25 @@ def test_podman_is_asked_with_podman(tmp_path: Path) -> None:
     item = inspect_json(CID, "vllm", "", 0) | {"Name": "vllm"}  # podman: no slash, "" policy
     cli, calls = fake_cli(tmp_path, {CID: item}, "podman")
     snap = collector(tmp_path, {100: {0: 5000}}, {"podman": str(cli)}).sample()
-    assert snap["containers"][CID]["runtime"] == "podman"
-    assert snap["containers"][CID]["name"] == "vllm"
-    assert snap["containers"][CID]["restart_policy"] == "no"
+    assert wire_containers(snap)[CID]["runtime"] == "podman"
+    assert wire_containers(snap)[CID]["name"] == "vllm"
+    assert wire_containers(snap)[CID]["restart_policy"] == "no"
     assert calls.read_text().startswith("inspect --type container -- ")
 
 
-def test_the_wire_refuses_a_container_keyed_by_another_id_and_cuts_names() -> None:
-    s = {"v": PROTOCOL, "taken_at": 1.0,
-         "containers": {CID: {"id": CID2, "runtime": "docker"}}}
-    with pytest.raises(ProtocolError, match="does not name its container"):
-        SnapshotDecoder("h").feed(json.dumps({"k": "full", "s": s}).encode())
-    s["containers"] = {"x;rm": {"id": "x;rm", "runtime": "docker"}}
-    with pytest.raises(ProtocolError, match="not a valid value"):
-        SnapshotDecoder("h").feed(json.dumps({"k": "full", "s": s}).encode())
-    s["containers"] = {CID: {"id": CID, "runtime": "docker", "name": "n" * 5000}}
-    snap = SnapshotDecoder("h").feed(json.dumps({"k": "full", "s": s}).encode())
-    assert len(snap.containers[0].name or "") <= TEXT_MAX
+def test_the_wire_refuses_a_container_key_out_of_shape_and_cuts_names() -> None:
+    def feed(containers: dict) -> HostSnapshot:
+        s = {"v": PROTOCOL, "taken_at": 1.0, "owners": {"container": containers}}
+        return SnapshotDecoder("h").feed(json.dumps({"k": "full", "s": s}).encode())
+
+    for key in ("x;rm", CID, f"cri/{CID}", f"docker/{CID}/x"):
+        with pytest.raises(ProtocolError, match="not an owner key"):
+            feed({key: {}})
+    with pytest.raises(ProtocolError, match="main_pid out of range"):
+        feed({f"docker/{CID}": {"main_pid": 2**40}})  # a pid no kernel gives
+    snap = feed({f"docker/{CID}": {"name": "n" * 5000}})
+    (c,) = snap.containers
+    assert (c.id, c.runtime) == (CID, "docker") and len(c.name or "") <= TEXT_MAX
 
 
 # --- owners and triage ------------------------------------------------------------------
@@ -307,10 +321,10 @@ def test_pods_get_namespace_and_name_where_crictl_answers(tmp_path: Path) -> Non
     c = collector(tmp_path, {100: {0: 5000}}, {})
     c.pods = PodReader(which=lambda name: str(crictl) if name == "crictl" else None)
     snap = c.sample()
-    assert snap["pods"] == {POD: {"uid": POD, "namespace": "ml", "name": "vllm-0"}}
-    assert snap["containers"] == {}  # the kubelet's containers are not docker's to inspect
+    assert snap["owners"]["pod"] == {POD: {"namespace": "ml", "name": "vllm-0"}}
+    assert wire_containers(snap) == {}  # the kubelet's containers are not docker's to inspect
     decoded = SnapshotDecoder("h").feed(json.dumps({"k": "full", "s": snap}).encode())
     g = triage(decoded).group("pod:ml/vllm-0")
     assert g is not None and g.kind is OwnerKind.POD
     c.pods = PodReader(which=lambda name: None)  # no crictl: the UID only
-    assert c.sample(force_units=True)["pods"] == {POD: {"uid": POD}}
+    assert c.sample(force_units=True)["owners"]["pod"] == {POD: {}}

@@ -72,8 +72,8 @@ def test_the_wire_bounds_the_new_fields_and_the_snapshot_carries_them() -> None:
 
     wire = {"v": PROTOCOL, "host": "h", "taken_at": 1.7e9, "source": "nvml",
             "can_act": True, "gpus": {}, "procs": {}, "units": {},
-            "containers": {CID: {"id": CID, "runtime": "docker", "health": "none",
-                                 "init": "no", "pid_mode": "host" + "x" * 100}}}
+            "owners": {"container": {f"docker/{CID}": {
+                "health": "none", "init": "no", "pid_mode": "host" + "x" * 100}}}}
     snap = SnapshotDecoder("h").feed(json.dumps({"k": "full", "s": wire}).encode())
     c = snap.container(CID)
     assert c is not None and c.health == "none" and c.init == "no"

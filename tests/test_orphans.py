@@ -139,7 +139,7 @@ def test_alices_rootless_podman_container_is_not_inspected_not_orphan_and_not_re
     # The review's reproduction, through the decoder and SPECS[REAP].plan: it planned
     # `kill -TERM 4242 (alice, python)`.
     facts = cgroup_facts(ALICE_PODMAN)
-    assert facts == {"container_runtime": "podman", "container_id": "ab" * 32,
+    assert facts == {"claim": "container:podman/" + "ab" * 32,
                      "user_uid": 1000, "user_unit": f"libpod-{'ab' * 32}.scope"}
     wire = {"v": PROTOCOL, "host": "h", "taken_at": 1.7e9, "source": "nvml",
             "can_act": True,
@@ -149,8 +149,7 @@ def test_alices_rootless_podman_container_is_not_inspected_not_orphan_and_not_re
                                "unit": "user@1000.service", "gpu_memory_mib": {"0": 8000},
                                **facts}},
             # what root's podman used to answer for it: no such container
-            "containers": {"ab" * 32: {"id": "ab" * 32, "runtime": "podman",
-                                       "state": "removed"}}}
+            "owners": {"container": {"podman/" + "ab" * 32: {"state": "removed"}}}}
     s = SnapshotDecoder("h").feed(json.dumps({"k": "full", "s": wire}).encode())
     t = triage(s)
     assert t.orphans() == ()

@@ -73,8 +73,8 @@ def test_a_unit_name_alone_is_claimed_by_the_first_kind_in_order(
 
 def test_a_cgroup_that_names_a_container_wins_over_its_unit() -> None:
     c = Container(id="ab" * 32, name="llm", runtime="docker", state="running")
-    p = Process(pid=11, unit="docker-" + c.id + ".scope", container_runtime="docker",
-                container_id=c.id, gpu_memory_mib={0: 100})
+    p = Process(pid=11, unit="docker-" + c.id + ".scope", claim="container:docker/" + c.id,
+                gpu_memory_mib={0: 100})
     snap = HostSnapshot("h", 0.0, processes=(p,), containers=(c,))
     owner = owner_of(p, snap)
     assert (owner.kind, owner.key, owner.container) == (OwnerKind.CONTAINER, "docker:llm", c)

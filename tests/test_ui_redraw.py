@@ -226,9 +226,9 @@ async def test_a_sample_that_changes_one_holders_memory_rebuilds_that_row_only()
     later = dataclasses.replace(
         first, taken_at=first.taken_at, processes=tuple(
             more if p is worker else p for p in first.processes),
+        # as the decoder says it: a holder's memory moved
         changes=Changes(gpus=frozenset({3}), processes=frozenset({worker.pid}),
-                        units=frozenset(), containers=frozenset(), pods=frozenset(),
-                        structure=True))  # as the decoder says it: a holder's memory moved
+                        units=frozenset(), structure=True))
     before = triage(first)
     after = retriage(later, first, before)
     pal, cache = PAL, RowCache()

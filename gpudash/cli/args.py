@@ -103,7 +103,7 @@ def _snapshot_parser() -> argparse.ArgumentParser:
     # the schema's number is render.jsondoc.SCHEMA (not imported to build a parser: a
     # test holds the two together)
     p.add_argument("--json", action="store_true",
-                   help="JSON (schema 2: docs/reference/JSON.md) instead of text")
+                   help="JSON (schema 3: docs/reference/JSON.md) instead of text")
     add_prometheus(p)
     _common(p)
     return p

@@ -5,11 +5,13 @@ host's collector writes each on the wire (``PROC_KEYS``, ``UNIT_KEYS``, ``CONTAI
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpudash.demo.incident import GPU_NAME, GPU_TOTAL_MIB, RESPAWN_MIB
 from gpudash.demo.models import SimLoad, SimServer
+from gpudash.protocol.wire import CONTAINER, CONTAINER_KEY_FIELDS, kind_owners
 
 HZ = 100  # clock ticks per second, as in /proc/PID/stat
 Json = dict[str, Any]  # a JSON object, as the collector writes it
@@ -142,7 +144,7 @@ def container_of(p: SimProcess) -> dict[str, Any]:
     """What a real host's collector parses from a container's cgroup, for the demo's."""
     unit = p.unit or ""
     if unit.startswith("docker-") and unit.endswith(".scope"):
-        return {"container_runtime": "docker", "container_id": unit[len("docker-"):-6]}
+        return {"claim": "container:docker/" + unit[len("docker-"):-6]}
     return {}
 
 
@@ -159,6 +161,13 @@ def container_wire(c: SimContainer) -> Json:
     if c.port is not None:
         out["port"] = c.port
     return out
+
+
+def containers_wire(containers: Iterable[SimContainer]) -> Json:
+    """The containers (those not removed) as a real host's collector describes them in
+    ``owners``: under their kind, keyed ``docker/ID`` as their processes claim them."""
+    wire = [container_wire(c) for c in containers if c.state != "removed"]
+    return {CONTAINER: kind_owners(wire, CONTAINER_KEY_FIELDS)} if wire else {}
 
 
 def unit_state(u: SimUnit) -> tuple[str, str]:

@@ -40,7 +40,7 @@ from gpudash.demo.records import (
     SimContainer,
     SimProcess,
     SimUnit,
-    container_wire,
+    containers_wire,
     process_wire,
     sim_gpu,
     sm_util,
@@ -350,10 +350,7 @@ class HostSimulation:
             "gpus": {str(i): sim_gpu(i, used[i], sm[i], self._rng) for i in range(8)},
             "procs": {str(p.pid): process_wire(p, self.boot_epoch) for p in sims},
             "units": {u.name: unit_wire(u) for u in self.units.values()},
-            "containers": {c.id: container_wire(c) for c in self.containers.values()
-                           if c.state != "removed"},
-            "pods": {},
-            "owners": self.owners,
+            "owners": {**self.owners, **containers_wire(self.containers.values())},
         }
         if cannot_act_reason is not None:
             snap["cannot_act_reason"] = cannot_act_reason

@@ -80,18 +80,14 @@ class Process:
     # unknown (None in gpu_memory_mib), not attributed by the driver.
     device_gpus: tuple[int, ...] = ()
     pgid: int | None = None  # its process group (a model server's processes share one)
-    # What the host parsed of its cgroup: the container it is in (docker | podman | cri),
-    # the container's id and the Kubernetes pod's UID; and, under a user's own systemd
-    # (``user@UID.service``), that user's uid and the unit there (rootless containers too).
-    container_runtime: str | None = None
-    container_id: str | None = None
-    pod_uid: str | None = None
+    # What the host parsed of its cgroup under a user's own systemd (``user@UID.service``):
+    # that user's uid and the unit there (their rootless containers too).
     user_uid: int | None = None
     user_unit: str | None = None
     # The driver lists it but the collector could not read it (``UNREADABLE``): why.
     unreadable: str | None = None
-    # ``KIND:KEY``: an owner of a kind with no field above that its cgroup names (a Slurm
-    # job), whose facts are the snapshot's ``owners``
+    # ``KIND:KEY``: the owner its cgroup names (a container, a pod, a Slurm job), whose
+    # facts the snapshot holds by kind and key; its kind's adapter reads it
     claim: str | None = None
 
     @property
@@ -222,18 +218,16 @@ class Changes:
     data enters (the wire decoder knows it from the host's merge patch) and carried with
     the snapshot: triage, history and the screens act on it instead of comparing again.
 
-    Each set holds the keys (pid, GPU index, unit name, container id, pod UID) added,
-    changed or removed; ``None`` means not known (the first snapshot, a source that does
-    not tell): everything may have changed. ``structure`` is False when no process
-    changed but in its measurements (CPU, RSS) and no unit, container or pod changed:
-    the triage of the previous snapshot still holds.
+    Each set holds the keys (pid, GPU index, unit name) added, changed or removed;
+    ``None`` means not known (the first snapshot, a source that does not tell):
+    everything may have changed. ``structure`` is False when no process changed but in
+    its measurements (CPU, RSS) and no unit or owner (a container, a pod, a job)
+    changed: the triage of the previous snapshot still holds.
     """
 
     gpus: frozenset[int] | None = None
     processes: frozenset[int] | None = None
     units: frozenset[str] | None = None
-    containers: frozenset[str] | None = None
-    pods: frozenset[str] | None = None
     structure: bool = True
 
     @property
@@ -277,10 +271,12 @@ class HostSnapshot:
     collector_cpu_s: float | None = None
     mem_used_mib: int | None = None  # host RAM in use: total less what is available
     mem_total_mib: int | None = None
+    # the typed view of the containers and pods the host describes in ``owners``
     containers: tuple[Container, ...] = ()
     pods: tuple[Pod, ...] = ()
-    # kind -> key -> fact -> value, for the kinds with no section above (a Slurm job's);
-    # the key "" holds the kind's facts about the host (a Slurm node's state). Host text.
+    # kind -> key -> fact -> value: what the host said of the owners its processes claim
+    # (a container's, a pod's, a Slurm job's); the key "" holds the kind's facts about the
+    # host (a Slurm node's state). Host text.
     owners: Mapping[str, Mapping[str, Mapping[str, Fact]]] = field(default_factory=dict)
     # what changed since this host's previous snapshot (not part of what the host said:
     # not compared, not written out)

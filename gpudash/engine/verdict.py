@@ -6,6 +6,7 @@ Pure functions of the plan and the last sample: they fill the report ``run`` ret
 from __future__ import annotations
 
 from gpudash.domain.model import HostSnapshot, Process
+from gpudash.domain.owners import claimed_container
 from gpudash.domain.triage import label
 from gpudash.domain.units import gib
 from gpudash.engine.actions import PROCESS_ACTIONS, UNIT_ACTIONS
@@ -196,7 +197,8 @@ def explain(plan: ActionPlan, snap: HostSnapshot, gpus: list[int]) -> list[Lefto
 
 
 def _in_container(p: Process, container_id: str) -> bool:
-    return p.container_id == container_id and not p.in_user_subtree
+    claimed = claimed_container(p)
+    return claimed is not None and claimed[1] == container_id and not p.in_user_subtree
 
 
 def phases_summary(report: ActionReport) -> str:

@@ -28,16 +28,20 @@ from gpudash.collector.host.protocol import (
     BOOT_ID,
     CGROUP_MAX,
     CMDLINE_MAX,
+    CONTAINER,
     CONTAINER_ID,
+    CONTAINER_KEY_FIELDS,
     DEVICE_SCANS,
     ERROR_MAX,
     EXEC_MAX,
     MAX_FACT_LIST,
     MAX_FACTS,
     MAX_OWNERS,
-    OWNER_KEY,
+    OWNER_KEYS,
     OWNER_KINDS,
     PID_VIEWS,
+    POD,
+    POD_KEY_FIELDS,
     POD_UID,
     PROCESS_LISTS,
     TEXT_MAX,
@@ -117,15 +121,12 @@ BOUNDS: dict[type, dict[str, Bound]] = {
         "sm_util_pct": Number(0, 100),
         "pgid": Number(0, PID_MAX, identity=True),
         # who owns a process is decided on these: a value that is none is refused
-        "container_runtime": Text(8, identity=True, pattern=re.compile("docker|podman|cri")),
-        "container_id": Text(64, identity=True, pattern=CONTAINER_ID),
-        "pod_uid": Text(64, identity=True, pattern=POD_UID),
         "user_uid": Number(0, 2**32 - 1, identity=True),
         "user_unit": Text(TEXT_MAX),
         "unreadable": Text(16, identity=True,
                            pattern=re.compile("|".join(UNREADABLE_REASONS))),
-        "claim": Text(TEXT_MAX, identity=True, pattern=re.compile(
-            "(" + "|".join(map(re.escape, OWNER_KINDS)) + "):" + OWNER_KEY.pattern)),
+        "claim": Text(TEXT_MAX, identity=True, pattern=re.compile("|".join(
+            f"{re.escape(kind)}:(?:{OWNER_KEYS[kind].pattern})" for kind in OWNER_KINDS))),
     },
     Unit: {
         "name": Text(TEXT_MAX, identity=True),
@@ -315,11 +316,44 @@ _FACT_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 _INT_MAX = 2**53
 
 
+@dataclass(frozen=True, slots=True)
+class Owners:
+    """The ``owners`` section decoded: every kind's facts, the typed view of the kinds
+    that have one (``TYPED``), and the values out of range there (shown as N/A)."""
+
+    facts: dict[str, dict[str, dict[str, Fact]]]
+    containers: tuple[Container, ...]
+    pods: tuple[Pod, ...]
+    notes: tuple[str, ...] = ()
+
+
+# The kinds whose facts the model types (a container's restart policy, a pod's name): the
+# class, and the fields their owner key names ("docker/ID": runtime, id). Their facts are
+# bound field by field in BOUNDS like a unit's: a main pid out of range is refused.
+TYPED = {CONTAINER: (Container, CONTAINER_KEY_FIELDS), POD: (Pod, POD_KEY_FIELDS)}
+
+
+def owners(raw: object) -> Owners:
+    """``owners`` as the model holds it (``owner_facts``), with its typed views."""
+    facts = owner_facts(raw)
+    notes: list[str] = []
+    typed: dict[str, list[Any]] = {kind: [] for kind in TYPED}
+    for kind, (cls, key_fields) in TYPED.items():
+        for key, mine in facts.get(kind, {}).items():
+            if not key:
+                continue  # the kind's facts about the host: none is typed
+            named = dict(zip(key_fields, key.split("/"), strict=True))
+            typed[kind].append(cls(**fields(cls, {**mine, **named}, f"{kind} {key}", notes)))
+    return Owners(facts, tuple(sorted(typed[CONTAINER], key=lambda c: c.id)),
+                  tuple(sorted(typed[POD], key=lambda p: p.uid)), tuple(notes))
+
+
 def owner_facts(raw: object, where: str = "snapshot.owners"
                 ) -> dict[str, dict[str, dict[str, Fact]]]:
     """``owners``: ``{KIND: {KEY: {FACT: value}}}`` as the model holds it. A kind gpudash
-    does not know, a key or fact name out of shape, a count over its bound: refused (who
-    owns what is decided on them); text is cut at ``TEXT_MAX``."""
+    does not know, a key or fact name out of shape (``OWNER_KEYS``; "" for the kind's facts
+    about the host), a count over its bound: refused (who owns what is decided on them);
+    text is cut at ``TEXT_MAX``."""
     if not isinstance(raw, dict):
         raise ProtocolError(f"{where}: expected an object")
     out: dict[str, dict[str, dict[str, Fact]]] = {}
@@ -331,7 +365,7 @@ def owner_facts(raw: object, where: str = "snapshot.owners"
         mine: dict[str, dict[str, Fact]] = {}
         out[kind] = mine
         for key, facts in owners.items():
-            if not OWNER_KEY.fullmatch(key):
+            if key and not OWNER_KEYS[kind].fullmatch(key):
                 raise ProtocolError(f"{where}.{kind}: not an owner key: {show(key)}")
             if not isinstance(facts, dict) or len(facts) > MAX_FACTS:
                 raise ProtocolError(f"{where}.{kind}.{key}: expected at most {MAX_FACTS} facts")

@@ -20,40 +20,36 @@ import json
 import logging
 from typing import Any
 
+# The collector's side of the wire, for the hosts gpudash simulates (the demo, which may not
+# import the host's program): the one definition of how a snapshot is written, whole or as
+# the merge patch from the one before, and how a message becomes a line.
+from gpudash.collector.host.protocol import CONTAINER as CONTAINER
+from gpudash.collector.host.protocol import CONTAINER_KEY_FIELDS as CONTAINER_KEY_FIELDS
 from gpudash.collector.host.protocol import (
-    CONTAINER_KEYS,
     ERROR_MAX,
     GPU_KEYS,
     K_ERROR,
     K_PATCH,
     K_READY,
-    MAX_CONTAINERS,
     MAX_ERRORS,
     MAX_GPUS,
     MAX_PROCS,
     MAX_UNITS,
-    POD_KEYS,
     PROC_KEYS,
     SNAPSHOT_KEYS,
     UNIT_KEYS,
 )
-
-# The collector's side of the wire, for the hosts gpudash simulates (the demo, which may not
-# import the host's program): the one definition of how a snapshot is written, whole or as
-# the merge patch from the one before, and how a message becomes a line.
 from gpudash.collector.host.protocol import K_FULL as K_FULL
 from gpudash.collector.host.protocol import PROTOCOL as PROTOCOL
 from gpudash.collector.host.protocol import SnapshotStream as SnapshotStream
+from gpudash.collector.host.protocol import kind_owners as kind_owners
 from gpudash.collector.host.protocol import message_line as message_line
 from gpudash.collector.host.text import snapshot_bound
 from gpudash.domain.model import (
     EVERYTHING,
     Changes,
-    Container,
-    Fact,
     Gpu,
     HostSnapshot,
-    Pod,
     Process,
     SourceKind,
     Unit,
@@ -73,16 +69,13 @@ _SECTIONS = {
     "gpus": frozenset(GPU_KEYS),
     "procs": frozenset(PROC_KEYS),
     "units": frozenset(UNIT_KEYS),
-    "containers": frozenset(CONTAINER_KEYS),
-    "pods": frozenset(POD_KEYS),
 }
 _TOP = frozenset(SNAPSHOT_KEYS)
 _TEXT = {
     cls: {name: b.limit for name, b in bounds.items() if isinstance(b, schema.Text)}
     for cls, bounds in schema.BOUNDS.items()
 }
-_SECTION_TEXT = {"gpus": _TEXT[Gpu], "procs": _TEXT[Process], "units": _TEXT[Unit],
-                 "containers": _TEXT[Container], "pods": _TEXT[Pod]}
+_SECTION_TEXT = {"gpus": _TEXT[Gpu], "procs": _TEXT[Process], "units": _TEXT[Unit]}
 
 
 def apply_merge_patch(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
@@ -123,11 +116,9 @@ class _Cache:
             "gpus": {},
             "procs": {},
             "units": {},
-            "containers": {},
-            "pods": {},
         }
         self.primed = False  # a message was decoded: changes are relative to it
-        self.owners: tuple[object, dict[str, dict[str, dict[str, Fact]]]] = (None, {})
+        self.owners: tuple[object, schema.Owners] = (None, schema.Owners({}, (), ()))
 
 
 def _gpu(d: dict[str, Any], where: str, notes: list[str]) -> Gpu:
@@ -146,20 +137,10 @@ def _unit(d: dict[str, Any], where: str, notes: list[str]) -> Unit:
     return Unit(**schema.fields(Unit, d, where, notes))
 
 
-def _container(d: dict[str, Any], where: str, notes: list[str]) -> Container:
-    return Container(**schema.fields(Container, d, where, notes))
-
-
-def _pod(d: dict[str, Any], where: str, notes: list[str]) -> Pod:
-    return Pod(**schema.fields(Pod, d, where, notes))
-
-
 _KINDS = {
     "gpus": (_gpu, "index", MAX_GPUS, "gpu"),
     "procs": (_process, "pid", MAX_PROCS, "process"),
     "units": (_unit, "name", MAX_UNITS, "unit"),
-    "containers": (_container, "id", MAX_CONTAINERS, "container"),
-    "pods": (_pod, "uid", MAX_CONTAINERS, "pod"),
 }
 
 
@@ -200,7 +181,7 @@ class _Delta:
         return Changes(
             gpus=frozenset(int(k) for k in of("gpus")),
             processes=frozenset(int(k) for k in of("procs")),
-            units=of("units"), containers=of("containers"), pods=of("pods"),
+            units=of("units"),
             structure=self.structure,
         )
 
@@ -246,16 +227,18 @@ def _section(state: dict[str, Any], key: str, notes: list[str], cache: _Cache | 
     return sorted(out, key=lambda o: getattr(o, id_field))
 
 
-def _owners(state: dict[str, Any], cache: _Cache | None, delta: _Delta | None
-            ) -> dict[str, dict[str, dict[str, Fact]]]:
+def _owners(state: dict[str, Any], notes: list[str], cache: _Cache | None,
+            delta: _Delta | None) -> schema.Owners:
     """The ``owners`` section, decoded again only when a patch touched it (a change in it
     is a change of who owns what)."""
     raw = state.get("owners", {})
     if cache is not None and cache.owners[0] is raw:
+        notes.extend(cache.owners[1].notes)
         return cache.owners[1]
-    owners = schema.owner_facts(raw)
+    owners = schema.owners(raw)
+    notes.extend(owners.notes)
     if cache is not None:
-        if delta is not None and owners != cache.owners[1]:
+        if delta is not None and owners.facts != cache.owners[1].facts:
             delta.structure = True
         cache.owners = (raw, owners)
     return owners
@@ -318,9 +301,7 @@ def _to_snapshot(
     gpus = _section(state, "gpus", notes, cache, delta)
     processes = _section(state, "procs", notes, cache, delta)
     units = _section(state, "units", notes, cache, delta)
-    containers = _section(state, "containers", notes, cache, delta)
-    pods = _section(state, "pods", notes, cache, delta)
-    owners = _owners(state, cache, delta)
+    owners = _owners(state, notes, cache, delta)
     if cache is not None:
         cache.primed = True
     said = [schema.cut(e, ERROR_MAX) for e in errors]
@@ -333,9 +314,9 @@ def _to_snapshot(
         gpus=tuple(gpus),
         processes=tuple(processes),
         units=tuple(units),
-        containers=tuple(containers),
-        pods=tuple(pods),
-        owners=owners,
+        containers=owners.containers,
+        pods=owners.pods,
+        owners=owners.facts,
         source=source or kind,
         degraded=degraded or bool(_flag(state, "degraded")),
         errors=tuple(said) + extra_errors,

@@ -1,4 +1,4 @@
-"""The ``--json`` snapshot format (``"schema": 2``), documented in docs/reference/JSON.md
+"""The ``--json`` snapshot format (``"schema": 3``), documented in docs/reference/JSON.md
 (generated; each field's meaning is in ``jsonfields``).
 
 N/A is ``null``. GPU memory per process is keyed by the GPU index as a string (JSON
@@ -6,7 +6,10 @@ object keys are strings). Every field of the model's ``Gpu``, ``Process``, ``Uni
 ``Container`` and ``Pod`` is written under its own name, so a field added to the model
 appears here too; fields are only ever added, never renamed or removed. Schema 2 added
 owners (a unit, a container, a pod, a session, nobody: ``owners`` and each process's
-``owner``), ``containers`` and ``pods``; everything of schema 1 is where it was.
+``owner``), ``containers`` and ``pods``; everything of schema 1 is where it was. Schema 3:
+a process's ``claim`` names its container or pod too (``container:docker/ID``,
+``pod:UID``: the wire's one way of naming an owner), and a pod's process has no
+``container_id`` (null): the pod is its owner, not the container in it.
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ from typing import Any
 
 from gpudash.domain.lint import Learned
 from gpudash.domain.model import HostSnapshot
+from gpudash.domain.owners import cgroup_fields
 from gpudash.domain.triage import triage, unattributed_mib
 from gpudash.domain.unheld import unheld_memory
 
-SCHEMA = 2
+SCHEMA = 3
 
 
 def _fields(obj: Any) -> dict[str, Any]:
@@ -69,6 +73,7 @@ def host_to_json(snapshot: HostSnapshot,
     processes = []
     for p in snapshot.processes:
         process = _fields(p)
+        process |= cgroup_fields(p)
         process["owner"] = owner_of.get(p.pid)
         process["gpu_memory_mib"] = {str(k): v for k, v in sorted(p.gpu_memory_mib.items())}
         process["flags"] = sorted(f.value for f in flags.get(p.pid, ()))

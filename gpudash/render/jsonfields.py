@@ -118,15 +118,17 @@ _FIELDS: dict[str, dict[str, str]] = {
         "driver does not list it (a device holder)",
         "pgid": "its process group (a model server's processes share one)" + _NA,
         "container_runtime": "what its cgroup says of its container: `docker`, `podman` or "
-        "`cri`" + _NA,
-        "container_id": "the container's id, from its cgroup" + _NA,
+        "`cri` (a Kubernetes pod's)" + _NA,
+        "container_id": "the container's id, from its cgroup; null in a pod (schema 3: the "
+        "pod is the owner)" + _NA,
         "pod_uid": "the Kubernetes pod's UID, from its cgroup" + _NA,
         "user_uid": "under a user's own systemd (`user@UID.service`): that user's uid" + _NA,
         "user_unit": "and the unit there" + _NA,
         "unreadable": "listed by the driver, not readable on the host: `gone`, `hidden`, "
         "`denied` or `namespace`" + _NA,
-        "claim": "`KIND:KEY`: an owner its cgroup names of a kind with no field above "
-        "(a Slurm job: `slurm job:1234`)" + _NA,
+        "claim": "`KIND:KEY`: the owner its cgroup names (`container:docker/ID`, "
+        "`container:podman/ID`, `pod:UID`, `slurm job:1234`; schema 3: containers and "
+        "pods too)" + _NA,
         "flags": "its triage flags (`ORPHAN`, `RESPAWNED`, …; see the values below)",
         "orphan": "why it is ORPHAN, in words; null when it is not",
     },

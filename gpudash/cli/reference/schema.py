@@ -114,7 +114,8 @@ GPUs, processes, units, containers, pods and owners, and what the triage made of
 - A value the host does not report is `null` (N/A), never 0.
 - Every field of the model's GPUs, processes, units, containers and pods is written under
   its own name; fields are only ever added (to schema 1, then 2), never renamed or
-  removed. Added since the first release: `boot_id`, `cannot_act_reason`, host
+  removed (schema 3 changed two values, below). Added since the first release:
+  `boot_id`, `cannot_act_reason`, host
   `cpu_pct`/`mem_used_mib`/`mem_total_mib`/`collector_cpu_s`, process
   `cpu_pct`/`rss_mib`/`device_gpus`, unit `description`; process `pgid`, what its cgroup
   says of its owner (`container_runtime`, `container_id`, `pod_uid`, and under a user's
@@ -130,7 +131,7 @@ GPUs, processes, units, containers, pods and owners, and what the triage made of
 An excerpt (one entry of each list):"""
 
 EXAMPLE = """
-{"schema": 2,
+{"schema": 3,
  "hosts": [{"name": "gpu01", "taken_at": 1796000000.0, "boot_id": "5e1f0c2a-…",
    "source": "nvml", "degraded": false, "errors": [], "can_act": true,
    "cannot_act_reason": null, "cpu_pct": 6.5, "mem_used_mib": 124518,
@@ -166,6 +167,15 @@ EXAMPLE = """
 """
 
 MIGRATION = """\
+## Migrating from schema 2 to 3
+
+Every field is where it was. Two values changed: a process's `claim` names its container
+or pod as well (`container:docker/ID`, `container:podman/ID`, `pod:UID`; it named only
+Slurm jobs before), the one way gpudash's collector names an owner; and a process in a
+Kubernetes pod has `container_id` null (its `container_runtime` is still `cri`, its
+`pod_uid` the pod's), as has the pod's entry of `owners`: the pod is the owner, not the
+container in it.
+
 ## Migrating from schema 1 to 2
 
 Nothing of schema 1 moved or changed meaning, except who owns a container's processes:

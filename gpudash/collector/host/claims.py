@@ -1,7 +1,8 @@
-"""Owners of kinds with no section of their own: which one a process's cgroup claims
-(``claim``: ``KIND:KEY``) and what the host knows of them (the snapshot's ``owners``).
+"""Slurm jobs as owners: which one a process's cgroup claims (``claim``: ``KIND:KEY``)
+and what the host knows of them (the snapshot's ``owners``). A container's and a pod's
+claim come from ``parsing.container_claim``, their facts from ``containers``.
 
-One reader per kind, asked in turn; today a Slurm job (``slurm``). A kind this host is
+One reader per kind, asked in turn; here a Slurm job (``slurm``). A kind this host is
 not part of says nothing: no claim, no section. A host is a Slurm node while a ``slurmd``
 runs on it or a process claims a job: ``squeue`` alone (a login host's client, a package
 installed and never configured) is not one, and its errors are not this host's. Its
@@ -16,14 +17,13 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from .protocol import MAX_FACT_LIST, MAX_OWNERS, TEXT_MAX
+from .protocol import MAX_FACT_LIST, MAX_OWNERS, SLURM_JOB, TEXT_MAX
 from .slurm import ACTIVE_STATES, find_tool, job_of_cgroup, read_jobs, read_node
 from .text import cap_text
 
 if TYPE_CHECKING:
     from .protocol import Json
 
-SLURM_JOB = "slurm job"
 FACTS_TTL_S = 5.0
 RETRY_S = 30.0
 # the job fields the wire carries (host text capped), as the domain's Slurm adapter reads them

@@ -21,13 +21,18 @@ from .protocol import (
     ANCESTRY_DEPTH,
     CMDLINE_BUDGET,
     CMDLINE_SHORT,
+    CONTAINER,
+    CONTAINER_KEY_FIELDS,
     ERROR_MAX,
     MAX_ERRORS,
     MAX_GPUS,
     MAX_PROCS,
     MAX_UNITS,
+    POD,
+    POD_KEY_FIELDS,
     PROTOCOL,
     TEXT_MAX,
+    kind_owners,
 )
 from .text import cap_text
 from .units import UnitReader
@@ -249,18 +254,23 @@ class HostCollector:
         pod_uids: set[str] = set()
         me = os.geteuid() if hasattr(os, "geteuid") else 0
         for info in procs.values():
-            cid, runtime = info.get("container_id"), info.get("container_runtime")
-            if (cid is not None and runtime in ("docker", "podman")
-                    and info.get("user_uid", me) == me):
+            kind, _, named = str(info.get("claim") or "").partition(":")
+            if kind == CONTAINER and info.get("user_uid", me) == me:
                 # a rootless container of another user is not in this runtime's store:
                 # asked here, it would answer "no such container"
+                runtime, _, cid = named.partition("/")
                 seen[cid] = runtime
-            if info.get("pod_uid") is not None:
-                pod_uids.add(info["pod_uid"])
+            elif kind == POD:
+                pod_uids.add(named)
         for cid, runtime in self.watched_containers.items():
             seen.setdefault(cid, runtime)
         containers, container_errors = self.containers.read(seen, force_units)
-        owners, owner_errors = self.claims.read(procs, force_units)
+        described, owner_errors = self.claims.read(procs, force_units)
+        if containers:
+            described[CONTAINER] = kind_owners(containers, CONTAINER_KEY_FIELDS)
+        pods = self.pods.read(pod_uids, force_units)
+        if pods:
+            described[POD] = kind_owners(pods, POD_KEY_FIELDS)
         unit_errors = unit_errors + container_errors + owner_errors
         snap: Json = {
             "v": PROTOCOL,
@@ -272,11 +282,9 @@ class HostCollector:
             "gpus": {str(g["index"]): g for g in gpus},
             "procs": procs,
             "units": {u["name"]: u for u in units},
-            "containers": {c["id"]: c for c in containers},
-            "pods": {p["uid"]: p for p in self.pods.read(pod_uids, force_units)},
         }
-        if owners:
-            snap["owners"] = owners
+        if described:
+            snap["owners"] = described
         if self.source == "none":
             snap["degraded"] = True
         if self.boot_id is not None:

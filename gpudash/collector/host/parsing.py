@@ -7,7 +7,16 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from .protocol import CGROUP_MAX, CONTAINER_ID, EXEC_MAX, MAX_GPUS, TEXT_MAX, UNIT_COMPONENT
+from .protocol import (
+    CGROUP_MAX,
+    CONTAINER,
+    CONTAINER_ID,
+    EXEC_MAX,
+    MAX_GPUS,
+    POD,
+    TEXT_MAX,
+    UNIT_COMPONENT,
+)
 from .text import cap_text
 
 if TYPE_CHECKING:
@@ -177,12 +186,21 @@ def user_of_cgroup(path: str | None) -> tuple[int, str | None] | None:
     return uid, (inner[-1] if inner else None)
 
 
+def container_claim(path: str | None) -> str | None:
+    """The claim of the container or pod a cgroup is in (``container:docker/ID``,
+    ``pod:UID``; see ``OWNER_KEYS``), or None."""
+    ref = container_of_cgroup(path)
+    if ref is None:
+        return None
+    runtime, cid, pod = ref
+    if pod is not None:
+        return POD + ":" + pod
+    return None if cid is None else CONTAINER + ":" + runtime + "/" + cid
+
+
 def cgroup_facts(path: str | None) -> Json:
     """What a process's cgroup says of its owner, as the wire's process keys."""
-    out: Json = {}
-    ref = container_of_cgroup(path)
-    if ref is not None:
-        out["container_runtime"], out["container_id"], out["pod_uid"] = ref
+    out: Json = {"claim": container_claim(path)}
     user = user_of_cgroup(path)
     if user is not None:
         out["user_uid"], out["user_unit"] = user

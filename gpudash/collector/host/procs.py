@@ -394,9 +394,9 @@ class ProcReader:
             "user": known.static.get("user"),
             "cgroup": None if cgroup is None else cap_text(cgroup, CGROUP_MAX),
             "unit": unit_of_cgroup(cgroup),
-            "claim": claim_of(text),
         }
         static.update(cgroup_facts(cgroup))
+        static["claim"] = claim_of(text) or static.get("claim")  # a Slurm job's first
         static = {k: v for k, v in static.items() if v is not None}
         if static != known.static:
             known.static, known.sig = static, None

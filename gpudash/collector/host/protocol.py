@@ -13,7 +13,7 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
-PROTOCOL = 9  # 2: boot_id, CPU and memory of the host and of each process, source "none"
+PROTOCOL = 10  # 2: boot_id, CPU and memory of the host and of each process, source "none"
 # 3: "containers" (docker/podman inspect of the containers their cgroups name) and "pods"
 # 4: a process's process group and what its cgroup says (container, pod, a user's own
 #    systemd), why a listed process could not be read; the parents and group leaders
@@ -27,6 +27,9 @@ PROTOCOL = 9  # 2: boot_id, CPU and memory of the host and of each process, sour
 # 9: what was checked of memory no process holds: per GPU whether NVML's process list was
 #    read, the device-file scan's verdict; MIG, display and persistence mode; the host's
 #    "pid_view" (what a GPU reset's plan reads)
+# 10: containers and pods are owners like any other: claimed ("container:docker/ID",
+#    "pod:UID"; a process has no container_runtime, container_id or pod_uid of its own)
+#    and described in "owners" (no "containers" or "pods" section any more)
 
 UTIL_WINDOW_US = 1000000  # a process's SM %: the most of its samples of the last second
 
@@ -55,7 +58,7 @@ SIGNAL_OUTCOMES = ("sent", "gone", "mismatch", "denied", "unknown")
 SNAPSHOT_KEYS = (
     "v", "host", "taken_at", "boot_id", "source", "degraded", "errors", "can_act",
     "cannot_act_reason", "cpu_pct", "mem_used_mib", "mem_total_mib", "collector_cpu_s",
-    "gpus", "procs", "units", "containers", "pods", "owners",
+    "gpus", "procs", "units", "owners",
     "pid_view",  # which processes the collector sees: one of PID_VIEWS
 )
 PID_VIEWS = ("full", "hidepid", "namespace")  # hidepid: other users' hidden (not root)
@@ -80,11 +83,12 @@ PROC_KEYS = (  # gpu_memory_mib: {"INDEX": MiB, or -1 where the driver cannot te
     "sm_util_pct",
     "device_gpus",  # [INDEX]: holds these GPUs' /dev/nvidia* although the driver lists it not
     "pgid",  # its process group
-    # from its cgroup: the container (runtime, id), the pod, and under user@UID.service
-    # that user's uid and the unit there
-    "container_runtime", "container_id", "pod_uid", "user_uid", "user_unit",
+    # from its cgroup: under user@UID.service, that user's uid and the unit there
+    "user_uid", "user_unit",
     "unreadable",  # listed by the driver, not readable here: one of UNREADABLE_REASONS
-    "claim",  # "KIND:KEY": an owner of a kind in "owners" its cgroup names (a Slurm job)
+    # "KIND:KEY": the owner its cgroup names, of one of OWNER_KINDS (OWNER_KEYS[KIND]
+    # fullmatches KEY): "slurm job:42", "container:docker/ID", "pod:UID"
+    "claim",
 )
 UNREADABLE_REASONS = ("gone", "hidden", "denied", "namespace")
 UNIT_KEYS = (
@@ -96,7 +100,9 @@ UNIT_KEYS = (
     "cuda_visible_devices",  # its Environment's CUDA_VISIBLE_DEVICES, if GPU indices
     "send_sigkill",  # yes/no: what outlives TimeoutStopSec is SIGKILLed
 )
-# "containers" is keyed by the container id its processes' cgroups name, "pods" by pod UID.
+# A container's facts in "owners" (under "container", keyed "RUNTIME/ID" as its claim;
+# the id and runtime travel in the key), a pod's (under "pod", keyed by its UID): the
+# containers its processes' cgroups name (and those watched), the pods of its processes.
 CONTAINER_KEYS = (  # state "removed": the runtime answered that no such container exists
     "id", "runtime", "name", "image", "state", "restart_policy", "restart_count", "main_pid",
     # the container lint's: "none" (no health check) or its status ("healthy", ...; a
@@ -107,9 +113,10 @@ CONTAINER_KEYS = (  # state "removed": the runtime answered that no such contain
 )
 POD_KEYS = ("uid", "namespace", "name")
 # "owners": {KIND: {KEY: {FACT: text | integer | true/false | [integers]}}}: what the host
-# knows of owners of a kind that has no section of its own; the key "" holds the kind's
-# facts about the host itself (a Slurm node's state). Bounded like everything else.
-OWNER_KINDS = ("slurm job",)  # the kinds a host may name in "owners" and in claims
+# knows of the owners its processes claim, by kind; the key "" holds the kind's facts
+# about the host itself (a Slurm node's state). Bounded like everything else.
+SLURM_JOB, CONTAINER, POD = "slurm job", "container", "pod"
+OWNER_KINDS = (SLURM_JOB, CONTAINER, POD)  # the kinds a host may name in "owners" and claims
 MAX_OWNERS = 256  # of one kind
 MAX_FACTS = 32  # of one owner
 MAX_FACT_LIST = 64  # integers in one fact
@@ -140,6 +147,15 @@ UNIT_COMPONENT = re.compile(r"[A-Za-z0-9:_.\\@-]{1,240}\.(service|scope)")  # fu
 BOOT_ID = re.compile(r"[0-9a-fA-F-]{1,64}")  # fullmatch
 CONTAINER_ID = re.compile(r"[0-9a-f]{12,64}")  # fullmatch
 POD_UID = re.compile(r"[0-9a-f-]{8,64}")  # fullmatch
+# A claim's KEY, by kind (fullmatch). A container's names its runtime with its id: the
+# cgroup says both, and the runtime (whose CLI is asked, whose restart policy applies)
+# is known even where the container could not be inspected. A pod's is its UID alone:
+# the pod is the owner (the kubelet's, never acted on), not the container in it.
+OWNER_KEYS = {
+    SLURM_JOB: OWNER_KEY,
+    CONTAINER: re.compile(r"(docker|podman)/[0-9a-f]{12,64}"),
+    POD: POD_UID,
+}
 
 UNIT_PROPERTIES = (
     "Id,ActiveState,SubState,UnitFileState,Restart,KillMode,NRestarts,MainPID,"
@@ -158,6 +174,18 @@ if TYPE_CHECKING:  # the host may run Python 3.7: no runtime generic aliases
     from typing import TypeAlias  # novermin: type checking only
 
     Json: TypeAlias = dict[str, Any]
+
+
+def kind_owners(records: list[Json], key_fields: tuple[str, ...]) -> Json:
+    """Records of one kind (a container's inspect, a pod) as its ``owners`` section: each
+    keyed by its ``key_fields`` joined with "/" (``RUNTIME/ID``, ``UID``: its claim's
+    key), its facts the rest."""
+    return {"/".join(str(r[k]) for k in key_fields):
+            {k: v for k, v in r.items() if k not in key_fields} for r in records}
+
+
+CONTAINER_KEY_FIELDS = ("runtime", "id")  # a container's owner key: "docker/ID"
+POD_KEY_FIELDS = ("uid",)
 
 
 def message_line(message: Json) -> bytes:

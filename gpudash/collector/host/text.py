@@ -59,8 +59,7 @@ def snapshot_bound() -> int:
         len(PROC_KEYS) * number
         + CMDLINE_SHORT  # longer ones share CMDLINE_BUDGET
         + CGROUP_MAX
-        + 5 * TEXT_MAX  # state, user, name, unit, user_unit
-        + 2 * 64  # container_id, pod_uid
+        + 6 * TEXT_MAX  # state, user, name, unit, user_unit, claim
         + MAX_GPUS * 16  # gpu_memory_mib: '"63":16777215,'
     )
     unit = len(UNIT_KEYS) * number + CGROUP_MAX + 8 * TEXT_MAX + EXEC_MAX

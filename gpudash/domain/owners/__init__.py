@@ -16,6 +16,8 @@ from gpudash.domain.owners.container import (
     RESTARTING_POLICIES,
     ContainerRules,
     PodRules,
+    cgroup_fields,
+    claimed_container,
     container_key,
     pod_advice,
     pod_label,
@@ -44,7 +46,8 @@ __all__ = [
     "KINDS", "NO_UNIT", "RESTARTING_POLICIES", "RULES", "BaseRules", "CliSelector", "Found",
     "OwnerCapability", "cli_selected", "cli_selectors",
     "Orphan",
-    "Owner", "OwnerKind", "OwnerRules", "Stray", "container_key", "container_members",
+    "Owner", "OwnerKind", "OwnerRules", "Stray", "cgroup_fields", "claimed_container",
+    "container_key", "container_members",
     "container_owner", "idle_owners", "owner_of", "owners", "pod_advice", "pod_label",
     "rules_of", "service_unit", "strays", "unit_kind", "unit_respawned",
 ]
@@ -142,8 +145,7 @@ def owners(snapshot: HostSnapshot) -> dict[int, Owner]:
     out: dict[int, Owner] = {}
     for p in snapshot.processes:
         # what a kind recognises a process by (a job's claim is checked against its user)
-        key = (p.unit, p.container_runtime, p.container_id, p.pod_uid, p.user_uid,
-               p.user_unit, p.user, p.claim)
+        key = (p.unit, p.user_uid, p.user_unit, p.user, p.claim)
         owner = seen.get(key)
         if owner is None:
             owner = seen[key] = owner_of(p, snapshot, units)
@@ -159,7 +161,7 @@ def container_owner(snapshot: HostSnapshot, ref: str) -> Owner | None:
         return None
     units = {u.name: u for u in snapshot.units}
     for p in snapshot.processes:
-        if p.container_id == c.id and p.pod_uid is None and not p.in_user_subtree:
+        if _in(p, c):
             return owner_of(p, snapshot, units)
     rules = RULES[OwnerKind.CONTAINER]
     return Owner(rules.kind, container_key(c.runtime, c.label), rules, container=c,
@@ -169,5 +171,9 @@ def container_owner(snapshot: HostSnapshot, ref: str) -> Owner | None:
 def container_members(snapshot: HostSnapshot, container: Container) -> list[Process]:
     """The processes whose cgroup names ``container`` (a user's own cgroup named like it
     is not one of them: ``in_user_subtree``)."""
-    return [p for p in snapshot.processes
-            if p.container_id == container.id and not p.in_user_subtree]
+    return [p for p in snapshot.processes if _in(p, container)]
+
+
+def _in(p: Process, container: Container) -> bool:
+    claimed = claimed_container(p)
+    return claimed is not None and claimed[1] == container.id and not p.in_user_subtree

@@ -35,6 +35,30 @@ def container_key(runtime: str, label: str) -> str:
     return CONTAINER_PREFIXES.get(runtime, runtime + ":") + label
 
 
+def claimed_container(p: Process) -> tuple[str, str] | None:
+    """``(runtime, id)`` of the container ``p``'s claim names (``container:docker/ID``)."""
+    claimed = p.claimed
+    if claimed is None or claimed[0] != OwnerKind.CONTAINER.value:
+        return None
+    runtime, _, cid = claimed[1].partition("/")
+    return runtime, cid
+
+
+def claimed_pod(p: Process) -> str | None:
+    """The UID of the Kubernetes pod ``p``'s claim names (``pod:UID``)."""
+    claimed = p.claimed
+    return claimed[1] if claimed is not None and claimed[0] == OwnerKind.POD.value else None
+
+
+def cgroup_fields(p: Process) -> dict[str, str | None]:
+    """What ``p``'s cgroup says of its container, as the ``--json`` document's process
+    fields, read from its claim (schema 2 had them from the wire): a pod's
+    container runtime is ``cri``, the kubelet's."""
+    container, pod = claimed_container(p), claimed_pod(p)
+    return {"container_runtime": "cri" if pod else container and container[0],
+            "container_id": container and container[1], "pod_uid": pod}
+
+
 def rootless_of_another(owner: Owner) -> bool:
     """A rootless container of a user, which the host's runtime (root's) did not inspect."""
     return owner.user_uid is not None and owner.container is None
@@ -53,9 +77,10 @@ class ContainerRules(BaseRules):
 
     def recognize(self, p: Process, snapshot: HostSnapshot, units: Mapping[str, Unit]
                   ) -> Owner | None:
-        runtime, cid = p.container_runtime, p.container_id
+        claimed = claimed_container(p)
         unit = units.get(p.unit or "")
-        if runtime is not None and cid is not None:
+        if claimed is not None:
+            runtime, cid = claimed
             c = None if p.in_user_subtree else snapshot.container(cid)
             return Owner(self.kind, container_key(runtime, c.label if c else cid[:12]), self,
                          unit=unit, container=c, container_id=cid, runtime=runtime,
@@ -235,13 +260,13 @@ class PodRules(BaseRules):
 
     def recognize(self, p: Process, snapshot: HostSnapshot, units: Mapping[str, Unit]
                   ) -> Owner | None:
-        if p.pod_uid is None or p.in_user_subtree:  # no pods in a user's own subtree
+        uid = claimed_pod(p)
+        if uid is None or p.in_user_subtree:  # no pods in a user's own subtree
             return None
-        pod = snapshot.pod(p.pod_uid)
-        label = f"{pod.namespace or 'default'}/{pod.name}" if pod and pod.name else p.pod_uid
+        pod = snapshot.pod(uid)
+        label = f"{pod.namespace or 'default'}/{pod.name}" if pod and pod.name else uid
         return Owner(self.kind, POD_PREFIX + label, self, unit=units.get(p.unit or ""),
-                     container_id=p.container_id, runtime=p.container_runtime,
-                     pod_uid=p.pod_uid, pod=pod)
+                     runtime="cri", pod_uid=uid, pod=pod)
 
     def about(self, owner: Owner) -> str:
         return "a Kubernetes pod: the kubelet restarts it; gpudash does not act on it"
