@@ -66,8 +66,14 @@ async def run_confirmed(pilot, app: GpudashApp, key: str,  # type: ignore[no-unt
     await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed,
                    what="confirm dialog")
     await pilot.press("y")
-    await wait_for(pilot, lambda: len(app.reports) > before, within=within,
-                   what=f"report of action {key!r}")
+    try:
+        await wait_for(pilot, lambda: len(app.reports) > before, within=within,
+                       what=f"report of action {key!r}")
+    except AssertionError as exc:  # where the action stood: its progress panel, the log
+        from gpudash.ui.widgets.progress import ActionProgressPanel
+
+        panel = str(app.query_one(ActionProgressPanel).render())
+        raise AssertionError(f"{exc}\nprogress: {panel}\nlog: {log_text(app)}") from None
 
 
 def log_text(app: GpudashApp) -> str:

@@ -192,7 +192,10 @@ async def test_a_failing_prometheus_keeps_the_rows_stale_and_says_why(
         assert recorded.asked - asked <= 6  # retried with backoff, not in a tight loop
         await wait_for(pilot, lambda: cells(screen, "demo-gpu01")["link"] == "● up 2s",
                        what="the row fresh again")
-        assert "prometheus" not in header(screen).split(url)[-1]
+        # the header says no more error (a refresh on a loaded machine can miss the 1 s
+        # timeout again, and says so until the next one answers: wait for an answer)
+        await wait_for(pilot, lambda: "prometheus" not in header(screen).split(url)[-1],
+                       within=15, what="the header without the error")
 
 
 async def test_prometheus_down_from_the_start_says_so(tmp_path: Path) -> None:
