@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
+from test_ui import wait_for
 
 from gpudash.demo.host import DemoHost
 from gpudash.ui.app import GpudashApp
@@ -61,19 +61,11 @@ async def test_unknown_theme_falls_back_with_a_warning() -> None:
         assert any("Unknown theme" in n.message for n in app._notifications)
 
 
-async def _until(pilot, predicate, within: float = 15.0) -> None:  # type: ignore[no-untyped-def]
-    """Wait on what is checked, not a fixed pause (a loaded machine is slow)."""
-    deadline = time.monotonic() + within
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await pilot.pause(0.05)
-
-
 async def test_help_and_palette_grey_what_does_not_fit() -> None:
     app = GpudashApp([DemoHost()], interval=1.0, read_only=False, theme=None,
                      exec_options=None, theme_dirs=[THEMES_DIR])
     async with app.run_test(size=(160, 50)) as pilot:
-        await _until(pilot, lambda: app.selected_key is not None)
+        await wait_for(pilot, lambda: app.selected_key is not None)
 
         def offered() -> tuple[set[str], dict[str, str]]:
             commands = app.main.palette_commands()
@@ -82,9 +74,9 @@ async def test_help_and_palette_grey_what_does_not_fit() -> None:
             return ready, greyed
 
         async def select(key: str) -> None:
-            await _until(pilot, lambda: key in [str(k.value) for k in app.main.holders.rows])
+            await wait_for(pilot, lambda: key in [str(k.value) for k in app.main.holders.rows])
             app.main.holders.select_key(key)
-            await _until(pilot, lambda: app.selected_key == key)
+            await wait_for(pilot, lambda: app.selected_key == key)
 
         await select("u:session-4.scope")
         ready, greyed = offered()
@@ -94,9 +86,9 @@ async def test_help_and_palette_grey_what_does_not_fit() -> None:
         ready, greyed = offered()
         assert {"stop_unit", "reclaim", "stop_disable"} <= ready and "kill" in greyed
         await pilot.press("question_mark")
-        await _until(pilot, lambda: type(app.screen).__name__ == "HelpScreen")
+        await wait_for(pilot, lambda: type(app.screen).__name__ == "HelpScreen")
         await pilot.press("escape")
-        await _until(pilot, lambda: type(app.screen).__name__ != "HelpScreen")
+        await wait_for(pilot, lambda: type(app.screen).__name__ != "HelpScreen")
 
 
 def test_clean_makes_controls_visible() -> None:

@@ -71,6 +71,7 @@ class PromFleetScreen(FleetTableScreen):
         self.filter_text = memory.filter_text
         self.sort_key, self.descending = memory.sort_key, memory.descending
         self.hosts: list[PromHost] = []
+        self._visits: dict[str, Visit | None] = {}  # by host name (visit_of)
         self.state = FeedState(None)
         if memory.state is not None:
             self.update(memory.state)
@@ -149,11 +150,15 @@ class PromFleetScreen(FleetTableScreen):
                         palette(self.app), self.visit_of(index))
 
     def visit_of(self, index: int) -> Visit | None:
-        """What opening host ``index`` over SSH found, if it was opened."""
+        """What opening host ``index`` over SSH found, if it was opened. Asked for every
+        host at every refresh and tick: its SSH name is worked out once per host name."""
         if not self.memory.visits:
             return None
-        name, _why = self.ssh_name(index)
-        return None if name is None else self.memory.visits.get(name)
+        host = self.hosts[index].name
+        if host not in self._visits:
+            name, _why = self.ssh_name(index)
+            self._visits[host] = None if name is None else self.memory.visits.get(name)
+        return self._visits[host]
 
     def ssh_name(self, index: int) -> tuple[str | None, str]:
         """(the SSH name, or None and why not)."""
