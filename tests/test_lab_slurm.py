@@ -338,7 +338,7 @@ async def test_scancel_from_the_dashboard_with_proof(clean: Any) -> None:
     try:
         async with app.run_test(size=(160, 50)) as pilot:
             await select(pilot, app, f"u:slurm:{job}")
-            await run_confirmed(pilot, app, "s", within=60)
+            await run_confirmed(pilot, app, "s", within=150)
             report = app.last_report
             assert report is not None and report.confirmed, report and report.summary
             assert report.plan.title.startswith(f"Cancel job (scancel): Slurm job {job}")
