@@ -72,8 +72,13 @@ async def run_confirmed(pilot, app: GpudashApp, key: str,  # type: ignore[no-unt
     except AssertionError as exc:  # where the action stood: its progress panel, the log
         from gpudash.ui.widgets.progress import ActionProgressPanel
 
-        panel = str(app.query_one(ActionProgressPanel).render())
-        raise AssertionError(f"{exc}\nprogress: {panel}\nlog: {log_text(app)}") from None
+        panels = [w for s in app.screen_stack for w in s.query(ActionProgressPanel)]
+        panel = str(panels[0].render()) if panels else "(none)"
+        screen = app.screen  # a dialog asking again (the plan changed meanwhile) says why
+        asking = ("\n".join(screen.lines) if isinstance(screen, ConfirmModal)
+                  else type(screen).__name__)
+        raise AssertionError(f"{exc}\nprogress: {panel}\nlog: {log_text(app)}\n"
+                             f"screen: {asking}") from None
 
 
 def log_text(app: GpudashApp) -> str:

@@ -32,8 +32,10 @@ def plan_owner_command(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection
     members = [p for p in snapshot.processes if p.claim == claim and p.start_ticks is not None]
     pinned = [pin(snapshot, p) for p in members]
     holding = sum(1 for p in members if p.holds_gpu_memory)
-    notes = (f"{owner.describe()}: {len(members)} process(es), {holding} holding GPU "
-             "memory; its manager ends them, the memory they hold is expected back.",)
+    # what the job runs besides (a script's `sleep`, a data loader) comes and goes between
+    # two samples: not counted here, or a confirm would read as a changed plan
+    notes = (f"{owner.describe()}: {holding} process(es) holding GPU memory; its manager "
+             "ends them and whatever else it runs, the memory they hold is expected back.",)
     plan = new_plan(spec, snapshot, Selection(owner=claim), owner.describe(),
                     steps=(OwnerCommand(kind, capability.value, key, argv),),
                     expected_free_mib=expected_free(snapshot, pinned),
