@@ -65,6 +65,23 @@ def test_below_the_ui_imports_without_textual_or_rich() -> None:
     assert r.stdout.strip() == ""
 
 
+def test_the_dashboard_starts_without_what_its_first_screen_may_not_draw() -> None:
+    """Issue 30 (RSS): the dashboard's modules, as ``gpudash HOST`` imports them before
+    its first screen, leave out plotext (5.6 MB: imported when a plot is first drawn; a
+    terminal under 130x30 never draws one) and the Prometheus client's HTTP stack (urllib,
+    http.client, email: 3 MB, for ``--prometheus`` only)."""
+    code = (
+        "import sys\n"
+        "import gpudash.cli.main, gpudash.ui.app\n"
+        "lazy = ('plotext', 'urllib.request', 'http.client', 'email.parser',\n"
+        "        'gpudash.fleetprom.client')\n"
+        "print(','.join(m for m in lazy if m in sys.modules))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == ""
+
+
 def _imports(path: Path, module: str) -> set[str]:
     """The gpudash modules ``module`` (at ``path``) imports, at any depth of its code."""
     out: set[str] = set()

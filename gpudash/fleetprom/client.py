@@ -25,9 +25,10 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from gpudash.domain.untrusted import clean
+from gpudash.fleetprom.sample import Sample
 from gpudash.state.promconfig import PromSettings
 
 MAX_ANSWER_BYTES = 64 * 1024 * 1024  # 5,000 hosts x a dozen series of a query: ~10 MB
@@ -47,16 +48,6 @@ class PromError(Exception):
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.args[0]}"
-
-
-class Sample(NamedTuple):
-    """One series of an instant vector: its labels (``__name__`` kept where the query kept
-    it), its value and the time it was evaluated at (epoch seconds). (A named tuple: tens of
-    thousands are made per refresh at 5,000 hosts, at a third of a frozen dataclass' cost.)"""
-
-    labels: dict[str, str]
-    value: float
-    at: float
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):

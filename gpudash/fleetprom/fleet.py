@@ -16,9 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gpudash.fleetprom.client import PromClient, PromError, Sample, paused_collection
+from gpudash.fleetprom.client import PromClient, PromError, paused_collection
 from gpudash.fleetprom.queries import PROBE, QUERIES, RECORDED
 from gpudash.fleetprom.rows import PromFleet, PromHost, carried, fleet_of
+from gpudash.fleetprom.sample import Sample
 from gpudash.fleetprom.sshname import SshNameError, SshNameTemplate
 
 log = logging.getLogger("gpudash.fleetprom")

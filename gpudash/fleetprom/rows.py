@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from gpudash.fleetprom.client import Sample
+from gpudash.fleetprom.sample import Sample
 from gpudash.fleetprom.sshname import strip_port
 
 MIB = 1024 * 1024

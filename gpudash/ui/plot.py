@@ -11,6 +11,7 @@ where that layout is not there (another plotext release).
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import sys
 import types
@@ -60,7 +61,11 @@ def _plotext() -> tuple[Any, Any, Any]:
     return plotext.figure, plotext.marker, plotext.pixel
 
 
-_FIGURE, _MARKER, _PIXEL = _plotext()
+@functools.cache
+def _kit() -> tuple[Any, Any, Any]:
+    """plotext, imported when a plot is first drawn: the dashboard that never shows one
+    never pays its 5 MB."""
+    return _plotext()
 
 
 MARK_RGB = (200, 200, 200)  # where an action began: grey on dark and light themes
@@ -135,7 +140,7 @@ def _draw(
     sample is a short flat line ``lone`` seconds long: back in time for a history (its x
     is "seconds before the last"), on from it for an action's series (seconds from its
     first: a fix's report had one sample, and an axis from -1 to 0)."""
-    fig = _FIGURE
+    fig, marker, pixel = _kit()
     fig.clear()
     fig.plot_size(width, height)
     fig.theme("simple")
@@ -153,7 +158,7 @@ def _draw(
             continue
         if len(xs) == 1:  # a single sample still shows as a short flat line
             xs, ys = sorted([xs[0], xs[0] + lone]), [ys[0], ys[0]]
-        signal = fig.signal(xs, ys, marker=_MARKER("braille", _PIXEL(_rgb(gpu_colour(gpu)))))
+        signal = fig.signal(xs, ys, marker=marker("braille", pixel(_rgb(gpu_colour(gpu)))))
         signal.lines(True)
         fig.draw(signal)
         drawn = True
@@ -162,7 +167,7 @@ def _draw(
     high = ymax or max((m / scale for _x, u in points for m in u.values() if m),
                            default=1.0)
     for x in marks:  # an action began here: a vertical line over the whole height
-        mark = fig.signal([x, x], [0.0, high], marker=_MARKER("braille", _PIXEL(MARK_RGB)))
+        mark = fig.signal([x, x], [0.0, high], marker=marker("braille", pixel(MARK_RGB)))
         mark.lines(True)
         fig.draw(mark)
     if ymax:
