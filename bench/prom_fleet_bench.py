@@ -38,6 +38,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import gc
 import json
 import os
 import shutil
@@ -181,6 +183,7 @@ async def dashboard(url: str, hosts: int, seconds: float, prom_pid: int) -> dict
         t0 = time.perf_counter()
         fleet = await read(*args, **kw)
         reads.append(time.perf_counter() - t0)
+        reading.append((t0, time.perf_counter()))
         return fleet
 
     feedmod.read_fleet = timed_read  # type: ignore[assignment]
@@ -203,6 +206,25 @@ async def dashboard(url: str, hosts: int, seconds: float, prom_pid: int) -> dict
             drawn[0] = time.perf_counter()
 
     app._display = timed_display  # type: ignore[method-assign]
+    # the cyclic collector's full passes (each one a pause of the whole process), and the
+    # reads, to tell what a slow key waited for
+    collections: list[tuple[float, float]] = []
+    reading: list[tuple[float, float]] = []
+    began = [0.0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if info["generation"] == 2:
+            if phase == "start":
+                began[0] = time.perf_counter()
+            else:
+                collections.append((began[0], time.perf_counter()))
+
+    gc.callbacks.append(on_gc)
+    # as run_prom_fleet runs it: start-up's objects frozen, where this checkout does so
+    heap = getattr(sys.modules["gpudash.ui.prom_app"], "steady_heap", None)
+    frozen = contextlib.ExitStack()
+    if heap is not None:
+        frozen.enter_context(heap())
     async with app.run_test(size=(200, 50)) as pilot:
         deadline = time.monotonic() + 120
         while len(app.fleet.hosts) < hosts:
@@ -214,6 +236,7 @@ async def dashboard(url: str, hosts: int, seconds: float, prom_pid: int) -> dict
         refreshes.clear()
         reads.clear()
         updates.clear()
+        collections.clear()
         cpu, prom_cpu, wall = time.process_time(), cpu_of(prom_pid), time.monotonic()
         await asyncio.sleep(seconds)
         wall = time.monotonic() - wall
@@ -221,12 +244,15 @@ async def dashboard(url: str, hosts: int, seconds: float, prom_pid: int) -> dict
         prom_cpu = cpu_of(prom_pid) - prom_cpu
         rss, hwm = rss_mb()
         window = {"refreshes": list(refreshes), "reads": list(reads),
-                  "updates": list(updates)}
+                  "updates": list(updates),
+                  "collections": [b - a for a, b in collections]}
+        collections.clear()
         screen = app.fleet
         keys: dict[str, list[float]] = {}
         driver = app._driver
         assert driver is not None
         filtered = 0
+        slow: list[str] = []
         for name, key, char in KEYS:
             before = (screen.filter_text, screen.sort_key, screen.descending)
             event = events.Key(key, char)
@@ -246,9 +272,16 @@ async def dashboard(url: str, hosts: int, seconds: float, prom_pid: int) -> dict
                     raise SystemExit(f"key {key}: no frame after 60 s")
                 await asyncio.sleep(0.001)
             keys.setdefault(name, []).append(drawn[0] - t0)
+            if drawn[0] - t0 > TARGETS["key_ms"] / 1000:  # what it waited for
+                during = [why for why, spans in (("a full collection", collections),
+                                                 ("a read", reading))
+                          if any(a < drawn[0] and b > t0 for a, b in spans)]
+                slow.append(f"{name} {1000 * (drawn[0] - t0):.0f} ms during "
+                            f"{' and '.join(during) or 'neither a collection nor a read'}")
             if screen.filter_text == "orphans":
                 filtered = len(screen._shown)
             await asyncio.sleep(0.3)  # keys a person types, not a paste
+    frozen.close()
     feedmod.read_fleet = read  # type: ignore[assignment]
     exprs = dict(queries.QUERIES)
     server = {f"raw {n}": server_time(url, e) for n, e in exprs.items() if n == "gpudash"}
@@ -258,6 +291,9 @@ async def dashboard(url: str, hosts: int, seconds: float, prom_pid: int) -> dict
         server["recorded gpudash"] = sum(server_time(url, e) for e in recorded)
     if hasattr(queries, "PROBE"):
         server["probe"] = server_time(url, queries.PROBE)
+    gc.callbacks.remove(on_gc)
+    window["slow_keys"] = slow  # type: ignore[assignment]
+    window["key_collections"] = [b - a for a, b in collections]
     return {**window, "server": server, "cpu": cpu / wall, "prom_cpu": prom_cpu / wall,
             "rss": rss, "hwm": hwm, "keys": keys, "filtered": filtered, "wall": wall}
 
@@ -334,6 +370,11 @@ def summary(name: str, runs: list[dict[str, Any]]) -> list[str]:
                    f"(target <= {TARGETS['key_ms']:g})")
     out.append("  Prometheus alone (ms, after the window): " + "; ".join(
         f"{k} {over(lambda r, k=k: 1000 * r['server'][k])}" for k in runs[0]["server"]))
+    out.append(f"  full collections in the window: {over(lambda r: len(r['collections']))},"
+               f" max ms {over(lambda r: 1000 * max(r['collections'], default=0))}; while "
+               f"the keys were typed: {over(lambda r: len(r['key_collections']))}")
+    out += [f"  round {n + 1}: slow key: {k}" for n, r in enumerate(runs)
+            for k in r["slow_keys"]]
     out.append(f"  filter 'orphans' left {runs[0]['filtered']} rows")
     return out
 

@@ -182,9 +182,13 @@ class FleetTableScreen(Screen[None]):
                 or (text in self.STATES and text in row.states))
 
     def _order(self) -> list[int]:
-        rows = [self.row(i) for i in range(self.host_count())]
-        if len(self._by_name) != len(rows):  # names are fixed until refresh_all
-            self._by_name = sorted(range(len(rows)), key=lambda i: rows[i].sort["host"])
+        count = self.host_count()
+        if len(self._rows) < count:  # some never made: made now
+            for i in range(count):
+                self.row(i)
+        rows = self._rows
+        if len(self._by_name) != count:  # names are fixed until refresh_all
+            self._by_name = sorted(range(count), key=lambda i: rows[i].sort["host"])
         text = self.filter_text.lower()
         shown = ([i for i in self._by_name if self._matches_row(i, rows[i], text)]
                  if text else list(self._by_name))

@@ -21,6 +21,7 @@ from gpudash.fleetprom.fleet import FeedState, PromFeed
 from gpudash.fleetprom.sshname import SshNameTemplate
 from gpudash.state.promconfig import PromSettings
 from gpudash.ui.bindings import binding_table, bindings
+from gpudash.ui.heap import steady_heap
 from gpudash.ui.notices import LiteralNotices
 from gpudash.ui.prom_screen import PromFleetScreen, TableMemory
 from gpudash.ui.screens import HelpScreen
@@ -121,5 +122,6 @@ def run_prom_fleet(settings: PromSettings, *, interval: float, theme: str | None
     """Show the table until the operator quits (None) or opens a host (its SSH name);
     what the table was, for coming back to it."""
     app = PromFleetApp(settings, interval=interval, theme=theme, memory=memory)
-    app.run()
+    with steady_heap():  # a full collection then skips start-up's objects, as the dashboard's
+        app.run()
     return app.chosen, app.fleet.remember()

@@ -42,6 +42,7 @@ def _meta(row: int, column: int) -> Style:
     return Style.from_meta({"row": row, "column": column})
 
 
+_EMPTY = Text()  # a cell the row does not have (drawn, never changed)
 CACHE_ROWS = 512  # rendered rows kept (a screenful is ~50): dropped whole when over
 
 
@@ -113,6 +114,7 @@ class LineTable(ScrollView, can_focus=True):
         super().__init__(id=id)
         self.cells_of = cells_of
         self.columns: dict[ColumnKey, Column] = {}
+        self._keys: list[tuple[str, int]] = []  # (key, width) of each column, in order
         self._order: list[int] = []
         self._heights: dict[int, int] = {}  # rows taller than one line
         # the first line of each row, and the total at the end
@@ -132,6 +134,7 @@ class LineTable(ScrollView, can_focus=True):
         """(key, title, width) of each column, left to right."""
         self.columns = {ColumnKey(key): Column(ColumnKey(key), Text(title), width)
                         for key, title, width in columns}
+        self._keys = [(key, width) for key, _title, width in columns]
         self._cache.clear()
         self._header = None
         self._resize_virtual()
@@ -282,17 +285,20 @@ class LineTable(ScrollView, can_focus=True):
         console = self._console
         pad = " " * self.cell_padding
         segments: list[Segment] = []
-        for ci, (key, column) in enumerate(self.columns.items()):
-            cell = cells.get(str(key.value)) or Text()
-            if "\n" in cell.plain:
-                cell = cell.split("\n")[0]
-            text = cell.copy()
-            text.truncate(column.width, overflow=cell.overflow or "fold")
+        for ci, (key, width) in enumerate(self._keys):
+            text = cells.get(key) or _EMPTY
+            if "\n" in text.plain:
+                text = text.split("\n")[0]
+            length = text.cell_len
+            if length > width:  # cut (a copy: cells are the caller's)
+                text = text.copy()
+                text.truncate(width, overflow=text.overflow or "fold")
+                length = text.cell_len
             # Text.render leaves out the text's own style where it has no spans
             drawn = (text.render(console) if text.spans else
                      [Segment(text.plain, console.get_style(text.style, default=Style.null()))])
             style = pre + _meta(at, ci)
-            rest = " " * (column.width - text.cell_len) + pad  # unstyled, as Padding's
+            rest = " " * (width - length) + pad  # unstyled, as Padding's
             segments.extend(Segment.apply_style([Segment(pad), *drawn, Segment(rest)], style,
                                                 post))
         total = sum(self._cell_width(c) for c in self.columns.values())
