@@ -17,16 +17,24 @@ for an input. Quitting (``ctrl+q``, ``ctrl+c``) is never held.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 
 from textual import events
 from textual.app import App
 from textual.message import Message
+from textual.message_pump import MessagePump
 from textual.timer import Timer
 
 PASS_THROUGH = frozenset({"ctrl+q", "ctrl+c"})
 HOLD_MAX_S = 30.0  # a screen that never opens does not keep the keyboard
-KEY_MAX_S = 1.0  # a key whose way was cut (its widget removed) does not either
+# A key whose way was cut (the widget it was given to removed: the KeyDone behind it is
+# lost with it) does not either: a key on its way is looked at every KEY_CHECK_S, let go
+# once its widget is gone, or after KEY_MAX_S whatever happened. (A fixed second was
+# tried: on a loaded machine a key still on its way was overtaken by the next one, which
+# went to the table instead of the filter that key opened.)
+KEY_CHECK_S = 0.1
+KEY_MAX_S = 10.0
 
 
 class KeyDone(Message):
@@ -48,7 +56,9 @@ class HoldsKeys(App[int]):
     ``release_keys`` once it has the focus (``deliver=False`` when nothing opened)."""
 
     _pending: deque[events.Key] | None = None
-    _in_flight: Timer | None = None  # a key handed on, not yet dealt with
+    _in_flight: Timer | None = None  # a key handed on, not yet dealt with: watched
+    _in_flight_to: MessagePump | None = None  # where it went
+    _in_flight_until = 0.0  # (monotonic) let go then, whatever happened
     _holding: Timer | None = None  # an input is opening
 
     @property
@@ -83,15 +93,27 @@ class HoldsKeys(App[int]):
         if self._in_flight is not None or self._holding is not None or not pending:
             return
         key = pending.popleft()
-        self._in_flight = self.set_timer(KEY_MAX_S, self._key_done)
+        self._in_flight_to = self.screen
+        self._in_flight_until = time.monotonic() + KEY_MAX_S
+        self._in_flight = self.set_interval(KEY_CHECK_S, self._check_in_flight)
         await super().on_event(key)  # priority bindings, else to the focused widget
         target = self.focused or self.screen
+        self._in_flight_to = target
         target.post_message(KeyDone())  # behind the key, the same way up
+
+    async def _check_in_flight(self) -> None:
+        """The key on its way still has a widget to come back from (else let it go)."""
+        target = self._in_flight_to
+        if (target is not None and target.is_running and target.is_attached
+                and time.monotonic() < self._in_flight_until):
+            return
+        await self._key_done()
 
     async def _key_done(self) -> None:
         if self._in_flight is not None:
             self._in_flight.stop()
             self._in_flight = None
+            self._in_flight_to = None
         await self._next_key()
 
     async def on_key_done(self, message: KeyDone) -> None:
