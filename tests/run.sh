@@ -5,17 +5,23 @@
 # contract and pytest (lab tests included when run as root, the real vLLM's too: it is
 # installed once per machine under /var/cache/gpudash/realvllm). Extra arguments go to pytest.
 #
+# pytest runs in two parts: everything but the lab on every core (pytest-xdist: tests that
+# wait on a real server or process overlap), then the lab hosts and the real vLLM one at a
+# time (they boot systemd hosts that share this machine's network and /var/cache).
+#
 # `bash tests/run.sh --fast`: the edit-test loop's tier. No installs but the venv, no
-# linters; pytest without the tests that boot lab hosts, start a real sshd or run the real
-# vLLM (markers lab, ssh, realvllm). Everything else (the UI on a stepped clock, the CLI
-# in-process, the wire, the engine) runs. `.ci/run` always runs the whole suite.
+# linters; pytest on every core without the tests that boot lab hosts, start a real sshd,
+# run the real vLLM or the real program on a pty (markers lab, ssh, realvllm, terminal).
+# Everything else (the UI on a stepped clock, the CLI in-process, the wire, the engine)
+# runs. `.ci/run` always runs the whole suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if [ "${1:-}" = "--fast" ]; then
   shift
   bash scripts/bootstrap.sh test >/dev/null
-  exec .venv/bin/python -m pytest -q -m "not lab and not ssh and not realvllm" "$@"
+  exec .venv/bin/python -m pytest -q -n auto \
+    -m "not lab and not ssh and not realvllm and not terminal" "$@"
 fi
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
@@ -105,4 +111,14 @@ echo "3.7 kept"
 echo "== import contract"
 "$PY" -c "from importlinter.cli import lint_imports_command; lint_imports_command()" --no-cache >/dev/null \
   && echo "contract kept"
-echo "== pytest";       exec "$PY" -m pytest -q "$@"
+echo "== pytest, part 1 of 2: everything but the lab hosts, on every core"
+one=0; "$PY" -m pytest -q --durations=15 -n auto -m "not lab and not realvllm" "$@" || one=$?
+echo "== pytest, part 2 of 2: the lab hosts and the real vLLM, one at a time"
+two=0; "$PY" -m pytest -q --durations=15 -m "lab or realvllm" "$@" || two=$?
+# exit 5 is "no test selected" (arguments that pick only one part's tests): a failure only
+# where neither part ran one
+for rc in "$one" "$two"; do
+  if [ "$rc" != 0 ] && [ "$rc" != 5 ]; then exit "$rc"; fi
+done
+if [ "$one" = 5 ] && [ "$two" = 5 ]; then exit 5; fi
+exit 0

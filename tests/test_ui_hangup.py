@@ -17,6 +17,8 @@ import pytest
 from ptydash import Dashboard, audit, collectors
 from sshd.fixture import gpus, sshd_fakegpu, sshd_server  # noqa: F401
 
+pytestmark = pytest.mark.terminal  # a real pty, in real time: not the fast tier
+
 BOUND_S = 5.0  # the bound: gone within 5 s of the session's end
 VERDICT = "✔".encode()
 

@@ -231,6 +231,7 @@ async def test_back_from_a_host_while_prometheus_fails_says_so_in_the_header_onl
         assert not [t for t, _m in said if t == "Display error"], said
 
 
+@pytest.mark.terminal  # the real program on a real pty
 def test_enter_opens_the_host_as_gpudash_host_does_and_q_comes_back(
         server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """On a real pty: ``gpudash --prometheus URL``; Enter on the row whose SSH name is

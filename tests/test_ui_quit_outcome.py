@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from ptydash import Dashboard, audit
 from test_ui_hangup import at
+
+pytestmark = pytest.mark.terminal  # a real pty, in real time: not the fast tier
 
 ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]|\x1b[=>]")
 

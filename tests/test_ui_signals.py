@@ -10,6 +10,8 @@ import time
 import pytest
 from ptydash import Dashboard, audit
 
+pytestmark = pytest.mark.terminal  # a real pty, in real time: not the fast tier
+
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_while_acting_stops_the_action_audits_it_and_restores_the_terminal(
