@@ -19,7 +19,6 @@ from gpudash.domain.triage import HostTriage
 from gpudash.engine.config_plans import TITLE as FIX_TITLE
 from gpudash.engine.config_plans import fix_fits, plan_fix
 from gpudash.engine.container_plans import (
-    CONTAINER_TITLES,
     container_only,
     plan_container,
     plan_container_start,
@@ -57,7 +56,15 @@ from gpudash.engine.planners import (
     start_steps,
     startable,
 )
-from gpudash.engine.spec import ActionSpec, Needs, selected_owner
+from gpudash.engine.spec import (
+    CONTAINER,
+    OTHER_KINDS,
+    SERVICE,
+    ActionSpec,
+    Needs,
+    Planner,
+    selected_owner,
+)
 from gpudash.engine.steps import Systemctl
 from gpudash.serving.modelservers import port_of, server_kind
 
@@ -84,18 +91,16 @@ def plan_swap(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Actio
         if not owner.can(OwnerCapability.RECLAIM):
             raise PlanError(owner.unable(OwnerCapability.RECLAIM))
         container = owner.container
-        assert container is not None and reclaim_spec.container_planner is not None
-        reclaim = reclaim_spec.container_planner(reclaim_spec, snapshot,
-                                                 Selection(container=container.id))
+        assert container is not None
         source_name, source_unit = owner.describe(), None
         picked = Selection(container=container.id)
     else:
         source = require_unit(snapshot, sel.unit)
         if target.name == source.name:
             raise PlanError("swap to another unit: use restart to start the same one again")
-        reclaim = reclaim_spec.planner(reclaim_spec, snapshot, Selection(unit=source.name))
         source_name, source_unit = source.name, source
         picked = Selection(unit=source.name)
+    reclaim = reclaim_spec.plan(snapshot, picked)  # the owner's own reclaim, by its kind
     if not target.is_down:
         raise PlanError(f"{target.name} is already {target.active_state}")
     if target.unit_file_state == "masked":
@@ -142,56 +147,63 @@ def rollback_phase(old: Unit, new: Unit, enabled_new: bool) -> Phase:
 
 # --- the registry --------------------------------------------------------------------------
 
+# the planners of an owner-wide action, by owner kind (``OwnerRules.kind``): a system
+# service's, a container's; ``OTHER_KINDS``: every other kind's own command
+UNIT_OR_CONTAINER = {SERVICE: plan_unit, CONTAINER: plan_container}
+STARTS = {SERVICE: plan_start, CONTAINER: plan_container_start}
+
+
+def _any(planner: Planner) -> dict[str, Planner]:
+    """An action on no owner (a process, the orphans, a GPU, the node): one planner."""
+    return {OTHER_KINDS: planner}
+
+
 SPECS: dict[ActionKind, ActionSpec] = {
     spec.kind: spec
     for spec in (
-        ActionSpec(ActionKind.STOP, "stop_unit", "Stop unit", "s", "Stop",
-                   Needs.UNIT, plan_unit, capability=OwnerCapability.STOP,
-                   container_planner=plan_container, owner_planner=plan_owner_command),
+        ActionSpec(ActionKind.STOP, "stop_unit", "Stop unit", "s", "Stop", Needs.UNIT,
+                   {**UNIT_OR_CONTAINER, OTHER_KINDS: plan_owner_command},
+                   capability=OwnerCapability.STOP),
         ActionSpec(ActionKind.DISABLE, "disable_unit", "Disable unit", "d", "Disable",
-                   Needs.UNIT, plan_unit, capability=OwnerCapability.DISABLE,
-                   container_planner=plan_container),
+                   Needs.UNIT, UNIT_OR_CONTAINER, capability=OwnerCapability.DISABLE),
         ActionSpec(ActionKind.STOP_DISABLE, "stop_disable", "Stop + disable unit", "D",
-                   "Stop+disable", Needs.UNIT, plan_unit, capability=OwnerCapability.STOP,
-                   container_planner=plan_container),
+                   "Stop+disable", Needs.UNIT, UNIT_OR_CONTAINER,
+                   capability=OwnerCapability.STOP),
         ActionSpec(ActionKind.TERMINATE, "terminate", "Terminate process (TERM, then KILL)",
-                   "t", "Terminate", Needs.PROCESS, plan_process),
+                   "t", "Terminate", Needs.PROCESS, _any(plan_process)),
         ActionSpec(ActionKind.KILL, "kill", "Kill process (KILL)", "k", "Kill", Needs.PROCESS,
-                   plan_process),
+                   _any(plan_process)),
         ActionSpec(ActionKind.SIGNAL, "send_signal", "Send a signal", "S",
-                   "Signal", Needs.PROCESS, plan_process, in_footer=False),
+                   "Signal", Needs.PROCESS, _any(plan_process), in_footer=False),
         ActionSpec(ActionKind.REAP, "reap", "Reap orphans", "o", "Reap orphans", Needs.ORPHANS,
-                   plan_reap),
+                   _any(plan_reap)),
         ActionSpec(ActionKind.RECLAIM, "reclaim", "Reclaim unit (stop + disable + reap + wait)",
-                   "r", "Reclaim", Needs.UNIT, plan_unit,
-                   capability=OwnerCapability.RECLAIM, container_planner=plan_container),
+                   "r", "Reclaim", Needs.UNIT, UNIT_OR_CONTAINER,
+                   capability=OwnerCapability.RECLAIM),
         ActionSpec(ActionKind.START, "start_unit", "Start unit and follow it to serving", "u",
-                   "Start", Needs.UNIT, plan_start, startable, capability=OwnerCapability.START,
-                   container_planner=plan_container_start),
+                   "Start", Needs.UNIT, STARTS, startable, capability=OwnerCapability.START),
         ActionSpec(ActionKind.RESTART, "restart_unit", "Restart unit and follow it to serving",
-                   "R", "Restart", Needs.UNIT, plan_start, capability=OwnerCapability.START,
-                   container_planner=plan_container_start),
+                   "R", "Restart", Needs.UNIT, STARTS, capability=OwnerCapability.START),
         ActionSpec(ActionKind.ENABLE, "enable_unit", "Enable unit (start at boot)", "e",
-                   "Enable", Needs.UNIT, plan_enable, capability=OwnerCapability.START),
+                   "Enable", Needs.UNIT, {SERVICE: plan_enable},
+                   capability=OwnerCapability.START),
         ActionSpec(ActionKind.SWAP, "swap", "Swap model (reclaim, start the next, prove it "
-                   "serves)", "w", "Swap", Needs.UNIT_AND_TARGET, plan_swap,
-                   capability=OwnerCapability.RECLAIM, container_planner=plan_swap),
+                   "serves)", "w", "Swap", Needs.UNIT_AND_TARGET,
+                   {SERVICE: plan_swap, CONTAINER: plan_swap},
+                   capability=OwnerCapability.RECLAIM),
         ActionSpec(ActionKind.REMOVE, "remove_container", "Remove a stopped container "
-                   "(docker rm)", "X", "Remove", Needs.UNIT, plan_container,
-                   container_only, capability=OwnerCapability.REMOVE,
-                   container_planner=plan_container, hidden_unless_fits=True),
-        ActionSpec(ActionKind.FIX, "fix_unit", FIX_TITLE, "c", "Fix config", Needs.UNIT, plan_fix,
-                   fix_fits, hidden_unless_fits=True, in_footer=False),
+                   "(docker rm)", "X", "Remove", Needs.UNIT, {CONTAINER: plan_container},
+                   container_only, capability=OwnerCapability.REMOVE, hidden_unless_fits=True),
+        ActionSpec(ActionKind.FIX, "fix_unit", FIX_TITLE, "c", "Fix config", Needs.UNIT,
+                   {SERVICE: plan_fix}, fix_fits, hidden_unless_fits=True, in_footer=False),
         ActionSpec(ActionKind.GPU_RESET, "gpu_reset", RESET_TITLE, "G", "Reset GPU", Needs.GPU,
-                   plan_gpu_reset, reset_refusal, hidden_unless_fits=True),
+                   _any(plan_gpu_reset), reset_refusal, hidden_unless_fits=True),
         ActionSpec(ActionKind.DRAIN, "drain_node", DRAIN_TITLE, "N", "Drain node", Needs.NODE,
-                   plan_node, drain_refusal, hidden_unless_fits=True),
+                   _any(plan_node), drain_refusal, hidden_unless_fits=True),
         ActionSpec(ActionKind.RESUME, "resume_node", RESUME_TITLE, "ctrl+n", "Resume node",
-                   Needs.NODE, plan_node, resume_refusal, hidden_unless_fits=True),
+                   Needs.NODE, _any(plan_node), resume_refusal, hidden_unless_fits=True),
     )
 }
-SPECS = {kind: replace(spec, container_title=CONTAINER_TITLES.get(kind))
-         if spec.container_planner is not None else spec for kind, spec in SPECS.items()}
 SPECS_BY_NAME = {spec.name: spec for spec in SPECS.values()}
 UNIT_ACTIONS = frozenset(k for k, s in SPECS.items() if s.needs is Needs.UNIT)
 PROCESS_ACTIONS = frozenset(k for k, s in SPECS.items() if s.needs is Needs.PROCESS)

@@ -13,7 +13,7 @@ from gpudash.domain.lint import Finding, Learned, lint_unit
 from gpudash.domain.model import HostSnapshot, Unit, unit_name
 from gpudash.engine.plan import ActionKind, ActionPlan, PlanError, Selection
 from gpudash.engine.planners import new_plan, require_unit
-from gpudash.engine.spec import ActionSpec, Needs
+from gpudash.engine.spec import SERVICE, ActionSpec, Needs
 from gpudash.engine.steps import DaemonReload, DropIn
 
 REVERT_TITLE = "Revert gpudash's unit fix"
@@ -126,4 +126,5 @@ def _when_it_applies(u: Unit, settings: tuple[dropin.Directive, ...]) -> list[st
     return notes
 
 
-SPEC_FOR_FITS = ActionSpec(ActionKind.FIX, "fix_unit", TITLE, "", "Fix", Needs.UNIT, plan_fix)
+SPEC_FOR_FITS = ActionSpec(ActionKind.FIX, "fix_unit", TITLE, "", "Fix", Needs.UNIT,
+                           {SERVICE: plan_fix})

@@ -96,7 +96,7 @@ def plan_container(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> 
         untouched=left_alone(snapshot, targets or [pin(snapshot, p) for p in members]),
         container_before=c,
     )
-    return replace(plan, title=f"{CONTAINER_TITLES.get(kind, spec.title)}: {plan.subject}")
+    return replace(plan, title=f"{spec.title_of(owner.kind)}: {plan.subject}")
 
 
 def _commands(owner: Owner, kind: ActionKind, notes: list[str]) -> list[Step]:
@@ -125,17 +125,6 @@ def _commands(owner: Owner, kind: ActionKind, notes: list[str]) -> list[Step]:
             raise PlanError(f"{owner.describe()} is {c.state}: stop or reclaim it first")
         steps.append(command("rm"))
     return steps
-
-
-CONTAINER_TITLES = {  # what each owner-wide action does to a container
-    ActionKind.STOP: "Stop container",
-    ActionKind.DISABLE: "Restart policy off",
-    ActionKind.STOP_DISABLE: "Stop container + restart policy off",
-    ActionKind.RECLAIM: "Reclaim container (stop + restart policy off + reap + wait)",
-    ActionKind.REMOVE: "Remove container",
-    ActionKind.START: "Start container and prove it runs",
-    ActionKind.RESTART: "Restart container and prove it runs",
-}
 
 
 def plan_container_start(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection
@@ -199,7 +188,7 @@ def plan_container_start(spec: ActionSpec, snapshot: HostSnapshot, sel: Selectio
         container_before=c,
         fit=tuple(lines),
     )
-    return replace(plan, title=f"{CONTAINER_TITLES[kind]}: {plan.subject}")
+    return replace(plan, title=f"{spec.title_of(owner.kind)}: {plan.subject}")
 
 
 def container_ready_url(c: Container, given: str | None) -> str | None:

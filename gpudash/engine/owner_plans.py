@@ -40,4 +40,4 @@ def plan_owner_command(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection
                     steps=(OwnerCommand(kind, capability.value, key, argv),),
                     expected_free_mib=expected_free(snapshot, pinned),
                     notes=notes, untouched=left_alone(snapshot, pinned))
-    return replace(plan, title=f"{spec.title_for(sel)}: {plan.subject}")
+    return replace(plan, title=f"{spec.title_of(owner.kind)}: {plan.subject}")

@@ -43,7 +43,8 @@ from gpudash.domain.owners.service import ServiceRules, unit_respawned
 from gpudash.domain.owners.slurm import SlurmJobRules
 
 __all__ = [
-    "KINDS", "NO_UNIT", "RESTARTING_POLICIES", "RULES", "BaseRules", "CliSelector", "Found",
+    "KINDS", "NO_UNIT", "RESTARTING_POLICIES", "RULES", "BaseRules", "CliSelector",
+    "ContainerRules", "Found", "PodRules", "ServiceRules",
     "OwnerCapability", "cli_selected", "cli_selectors",
     "Orphan",
     "Owner", "OwnerKind", "OwnerRules", "Stray", "cgroup_fields", "claimed_container",

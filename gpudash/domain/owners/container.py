@@ -29,6 +29,16 @@ RESTARTING_POLICIES = frozenset({"always", "unless-stopped", "on-failure"})
 _CONTAINER_SCOPE = re.compile(r"^(docker|cri-containerd|crio|libpod|containerd)-[0-9a-f]+\.scope$")
 CONTAINER_PREFIXES = {"docker": "docker:", "podman": "podman:"}
 POD_PREFIX = "pod:"
+# what each owner-wide action (by its name) does to a container: its title there
+CONTAINER_TITLES = {
+    "stop": "Stop container",
+    "disable": "Restart policy off",
+    "stop+disable": "Stop container + restart policy off",
+    "reclaim": "Reclaim container (stop + restart policy off + reap + wait)",
+    "remove": "Remove container",
+    "start": "Start container and prove it runs",
+    "restart": "Restart container and prove it runs",
+}
 
 
 def container_key(runtime: str, label: str) -> str:
@@ -108,6 +118,9 @@ class ContainerRules(BaseRules):
 
     def selector(self, owner: Owner) -> Mapping[str, str]:
         return {} if owner.container is None else {"container": owner.container.id}
+
+    def title(self, capability: OwnerCapability, action: str) -> str | None:
+        return CONTAINER_TITLES.get(action)
 
     def kill_note(self, owner: Owner, p: Process) -> str | None:
         """Killing a container's main process: its runtime's restart policy brings it

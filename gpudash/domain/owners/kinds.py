@@ -215,8 +215,10 @@ class OwnerRules(Protocol):
         runtimes' have their own steps)."""
         ...
 
-    def title(self, capability: OwnerCapability) -> str | None:
-        """What an action with ``capability`` is called for this kind ("Cancel job")."""
+    def title(self, capability: OwnerCapability, action: str) -> str | None:
+        """What the action named ``action`` (``stop``, ``stop+disable``...), which asks
+        ``capability``, is called on an owner of this kind ("Cancel job (scancel)"); None:
+        the action's own title."""
         ...
 
 
@@ -301,7 +303,7 @@ class BaseRules:
     def command(self, capability: OwnerCapability, key: str) -> tuple[str, ...] | None:
         return None
 
-    def title(self, capability: OwnerCapability) -> str | None:
+    def title(self, capability: OwnerCapability, action: str) -> str | None:
         return None
 
 

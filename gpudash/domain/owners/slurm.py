@@ -154,7 +154,7 @@ class SlurmJobRules(BaseRules):
             return None
         return ("scancel", key)
 
-    def title(self, capability: OwnerCapability) -> str | None:
+    def title(self, capability: OwnerCapability, action: str) -> str | None:
         return "Cancel job (scancel)" if capability is OwnerCapability.STOP else None
 
     def _state(self, owner: Owner) -> str | None:
