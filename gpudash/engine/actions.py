@@ -9,7 +9,6 @@ adding one ``ActionSpec`` here.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 from gpudash.domain.model import HostSnapshot, Unit
 from gpudash.domain.owners import (
@@ -63,7 +62,11 @@ from gpudash.engine.spec import (
     ActionSpec,
     Needs,
     Planner,
+    container_of,
+    container_ref,
     selected_owner,
+    unit_of,
+    unit_ref,
 )
 from gpudash.engine.steps import Systemctl
 from gpudash.serving.modelservers import port_of, server_kind
@@ -77,7 +80,7 @@ __all__ = [
 def plan_swap(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> ActionPlan:
     """Reclaim one model with proof, then start the next and prove it serves.
 
-    What is reclaimed is a service (``sel.unit``) or a container (``sel.container``):
+    What is reclaimed is the selected owner, a service or a container:
     the reclaim phase is that owner's own reclaim plan, so a container is stopped with
     its restart policy off and what escaped it is reaped, as ``reclaim --container`` does.
     """
@@ -86,20 +89,20 @@ def plan_swap(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Actio
     target = require_unit(snapshot, sel.target)
     reclaim_spec = SPECS[ActionKind.RECLAIM]
     container = None
-    if sel.unit is None and sel.container is not None:
-        owner = require_container(snapshot, sel.container)
+    if (named := container_of(sel)) is not None:
+        owner = require_container(snapshot, named)
         if not owner.can(OwnerCapability.RECLAIM):
             raise PlanError(owner.unable(OwnerCapability.RECLAIM))
         container = owner.container
         assert container is not None
         source_name, source_unit = owner.describe(), None
-        picked = Selection(container=container.id)
+        picked = Selection(owner=container_ref(container.id))
     else:
-        source = require_unit(snapshot, sel.unit)
+        source = require_unit(snapshot, unit_of(sel))
         if target.name == source.name:
             raise PlanError("swap to another unit: use restart to start the same one again")
         source_name, source_unit = source.name, source
-        picked = Selection(unit=source.name)
+        picked = Selection(owner=unit_ref(source.name))
     reclaim = reclaim_spec.plan(snapshot, picked)  # the owner's own reclaim, by its kind
     if not target.is_down:
         raise PlanError(f"{target.name} is already {target.active_state}")
@@ -216,23 +219,22 @@ def plan_action(
 ) -> ActionPlan:
     """Build the exact plan for ``kind`` on the given unit, container or pid, from one
     snapshot."""
-    return SPECS[kind].plan(snapshot, Selection(unit=unit, pid=pid, container=container))
+    owner = (unit_ref(unit) if unit is not None else
+             container_ref(container) if container is not None else None)
+    return SPECS[kind].plan(snapshot, Selection(owner=owner, pid=pid))
 
 
 def selection_for(result: HostTriage | None, owner_key: str | None, pid: int | None, *,
                   gpu: int | None = None) -> Selection:
     """What the operator points at (an owner's row, or one of its processes; ``gpu``: the
-    memory no process holds on that GPU) as the engine takes it: a service by its unit,
-    a container by its id, a pod by its UID."""
+    memory no process holds on that GPU) as the engine takes it, as its kind names it
+    (``OwnerRules.selector``): a service by its unit, a container by its id, a pod by its
+    UID, a Slurm job by its id."""
     if gpu is not None:
         return Selection(gpu=gpu)
     group = result.group(owner_key) if result is not None and owner_key else None
     owner = group.owner if group is not None else None
-    if owner is None or group is None:
-        return Selection(pid=pid)
-    # the owner says which of the selection's fields names it (a unit, a container, ...)
-    names: dict[str, Any] = dict(owner.selector)
-    return Selection(pid=pid, **names)
+    return Selection(pid=pid, owner=owner.selector if owner is not None else None)
 
 
 def replan(plan: ActionPlan, snapshot: HostSnapshot) -> tuple[ActionPlan, list[str]]:

@@ -13,11 +13,10 @@ from gpudash.domain.owners import (
     ContainerRules,
     Owner,
     OwnerCapability,
-    PodRules,
+    OwnerRef,
     ServiceRules,
     container_members,
-    container_owner,
-    owner_of,
+    owner_named,
     rules_of,
 )
 from gpudash.domain.triage import (
@@ -126,14 +125,15 @@ class ActionSpec:
             return "select the unattributed row (memory no process holds)"
         if self.needs is Needs.ORPHANS:
             orphans = result.orphans()
-            if sel.unit is not None:
-                orphans = tuple(p for p in orphans if p.unit == sel.unit)
-            elif sel.container is not None:
-                c = snap.container(sel.container)
+            unit, container = unit_of(sel), container_of(sel)
+            if unit is not None:
+                orphans = tuple(p for p in orphans if p.unit == unit)
+            elif container is not None:
+                c = snap.container(container)
                 members = {p.pid for p in container_members(snap, c)} if c else set()
                 orphans = tuple(p for p in orphans if p.pid in members)
             if not orphans:
-                where = f" of {sel.unit or sel.container}" if sel.unit or sel.container else ""
+                where = f" of {unit or container}" if unit or container else ""
                 return f"no orphaned processes{where} hold GPU memory"
         return None if self.fits is None else self.fits(snap, sel)
 
@@ -156,40 +156,44 @@ class ActionSpec:
 def selected_kind(sel: Selection) -> str | None:
     """The kind of owner ``sel`` names, by its rules' name (None: none, only a process, a
     GPU...)."""
-    if sel.unit is not None:
-        return SERVICE
-    if sel.owner is not None:
-        return sel.owner.partition(":")[0]
-    if sel.container is not None:
-        return CONTAINER
-    if sel.pod is not None:
-        return PodRules.kind.value
-    return None
+    return sel.owner.kind if sel.owner is not None else None
 
 
 def selected_owner(snapshot: HostSnapshot, sel: Selection) -> Owner | None:
-    """The container, pod or claimed owner (a Slurm job) the selection names (None: a
-    unit, a process, or nothing)."""
-    if sel.owner is not None:
-        for p in snapshot.processes:
-            if p.claim == sel.owner:
-                o = owner_of(p, snapshot)
-                if o.selector.get("owner") == sel.owner:
-                    return o
-        return None
-    if sel.container is not None:
-        return container_owner(snapshot, sel.container)
-    if sel.pod is not None:
-        for p in snapshot.processes:
-            o = owner_of(p, snapshot)
-            if o.selector.get("pod") == sel.pod:
-                return o
-    return None
+    """The owner ``sel`` names, as its kind finds it on ``snapshot`` (None: none named, or
+    not there)."""
+    return None if sel.owner is None else owner_named(snapshot, sel.owner)
+
+
+def key_of(sel: Selection, kind: str) -> str | None:
+    """The key of the owner ``sel`` names where it is of ``kind``, else None."""
+    return sel.owner.key if sel.owner is not None and sel.owner.kind == kind else None
+
+
+def unit_of(sel: Selection) -> str | None:
+    """The system service ``sel`` names (the systemd planners' owner), or None."""
+    return key_of(sel, SERVICE)
+
+
+def container_of(sel: Selection) -> str | None:
+    """The container (name or id) ``sel`` names, or None."""
+    return key_of(sel, CONTAINER)
+
+
+def unit_ref(name: str) -> OwnerRef:
+    """A system service, as a selection names it."""
+    return OwnerRef(SERVICE, name)
+
+
+def container_ref(name_or_id: str) -> OwnerRef:
+    """A container, as a selection names it."""
+    return OwnerRef(CONTAINER, name_or_id)
 
 
 def _with_learned(result: HostTriage, sel: Selection) -> Selection:
     """``sel`` with what the triage learned of its unit's stops, where it says nothing."""
-    if sel.unit is None or sel.learned is not None:
+    unit = unit_of(sel)
+    if unit is None or sel.learned is not None:
         return sel
-    known = result.learned.get(unit_name(sel.unit))
+    known = result.learned.get(unit_name(unit))
     return sel if known is None else replace(sel, learned=known)

@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 
 from gpudash.domain.lint import Finding, Learned, lint_container
-from gpudash.domain.model import HostSnapshot, Process, Unit
+from gpudash.domain.model import Container, HostSnapshot, Process, Unit
 from gpudash.domain.owners.kinds import (
     BaseRules,
     CliSelector,
@@ -22,6 +22,7 @@ from gpudash.domain.owners.kinds import (
     Owner,
     OwnerCapability,
     OwnerKind,
+    OwnerRef,
 )
 from gpudash.domain.tree import ProcessTree
 
@@ -69,6 +70,17 @@ def cgroup_fields(p: Process) -> dict[str, str | None]:
             "container_id": container and container[1], "pod_uid": pod}
 
 
+def container_members(snapshot: HostSnapshot, container: Container) -> list[Process]:
+    """The processes whose cgroup names ``container`` (a user's own cgroup named like it
+    is not one of them: ``in_user_subtree``)."""
+    return [p for p in snapshot.processes if _in(p, container)]
+
+
+def _in(p: Process, container: Container) -> bool:
+    claimed = claimed_container(p)
+    return claimed is not None and claimed[1] == container.id and not p.in_user_subtree
+
+
 def rootless_of_another(owner: Owner) -> bool:
     """A rootless container of a user, which the host's runtime (root's) did not inspect."""
     return owner.user_uid is not None and owner.container is None
@@ -83,7 +95,7 @@ class ContainerRules(BaseRules):
                  "put back as it was before gpudash turned it off, then docker start, "
                  "proven running with its memory back",
         "reap": "only those of this Docker or Podman container",
-    }, "container", rank=1),)
+    }, rank=1),)
 
     def recognize(self, p: Process, snapshot: HostSnapshot, units: Mapping[str, Unit]
                   ) -> Owner | None:
@@ -116,8 +128,20 @@ class ContainerRules(BaseRules):
              ) -> tuple[Finding, ...]:
         return () if owner.container is None else lint_container(owner.container)
 
-    def selector(self, owner: Owner) -> Mapping[str, str]:
-        return {} if owner.container is None else {"container": owner.container.id}
+    def selector(self, owner: Owner) -> OwnerRef | None:
+        return None if owner.container is None else OwnerRef(self.kind.value, owner.container.id)
+
+    def find(self, key: str, snapshot: HostSnapshot) -> Owner | None:
+        """The container named (or id'd) ``key``, whether or not a process of it is left
+        (a stopped container has none)."""
+        c = snapshot.container(key)
+        if c is None:
+            return None
+        members = container_members(snapshot, c)
+        if members:
+            return self.recognize(members[0], snapshot, {u.name: u for u in snapshot.units})
+        return Owner(self.kind, container_key(c.runtime, c.label), self, container=c,
+                     container_id=c.id, runtime=c.runtime)
 
     def title(self, capability: OwnerCapability, action: str) -> str | None:
         return CONTAINER_TITLES.get(action)
@@ -284,8 +308,8 @@ class PodRules(BaseRules):
     def about(self, owner: Owner) -> str:
         return "a Kubernetes pod: the kubelet restarts it; gpudash does not act on it"
 
-    def selector(self, owner: Owner) -> Mapping[str, str]:
-        return {} if owner.pod_uid is None else {"pod": owner.pod_uid}
+    def selector(self, owner: Owner) -> OwnerRef | None:
+        return None if owner.pod_uid is None else OwnerRef(self.kind.value, owner.pod_uid)
 
     def kill_note(self, owner: Owner, p: Process) -> str | None:
         return f"pid {p.pid}: " + pod_advice(owner)
