@@ -156,3 +156,16 @@ def test_a_selection_names_its_owner_by_kind_and_key_only() -> None:
     assert hints["owner"] == OwnerRef | None
     named = [name for name, hint in hints.items() if "OwnerRef" in str(hint)]
     assert named == ["owner"]
+
+
+# the typed views the model binds (``schema.TYPED``: a container, a pod), the systemd unit
+# a process is in, and the user whose own systemd it is under: any kind's
+OWNER_VIEWS = {"unit", "container", "pod", "user", "user_uid"}
+
+
+def test_an_owner_carries_no_identity_of_one_kind() -> None:
+    """A container's id and runtime, a pod's UID are read by their kind's rules from the
+    claim that named the owner (``Owner.claimed``), not fields of every owner."""
+    names = {f.name for f in dataclasses.fields(Owner)}
+    assert not names & {"container_id", "runtime", "pod_uid"}
+    assert [name for name in _per_kind(Owner) if name not in OWNER_VIEWS] == []

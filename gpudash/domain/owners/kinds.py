@@ -229,6 +229,11 @@ class OwnerRules(Protocol):
         runtimes' have their own steps)."""
         ...
 
+    def identity(self, owner: Owner) -> Mapping[str, str | None]:
+        """Who it is beyond its key, as the ``--json`` document's owner fields say it
+        (schema 3: ``container_id``, ``runtime``, ``pod_uid``); {}: none of them."""
+        ...
+
     def title(self, capability: OwnerCapability, action: str) -> str | None:
         """What the action named ``action`` (``stop``, ``stop+disable``...), which asks
         ``capability``, is called on an owner of this kind ("Cancel job (scancel)"); None:
@@ -326,6 +331,9 @@ class BaseRules:
     def command(self, capability: OwnerCapability, key: str) -> tuple[str, ...] | None:
         return None
 
+    def identity(self, owner: Owner) -> Mapping[str, str | None]:
+        return {}
+
     def title(self, capability: OwnerCapability, action: str) -> str | None:
         return None
 
@@ -339,10 +347,10 @@ class Owner:
     rules: OwnerRules = field(compare=False, repr=False)
     unit: Unit | None = None  # the systemd unit (a service, or a container's scope)
     container: Container | None = None  # as the runtime inspected it; None: not known
-    container_id: str | None = None  # from the cgroup path, known even when not inspected
-    runtime: str | None = None  # docker | podman | cri
-    pod_uid: str | None = None
     pod: Pod | None = None
+    # the key of the claim that named it (``docker/ID`` of a container, a pod's UID, a
+    # job's id), known from the cgroup even where nothing was inspected; its kind reads it
+    claimed: str | None = None
     user_uid: int | None = None  # under this user's own systemd: theirs, not the host's
     user: str | None = None  # that user's name, as the host reported its processes' owner
     # what a kind that has no field above knows of its owner (a job's facts), as the host
