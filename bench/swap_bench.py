@@ -36,7 +36,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from lab.fixtures import HostSpec, labmod  # noqa: E402
 from lab.probes import wait_host  # noqa: E402
 
-from gpudash.engine import SPECS, ActionKind, ExecOptions, execute  # noqa: E402
+from gpudash.engine import SPECS, ActionKind, ExecOptions, execute, unit_ref  # noqa: E402
 from gpudash.engine.plan import Selection  # noqa: E402
 from gpudash.transport import open_source  # noqa: E402
 
@@ -103,7 +103,7 @@ async def ready_to_serving(host: labmod.LabHost, runs: int, poll: float) -> list
         for _ in range(runs):
             snap = await control.sample()
             spec = SPECS[ActionKind.START]
-            plan = spec.plan(snap, Selection(unit=UNIT,
+            plan = spec.plan(snap, Selection(owner=unit_ref(UNIT),
                                              ready_url=f"http://127.0.0.1:{PORT}/health"))
             report = await execute(plan, control, opts, lambda p: None)
             detected = time.time()

@@ -11,7 +11,7 @@ from gpudash.demo.host import MINIMAX, DemoHost
 from gpudash.domain.clock import SteppedClock
 from gpudash.domain.model import HostSnapshot
 from gpudash.domain.triage import triage
-from gpudash.engine import SPECS, ActionKind, Needs, PlanError, Selection
+from gpudash.engine import SPECS, ActionKind, Needs, PlanError, Selection, unit_ref
 
 
 def test_every_action_has_one_spec_with_its_own_key_and_binding() -> None:
@@ -28,9 +28,11 @@ def test_every_action_has_one_spec_with_its_own_key_and_binding() -> None:
 
 
 def selections(snap: HostSnapshot) -> list[Selection]:
-    out = [Selection(), Selection(unit=MINIMAX), Selection(unit="session-4.scope")]
+    out = [Selection(), Selection(owner=unit_ref(MINIMAX)),
+           Selection(owner=unit_ref("session-4.scope"))]
     out += [Selection(pid=p.pid) for p in snap.processes]
-    out += [Selection(unit=p.unit, pid=p.pid) for p in snap.processes if p.unit == MINIMAX]
+    out += [Selection(owner=unit_ref(MINIMAX), pid=p.pid) for p in snap.processes
+            if p.unit == MINIMAX]
     return out
 
 
@@ -38,7 +40,7 @@ async def check_precheck_agrees_with_planning(snap: HostSnapshot) -> None:
     result = triage(snap)
     for spec in SPECS.values():
         for sel in selections(snap):
-            if sel.unit == "session-4.scope" and spec.needs is not Needs.PROCESS:
+            if sel.owner == unit_ref("session-4.scope") and spec.needs is not Needs.PROCESS:
                 continue  # the UI never offers a session as a unit (selection_of)
             if spec.needs is Needs.UNIT_AND_TARGET:
                 continue  # the target is chosen after the precheck: tested with the swap
@@ -73,7 +75,8 @@ async def test_read_only_host_explains_itself_for_every_action() -> None:
     snap = await DemoHost(read_only=True).sample()
     result = triage(snap)
     for spec in SPECS.values():
-        assert spec.precheck(result, Selection(unit=MINIMAX, pid=90211)) == "read-only mode"
+        assert spec.precheck(result, Selection(owner=unit_ref(MINIMAX), pid=90211)) == (
+            "read-only mode")
 
 
 async def test_a_fix_is_offered_for_what_only_the_learned_stop_time_shows() -> None:
@@ -88,6 +91,6 @@ async def test_a_fix_is_offered_for_what_only_the_learned_stop_time_shows() -> N
                     start_limit_interval_s=600.0)
     snap = replace(snap, units=tuple(clean if u.name == MINIMAX else u for u in snap.units))
     fix = SPECS[ActionKind.FIX]
-    assert fix.precheck(triage(snap), Selection(unit=MINIMAX)) is not None  # nothing yet
+    assert fix.precheck(triage(snap), Selection(owner=unit_ref(MINIMAX))) is not None  # nothing yet
     learned = triage(snap, learned={MINIMAX: Learned(stop_s=400.0)})
-    assert fix.precheck(learned, Selection(unit=MINIMAX)) is None
+    assert fix.precheck(learned, Selection(owner=unit_ref(MINIMAX))) is None

@@ -16,6 +16,7 @@ from gpudash.cli.fix import run_fix
 from gpudash.cli.terminal import Terminal
 from gpudash.demo.host import MINIMAX, DemoHost
 from gpudash.domain import dropin
+from gpudash.engine import unit_ref
 from gpudash.render import jsondoc
 from gpudash.transport.commands import cat_argv, drop_in_argvs
 
@@ -163,7 +164,7 @@ def test_the_precheck_agrees_with_the_planner_once_the_unit_is_read() -> None:
         text = asyncio.run(demo.unit_text(unit))
         snap = asyncio.run(demo.sample())
         for revert in (False, True):
-            sel = Selection(unit=unit, revert=revert, unit_text=text)
+            sel = Selection(owner=unit_ref(unit), revert=revert, unit_text=text)
             reason = fix_fits(snap, sel)
             try:
                 spec.plan(snap, sel)

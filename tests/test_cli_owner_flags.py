@@ -4,11 +4,13 @@ selector (--unit, --container, --job...)" is part of one kind's contract)."""
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 import pytest
 
 from gpudash.cli import act, args
 from gpudash.domain import owners
-from gpudash.domain.owners import BaseRules, CliSelector, OwnerKind
+from gpudash.domain.owners import BaseRules, CliSelector, OwnerRef
 
 
 def flags_of(command: str) -> list[str]:
@@ -26,13 +28,17 @@ def test_the_parsers_owner_flags_are_the_adapters() -> None:
         assert flags_of(command) == flags
 
 
+class WidgetKind(StrEnum):
+    WIDGET = "widget"  # a kind gpudash does not know
+
+
 class WidgetRules(BaseRules):
     """A kind added for the test: nothing but its flag."""
 
-    kind = OwnerKind.SCOPE  # (an existing value: the registry is keyed by kind elsewhere)
+    kind = WidgetKind.WIDGET  # type: ignore[assignment]
     cli: tuple[CliSelector, ...] = (CliSelector(
-        "--widget", "ID", {"reap": "what is left of this widget"}, "owner",
-        prefix="widget:", pattern=r"w[0-9]+", what="a widget id", rank=3),)
+        "--widget", "ID", {"reap": "what is left of this widget"},
+        pattern=r"w[0-9]+", what="a widget id", rank=3),)
 
 
 def test_a_kinds_flag_is_a_line_in_its_adapter(monkeypatch: pytest.MonkeyPatch,
@@ -43,7 +49,7 @@ def test_a_kinds_flag_is_a_line_in_its_adapter(monkeypatch: pytest.MonkeyPatch,
     parser = args.build_parser("reap")
     ns = parser.parse_args(["gpu01", "--widget", "w7"])
     selection = act.selected(ns, "reap", gpus=None)
-    assert selection.owner == "widget:w7" and selection.unit is None
+    assert selection.owner == OwnerRef("widget", "w7")
     with pytest.raises(SystemExit):
         parser.parse_args(["gpu01", "--widget", "x;rm -rf /"])  # its pattern, checked
     assert "not a widget id: 'x;rm -rf /'" in capsys.readouterr().err
@@ -51,11 +57,11 @@ def test_a_kinds_flag_is_a_line_in_its_adapter(monkeypatch: pytest.MonkeyPatch,
         parser.parse_args(["gpu01", "--widget", "w7", "--unit", "vllm"])
 
 
-def test_each_flag_names_its_selection_field() -> None:
+def test_each_flag_names_an_owner_of_its_kind() -> None:
     parser = args.build_parser("reap")
-    cases = {("--unit", "vllm.service"): ("unit", "vllm.service"),
-             ("--container", "embed"): ("container", "embed"),
-             ("--job", "4117"): ("owner", "slurm job:4117")}
-    for (flag, value), (field, expected) in cases.items():
+    cases = {("--unit", "vllm.service"): OwnerRef("service", "vllm.service"),
+             ("--container", "embed"): OwnerRef("container", "embed"),
+             ("--job", "4117"): OwnerRef("slurm job", "4117")}
+    for (flag, value), expected in cases.items():
         selection = act.selected(parser.parse_args(["gpu01", flag, value]), "reap")
-        assert getattr(selection, field) == expected, (flag, selection)
+        assert selection.owner == expected, (flag, selection)

@@ -205,7 +205,7 @@ def test_a_users_cgroup_named_like_a_kubelet_pod_is_theirs_not_the_pod(tmp_path:
     no_pod_word(g.key, g.owner.describe(), *g.warnings,
                 *(g.owner.unable(cap) for cap in OwnerCapability))
     sel = selection_for(t, g.key, 4242)
-    assert sel.pod is None and sel.container is None and sel.unit is None
+    assert sel.owner is None
     for spec in SPECS.values():  # what each action says of it in the dashboard and CLI
         no_pod_word(spec.precheck(t, sel) or "")
     assert t.orphans() == ()

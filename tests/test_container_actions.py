@@ -14,8 +14,17 @@ from test_containers import CID, POD, proc, snap, vllm
 from gpudash.demo.host import EMBED_ID, EMBED_MIB, DemoHost
 from gpudash.domain.clock import SteppedClock
 from gpudash.domain.model import Pod
+from gpudash.domain.owners import OwnerRef
 from gpudash.domain.triage import Flag, triage
-from gpudash.engine import SPECS, ActionKind, ExecOptions, PlanError, execute, plan_action
+from gpudash.engine import (
+    SPECS,
+    ActionKind,
+    ExecOptions,
+    PlanError,
+    container_ref,
+    execute,
+    plan_action,
+)
 from gpudash.engine.actions import selection_for
 from gpudash.transport.commands import container_argv, validate_container
 
@@ -57,7 +66,7 @@ async def test_reclaim_a_container_turns_its_policy_off_stops_it_and_proves_it(
 ) -> None:
     before = await demo.sample()
     sel = selection_for(triage(before), EMBED, None)
-    assert sel.container == EMBED_ID and sel.unit is None
+    assert sel.owner == container_ref(EMBED_ID)
     spec = SPECS[ActionKind.RECLAIM]
     assert spec.precheck(triage(before), sel) is None
     plan = spec.plan(before, sel)
@@ -126,7 +135,7 @@ def test_a_pod_offers_no_action_and_the_reason_says_what_to_do() -> None:
     s = snap([proc(100, 50, cg, 30000)], pods=[Pod(POD, "ml", "vllm-0")])
     t = triage(s)
     sel = selection_for(t, "pod:ml/vllm-0", None)
-    assert sel.pod == POD
+    assert sel.owner == OwnerRef("pod", POD)
     for kind in (ActionKind.STOP, ActionKind.RECLAIM, ActionKind.DISABLE):
         why = SPECS[kind].precheck(t, sel) or ""
         assert "kubelet restarts" in why and "kubectl" in why

@@ -14,7 +14,7 @@ import pytest
 from gpudash.collector.host.parsing import parse_systemctl_show
 from gpudash.domain.model import Gpu, HostSnapshot, Process, Unit
 from gpudash.domain.units import gib
-from gpudash.engine import SPECS, ActionKind, PlanError, Selection
+from gpudash.engine import SPECS, ActionKind, PlanError, Selection, unit_ref
 from gpudash.engine.fit import Need, check, estimate
 
 TOTAL = 97_887  # MiB: 95.6 GiB, as the demo's GPUs
@@ -66,23 +66,25 @@ def test_a_start_that_does_not_fit_is_refused_unless_forced() -> None:
     unit = vllm("--model m --tensor-parallel-size 1", "0")
     snap = snapshot({0: 61_440}, unit)
     with pytest.raises(PlanError) as refused:
-        SPECS[ActionKind.START].plan(snap, Selection(unit=unit.name))
+        SPECS[ActionKind.START].plan(snap, Selection(owner=unit_ref(unit.name)))
     assert refused.value.lines == (
         "vllm-x.service does not fit (nothing done; --force starts it anyway):",
         "  in the way: bob's python3 (pid 5000) holds 60.0 GiB on GPU0",
         "  GPU0: needs 86.0 GiB, 35.6 GiB will be free")
-    plan = SPECS[ActionKind.START].plan(snap, Selection(unit=unit.name, force=True))
+    plan = SPECS[ActionKind.START].plan(snap, Selection(owner=unit_ref(unit.name), force=True))
     assert plan.fit[0].startswith("FORCED: started although it does not fit: in the way")
     assert "Fit: FORCED" in "\n".join(plan.describe())
     # a learned footprint wins over the arguments
-    plan = SPECS[ActionKind.START].plan(snap, Selection(unit=unit.name, footprint={0: 30_000}))
+    plan = SPECS[ActionKind.START].plan(snap, Selection(owner=unit_ref(unit.name),
+                                                        footprint={0: 30_000}))
     assert plan.fit == ("fits: up to 29.3 GiB per GPU on 1 GPU(s), learned when it last "
                         "served here",)
 
 
 def test_a_server_whose_arguments_say_nothing_is_not_checked_and_says_so() -> None:
     unit = replace(vllm(""), exec_start="/usr/bin/llama-server -m x.gguf")
-    plan = SPECS[ActionKind.START].plan(snapshot({0: 90_000}, unit), Selection(unit=unit.name))
+    plan = SPECS[ActionKind.START].plan(snapshot({0: 90_000}, unit),
+                                        Selection(owner=unit_ref(unit.name)))
     assert plan.fit[0].startswith("not checked: no learned footprint")
 
 

@@ -11,7 +11,7 @@ from test_ui import SIZE, make_app, select, wait_for
 from gpudash.demo.fleet import UnreachableHost
 from gpudash.demo.host import KIMI, MINIMAX, DemoHost
 from gpudash.domain.clock import SteppedClock
-from gpudash.engine import SPECS, ActionKind, ExecOptions, Selection, execute
+from gpudash.engine import SPECS, ActionKind, ExecOptions, Selection, execute, unit_ref
 from gpudash.engine.goals import GoalState, Ready
 from gpudash.protocol.source import Capability, HttpAnswer, ListenerOwner, LogLine, ModelUnit
 from gpudash.session.controller import serving_request
@@ -54,7 +54,7 @@ async def test_the_ready_goal_says_when_a_host_cannot_be_probed() -> None:
 async def test_a_start_on_a_bare_host_is_followed_by_its_samples_alone() -> None:
     host = Bare(clock=SteppedClock())
     plan = SPECS[ActionKind.START].plan(await host.sample(), Selection(
-        unit=KIMI, ready_url="http://127.0.0.1:8001/health", force=True))  # a crash loop
+        owner=unit_ref(KIMI), ready_url="http://127.0.0.1:8001/health", force=True))  # a crash loop
     opts = ExecOptions(poll=0.5, settle=2, serve_timeout=3.0)
     report = await stepped(host, execute(plan, host, opts))
     assert report.serving is not None and report.serving.log_tail == ()

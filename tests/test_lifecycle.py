@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 
 from gpudash.demo.host import KIMI, MINIMAX, DemoHost
 from gpudash.domain.clock import SteppedClock
-from gpudash.engine import ActionKind, ActionPlan, Selection
+from gpudash.engine import ActionKind, ActionPlan, Selection, unit_ref
 from gpudash.session.lifecycle import (
     Candidate,
     Ended,
@@ -50,7 +50,7 @@ async def test_an_answer_is_acted_on_the_host_as_it_is_then_and_a_change_is_aske
     worker = next(p for p in demo.snapshot().processes if p.cmdline.startswith("VLLM::Worker"))
     ports = Answers([True, True], [lambda: demo.signal(worker.pid, worker.start_ticks,
                                                        signal.SIGKILL)])
-    plan = await prepare(Request(ActionKind.RECLAIM, Selection(unit=MINIMAX)), demo,
+    plan = await prepare(Request(ActionKind.RECLAIM, Selection(owner=unit_ref(MINIMAX))), demo,
                          "demo", ports)
     assert isinstance(plan, ActionPlan) and worker.pid in {t.pid for t in plan.targets}
     fresh = await confirm(plan, demo, ports, 10.0)
@@ -62,15 +62,16 @@ async def test_an_answer_is_acted_on_the_host_as_it_is_then_and_a_change_is_aske
 
 async def test_what_ends_an_action_before_anything_is_sent_says_which() -> None:
     demo = DemoHost(clock=SteppedClock())
-    request = Request(ActionKind.RECLAIM, Selection(unit=MINIMAX))
+    request = Request(ActionKind.RECLAIM, Selection(owner=unit_ref(MINIMAX)))
     for answer, kind in ((None, Ending.NOBODY), (False, Ending.DECLINED)):
         ports = Answers([answer])
         plan = await prepare(request, demo, "demo", ports)
         assert isinstance(plan, ActionPlan)
         ended = await confirm(plan, demo, ports, 10.0)
         assert isinstance(ended, Ended) and ended.kind is kind and "nothing done" in ended.why
-    bad = await prepare(Request(ActionKind.RECLAIM, Selection(unit="no-such.service")), demo,
-                        "demo", Answers([]))
+    bad = await prepare(Request(ActionKind.RECLAIM,
+                                Selection(owner=unit_ref("no-such.service"))),
+                        demo, "demo", Answers([]))
     assert isinstance(bad, Ended) and bad.kind is Ending.PLAN
     assert demo.units[MINIMAX].active  # nothing was sent, whatever ended it
 
@@ -78,14 +79,14 @@ async def test_what_ends_an_action_before_anything_is_sent_says_which() -> None:
 async def test_a_swap_offers_the_other_models_and_enables_as_the_old_unit_was() -> None:
     demo = DemoHost(clock=SteppedClock())
     ports = Answers([])
-    picked = await prepare(Request(ActionKind.SWAP, Selection(unit=MINIMAX)), demo, "demo",
-                           ports)
+    picked = await prepare(Request(ActionKind.SWAP, Selection(owner=unit_ref(MINIMAX))), demo,
+                           "demo", ports)
     assert isinstance(picked, Ended) and picked.kind is Ending.NOT_PICKED
     (source, names, enable), = ports.offered
     assert source == MINIMAX and MINIMAX not in names and KIMI in names
     assert enable is True  # MiniMax is enabled: by default so is what replaces it
     ports.pick_as = Picked(KIMI, enable=False)
-    plan = await prepare(Request(ActionKind.SWAP, Selection(unit=MINIMAX)), demo, "demo",
+    plan = await prepare(Request(ActionKind.SWAP, Selection(owner=unit_ref(MINIMAX))), demo, "demo",
                          ports)
     assert isinstance(plan, ActionPlan) and plan.selection.target == KIMI
     assert plan.selection.enable is False and plan.selection.ready_url is not None
@@ -105,7 +106,7 @@ async def test_a_swap_asks_the_host_for_its_model_units_once() -> None:
     demo.model_units = counting  # type: ignore[method-assign]
     ports = Answers([])
     ports.pick_as = Picked(KIMI, enable=True)
-    plan = await prepare(Request(ActionKind.SWAP, Selection(unit=MINIMAX)), demo, "demo",
+    plan = await prepare(Request(ActionKind.SWAP, Selection(owner=unit_ref(MINIMAX))), demo, "demo",
                          ports)
     assert isinstance(plan, ActionPlan) and plan.selection.target == KIMI
     kimi_port = next(m.port for m in await model_units(()) if m.name == KIMI)

@@ -19,7 +19,7 @@ from gpudash.collector.host.protocol import PROTOCOL
 from gpudash.domain.model import Gpu, HostSnapshot, Process, Unit
 from gpudash.domain.owners import OwnerCapability, OwnerKind
 from gpudash.domain.triage import Flag, triage, unattributed_mib
-from gpudash.engine import SPECS, ActionKind, PlanError, Selection
+from gpudash.engine import SPECS, ActionKind, PlanError, Selection, unit_ref
 from gpudash.protocol.wire import SnapshotDecoder
 
 UNIT = "vllm-tiny.service"
@@ -73,7 +73,7 @@ def test_kill_9_of_the_units_api_server_orphans_the_old_engine_and_its_worker() 
     assert any("VLLM::EngineCore 3703" in w and "it and 1 more hold 58.6 GiB" in w
                for w in g.warnings), g.warnings
     # and `o` (reap) takes exactly the leftovers
-    plan = SPECS[ActionKind.REAP].plan(t.snapshot, Selection(unit=UNIT))
+    plan = SPECS[ActionKind.REAP].plan(t.snapshot, Selection(owner=unit_ref(UNIT)))
     assert sorted(s.target.pid for s in plan.steps) == [3703, 3709]
 
 

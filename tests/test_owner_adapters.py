@@ -21,6 +21,7 @@ from gpudash.domain.owners import (
     BaseRules,
     Owner,
     OwnerKind,
+    OwnerRef,
     Stray,
     owner_of,
     service_unit,
@@ -78,7 +79,7 @@ def test_a_cgroup_that_names_a_container_wins_over_its_unit() -> None:
     snap = HostSnapshot("h", 0.0, processes=(p,), containers=(c,))
     owner = owner_of(p, snap)
     assert (owner.kind, owner.key, owner.container) == (OwnerKind.CONTAINER, "docker:llm", c)
-    assert owner.selector == {"container": c.id}
+    assert owner.selector == OwnerRef("container", c.id)
 
 
 def test_idle_owners_of_every_kind_stay_visible() -> None:

@@ -82,7 +82,8 @@ def test_a_container_field_beside_no_claim_names_no_container() -> None:
     (p,) = decoded.processes
     assert not hasattr(p, "container_id") and p.claim is None
     g = triage(decoded).group_of(7)
-    assert g is not None and g.owner is not None and g.owner.container_id is None
+    assert g is not None and g.owner is not None and g.owner.claimed is None
+    assert g.owner.rules.identity(g.owner).get("container_id") is None
 
 
 @pytest.mark.parametrize("claim", [

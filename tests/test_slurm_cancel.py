@@ -13,13 +13,14 @@ import pytest
 from gpudash.demo.fleet import ScenarioHost
 from gpudash.demo.slurm import LOADING_MIB
 from gpudash.domain.clock import SteppedClock
+from gpudash.domain.owners import OwnerRef
 from gpudash.domain.triage import triage
 from gpudash.engine import SPECS, ActionKind, ExecOptions, PlanError, Selection, execute, replan
 from gpudash.engine.actions import selection_for
 from gpudash.transport.commands import owner_argv
 
 FAST = ExecOptions(term_timeout=3.0, verify_timeout=30.0, poll=0.5, settle=3)
-BOBS = "slurm job:4118"
+BOBS = OwnerRef("slurm job", "4118")
 
 
 async def stepped(clock: SteppedClock, work: Any) -> Any:
@@ -51,13 +52,13 @@ async def test_stop_on_a_job_is_scancel_and_its_memory_comes_back() -> None:
     assert [c.argv for c in report.commands] == [("scancel", "4118")]
     after = await host.sample()
     assert after.facts("slurm job", "4118")["state"] == "CANCELLED"
-    assert not [p for p in after.processes if p.claim == BOBS]
+    assert not [p for p in after.processes if p.claim == str(BOBS)]
 
 
 async def test_an_ended_job_cannot_be_cancelled_and_says_what_to_do() -> None:
     host = ScenarioHost("demo-gpu07", "slurm", clock=SteppedClock())
     before = await host.sample()
-    sel = Selection(owner="slurm job:4117")  # alice's, COMPLETED: no process claims it
+    sel = Selection(owner=OwnerRef("slurm job", "4117"))  # alice's, COMPLETED: no process claims it
     with pytest.raises(PlanError, match="none of its processes"):
         SPECS[ActionKind.STOP].plan(before, sel)
     # the other actions on a job say who decides
@@ -85,7 +86,7 @@ async def test_a_job_script_s_short_lived_children_do_not_make_the_confirm_ask_a
 
     host = ScenarioHost("demo-gpu07", "slurm", clock=SteppedClock())
     before = await host.sample()
-    member = next(p for p in before.processes if p.claim == BOBS)
+    member = next(p for p in before.processes if p.claim == str(BOBS))
     sleep = dataclasses.replace(member, pid=member.pid + 5000, start_ticks=(member.start_ticks
                                 or 0) + 7, name="sleep", cmdline="sleep 0.2",
                                 gpu_memory_mib={}, device_gpus=())
@@ -97,7 +98,7 @@ async def test_a_job_script_s_short_lived_children_do_not_make_the_confirm_ask_a
     fresh, changes = replan(fresh, with_sleep)
     assert changes == [], changes
     # what does matter still reads as a change: the memory its holders keep
-    holder = next(p for p in before.processes if p.claim == BOBS and p.holds_gpu_memory)
+    holder = next(p for p in before.processes if p.claim == str(BOBS) and p.holds_gpu_memory)
     smaller = dataclasses.replace(holder, gpu_memory_mib={
         g: (m or 0) // 4 for g, m in holder.gpu_memory_mib.items()})
     less = dataclasses.replace(before, processes=tuple(

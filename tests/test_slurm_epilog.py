@@ -15,6 +15,7 @@ from gpudash.cli import epilog
 from gpudash.cli.contract import Exit
 from gpudash.cli.main import main
 from gpudash.cli.terminal import Terminal
+from gpudash.domain.owners import OwnerRef
 
 
 def test_the_job_and_its_gpus_come_from_slurmds_environment() -> None:
@@ -90,4 +91,4 @@ def test_a_drain_that_fails_is_said_and_the_exit_stays_non_zero(
 def test_prepare_sets_the_jobs_leftovers_and_no_prompt() -> None:
     args = argparse.Namespace(hosts=[], hosts_file=None, demo=False, yes=False)
     assert epilog.prepare(args, {"SLURM_JOB_ID": "9", "SLURM_JOB_GPUS": "0,1"}) == ("0", "1")
-    assert (args.yes, args.owner, args.gpus) == (True, "slurm job:9", (0, 1))
+    assert (args.yes, args.owner, args.gpus) == (True, OwnerRef("slurm job", "9"), (0, 1))

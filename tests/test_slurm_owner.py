@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from gpudash.domain.model import Fact, HostSnapshot, Process
-from gpudash.domain.owners import OwnerKind, owners
+from gpudash.domain.owners import OwnerKind, OwnerRef, owners
 from gpudash.domain.owners.slurm import NO_JOB, OTHERS, OUTSIDE
 from gpudash.domain.triage import Flag, triage
 from gpudash.engine import SPECS, ActionKind, PlanError, Selection
@@ -53,7 +53,7 @@ def test_a_jobs_processes_on_its_gpus_are_its_own_and_nothing_is_flagged() -> No
     assert group.owner.describe() == "Slurm job 7 (train, alice's)"
     rows = dict(group.owner.rules.rows(group.owner))
     assert rows["GPUs"] == "0,1" and rows["State"] == "RUNNING" and rows["User"] == "alice"
-    assert group.owner.selector == {"owner": "slurm job:7"}  # stop: scancel 7
+    assert group.owner.selector == OwnerRef(JOB, "7")  # stop: scancel 7
 
 
 def test_memory_on_a_gpu_no_running_job_has_strays_and_names_the_likely_job() -> None:
@@ -122,19 +122,20 @@ def _epilog_host() -> HostSnapshot:
 
 def test_an_epilog_reaps_its_jobs_leftovers_and_never_a_running_jobs() -> None:
     reap = SPECS[ActionKind.REAP]
-    plan = reap.plan(_epilog_host(), Selection(owner=f"{JOB}:7", gpus=(0, 1)))
+    plan = reap.plan(_epilog_host(), Selection(owner=OwnerRef(JOB, "7"), gpus=(0, 1)))
     assert sorted(t.pid for t in plan.targets) == [30, 31]
     assert plan.expected_free_mib == {0: 5000, 1: 3000}
     assert any("holds GPU 1 of job 7 outside any running job" in n for n in plan.notes)
     # the site's rule may be to report what holds the GPUs outside any job, not signal it
-    only = reap.plan(_epilog_host(), Selection(owner=f"{JOB}:7", gpus=(0, 1), strays=False))
+    only = reap.plan(_epilog_host(), Selection(owner=OwnerRef(JOB, "7"), gpus=(0, 1),
+                                                strays=False))
     assert [t.pid for t in only.targets] == [30]
     assert [n for n in only.notes if n.startswith("left alone (reported only)")] == [
         "left alone (reported only): python 31 (alice) holds GPU 1, which no running job "
         "has: escaped from a job's cgroup or started outside any job"]
     # job 8's epilog would signal nothing of job 8 while it runs, nor of job 7's GPUs
     with pytest.raises(PlanError, match="leftovers of slurm job 8 hold"):
-        reap.plan(_epilog_host(), Selection(owner=f"{JOB}:8", gpus=(2,)))
+        reap.plan(_epilog_host(), Selection(owner=OwnerRef(JOB, "8"), gpus=(2,)))
 
 
 def test_another_users_process_in_a_cgroup_named_like_the_jobs_is_not_the_jobs() -> None:

@@ -25,9 +25,11 @@ from gpudash.engine import (
     PlanError,
     Progress,
     Selection,
+    container_ref,
     execute,
     replan,
     reverify,
+    unit_ref,
 )
 from gpudash.protocol.source import LinkLost
 
@@ -37,7 +39,7 @@ KIMI_URL = "http://127.0.0.1:8001/health"
 
 
 def swap(snapshot, **kw):  # type: ignore[no-untyped-def]
-    sel = Selection(unit=MINIMAX, target=KIMI, ready_url=KIMI_URL, **kw)
+    sel = Selection(owner=unit_ref(MINIMAX), target=KIMI, ready_url=KIMI_URL, **kw)
     return SPECS[ActionKind.SWAP].plan(snapshot, sel)
 
 
@@ -72,7 +74,7 @@ async def test_starting_while_memory_is_held_is_refused_naming_who_holds_it() ->
     # issue 19, item 2: start skipped the fit check swap has, and ended in vLLM's crash
     demo = DemoHost(clock=SteppedClock())
     with pytest.raises(PlanError) as refused:
-        SPECS[ActionKind.START].plan(await demo.sample(), Selection(unit=KIMI))
+        SPECS[ActionKind.START].plan(await demo.sample(), Selection(owner=unit_ref(KIMI)))
     why = refused.value.lines
     assert why[:3] == (
         f"{KIMI} does not fit (nothing done; --force starts it anyway):",
@@ -82,13 +84,14 @@ async def test_starting_while_memory_is_held_is_refused_naming_who_holds_it() ->
     assert "  alice's session-4.scope: alice's Jupyter kernel (pid 90211)" in why
     # restart of a KillMode=process unit: its workers stay, so its next start cannot fit
     with pytest.raises(PlanError, match=f"{MINIMAX} does not fit"):
-        SPECS[ActionKind.RESTART].plan(await demo.sample(), Selection(unit=MINIMAX))
+        SPECS[ActionKind.RESTART].plan(await demo.sample(), Selection(owner=unit_ref(MINIMAX)))
 
 
 async def test_starting_while_memory_is_held_is_a_crash_loop_stopped_and_explained() -> None:
     demo = DemoHost(clock=SteppedClock())
     plan = SPECS[ActionKind.START].plan(await demo.sample(),
-                                        Selection(unit=KIMI, ready_url=KIMI_URL, force=True))
+                                        Selection(owner=unit_ref(KIMI), ready_url=KIMI_URL,
+                                                  force=True))
     assert plan.fit[0].startswith("FORCED: started although it does not fit: in the way")
     report = await stepped(demo, execute(plan, demo, FAST))
     assert not report.confirmed
@@ -101,13 +104,14 @@ async def test_starting_while_memory_is_held_is_a_crash_loop_stopped_and_explain
 
 async def test_a_model_too_big_for_the_gpus_is_caught_at_its_first_crash() -> None:
     demo = DemoHost(clock=SteppedClock(), release_delay=0.5)
-    reclaim = SPECS[ActionKind.RECLAIM].plan(await demo.sample(), Selection(unit=MINIMAX))
+    reclaim = SPECS[ActionKind.RECLAIM].plan(await demo.sample(),
+                                             Selection(owner=unit_ref(MINIMAX)))
     await stepped(demo, execute(reclaim, demo, FAST))
     # alice's kernel keeps 2 GiB of GPU0: what DeepSeek's 0.99 asks for is not there
     with pytest.raises(PlanError, match="alice's session-4.scope holds 2.0 GiB on GPU0; "
                                         "GPU0: needs 94.6 GiB, 93.6 GiB will be free"):
-        SPECS[ActionKind.START].plan(await demo.sample(), Selection(unit=DEEPSEEK))
-    plan = SPECS[ActionKind.START].plan(await demo.sample(), Selection(unit=DEEPSEEK,
+        SPECS[ActionKind.START].plan(await demo.sample(), Selection(owner=unit_ref(DEEPSEEK)))
+    plan = SPECS[ActionKind.START].plan(await demo.sample(), Selection(owner=unit_ref(DEEPSEEK),
                                                                        force=True))
     report = await stepped(demo, execute(plan, demo, ExecOptions(poll=0.5, serve_timeout=600.0)))
     assert report.serving is not None and report.serving.stopped
@@ -218,7 +222,7 @@ RERANK_URL = "http://127.0.0.1:8003/health"
 
 
 def container_swap(snapshot, target=RERANK, **kw):  # type: ignore[no-untyped-def]
-    sel = Selection(container=EMBED_NAME, target=target, **kw)
+    sel = Selection(owner=container_ref(EMBED_NAME), target=target, **kw)
     return SPECS[ActionKind.SWAP].plan(snapshot, sel)
 
 
@@ -229,7 +233,7 @@ async def test_a_swap_from_a_container_reclaims_it_as_reclaim_does_then_starts_t
     snap = await demo.sample()
     plan = container_swap(snap, ready_url=RERANK_URL)
     # the reclaim phase is the container's own reclaim plan, then the unit's start
-    alone = SPECS[ActionKind.RECLAIM].plan(snap, Selection(container=EMBED_NAME))
+    alone = SPECS[ActionKind.RECLAIM].plan(snap, Selection(owner=container_ref(EMBED_NAME)))
     assert plan.phases[0].steps == alone.steps and plan.expected_free_mib == {7: EMBED_MIB}
     text = "\n".join(plan.describe())
     assert "docker container vllm-embed -> vllm-rerank.service" in plan.title
@@ -276,14 +280,14 @@ async def test_a_container_swap_says_why_it_cannot_be_planned() -> None:
     demo = DemoHost(clock=SteppedClock(), containers=True)
     snap = await demo.sample()
     with pytest.raises(PlanError, match="container nope is not known"):
-        SPECS[ActionKind.SWAP].plan(snap, Selection(container="nope", target=RERANK))
+        SPECS[ActionKind.SWAP].plan(snap, Selection(owner=container_ref("nope"), target=RERANK))
     with pytest.raises(PlanError, match=f"{MINIMAX} is already active"):
         container_swap(snap, target=MINIMAX)
     # the action fits a selected container (its row), greyed for a process of nobody
     from gpudash.domain.triage import triage
 
     result = triage(snap)
-    assert SPECS[ActionKind.SWAP].precheck(result, Selection(container=EMBED_ID)) is None
+    assert SPECS[ActionKind.SWAP].precheck(result, Selection(owner=container_ref(EMBED_ID))) is None
     assert "select a system service or a container" in (
         SPECS[ActionKind.SWAP].precheck(result, Selection()) or "")
 
@@ -307,9 +311,10 @@ class _LaggingJournalDemo(DemoHost):
 
 async def test_a_crash_the_followed_log_lags_behind_is_still_explained_by_its_line() -> None:
     demo = _LaggingJournalDemo(clock=SteppedClock(), release_delay=0.5)
-    reclaim = SPECS[ActionKind.RECLAIM].plan(await demo.sample(), Selection(unit=MINIMAX))
+    reclaim = SPECS[ActionKind.RECLAIM].plan(await demo.sample(),
+                                             Selection(owner=unit_ref(MINIMAX)))
     await stepped(demo, execute(reclaim, demo, FAST))
-    plan = SPECS[ActionKind.START].plan(await demo.sample(), Selection(unit=DEEPSEEK,
+    plan = SPECS[ActionKind.START].plan(await demo.sample(), Selection(owner=unit_ref(DEEPSEEK),
                                                                        force=True))
     report = await stepped(demo, execute(plan, demo, ExecOptions(poll=0.5, serve_timeout=600.0)))
     assert report.serving is not None and report.serving.stopped
@@ -328,7 +333,7 @@ async def test_a_swap_that_does_not_serve_rolls_back_to_the_old_model_serving() 
     # and no way back but by hand.
     demo = DemoHost(clock=SteppedClock(), release_delay=1.0)
     plan = SPECS[ActionKind.SWAP].plan(await demo.sample(), Selection(
-        unit=MINIMAX, target=DEEPSEEK, footprint=DEEPSEEK_LEARNED))
+        owner=unit_ref(MINIMAX), target=DEEPSEEK, footprint=DEEPSEEK_LEARNED))
     text = "\n".join(plan.describe())
     assert "if it does not serve: rollback, the old one again" in text
     assert (f"    $ systemctl stop {DEEPSEEK}\n    $ systemctl start {MINIMAX}\n"
@@ -353,7 +358,7 @@ async def test_a_failed_swap_that_enabled_the_next_model_disables_it_again() -> 
     demo = DemoHost(clock=SteppedClock(), release_delay=1.0)
     assert demo.units[DEEPSEEK].unit_file_state == "disabled"
     plan = SPECS[ActionKind.SWAP].plan(await demo.sample(), Selection(
-        unit=MINIMAX, target=DEEPSEEK, footprint=DEEPSEEK_LEARNED, enable=True,
+        owner=unit_ref(MINIMAX), target=DEEPSEEK, footprint=DEEPSEEK_LEARNED, enable=True,
         ready_url="http://127.0.0.1:8002/health"))
     text = "\n".join(plan.describe())
     assert f"$ systemctl enable {DEEPSEEK}" in text  # the swap enables it...
@@ -377,7 +382,7 @@ async def test_a_failed_swap_that_enabled_the_next_model_disables_it_again() -> 
 async def test_without_rollback_it_says_nothing_serves_on_the_host_now() -> None:
     demo = DemoHost(clock=SteppedClock(), release_delay=1.0)
     plan = SPECS[ActionKind.SWAP].plan(await demo.sample(), Selection(
-        unit=MINIMAX, target=DEEPSEEK, footprint=DEEPSEEK_LEARNED, rollback=False))
+        owner=unit_ref(MINIMAX), target=DEEPSEEK, footprint=DEEPSEEK_LEARNED, rollback=False))
     assert plan.rollback is None
     report = await stepped(demo, execute(plan, demo, FAST))
     assert [ph.name for ph in report.phases] == ["reclaim", "start"]

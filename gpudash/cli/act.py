@@ -25,7 +25,16 @@ from gpudash.cli.terminal import Terminal
 from gpudash.domain.model import unit_name
 from gpudash.domain.owners import cli_selected
 from gpudash.domain.untrusted import json_dumps
-from gpudash.engine import ActionKind, ActionPlan, ActionReport, ExecOptions, Selection
+from gpudash.engine import (
+    ActionKind,
+    ActionPlan,
+    ActionReport,
+    ExecOptions,
+    Selection,
+    container_ref,
+    unit_of,
+    unit_ref,
+)
 from gpudash.protocol.source import HostSource
 from gpudash.session import audit
 from gpudash.session.controller import ActionController, Outcome
@@ -65,8 +74,9 @@ def run_reclaim(args: argparse.Namespace, source: HostSource, term: Terminal) ->
 def selected(args: argparse.Namespace, command: str, **fields: Any) -> Selection:
     """What ``command``'s owner flags name (each kind's own: ``cli_selectors``), with
     ``fields`` beside."""
-    named: dict[str, Any] = dict(cli_selected(command, vars(args)))
-    return replace(Selection(**fields), **named)
+    selection = Selection(**fields)
+    owner = cli_selected(command, vars(args))
+    return selection if owner is None else replace(selection, owner=owner)
 
 
 def run_reset(args: argparse.Namespace, source: HostSource, term: Terminal) -> int:
@@ -89,17 +99,18 @@ def run_start(args: argparse.Namespace, source: HostSource, term: Terminal) -> i
     """``gpudash start``: start a unit (and enable it) and prove it serves; or start a
     stopped container and prove it runs."""
     selection = selected(args, "start", force=args.force)
-    if selection.unit is not None:
-        selection = replace(selection, unit=unit_name(selection.unit))
+    if (unit := unit_of(selection)) is not None:
+        selection = replace(selection, owner=unit_ref(unit_name(unit)))
     return run_action(args, source, term, Request(
         ActionKind.START, selection, enable=args.enable, ready_url=args.ready_url))
 
 
 def run_swap(args: argparse.Namespace, source: HostSource, term: Terminal) -> int:
     """``gpudash swap``: reclaim one model with proof, start the next, prove it serves."""
-    old = unit_name(args.from_unit) if args.from_unit is not None else None
+    old = (unit_ref(unit_name(args.from_unit)) if args.from_unit is not None else
+           container_ref(args.from_container) if args.from_container is not None else None)
     return run_action(args, source, term, Request(
-        ActionKind.SWAP, Selection(unit=old, container=args.from_container,
+        ActionKind.SWAP, Selection(owner=old,
                                    target=unit_name(args.to_unit), force=args.force,
                                    rollback=not args.no_rollback),
         enable=args.enable, ready_url=args.ready_url))

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 
 from gpudash.cli.contract import Exit
 from gpudash.cli.terminal import Terminal
+from gpudash.domain.owners import OwnerRef
 from gpudash.domain.owners.slurm_node import DRAIN, REASON_MAX, node_argv, one_line
 
 KIND = "slurm job"  # the owner kind whose leftovers an epilog reaps (a claim's KIND)
@@ -54,7 +55,7 @@ def prepare(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[str, 
         raise EpilogError("--slurm-epilog runs on the node itself: no HOST, no --demo")
     job, gpus = job_of(environ)
     args.yes = True
-    args.owner = f"{KIND}:{job}"
+    args.owner = OwnerRef(KIND, job)
     args.gpus = gpus
     return tuple(map(str, gpus)) if gpus else None
 

@@ -17,13 +17,14 @@ from gpudash.cli.contract import Exit
 from gpudash.cli.terminal import Terminal
 from gpudash.domain.model import unit_name
 from gpudash.domain.untrusted import json_dumps
-from gpudash.engine import ActionKind, Selection
+from gpudash.engine import ActionKind, Selection, unit_ref
 from gpudash.protocol.source import HostSource
 from gpudash.session.lifecycle import Ended, Request
 
 
 def run_fix(args: argparse.Namespace, source: HostSource, term: Terminal) -> int:
-    request = Request(ActionKind.FIX, Selection(unit=unit_name(args.unit), revert=args.revert))
+    request = Request(ActionKind.FIX, Selection(owner=unit_ref(unit_name(args.unit)),
+                                                revert=args.revert))
     if not args.dry_run:
         return act.run_action(args, source, term, request)
     with CommandLoop() as runner:

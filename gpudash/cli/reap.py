@@ -41,7 +41,7 @@ class _Collected(Terminal):
 
 
 def run_reap(args: argparse.Namespace, sources: Sequence[HostSource], term: Terminal) -> int:
-    args.owner = cli_selected("reap", vars(args)).get("owner")  # a job's, say
+    args.owner = cli_selected("reap", vars(args))  # a unit's, a container's, a job's
     args.gpus = None
     if getattr(args, "slurm_epilog", False):
         try:
@@ -50,11 +50,11 @@ def run_reap(args: argparse.Namespace, sources: Sequence[HostSource], term: Term
             term.error(str(exc))
             return Exit.USAGE
         if gpus is None:
-            term.say(f"Slurm job {args.owner.partition(':')[2]}: no GPUs on this node: "
+            term.say(f"Slurm job {args.owner.key}: no GPUs on this node: "
                      "nothing to reap")
             return Exit.OK
         code = _reap(args, sources, term)
-        return epilog.verdict(code, args.owner.partition(":")[2], term, os.environ)
+        return epilog.verdict(code, args.owner.key, term, os.environ)
     return _reap(args, sources, term)
 
 

@@ -40,6 +40,7 @@ from gpudash.engine.plan import (
     plan_changes,
 )
 from gpudash.engine.report import ActionReport, GpuOutcome, Leftover, Progress, unit_state
+from gpudash.engine.spec import container_of, container_ref, unit_of, unit_ref
 from gpudash.engine.steps import Signal, Step, Systemctl
 from gpudash.engine.target import Target
 
@@ -70,6 +71,8 @@ __all__ = [
     "Step",
     "Systemctl",
     "Target",
+    "container_of",
+    "container_ref",
     "execute",
     "plan_action",
     "plan_changes",
@@ -77,5 +80,7 @@ __all__ = [
     "reverify",
     "selected_owner",
     "selection_for",
+    "unit_of",
+    "unit_ref",
     "unit_state",
 ]

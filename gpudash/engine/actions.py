@@ -9,7 +9,6 @@ adding one ``ActionSpec`` here.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 from gpudash.domain.model import HostSnapshot, Unit
 from gpudash.domain.owners import (
@@ -19,7 +18,6 @@ from gpudash.domain.triage import HostTriage
 from gpudash.engine.config_plans import TITLE as FIX_TITLE
 from gpudash.engine.config_plans import fix_fits, plan_fix
 from gpudash.engine.container_plans import (
-    CONTAINER_TITLES,
     container_only,
     plan_container,
     plan_container_start,
@@ -57,7 +55,19 @@ from gpudash.engine.planners import (
     start_steps,
     startable,
 )
-from gpudash.engine.spec import ActionSpec, Needs, selected_owner
+from gpudash.engine.spec import (
+    CONTAINER,
+    OTHER_KINDS,
+    SERVICE,
+    ActionSpec,
+    Needs,
+    Planner,
+    container_of,
+    container_ref,
+    selected_owner,
+    unit_of,
+    unit_ref,
+)
 from gpudash.engine.steps import Systemctl
 from gpudash.serving.modelservers import port_of, server_kind
 
@@ -70,7 +80,7 @@ __all__ = [
 def plan_swap(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> ActionPlan:
     """Reclaim one model with proof, then start the next and prove it serves.
 
-    What is reclaimed is a service (``sel.unit``) or a container (``sel.container``):
+    What is reclaimed is the selected owner, a service or a container:
     the reclaim phase is that owner's own reclaim plan, so a container is stopped with
     its restart policy off and what escaped it is reaped, as ``reclaim --container`` does.
     """
@@ -79,23 +89,21 @@ def plan_swap(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Actio
     target = require_unit(snapshot, sel.target)
     reclaim_spec = SPECS[ActionKind.RECLAIM]
     container = None
-    if sel.unit is None and sel.container is not None:
-        owner = require_container(snapshot, sel.container)
+    if (named := container_of(sel)) is not None:
+        owner = require_container(snapshot, named)
         if not owner.can(OwnerCapability.RECLAIM):
             raise PlanError(owner.unable(OwnerCapability.RECLAIM))
         container = owner.container
-        assert container is not None and reclaim_spec.container_planner is not None
-        reclaim = reclaim_spec.container_planner(reclaim_spec, snapshot,
-                                                 Selection(container=container.id))
+        assert container is not None
         source_name, source_unit = owner.describe(), None
-        picked = Selection(container=container.id)
+        picked = Selection(owner=container_ref(container.id))
     else:
-        source = require_unit(snapshot, sel.unit)
+        source = require_unit(snapshot, unit_of(sel))
         if target.name == source.name:
             raise PlanError("swap to another unit: use restart to start the same one again")
-        reclaim = reclaim_spec.planner(reclaim_spec, snapshot, Selection(unit=source.name))
         source_name, source_unit = source.name, source
-        picked = Selection(unit=source.name)
+        picked = Selection(owner=unit_ref(source.name))
+    reclaim = reclaim_spec.plan(snapshot, picked)  # the owner's own reclaim, by its kind
     if not target.is_down:
         raise PlanError(f"{target.name} is already {target.active_state}")
     if target.unit_file_state == "masked":
@@ -142,56 +150,63 @@ def rollback_phase(old: Unit, new: Unit, enabled_new: bool) -> Phase:
 
 # --- the registry --------------------------------------------------------------------------
 
+# the planners of an owner-wide action, by owner kind (``OwnerRules.kind``): a system
+# service's, a container's; ``OTHER_KINDS``: every other kind's own command
+UNIT_OR_CONTAINER = {SERVICE: plan_unit, CONTAINER: plan_container}
+STARTS = {SERVICE: plan_start, CONTAINER: plan_container_start}
+
+
+def _any(planner: Planner) -> dict[str, Planner]:
+    """An action on no owner (a process, the orphans, a GPU, the node): one planner."""
+    return {OTHER_KINDS: planner}
+
+
 SPECS: dict[ActionKind, ActionSpec] = {
     spec.kind: spec
     for spec in (
-        ActionSpec(ActionKind.STOP, "stop_unit", "Stop unit", "s", "Stop",
-                   Needs.UNIT, plan_unit, capability=OwnerCapability.STOP,
-                   container_planner=plan_container, owner_planner=plan_owner_command),
+        ActionSpec(ActionKind.STOP, "stop_unit", "Stop unit", "s", "Stop", Needs.UNIT,
+                   {**UNIT_OR_CONTAINER, OTHER_KINDS: plan_owner_command},
+                   capability=OwnerCapability.STOP),
         ActionSpec(ActionKind.DISABLE, "disable_unit", "Disable unit", "d", "Disable",
-                   Needs.UNIT, plan_unit, capability=OwnerCapability.DISABLE,
-                   container_planner=plan_container),
+                   Needs.UNIT, UNIT_OR_CONTAINER, capability=OwnerCapability.DISABLE),
         ActionSpec(ActionKind.STOP_DISABLE, "stop_disable", "Stop + disable unit", "D",
-                   "Stop+disable", Needs.UNIT, plan_unit, capability=OwnerCapability.STOP,
-                   container_planner=plan_container),
+                   "Stop+disable", Needs.UNIT, UNIT_OR_CONTAINER,
+                   capability=OwnerCapability.STOP),
         ActionSpec(ActionKind.TERMINATE, "terminate", "Terminate process (TERM, then KILL)",
-                   "t", "Terminate", Needs.PROCESS, plan_process),
+                   "t", "Terminate", Needs.PROCESS, _any(plan_process)),
         ActionSpec(ActionKind.KILL, "kill", "Kill process (KILL)", "k", "Kill", Needs.PROCESS,
-                   plan_process),
+                   _any(plan_process)),
         ActionSpec(ActionKind.SIGNAL, "send_signal", "Send a signal", "S",
-                   "Signal", Needs.PROCESS, plan_process, in_footer=False),
+                   "Signal", Needs.PROCESS, _any(plan_process), in_footer=False),
         ActionSpec(ActionKind.REAP, "reap", "Reap orphans", "o", "Reap orphans", Needs.ORPHANS,
-                   plan_reap),
+                   _any(plan_reap)),
         ActionSpec(ActionKind.RECLAIM, "reclaim", "Reclaim unit (stop + disable + reap + wait)",
-                   "r", "Reclaim", Needs.UNIT, plan_unit,
-                   capability=OwnerCapability.RECLAIM, container_planner=plan_container),
+                   "r", "Reclaim", Needs.UNIT, UNIT_OR_CONTAINER,
+                   capability=OwnerCapability.RECLAIM),
         ActionSpec(ActionKind.START, "start_unit", "Start unit and follow it to serving", "u",
-                   "Start", Needs.UNIT, plan_start, startable, capability=OwnerCapability.START,
-                   container_planner=plan_container_start),
+                   "Start", Needs.UNIT, STARTS, startable, capability=OwnerCapability.START),
         ActionSpec(ActionKind.RESTART, "restart_unit", "Restart unit and follow it to serving",
-                   "R", "Restart", Needs.UNIT, plan_start, capability=OwnerCapability.START,
-                   container_planner=plan_container_start),
+                   "R", "Restart", Needs.UNIT, STARTS, capability=OwnerCapability.START),
         ActionSpec(ActionKind.ENABLE, "enable_unit", "Enable unit (start at boot)", "e",
-                   "Enable", Needs.UNIT, plan_enable, capability=OwnerCapability.START),
+                   "Enable", Needs.UNIT, {SERVICE: plan_enable},
+                   capability=OwnerCapability.START),
         ActionSpec(ActionKind.SWAP, "swap", "Swap model (reclaim, start the next, prove it "
-                   "serves)", "w", "Swap", Needs.UNIT_AND_TARGET, plan_swap,
-                   capability=OwnerCapability.RECLAIM, container_planner=plan_swap),
+                   "serves)", "w", "Swap", Needs.UNIT_AND_TARGET,
+                   {SERVICE: plan_swap, CONTAINER: plan_swap},
+                   capability=OwnerCapability.RECLAIM),
         ActionSpec(ActionKind.REMOVE, "remove_container", "Remove a stopped container "
-                   "(docker rm)", "X", "Remove", Needs.UNIT, plan_container,
-                   container_only, capability=OwnerCapability.REMOVE,
-                   container_planner=plan_container, hidden_unless_fits=True),
-        ActionSpec(ActionKind.FIX, "fix_unit", FIX_TITLE, "c", "Fix config", Needs.UNIT, plan_fix,
-                   fix_fits, hidden_unless_fits=True, in_footer=False),
+                   "(docker rm)", "X", "Remove", Needs.UNIT, {CONTAINER: plan_container},
+                   container_only, capability=OwnerCapability.REMOVE, hidden_unless_fits=True),
+        ActionSpec(ActionKind.FIX, "fix_unit", FIX_TITLE, "c", "Fix config", Needs.UNIT,
+                   {SERVICE: plan_fix}, fix_fits, hidden_unless_fits=True, in_footer=False),
         ActionSpec(ActionKind.GPU_RESET, "gpu_reset", RESET_TITLE, "G", "Reset GPU", Needs.GPU,
-                   plan_gpu_reset, reset_refusal, hidden_unless_fits=True),
+                   _any(plan_gpu_reset), reset_refusal, hidden_unless_fits=True),
         ActionSpec(ActionKind.DRAIN, "drain_node", DRAIN_TITLE, "N", "Drain node", Needs.NODE,
-                   plan_node, drain_refusal, hidden_unless_fits=True),
+                   _any(plan_node), drain_refusal, hidden_unless_fits=True),
         ActionSpec(ActionKind.RESUME, "resume_node", RESUME_TITLE, "ctrl+n", "Resume node",
-                   Needs.NODE, plan_node, resume_refusal, hidden_unless_fits=True),
+                   Needs.NODE, _any(plan_node), resume_refusal, hidden_unless_fits=True),
     )
 }
-SPECS = {kind: replace(spec, container_title=CONTAINER_TITLES.get(kind))
-         if spec.container_planner is not None else spec for kind, spec in SPECS.items()}
 SPECS_BY_NAME = {spec.name: spec for spec in SPECS.values()}
 UNIT_ACTIONS = frozenset(k for k, s in SPECS.items() if s.needs is Needs.UNIT)
 PROCESS_ACTIONS = frozenset(k for k, s in SPECS.items() if s.needs is Needs.PROCESS)
@@ -204,23 +219,22 @@ def plan_action(
 ) -> ActionPlan:
     """Build the exact plan for ``kind`` on the given unit, container or pid, from one
     snapshot."""
-    return SPECS[kind].plan(snapshot, Selection(unit=unit, pid=pid, container=container))
+    owner = (unit_ref(unit) if unit is not None else
+             container_ref(container) if container is not None else None)
+    return SPECS[kind].plan(snapshot, Selection(owner=owner, pid=pid))
 
 
 def selection_for(result: HostTriage | None, owner_key: str | None, pid: int | None, *,
                   gpu: int | None = None) -> Selection:
     """What the operator points at (an owner's row, or one of its processes; ``gpu``: the
-    memory no process holds on that GPU) as the engine takes it: a service by its unit,
-    a container by its id, a pod by its UID."""
+    memory no process holds on that GPU) as the engine takes it, as its kind names it
+    (``OwnerRules.selector``): a service by its unit, a container by its id, a pod by its
+    UID, a Slurm job by its id."""
     if gpu is not None:
         return Selection(gpu=gpu)
     group = result.group(owner_key) if result is not None and owner_key else None
     owner = group.owner if group is not None else None
-    if owner is None or group is None:
-        return Selection(pid=pid)
-    # the owner says which of the selection's fields names it (a unit, a container, ...)
-    names: dict[str, Any] = dict(owner.selector)
-    return Selection(pid=pid, **names)
+    return Selection(pid=pid, owner=owner.selector if owner is not None else None)
 
 
 def replan(plan: ActionPlan, snapshot: HostSnapshot) -> tuple[ActionPlan, list[str]]:

@@ -13,7 +13,7 @@ from gpudash.domain.lint import Finding, Learned, lint_unit
 from gpudash.domain.model import HostSnapshot, Unit, unit_name
 from gpudash.engine.plan import ActionKind, ActionPlan, PlanError, Selection
 from gpudash.engine.planners import new_plan, require_unit
-from gpudash.engine.spec import ActionSpec, Needs
+from gpudash.engine.spec import SERVICE, ActionSpec, Needs, unit_of, unit_ref
 from gpudash.engine.steps import DaemonReload, DropIn
 
 REVERT_TITLE = "Revert gpudash's unit fix"
@@ -32,10 +32,10 @@ def fixable(findings: tuple[Finding, ...]) -> tuple[Finding, ...]:
 
 
 def fix_fits(snapshot: HostSnapshot, sel: Selection) -> str | None:
-    """Why a fix of ``sel.unit`` cannot be planned. Without ``sel.unit_text`` (the
+    """Why a fix of the selected unit cannot be planned. Without ``sel.unit_text`` (the
     dashboard's precheck: the snapshot alone) whether the lint finds what gpudash's
     drop-in removes; with it, the planner's own reasons."""
-    u = snapshot.unit(unit_name(sel.unit)) if sel.unit else None
+    u = snapshot.unit(unit_name(unit)) if (unit := unit_of(sel)) else None
     if u is None:
         return None  # the planner says what is wrong with the name
     if sel.unit_text is None:
@@ -50,14 +50,14 @@ def fix_fits(snapshot: HostSnapshot, sel: Selection) -> str | None:
 
 
 def plan_fix(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> ActionPlan:
-    """Write (or with ``sel.revert`` remove) gpudash's drop-in of ``sel.unit``."""
-    u = require_unit(snapshot, sel.unit)
+    """Write (or with ``sel.revert`` remove) gpudash's drop-in of the selected unit."""
+    u = require_unit(snapshot, unit_of(sel))
     cat = sel.unit_text
     if cat is None:
         raise PlanError(f"the configuration of {u.name} was not read (systemctl cat)")
     path = dropin.drop_in_path(u.name)
     existing = dropin.ours_in(cat, u.name)
-    picked = Selection(unit=u.name, revert=sel.revert, unit_text=cat,
+    picked = Selection(owner=unit_ref(u.name), revert=sel.revert, unit_text=cat,
                        learned=sel.learned)
     findings = findings_of(u, sel.learned)
     notes: list[str] = []
@@ -126,4 +126,5 @@ def _when_it_applies(u: Unit, settings: tuple[dropin.Directive, ...]) -> list[st
     return notes
 
 
-SPEC_FOR_FITS = ActionSpec(ActionKind.FIX, "fix_unit", TITLE, "", "Fix", Needs.UNIT, plan_fix)
+SPEC_FOR_FITS = ActionSpec(ActionKind.FIX, "fix_unit", TITLE, "", "Fix", Needs.UNIT,
+                           {SERVICE: plan_fix})

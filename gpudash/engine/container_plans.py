@@ -29,16 +29,17 @@ from gpudash.engine.plan import (
     Selection,
 )
 from gpudash.engine.planners import does_not_fit, left_alone, new_plan, pin, startable
-from gpudash.engine.spec import ActionSpec
+from gpudash.engine.spec import ActionSpec, container_of, container_ref
 from gpudash.engine.steps import ContainerCommand, Signal, Step
 from gpudash.engine.target import Target, expected_free
 from gpudash.serving.modelservers import answers_health
 
 
 def container_only(snapshot: HostSnapshot, sel: Selection) -> str | None:
-    if sel.container is None:
+    named = container_of(sel)
+    if named is None:
         return "select a stopped container"
-    c = snapshot.container(sel.container)
+    c = snapshot.container(named)
     if c is not None and not c.is_down:
         return f"{c.label} is {c.state}: stop or reclaim it first"
     return None
@@ -59,7 +60,7 @@ def require_container(snapshot: HostSnapshot, ref: str | None) -> Owner:
 
 def plan_container(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> ActionPlan:
     """stop / restart policy off / stop + policy off / reclaim / remove of one container."""
-    owner = require_container(snapshot, sel.container)
+    owner = require_container(snapshot, container_of(sel))
     c = owner.container
     assert c is not None
     kind = spec.kind
@@ -89,14 +90,14 @@ def plan_container(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> 
     if c.is_down and kind in STOPPING:
         notes.append(f"{owner.describe()} is already {c.state}.")
     plan = new_plan(
-        spec, snapshot, Selection(container=c.id), owner.describe(),
+        spec, snapshot, Selection(owner=container_ref(c.id)), owner.describe(),
         steps=tuple(steps),
         expected_free_mib=expected,
         notes=tuple(notes),
         untouched=left_alone(snapshot, targets or [pin(snapshot, p) for p in members]),
         container_before=c,
     )
-    return replace(plan, title=f"{CONTAINER_TITLES.get(kind, spec.title)}: {plan.subject}")
+    return replace(plan, title=f"{spec.title_of(owner.kind)}: {plan.subject}")
 
 
 def _commands(owner: Owner, kind: ActionKind, notes: list[str]) -> list[Step]:
@@ -127,23 +128,12 @@ def _commands(owner: Owner, kind: ActionKind, notes: list[str]) -> list[Step]:
     return steps
 
 
-CONTAINER_TITLES = {  # what each owner-wide action does to a container
-    ActionKind.STOP: "Stop container",
-    ActionKind.DISABLE: "Restart policy off",
-    ActionKind.STOP_DISABLE: "Stop container + restart policy off",
-    ActionKind.RECLAIM: "Reclaim container (stop + restart policy off + reap + wait)",
-    ActionKind.REMOVE: "Remove container",
-    ActionKind.START: "Start container and prove it runs",
-    ActionKind.RESTART: "Restart container and prove it runs",
-}
-
-
 def plan_container_start(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection
                          ) -> ActionPlan:
     """start / restart of one container: the restart policy gpudash turned off put back
     (``sel.restart_policy``, from the audit), the fit checked before a start, then
     ``docker start`` (``restart``) and proof that it runs with its memory back."""
-    owner = require_container(snapshot, sel.container)
+    owner = require_container(snapshot, container_of(sel))
     c = owner.container
     assert c is not None
     if not owner.can(OwnerCapability.START):
@@ -190,7 +180,7 @@ def plan_container_start(spec: ActionSpec, snapshot: HostSnapshot, sel: Selectio
     kind = ActionKind.RESTART if restart else ActionKind.START
     plan = new_plan(
         spec, snapshot,
-        Selection(container=c.id, footprint=footprint or None, force=sel.force,
+        Selection(owner=container_ref(c.id), footprint=footprint or None, force=sel.force,
                   restart_policy=sel.restart_policy, ready_url=sel.ready_url),
         owner.describe(),
         steps=plan_steps,
@@ -199,7 +189,7 @@ def plan_container_start(spec: ActionSpec, snapshot: HostSnapshot, sel: Selectio
         container_before=c,
         fit=tuple(lines),
     )
-    return replace(plan, title=f"{CONTAINER_TITLES[kind]}: {plan.subject}")
+    return replace(plan, title=f"{spec.title_of(owner.kind)}: {plan.subject}")
 
 
 def container_ready_url(c: Container, given: str | None) -> str | None:

@@ -14,6 +14,7 @@ from enum import StrEnum
 
 from gpudash.domain.lint import Learned
 from gpudash.domain.model import Container, Unit
+from gpudash.domain.owners import OwnerRef
 from gpudash.domain.units import gib, gib_number
 from gpudash.engine.steps import (
     Command,
@@ -80,14 +81,15 @@ class PlanError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Selection:
-    """What the operator pointed at (a unit, a process, or neither) and, for starting a
+    """What the operator pointed at (an owner, a process, or neither) and, for starting a
     model, what to start and how to know it serves."""
 
-    unit: str | None = None
+    # which owner, of whatever kind: (kind, key), as its kind's rules name it (a system
+    # service by its unit, a container by its name or id, a pod by its UID, a Slurm job by
+    # its id); the kind picks the action's planner (``ActionSpec.planners``)
+    owner: OwnerRef | None = None
     pid: int | None = None
-    container: str | None = None  # a Docker/Podman container's name or id
-    pod: str | None = None  # a Kubernetes pod's UID: gpudash explains, does not act
-    target: str | None = None  # swap: the unit to start once ``unit`` is reclaimed
+    target: str | None = None  # swap: the unit to start once ``owner`` is reclaimed
     enable: bool = False  # start/swap: also enable the started unit (boot)
     ready_url: str | None = None  # probed on the host; None: from the unit's port, if known
     footprint: Mapping[int, int] | None = None  # learned MiB per GPU of what is started
@@ -100,8 +102,6 @@ class Selection:
     # turned it off, from the audit); None: leave it as it is
     restart_policy: str | None = None
     signal: int | None = None  # signal: the one picked (``gpudash.engine.signals``)
-    # "KIND:KEY": an owner of a kind with no field above (a Slurm job: "slurm job:42")
-    owner: str | None = None
     # reap of an owner's leftovers: its GPUs, where the caller knows them better than the
     # host's facts (a Slurm epilog's SLURM_JOB_GPUS); and whether what strays on them
     # outside any running job is signalled too (else only reported)

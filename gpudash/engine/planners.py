@@ -15,6 +15,7 @@ from gpudash.domain.model import HostSnapshot, Process, SourceKind, Unit, unit_n
 from gpudash.domain.orphan_words import orphan_summaries
 from gpudash.domain.owners import (
     Found,
+    OwnerRef,
     container_members,
     owner_of,
     owners,
@@ -41,7 +42,7 @@ from gpudash.engine.plan import (
     Serving,
 )
 from gpudash.engine.signals import pickable
-from gpudash.engine.spec import ActionSpec
+from gpudash.engine.spec import ActionSpec, container_of, container_ref, unit_of, unit_ref
 from gpudash.engine.steps import Signal, Step, Systemctl
 from gpudash.engine.target import Target, expected_free
 
@@ -102,7 +103,7 @@ def members_of(snapshot: HostSnapshot, unit: Unit) -> list[Process]:
 
 def plan_unit(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> ActionPlan:
     """stop / disable / stop+disable / reclaim of one system service."""
-    u = require_unit(snapshot, sel.unit)
+    u = require_unit(snapshot, unit_of(sel))
     kind = spec.kind
     members = members_of(snapshot, u)
     steps: list[Step] = []
@@ -137,7 +138,7 @@ def plan_unit(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Actio
     if kind is ActionKind.DISABLE:
         notes.append("Disable changes only what happens at boot; nothing stops now.")
     return new_plan(
-        spec, snapshot, Selection(unit=u.name), u.name,
+        spec, snapshot, Selection(owner=unit_ref(u.name)), u.name,
         steps=tuple(steps),
         expected_free_mib=expected,
         notes=tuple(notes),
@@ -245,14 +246,18 @@ def plan_process(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Ac
 
 def plan_reap(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> ActionPlan:
     """TERM (then KILL) every orphan holding GPU memory, of one unit or of the host; or
-    what is left of one owner (``sel.owner``: a Slurm job), as its kind says."""
-    if sel.owner is not None:
-        return _plan_leftovers(spec, snapshot, sel, sel.owner)
-    unit = unit_name(sel.unit) if sel.unit else None
+    what is left of one owner of another kind that reap names (a Slurm job), as its kind
+    says."""
+    named, ref = container_of(sel), sel.owner
+    rules = rules_of(ref.kind) if ref is not None else None
+    if ref is not None and unit_of(sel) is None and named is None and (
+            rules is None or any("reap" in s.helps for s in rules.cli)):
+        return _plan_leftovers(spec, snapshot, sel, ref)
+    unit = unit_name(u) if (u := unit_of(sel)) else None
     result = triage(snapshot)
-    container = snapshot.container(sel.container) if sel.container else None
-    if sel.container and container is None:
-        raise PlanError(f"container {sel.container} is not known on {snapshot.host}")
+    container = snapshot.container(named) if named else None
+    if named and container is None:
+        raise PlanError(f"container {named} is not known on {snapshot.host}")
     members = {p.pid for p in container_members(snapshot, container)} if container else None
     orphans = [
         p for p in snapshot.processes
@@ -267,7 +272,8 @@ def plan_reap(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Actio
     tree = ProcessTree.of(snapshot)
     notes = orphan_summaries(orphans, result.orphans_of, tree)
     return new_plan(
-        spec, snapshot, Selection(unit=unit, container=container.id if container else None),
+        spec, snapshot, Selection(owner=unit_ref(unit) if unit else
+                                  container_ref(container.id) if container else None),
         f"{len(targets)} orphan(s){where}",
         steps=tuple(Signal(t, escalate=True) for t in targets),
         expected_free_mib=expected_free(snapshot, targets),
@@ -277,9 +283,9 @@ def plan_reap(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Actio
     )
 
 
-def _plan_leftovers(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection, claim: str
+def _plan_leftovers(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection, ref: OwnerRef
                     ) -> ActionPlan:
-    kind, _, key = claim.partition(":")
+    kind, key, claim = ref.kind, ref.key, str(ref)
     rules = rules_of(kind)
     if rules is None or not key:
         raise PlanError(f"{claim}: not an owner gpudash knows (KIND:KEY, e.g. slurm job:42)")
@@ -298,7 +304,7 @@ def _plan_leftovers(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection, cl
         raise PlanError(f"no orphaned processes or leftovers of {kind} {key} hold GPU "
                         f"memory on {snapshot.host}: {said}")
     return new_plan(
-        spec, snapshot, Selection(owner=claim, gpus=sel.gpus, strays=sel.strays),
+        spec, snapshot, Selection(owner=ref, gpus=sel.gpus, strays=sel.strays),
         f"{len(targets)} leftover(s) of {kind} {key}",
         steps=tuple(Signal(t, escalate=True) for t in targets),
         expected_free_mib=expected_free(snapshot, targets),
@@ -327,12 +333,13 @@ def start_steps(unit: Unit, verb: str, enable: bool) -> tuple[Step, ...]:
 
 def startable(snapshot: HostSnapshot, sel: Selection) -> str | None:
     """Why the selected unit (or container) cannot be started now, or None."""
-    if sel.unit is None and sel.container is not None:
-        c = snapshot.container(sel.container)
+    named = container_of(sel)
+    if named is not None:
+        c = snapshot.container(named)
         if c is not None and not c.is_down:
             return f"{c.label} is already {c.state}: restart it instead, or swap it"
         return None
-    u = snapshot.unit(sel.unit) if sel.unit else None
+    u = snapshot.unit(unit) if (unit := unit_of(sel)) else None
     if u is None:
         return None  # the planner says what is wrong with it
     if not u.is_down:
@@ -344,7 +351,7 @@ def startable(snapshot: HostSnapshot, sel: Selection) -> str | None:
 
 def plan_start(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> ActionPlan:
     """start / restart of a service, followed until it serves (or shown crashing)."""
-    u = require_unit(snapshot, sel.unit)
+    u = require_unit(snapshot, unit_of(sel))
     notes: list[str] = []
     why_not = startable(snapshot, sel) if spec.kind is ActionKind.START else None
     if why_not:
@@ -369,8 +376,9 @@ def plan_start(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Acti
     steps = start_steps(u, spec.kind.value, sel.enable)
     serving = serving_of(snapshot, u, sel)
     return new_plan(
-        spec, snapshot, Selection(unit=u.name, enable=sel.enable, ready_url=sel.ready_url,
-                                  footprint=sel.footprint, force=sel.force), u.name,
+        spec, snapshot, Selection(owner=unit_ref(u.name), enable=sel.enable,
+                                  ready_url=sel.ready_url, footprint=sel.footprint,
+                                  force=sel.force), u.name,
         steps=steps,
         phases=(Phase("start", spec.kind, steps, serving),),
         notes=tuple(notes),
@@ -380,11 +388,11 @@ def plan_start(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> Acti
 
 
 def plan_enable(spec: ActionSpec, snapshot: HostSnapshot, sel: Selection) -> ActionPlan:
-    u = require_unit(snapshot, sel.unit)
+    u = require_unit(snapshot, unit_of(sel))
     notes = ["Enable changes only what happens at boot; nothing starts now."]
     if (u.unit_file_state or "").startswith("enabled"):
         notes.append(f"{u.name} is already {u.unit_file_state}.")
-    return new_plan(spec, snapshot, Selection(unit=u.name), u.name,
+    return new_plan(spec, snapshot, Selection(owner=unit_ref(u.name)), u.name,
                      steps=(Systemctl("enable", u.name),), notes=tuple(notes), unit_before=u)
 
 

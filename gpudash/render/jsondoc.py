@@ -53,13 +53,14 @@ def host_to_json(snapshot: HostSnapshot,
     owners = []
     for group in result.groups:
         o = group.owner
+        who = o.rules.identity(o) if o is not None else {}  # a container's, a pod's
         owners.append({
             "key": group.key,
             "kind": group.kind.value,
             "unit": group.unit.name if group.unit is not None else None,
-            "container_id": o.container_id if o is not None else None,
-            "runtime": o.runtime if o is not None else None,
-            "pod_uid": o.pod_uid if o is not None else None,
+            "container_id": who.get("container_id"),
+            "runtime": who.get("runtime"),
+            "pod_uid": who.get("pod_uid"),
             "capabilities": sorted(c.value for c in o.capabilities) if o is not None else [],
             "respawner": o.respawner if o is not None else None,
             "flags": sorted(f.value for f in group.flags),

@@ -34,9 +34,11 @@ from gpudash.engine import (
     ActionPlan,
     PlanError,
     Selection,
+    container_of,
     fit,
     replan,
     selected_owner,
+    unit_of,
 )
 from gpudash.protocol.source import Capability, HostControl, ModelUnit, SourceError
 from gpudash.session.audit import audit_path, operator
@@ -162,14 +164,14 @@ async def _prepare_start(request: Request, control: HostControl, host: str, port
     sel = request.selection
     first = request.snapshot or await control.sample()
     simulated = first.source is SourceKind.DEMO
-    if request.kind is not ActionKind.SWAP and sel.unit is None and sel.container is not None:
+    if request.kind is not ActionKind.SWAP and container_of(sel) is not None:
         return await _prepare_container_start(request, control, first, host)
-    target = sel.target if request.kind is ActionKind.SWAP else sel.unit
+    target = sel.target if request.kind is ActionKind.SWAP else unit_of(sel)
     enable = request.enable
     read = None
     if request.kind is ActionKind.SWAP:
         if enable is None:  # a swap leaves the host as it found it: enabled if the old was
-            enable = _enabled(first, sel.unit)
+            enable = _enabled(first, unit_of(sel))
         if target is None:
             picked = await _pick(control, host, first, sel, ports, enable, models, simulated)
             if isinstance(picked, Ended):
@@ -183,8 +185,7 @@ async def _prepare_start(request: Request, control: HostControl, host: str, port
     snapshot = await control.sample()
     chosen = dataclasses.replace(
         sel, ready_url=url, footprint=learned, enable=bool(enable),
-        target=target if request.kind is ActionKind.SWAP else None,
-        container=sel.container if request.kind is ActionKind.SWAP else None)
+        target=target if request.kind is ActionKind.SWAP else None)
     try:
         return SPECS[request.kind].plan(snapshot, chosen)
     except PlanError as exc:
@@ -199,11 +200,12 @@ async def _prepare_container_start(request: Request, control: HostControl,
     the restart policy it had before gpudash turned it off (the audit says). A stopped
     container no process names is looked up on the host first, and watched from then on."""
     sel = request.selection
-    c = snapshot.container(sel.container or "")
+    named = container_of(sel) or ""
+    c = snapshot.container(named)
     if c is None and Capability.CONTAINER_LOOKUP in control.capabilities:
-        found = await control.find_container(sel.container or "")
+        found = await control.find_container(named)
         if found is None:
-            raise PlanError(f"no container {sel.container} on {host} (neither docker nor "
+            raise PlanError(f"no container {named} on {host} (neither docker nor "
                             "podman knows it)")
         snapshot = await control.sample()
         c = snapshot.container(found[1])
@@ -247,10 +249,10 @@ def _enabled(snapshot: HostSnapshot, unit: str | None) -> bool:
 async def _pick(control: HostControl, host: str, snapshot: HostSnapshot, sel: Selection,
                 ports: Ports, enable: bool, models: Sequence[str],
                 simulated: bool) -> Picked | Ended:
-    source = sel.unit or ""
-    if sel.unit is None and sel.container is not None:
+    source = unit_of(sel) or ""
+    if (named := container_of(sel)) is not None:
         owner = selected_owner(snapshot, sel)
-        source = owner.describe() if owner is not None else sel.container
+        source = owner.describe() if owner is not None else named
     found = await candidates(control, host, models, simulated=simulated, leave_out=source)
     if not found:
         return Ended(Ending.PLAN, "no other model-server units on this host")
@@ -267,8 +269,7 @@ def fits_after(snapshot: HostSnapshot, sel: Selection, found: list[Candidate], h
     """Each candidate with whether it fits once ``sel`` (the model swapped from) is
     reclaimed, as the swap's plan will check it: the picker shows it before anything."""
     try:
-        reclaim = SPECS[ActionKind.RECLAIM].plan(snapshot, Selection(
-            unit=sel.unit, container=sel.container))
+        reclaim = SPECS[ActionKind.RECLAIM].plan(snapshot, Selection(owner=sel.owner))
         freed, pids = dict(reclaim.expected_free_mib), {t.pid for t in reclaim.targets}
     except PlanError:
         freed, pids = {}, set()
@@ -308,7 +309,7 @@ async def candidates(control: HostControl, host: str, models: Sequence[str], *,
 
 async def _prepare_fix(request: Request, control: HostControl, host: str) -> ActionPlan:
     """fix: ``systemctl cat`` of the unit read first (the confirm shows the diff)."""
-    unit = request.selection.unit
+    unit = unit_of(request.selection)
     if Capability.DROP_IN not in control.capabilities or unit is None:
         raise PlanError(f"{host}: this host cannot be given a drop-in")
     control.watch_unit(unit)

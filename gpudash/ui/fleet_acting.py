@@ -16,7 +16,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpudash.engine import ActionKind, ActionPlan, PlanError, Progress, Selection, replan
+from gpudash.engine import (
+    ActionKind,
+    ActionPlan,
+    PlanError,
+    Progress,
+    Selection,
+    replan,
+    unit_of,
+    unit_ref,
+)
 from gpudash.protocol.source import SourceError
 from gpudash.session import lifecycle
 from gpudash.session.controller import outcome_line
@@ -42,7 +51,7 @@ class Batch:
     @property
     def heading(self) -> str:
         """The dialog's title (shown as a Text: literally)."""
-        unit = self.selection.unit
+        unit = unit_of(self.selection)
         return self.title if unit is None else f"Reclaim {unit} on the hosts shown"
 
 
@@ -53,8 +62,8 @@ TITLE = REAP.title
 
 def reclaim(unit: str) -> Batch:
     """``unit`` stopped, disabled and its leftovers reaped on every host shown."""
-    return Batch(ActionKind.RECLAIM, Selection(unit=unit), "Reclaim a unit on the hosts shown",
-                 "reclaim", "reclaimed")
+    return Batch(ActionKind.RECLAIM, Selection(owner=unit_ref(unit)),
+                 "Reclaim a unit on the hosts shown", "reclaim", "reclaimed")
 
 
 def units_held(state: Dashboard, hosts: Sequence[int]) -> list[tuple[str, int, int]]:

@@ -12,7 +12,7 @@ from dataclasses import replace
 from textual import work
 from textual.screen import Screen
 
-from gpudash.engine import Selection
+from gpudash.engine import Selection, container_of, unit_of
 from gpudash.protocol.source import Capability
 from gpudash.ui.gpu_history import METRICS
 from gpudash.ui.keyhold import hold
@@ -68,15 +68,16 @@ class ViewKeys(Screen[None]):
         app = self.dashboard
         sel = self.selection()
         control = app.view.source.control
-        if sel.container is not None and app.view.snapshot is not None:
-            c = app.view.snapshot.container(sel.container)
+        named = container_of(sel)
+        if named is not None and app.view.snapshot is not None:
+            c = app.view.snapshot.container(named)
             if c is not None and Capability.CONTAINER_LOGS in control.capabilities:
                 runtime, cid = c.runtime, c.id
                 self.app.push_screen(JournalScreen(
                     c.label, lambda: control.container_logs(runtime, cid, lines=200),
                     what=f"{c.runtime} logs"))
                 return
-        unit = sel.unit or selection_of(app.view.triage, app.selected_key)[0]
+        unit = unit_of(sel) or selection_of(app.view.triage, app.selected_key)[0]
         control = app.view.source.control
         can = Capability.JOURNAL in control.capabilities
         if unit is None or not can:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpudash.domain.model import Container, HostSnapshot, Process, Unit
+from gpudash.domain.model import HostSnapshot, Process, Unit
 from gpudash.domain.owners.container import (
     RESTARTING_POLICIES,
     ContainerRules,
@@ -19,6 +19,7 @@ from gpudash.domain.owners.container import (
     cgroup_fields,
     claimed_container,
     container_key,
+    container_members,
     pod_advice,
     pod_label,
 )
@@ -30,6 +31,7 @@ from gpudash.domain.owners.kinds import (
     Owner,
     OwnerCapability,
     OwnerKind,
+    OwnerRef,
     OwnerRules,
     Stray,
 )
@@ -43,12 +45,14 @@ from gpudash.domain.owners.service import ServiceRules, unit_respawned
 from gpudash.domain.owners.slurm import SlurmJobRules
 
 __all__ = [
-    "KINDS", "NO_UNIT", "RESTARTING_POLICIES", "RULES", "BaseRules", "CliSelector", "Found",
+    "KINDS", "NO_UNIT", "RESTARTING_POLICIES", "RULES", "BaseRules", "CliSelector",
+    "ContainerRules", "Found", "PodRules", "ServiceRules",
     "OwnerCapability", "cli_selected", "cli_selectors",
     "Orphan",
-    "Owner", "OwnerKind", "OwnerRules", "Stray", "cgroup_fields", "claimed_container",
+    "Owner", "OwnerKind", "OwnerRef", "OwnerRules", "Stray", "cgroup_fields", "claimed_container",
     "container_key", "container_members",
-    "container_owner", "idle_owners", "owner_of", "owners", "pod_advice", "pod_label",
+    "container_owner", "idle_owners", "owner_named", "owner_of", "owners", "pod_advice",
+    "pod_label",
     "rules_of", "service_unit", "strays", "unit_kind", "unit_respawned",
 ]
 
@@ -68,15 +72,15 @@ def cli_selectors(command: str) -> list[CliSelector]:
     return sorted((s for r in KINDS for s in r.cli if command in s.helps), key=lambda s: s.rank)
 
 
-def cli_selected(command: str, given: Mapping[str, object]) -> dict[str, str]:
-    """The ``Selection`` fields the selector flags of ``command`` name, from the parsed
+def cli_selected(command: str, given: Mapping[str, object]) -> OwnerRef | None:
+    """The owner the selector flags of ``command`` name (one at a time), from the parsed
     arguments ``given`` (dest -> value; a flag not given is None or absent)."""
-    out: dict[str, str] = {}
-    for selector in cli_selectors(command):
-        value = given.get(selector.dest)
-        if isinstance(value, str):
-            out |= selector.selection(value)
-    return out
+    for rules in KINDS:
+        for selector in rules.cli:
+            value = given.get(selector.dest)
+            if command in selector.helps and isinstance(value, str):
+                return OwnerRef(rules.kind.value, value)
+    return None
 NO_UNIT = FALLBACK.key
 
 
@@ -156,24 +160,11 @@ def owners(snapshot: HostSnapshot) -> dict[int, Owner]:
 def container_owner(snapshot: HostSnapshot, ref: str) -> Owner | None:
     """The owner of the container named (or id'd) ``ref``, whether or not a process of
     it is left (a stopped container has none)."""
-    c = snapshot.container(ref)
-    if c is None:
-        return None
-    units = {u.name: u for u in snapshot.units}
-    for p in snapshot.processes:
-        if _in(p, c):
-            return owner_of(p, snapshot, units)
-    rules = RULES[OwnerKind.CONTAINER]
-    return Owner(rules.kind, container_key(c.runtime, c.label), rules, container=c,
-                 container_id=c.id, runtime=c.runtime)
+    return RULES[OwnerKind.CONTAINER].find(ref, snapshot)
 
 
-def container_members(snapshot: HostSnapshot, container: Container) -> list[Process]:
-    """The processes whose cgroup names ``container`` (a user's own cgroup named like it
-    is not one of them: ``in_user_subtree``)."""
-    return [p for p in snapshot.processes if _in(p, container)]
-
-
-def _in(p: Process, container: Container) -> bool:
-    claimed = claimed_container(p)
-    return claimed is not None and claimed[1] == container.id and not p.in_user_subtree
+def owner_named(snapshot: HostSnapshot, ref: OwnerRef) -> Owner | None:
+    """The owner ``ref`` names on ``snapshot``, as its kind finds it; None: not there (or
+    a kind gpudash does not know)."""
+    rules = rules_of(ref.kind)
+    return None if rules is None else rules.find(ref.key, snapshot)

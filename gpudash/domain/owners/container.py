@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 
 from gpudash.domain.lint import Finding, Learned, lint_container
-from gpudash.domain.model import HostSnapshot, Process, Unit
+from gpudash.domain.model import Container, HostSnapshot, Process, Unit
 from gpudash.domain.owners.kinds import (
     BaseRules,
     CliSelector,
@@ -22,6 +22,7 @@ from gpudash.domain.owners.kinds import (
     Owner,
     OwnerCapability,
     OwnerKind,
+    OwnerRef,
 )
 from gpudash.domain.tree import ProcessTree
 
@@ -29,6 +30,16 @@ RESTARTING_POLICIES = frozenset({"always", "unless-stopped", "on-failure"})
 _CONTAINER_SCOPE = re.compile(r"^(docker|cri-containerd|crio|libpod|containerd)-[0-9a-f]+\.scope$")
 CONTAINER_PREFIXES = {"docker": "docker:", "podman": "podman:"}
 POD_PREFIX = "pod:"
+# what each owner-wide action (by its name) does to a container: its title there
+CONTAINER_TITLES = {
+    "stop": "Stop container",
+    "disable": "Restart policy off",
+    "stop+disable": "Stop container + restart policy off",
+    "reclaim": "Reclaim container (stop + restart policy off + reap + wait)",
+    "remove": "Remove container",
+    "start": "Start container and prove it runs",
+    "restart": "Restart container and prove it runs",
+}
 
 
 def container_key(runtime: str, label: str) -> str:
@@ -59,6 +70,26 @@ def cgroup_fields(p: Process) -> dict[str, str | None]:
             "container_id": container and container[1], "pod_uid": pod}
 
 
+def container_members(snapshot: HostSnapshot, container: Container) -> list[Process]:
+    """The processes whose cgroup names ``container`` (a user's own cgroup named like it
+    is not one of them: ``in_user_subtree``)."""
+    return [p for p in snapshot.processes if _in(p, container)]
+
+
+def _in(p: Process, container: Container) -> bool:
+    claimed = claimed_container(p)
+    return claimed is not None and claimed[1] == container.id and not p.in_user_subtree
+
+
+def runtime_and_id(owner: Owner) -> tuple[str | None, str | None]:
+    """``(runtime, id)`` of a container owner, as the claim that named it says; (None,
+    None) where its scope's name alone did."""
+    if owner.claimed is None:
+        return None, None
+    runtime, _, cid = owner.claimed.partition("/")
+    return runtime, cid
+
+
 def rootless_of_another(owner: Owner) -> bool:
     """A rootless container of a user, which the host's runtime (root's) did not inspect."""
     return owner.user_uid is not None and owner.container is None
@@ -73,7 +104,7 @@ class ContainerRules(BaseRules):
                  "put back as it was before gpudash turned it off, then docker start, "
                  "proven running with its memory back",
         "reap": "only those of this Docker or Podman container",
-    }, "container", rank=1),)
+    }, rank=1),)
 
     def recognize(self, p: Process, snapshot: HostSnapshot, units: Mapping[str, Unit]
                   ) -> Owner | None:
@@ -83,7 +114,7 @@ class ContainerRules(BaseRules):
             runtime, cid = claimed
             c = None if p.in_user_subtree else snapshot.container(cid)
             return Owner(self.kind, container_key(runtime, c.label if c else cid[:12]), self,
-                         unit=unit, container=c, container_id=cid, runtime=runtime,
+                         unit=unit, container=c, claimed=f"{runtime}/{cid}",
                          user_uid=p.user_uid, user=p.user)
         if p.unit and self.claims_unit(p.unit):  # its scope, not parsed further
             return Owner(self.kind, p.unit, self, unit=unit)
@@ -94,9 +125,9 @@ class ContainerRules(BaseRules):
 
     def idle(self, snapshot: HostSnapshot, seen: Sequence[Owner]) -> Iterable[Owner]:
         """A stopped container stays visible ("exited, restart policy no, 0 GiB")."""
-        ids = {o.container_id for o in seen}
+        ids = {runtime_and_id(o)[1] for o in seen if o.kind is self.kind}
         return [Owner(self.kind, container_key(c.runtime, c.label), self, container=c,
-                      container_id=c.id, runtime=c.runtime)
+                      claimed=f"{c.runtime}/{c.id}")
                 for c in snapshot.containers if c.state != "removed" and c.id not in ids]
 
     def about(self, owner: Owner) -> str:
@@ -106,8 +137,27 @@ class ContainerRules(BaseRules):
              ) -> tuple[Finding, ...]:
         return () if owner.container is None else lint_container(owner.container)
 
-    def selector(self, owner: Owner) -> Mapping[str, str]:
-        return {} if owner.container is None else {"container": owner.container.id}
+    def selector(self, owner: Owner) -> OwnerRef | None:
+        return None if owner.container is None else OwnerRef(self.kind.value, owner.container.id)
+
+    def find(self, key: str, snapshot: HostSnapshot) -> Owner | None:
+        """The container named (or id'd) ``key``, whether or not a process of it is left
+        (a stopped container has none)."""
+        c = snapshot.container(key)
+        if c is None:
+            return None
+        members = container_members(snapshot, c)
+        if members:
+            return self.recognize(members[0], snapshot, {u.name: u for u in snapshot.units})
+        return Owner(self.kind, container_key(c.runtime, c.label), self, container=c,
+                     claimed=f"{c.runtime}/{c.id}")
+
+    def title(self, capability: OwnerCapability, action: str) -> str | None:
+        return CONTAINER_TITLES.get(action)
+
+    def identity(self, owner: Owner) -> Mapping[str, str | None]:
+        runtime, cid = runtime_and_id(owner)
+        return {"container_id": cid, "runtime": runtime}
 
     def kill_note(self, owner: Owner, p: Process) -> str | None:
         """Killing a container's main process: its runtime's restart policy brings it
@@ -132,12 +182,13 @@ class ContainerRules(BaseRules):
     def unable(self, owner: Owner, capability: OwnerCapability) -> str:
         name = self.describe(owner)
         c = owner.container
+        runtime, _ = runtime_and_id(owner)
         if rootless_of_another(owner):
             return (f"{name} is {owner.user or 'a user'}'s rootless container, not the "
-                    f"host's: gpudash does not act on it (as that user: {owner.runtime} "
+                    f"host's: gpudash does not act on it (as that user: {runtime} "
                     "stop ...)")
         if c is None:
-            return (f"{name}: its runtime did not answer (no {owner.runtime} CLI on the "
+            return (f"{name}: its runtime did not answer (no {runtime} CLI on the "
                     "host, or no permission): signal its processes instead")
         if c.state == "removed":
             return f"{name} no longer exists: reap its orphaned processes"
@@ -152,9 +203,10 @@ class ContainerRules(BaseRules):
 
     def describe(self, owner: Owner) -> str:
         c = owner.container
-        label = c.label if c is not None else (owner.container_id or "?")[:12]
+        runtime, cid = runtime_and_id(owner)
+        label = c.label if c is not None else (cid or "?")[:12]
         mine = f"{owner.user}'s rootless " if rootless_of_another(owner) and owner.user else ""
-        return f"{mine}{owner.runtime} container {label}"
+        return f"{mine}{runtime} container {label}"
 
     def respawner(self, owner: Owner) -> str | None:
         c = owner.container
@@ -195,11 +247,12 @@ class ContainerRules(BaseRules):
         w: list[str] = []
         c = owner.container
         name = self.describe(owner)
+        runtime, _ = runtime_and_id(owner)
         if rootless_of_another(owner):
-            w.append(f"{name}: not inspected (the host's {owner.runtime} does not know "
+            w.append(f"{name}: not inspected (the host's {runtime} does not know "
                      "another user's containers); gpudash leaves it alone.")
         elif c is None:
-            w.append(f"{name}: not inspected (no {owner.runtime} CLI on the host, or no "
+            w.append(f"{name}: not inspected (no {runtime} CLI on the host, or no "
                      "permission): its restart policy is unknown.")
         elif c.state == "removed":
             w.append(f"{name} no longer exists, yet its processes hold GPU memory.")
@@ -239,7 +292,7 @@ def pod_label(owner: Owner) -> str:
     pod = owner.pod
     if pod is not None and pod.name:
         return f"{pod.namespace or 'default'}/{pod.name}"
-    return f"UID {owner.pod_uid}"
+    return f"UID {owner.claimed}"
 
 
 def pod_advice(owner: Owner) -> str:
@@ -266,13 +319,16 @@ class PodRules(BaseRules):
         pod = snapshot.pod(uid)
         label = f"{pod.namespace or 'default'}/{pod.name}" if pod and pod.name else uid
         return Owner(self.kind, POD_PREFIX + label, self, unit=units.get(p.unit or ""),
-                     runtime="cri", pod_uid=uid, pod=pod)
+                     claimed=uid, pod=pod)
 
     def about(self, owner: Owner) -> str:
         return "a Kubernetes pod: the kubelet restarts it; gpudash does not act on it"
 
-    def selector(self, owner: Owner) -> Mapping[str, str]:
-        return {} if owner.pod_uid is None else {"pod": owner.pod_uid}
+    def selector(self, owner: Owner) -> OwnerRef | None:
+        return None if owner.claimed is None else OwnerRef(self.kind.value, owner.claimed)
+
+    def identity(self, owner: Owner) -> Mapping[str, str | None]:
+        return {"runtime": "cri", "pod_uid": owner.claimed}  # the kubelet's runtime
 
     def kill_note(self, owner: Owner, p: Process) -> str | None:
         return f"pid {p.pid}: " + pod_advice(owner)

@@ -45,15 +45,28 @@ class OwnerCapability(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class OwnerRef:
+    """Which owner an action names: its kind's name (``OwnerRules.kind``) and the key that
+    kind knows it by (a unit's name, a container's name or id, a pod's UID, a job's id).
+    ``Selection.owner`` is one; the kinds' rules make it (``selector``) and find it
+    (``find``)."""
+
+    kind: str
+    key: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.key}"  # as a process's claim names its owner
+
+
+@dataclass(frozen=True, slots=True)
 class CliSelector:
     """How the command line names an owner of a kind: ``FLAG VALUE`` (``--job 4117``),
-    for the subcommands in ``helps``. The CLI's selector flags are these, generated."""
+    for the subcommands in ``helps``. The CLI's selector flags are these, generated; the
+    value is the key of an ``OwnerRef`` of the kind that declares it."""
 
     flag: str  # "--job"
     metavar: str  # "JOBID"
     helps: Mapping[str, str]  # subcommand -> the flag's help there (only those have it)
-    field: str  # the ``Selection`` field the value goes to: "unit", "container", "owner"
-    prefix: str = ""  # before the value in that field ("slurm job:" for an owner)
     pattern: str | None = None  # what a value must be (``re.fullmatch``), else a usage error
     what: str = ""  # what a value is, for that error ("a Slurm job id")
     rank: int = 0  # its place among the selectors in --help
@@ -67,10 +80,6 @@ class CliSelector:
         if self.pattern is not None and not re.fullmatch(self.pattern, text):
             raise ValueError(f"not {self.what or 'a valid value'}: {text[:40]!r}")
         return text
-
-    def selection(self, value: str) -> dict[str, str]:
-        """The ``Selection`` fields that ``value`` names."""
-        return {self.field: self.prefix + value}
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,9 +197,14 @@ class OwnerRules(Protocol):
         nobody, or to another owner (a Slurm node's GPUs): pid -> why."""
         ...
 
-    def selector(self, owner: Owner) -> Mapping[str, str]:
-        """How an action names it (``Selection``'s fields: ``unit``, ``container``,
-        ``pod``); empty: it is not acted on as a whole."""
+    def selector(self, owner: Owner) -> OwnerRef | None:
+        """How an action names it (``Selection.owner``); None: it is not acted on as a
+        whole."""
+        ...
+
+    def find(self, key: str, snapshot: HostSnapshot) -> Owner | None:
+        """The owner of this kind that ``key`` names on ``snapshot`` (with processes or
+        idle), or None: not there."""
         ...
 
     def kill_note(self, owner: Owner, p: Process) -> str | None:
@@ -215,8 +229,15 @@ class OwnerRules(Protocol):
         runtimes' have their own steps)."""
         ...
 
-    def title(self, capability: OwnerCapability) -> str | None:
-        """What an action with ``capability`` is called for this kind ("Cancel job")."""
+    def identity(self, owner: Owner) -> Mapping[str, str | None]:
+        """Who it is beyond its key, as the ``--json`` document's owner fields say it
+        (schema 3: ``container_id``, ``runtime``, ``pod_uid``); {}: none of them."""
+        ...
+
+    def title(self, capability: OwnerCapability, action: str) -> str | None:
+        """What the action named ``action`` (``stop``, ``stop+disable``...), which asks
+        ``capability``, is called on an owner of this kind ("Cancel job (scancel)"); None:
+        the action's own title."""
         ...
 
 
@@ -284,8 +305,17 @@ class BaseRules:
                ) -> Mapping[int, Stray]:
         return {}
 
-    def selector(self, owner: Owner) -> Mapping[str, str]:
-        return {}
+    def selector(self, owner: Owner) -> OwnerRef | None:
+        return None
+
+    def find(self, key: str, snapshot: HostSnapshot) -> Owner | None:
+        ref = OwnerRef(self.kind.value, key)
+        units = {u.name: u for u in snapshot.units}
+        for p in snapshot.processes:
+            owner = self.recognize(p, snapshot, units)
+            if owner is not None and self.selector(owner) == ref:
+                return owner
+        return next((o for o in self.idle(snapshot, ()) if self.selector(o) == ref), None)
 
     def kill_note(self, owner: Owner, p: Process) -> str | None:
         return None
@@ -301,7 +331,10 @@ class BaseRules:
     def command(self, capability: OwnerCapability, key: str) -> tuple[str, ...] | None:
         return None
 
-    def title(self, capability: OwnerCapability) -> str | None:
+    def identity(self, owner: Owner) -> Mapping[str, str | None]:
+        return {}
+
+    def title(self, capability: OwnerCapability, action: str) -> str | None:
         return None
 
 
@@ -314,10 +347,10 @@ class Owner:
     rules: OwnerRules = field(compare=False, repr=False)
     unit: Unit | None = None  # the systemd unit (a service, or a container's scope)
     container: Container | None = None  # as the runtime inspected it; None: not known
-    container_id: str | None = None  # from the cgroup path, known even when not inspected
-    runtime: str | None = None  # docker | podman | cri
-    pod_uid: str | None = None
     pod: Pod | None = None
+    # the key of the claim that named it (``docker/ID`` of a container, a pod's UID, a
+    # job's id), known from the cgroup even where nothing was inspected; its kind reads it
+    claimed: str | None = None
     user_uid: int | None = None  # under this user's own systemd: theirs, not the host's
     user: str | None = None  # that user's name, as the host reported its processes' owner
     # what a kind that has no field above knows of its owner (a job's facts), as the host
@@ -338,7 +371,7 @@ class Owner:
         return self.rules.personal
 
     @property
-    def selector(self) -> Mapping[str, str]:
+    def selector(self) -> OwnerRef | None:
         return self.rules.selector(self)
 
     @property

@@ -23,6 +23,7 @@ from gpudash.domain.owners.kinds import (
     Owner,
     OwnerCapability,
     OwnerKind,
+    OwnerRef,
 )
 from gpudash.domain.tree import ProcessTree
 from gpudash.serving.processes import server_process
@@ -73,7 +74,7 @@ class ServiceRules(BaseRules):
         "reclaim": "the systemd unit (.service optional)",
         "start": "the systemd unit (.service optional)",
         "reap": "only the orphans of this systemd unit",
-    }, "unit"),)
+    }),)
 
     def recognize(self, p: Process, snapshot: HostSnapshot, units: Mapping[str, Unit]
                   ) -> Owner | None:
@@ -95,8 +96,8 @@ class ServiceRules(BaseRules):
             return ()
         return lint_unit(owner.unit, holds_gpu_memory=holds_gpu_memory, learned=learned)
 
-    def selector(self, owner: Owner) -> Mapping[str, str]:
-        return {} if owner.unit is None else {"unit": owner.key}
+    def selector(self, owner: Owner) -> OwnerRef | None:
+        return None if owner.unit is None else OwnerRef(self.kind.value, owner.key)
 
     def capabilities(self, owner: Owner) -> frozenset[OwnerCapability]:
         if owner.unit is None:

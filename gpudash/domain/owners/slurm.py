@@ -28,6 +28,7 @@ from gpudash.domain.owners.kinds import (
     Owner,
     OwnerCapability,
     OwnerKind,
+    OwnerRef,
     Stray,
 )
 from gpudash.domain.owners.service import what
@@ -107,7 +108,7 @@ class SlurmJobRules(BaseRules):
     cli: tuple[CliSelector, ...] = (CliSelector("--job", "JOBID", {
         "reap": "what is left of this Slurm job: its processes that outlived it, and what "
                 "holds its GPUs outside any running job (never a running job's processes)",
-    }, "owner", prefix=f"{KIND}:", pattern=r"[0-9]{1,12}", what="a Slurm job id", rank=2),)
+    }, pattern=r"[0-9]{1,12}", what="a Slurm job id", rank=2),)
 
     def recognize(self, p: Process, snapshot: HostSnapshot, units: Mapping[str, Unit]
                   ) -> Owner | None:
@@ -146,15 +147,15 @@ class SlurmJobRules(BaseRules):
         return (f"{self.describe(owner)}: Slurm decides; cancel it (scancel), or signal its "
                 "processes")
 
-    def selector(self, owner: Owner) -> Mapping[str, str]:
-        return {"owner": f"{self.kind.value}:{job_id(owner)}"}
+    def selector(self, owner: Owner) -> OwnerRef | None:
+        return OwnerRef(self.kind.value, job_id(owner))
 
     def command(self, capability: OwnerCapability, key: str) -> tuple[str, ...] | None:
         if capability is not OwnerCapability.STOP or not JOB_ID.fullmatch(key):
             return None
         return ("scancel", key)
 
-    def title(self, capability: OwnerCapability) -> str | None:
+    def title(self, capability: OwnerCapability, action: str) -> str | None:
         return "Cancel job (scancel)" if capability is OwnerCapability.STOP else None
 
     def _state(self, owner: Owner) -> str | None:
