@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,24 @@ def _isolated_xdg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         d = tmp_path / "xdg" / var.lower()
         d.mkdir(parents=True)
         monkeypatch.setenv(var, str(d))
+
+
+@pytest.fixture(autouse=True)
+def _gpudash_logger_as_found() -> Iterator[None]:
+    """The ``gpudash`` logger back as the test found it. The CLI run in-process sends it
+    to its log file and stops it propagating (``state/logfile.setup``); a test after it in
+    the same process then saw nothing in ``caplog`` (seen once pytest-xdist ordered
+    test_slurm_drain before test_footprints)."""
+    import logging
+
+    logger = logging.getLogger("gpudash")
+    handlers, level, propagate = list(logger.handlers), logger.level, logger.propagate
+    yield
+    for handler in [h for h in logger.handlers if h not in handlers]:
+        logger.removeHandler(handler)
+        handler.close()
+    logger.setLevel(level)
+    logger.propagate = propagate
 
 
 # Shared fixtures of the test infrastructure (the stand-in driver, the sshd, the lab, the
