@@ -11,6 +11,7 @@ import fcntl
 import json
 import os
 import pty
+import re
 import select
 import struct
 import subprocess
@@ -21,6 +22,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import psutil
+
+# what a terminal is sent besides text: CSI sequences (styles, cursor moves, modes), OSC
+# strings, and the two-byte ones
+ESCAPES = re.compile(rb"\x1b\[[0-9;?<>=!]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"
+                     rb"|\x1b[()][A-Z0-9]|\x1b[=>78]")
 
 
 def audit(name: str = "audit-demo.jsonl") -> list[dict]:
@@ -33,12 +39,20 @@ def _take_terminal() -> None:  # in the child, after setsid: the pty becomes its
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
-def collectors() -> list[psutil.Process]:
-    """gpudash collectors running on this machine (local ones, and those sshd started)."""
+def collectors(state: str | None = None) -> list[psutil.Process]:
+    """gpudash collectors running on this machine (local ones, and those sshd started);
+    ``state``: only those reading that stand-in driver's state (``FAKEGPU_STATE``), this
+    test's: the suite's other tests (a second worker, a lab host) run collectors too."""
     out = []
     for p in psutil.process_iter(["cmdline"]):
         cmdline = p.info["cmdline"] or []
         if any("gpudash_hostside" in part for part in cmdline):
+            if state is not None:
+                try:
+                    if p.environ().get("FAKEGPU_STATE") != state:
+                        continue
+                except psutil.Error:  # gone, or not ours to read
+                    continue
             out.append(p)
     return out
 
@@ -72,8 +86,11 @@ class Dashboard:
                     return
 
     def wait_for(self, text: bytes, within: float = 40.0) -> None:
+        """Until ``text`` was drawn: in the bytes as sent, or with the escapes between
+        them left out (a row is sent as segments, each with its style: where the styles
+        of "GPU0" and "1.0 GiB" differ, an escape sits between them)."""
         end = time.monotonic() + within
-        while text not in self.screen:
+        while text not in self.screen and text not in ESCAPES.sub(b"", self.screen):
             assert time.monotonic() < end and self.proc.poll() is None, self.screen[-2000:]
             self.read(0.2)
 

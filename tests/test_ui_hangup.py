@@ -112,10 +112,10 @@ def test_sigterm_in_any_state_ends_it_within_the_bound(moment: str) -> None:
     assert b"\x1b[?1049l" in d.screen  # the terminal is still there: it was restored
 
 
-def _no_collector_left(before: set[int], within: float = BOUND_S) -> list[str]:
+def _no_collector_left(before: set[int], state: str, within: float = BOUND_S) -> list[str]:
     end = time.monotonic() + within
     while True:
-        left = [p for p in collectors() if p.pid not in before]
+        left = [p for p in collectors(state) if p.pid not in before]
         if not left or time.monotonic() > end:
             return [" ".join(p.cmdline()[-3:]) for p in left]
         time.sleep(0.1)
@@ -129,29 +129,31 @@ def _local_env(build: dict[str, str]) -> dict[str, str]:
 def test_local_mode_leaves_no_collector_when_its_terminal_goes(fakegpu_state, ctty: bool
                                                                ) -> None:
     fakegpu_state.hold(0, 1000, name="python3")
-    before = {p.pid for p in collectors()}
+    state = fakegpu_state.env["FAKEGPU_STATE"]
+    before = {p.pid for p in collectors(state)}
     d = Dashboard((), size=(120, 35), ctty=ctty, env=_local_env(fakegpu_state.env))
     d.wait_for(b"Quit")
     d.wait_for(b"GPU0 1.0 GiB")  # the holder: the stream runs (in a thread of the dashboard)
     d.read(1.0)
-    assert [p for p in collectors() if p.pid not in before] == []  # and in no process
+    assert [p for p in collectors(state) if p.pid not in before] == []  # and in no process
     closed = d.hang_up()
     assert d.gone_within(BOUND_S, since=closed)
-    assert _no_collector_left(before) == []
+    assert _no_collector_left(before, state) == []
 
 
 @pytest.mark.ssh
 def test_over_ssh_the_hosts_collector_ends_with_the_dashboard(sshd_server, gpus) -> None:
     gpus.hold(0, 1000, name="python3")
-    before = {p.pid for p in collectors()}
+    state = gpus.env["FAKEGPU_STATE"]
+    before = {p.pid for p in collectors(state)}
     d = Dashboard((sshd_server.target, "--known-hosts", str(sshd_server.known_hosts),
                    "--ssh-config", str(sshd_server.ssh_config)), size=(120, 35), ctty=True)
     d.wait_for(b"Quit")
     end = time.monotonic() + 20
-    while not [p for p in collectors() if p.pid not in before]:
+    while not [p for p in collectors(state) if p.pid not in before]:
         assert time.monotonic() < end, d.screen[-2000:]
         d.read(0.2)
     closed = d.hang_up()
     assert d.gone_within(BOUND_S, since=closed)
-    assert _no_collector_left(before) == []
+    assert _no_collector_left(before, state) == []
     assert os.environ.get("XDG_STATE_HOME")
