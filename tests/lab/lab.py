@@ -445,16 +445,26 @@ def spec_ports(units: tuple[Unit, ...]) -> set[int]:
     return out
 
 
+PORT_LOW, PORT_HIGH = 1025, 60999  # where a moved port may land
+
+
 def pick_port_offset(ports: set[int], taken: set[int]) -> int:
     """An offset that puts every one of ``ports`` on a free port of this machine, clear of
-    other hosts' (``taken``) and of well-known services'."""
+    other hosts' (``taken``) and of well-known services', at least 1000 away (up or down:
+    the real vLLM's units are given free ports already, as high as 60333 was seen, and an
+    offset only upwards found none for them)."""
     import random
 
-    for _ in range(200):
-        offset = PORT_OFFSET_STEP * random.randint(50, 1500)  # 1000 .. 30000
+    if not ports:
+        return 0
+    lo = -((min(ports) - PORT_LOW) // PORT_OFFSET_STEP)  # (steps down, then up, that fit)
+    hi = (PORT_HIGH - max(ports)) // PORT_OFFSET_STEP
+    steps = [k for k in range(lo, hi + 1) if abs(k) >= 50]
+    random.shuffle(steps)  # (two labs on one machine seldom pick the same)
+    for k in steps:
+        offset = PORT_OFFSET_STEP * k
         moved = {p + offset for p in ports}
-        if (max(moved, default=0) < 60000 and not moved & (taken | PORT_AVOID)
-                and not any(port_listening(p) for p in moved)):
+        if not moved & (taken | PORT_AVOID) and not any(port_listening(p) for p in moved):
             return offset
     raise LabError(f"no free ports for a lab host's services {sorted(ports)}")
 
