@@ -119,13 +119,7 @@ def test_the_log_file_is_private_and_never_opened_through_a_link(tmp_path: Path)
         assert isinstance(why, str) and "a symbolic link" in why
         assert intact(target)
     finally:
-        os.umask(old)
-        logger = logging.getLogger("gpudash")  # as the other tests expect it: propagating
-        for handler in list(logger.handlers):
-            logger.removeHandler(handler)
-            handler.close()
-        logger.propagate = True
-        logger.setLevel(logging.NOTSET)
+        os.umask(old)  # (the gpudash logger is put back by conftest's fixture)
 
 
 def test_a_loose_state_directory_is_refused_with_how_to_fix_it(tmp_path: Path) -> None:

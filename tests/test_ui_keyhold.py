@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from test_ui import wait_for
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -88,32 +89,24 @@ def burst(app: Keys, keys: list[tuple[str, str]]) -> None:
         app.post_message(events.Key(key, char))
 
 
-async def until(pilot, predicate, within: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + within
-    while not predicate():
-        assert time.monotonic() < deadline, f"not within {within} s: {what}"
-        await pilot.pause(0.05)
-
-
 async def test_a_key_slower_than_a_second_on_its_way_is_not_overtaken() -> None:
     app = Keys(Slow("slow"))
     async with app.run_test() as pilot:
-        await until(pilot, lambda: app.focused is app.first, 5, "the slow widget focused")
+        await wait_for(pilot, lambda: app.focused is app.first, 5)
         burst(app, [("slash", "/"), ("k", "k")])
-        await until(pilot, lambda: isinstance(app.screen, Ask)
-                    and app.screen.query_one(Input).value == "k", 3 * SLOW_S + 5,
-                    "k in the input / opened")
+        await wait_for(pilot, lambda: isinstance(app.screen, Ask)  # k in the input / opened
+                       and app.screen.query_one(Input).value == "k", 3 * SLOW_S + 5)
         assert app.killed == 0  # k went to the input, never to the kill binding
 
 
 async def test_a_key_whose_widget_went_away_does_not_hold_the_next() -> None:
     app = Keys(Vanishing("vanishing"))
     async with app.run_test() as pilot:
-        await until(pilot, lambda: app.focused is app.first, 5, "the vanishing widget focused")
+        await wait_for(pilot, lambda: app.focused is app.first, 5)
         burst(app, [("a", "a")])
-        await until(pilot, lambda: not app.first.is_attached, 5, "the widget gone")
+        await wait_for(pilot, lambda: not app.first.is_attached, 5)
         app.catch.focus()
         t0 = time.monotonic()
         burst(app, [("x", "x")])
-        await until(pilot, lambda: app.catch.keys == ["x"], 5, "x where the focus is now")
+        await wait_for(pilot, lambda: app.catch.keys == ["x"], 5)
         assert time.monotonic() - t0 < 1.0  # let go once its widget was gone, not later

@@ -6,21 +6,18 @@ done" exited 0 printing no verdict.
 
 from __future__ import annotations
 
-import re
-
 import pytest
-from ptydash import Dashboard, audit
+from ptydash import ESCAPES, Dashboard, audit
 from test_ui_hangup import at
 
 pytestmark = pytest.mark.terminal  # a real pty, in real time: not the fast tier
 
-ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]|\x1b[=>]")
 
 
 def printed_after(d: Dashboard) -> str:
     """What the command line wrote once the dashboard had restored the terminal."""
     tail = d.screen.rsplit(b"\x1b[?1049l", 1)[-1]  # after leaving the alternate screen
-    return ANSI.sub(b"", tail).decode("utf-8", "replace").replace("\r", "")
+    return ESCAPES.sub(b"", tail).decode("utf-8", "replace").replace("\r", "")
 
 
 def test_quit_now_says_what_was_sent_once_and_what_still_holds_memory() -> None:

@@ -114,7 +114,7 @@ class LineTable(ScrollView, can_focus=True):
         super().__init__(id=id)
         self.cells_of = cells_of
         self.columns: dict[ColumnKey, Column] = {}
-        self._keys: list[tuple[str, int]] = []  # (key, width) of each column, in order
+        self._widths: tuple[tuple[str, int], ...] = ()  # (key, width) of each column
         self._order: list[int] = []
         self._heights: dict[int, int] = {}  # rows taller than one line
         # the first line of each row, and the total at the end
@@ -134,7 +134,7 @@ class LineTable(ScrollView, can_focus=True):
         """(key, title, width) of each column, left to right."""
         self.columns = {ColumnKey(key): Column(ColumnKey(key), Text(title), width)
                         for key, title, width in columns}
-        self._keys = [(key, width) for key, _title, width in columns]
+        self._widths = tuple((key, width) for key, _title, width in columns)
         self._cache.clear()
         self._header = None
         self._resize_virtual()
@@ -285,7 +285,7 @@ class LineTable(ScrollView, can_focus=True):
         console = self._console
         pad = " " * self.cell_padding
         segments: list[Segment] = []
-        for ci, (key, width) in enumerate(self._keys):
+        for ci, (key, width) in enumerate(self._widths):
             text = cells.get(key) or _EMPTY
             if "\n" in text.plain:
                 text = text.split("\n")[0]
@@ -313,9 +313,6 @@ class LineTable(ScrollView, can_focus=True):
 
     def _cell_width(self, column: Column) -> int:
         return column.width + 2 * self.cell_padding
-
-    def _widths(self) -> tuple[tuple[str, int], ...]:
-        return tuple((str(k.value), c.width) for k, c in self.columns.items())
 
     def render_lines(self, crop: Region) -> list[Strip]:
         component = self.get_component_rich_style
@@ -346,7 +343,7 @@ class LineTable(ScrollView, can_focus=True):
 
     def _header_strip(self, base: Style) -> Strip:
         style = base + self._style(1, "line-table--header")
-        key = (self._widths(), tuple(c.label.plain for c in self.columns.values()), style,
+        key = (self._widths, tuple(c.label.plain for c in self.columns.values()), style,
                self.size.width)
         if self._header is None or self._header[0] != key:
             cells = {str(k.value): c.label for k, c in self.columns.items()}
@@ -365,7 +362,7 @@ class LineTable(ScrollView, can_focus=True):
                           else self._style(3, "line-table--even-row"))
             post = Style.null()
         cells = self.cells_of(row_id)
-        key = (at, height, pre, post, self._widths(), self.size.width)
+        key = (at, height, pre, post, self._widths, self.size.width)
         cached = self._cache.get(row_id)
         if cached is not None and cached[0] is cells and cached[1] == key:
             return cached[2]
