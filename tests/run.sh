@@ -7,7 +7,8 @@
 #
 # pytest runs in two parts: everything but the lab on every core (pytest-xdist: tests that
 # wait on a real server or process overlap), then the lab hosts and the real vLLM one at a
-# time (they boot systemd hosts that share this machine's network and /var/cache).
+# time (they boot systemd hosts that share this machine's network and /var/cache), and the
+# tests that flood the machine by design (marker serial).
 #
 # `bash tests/run.sh --fast`: the edit-test loop's tier. No installs but the venv, no
 # linters; pytest on every core without the tests that boot lab hosts, start a real sshd,
@@ -21,7 +22,7 @@ if [ "${1:-}" = "--fast" ]; then
   shift
   bash scripts/bootstrap.sh test >/dev/null
   exec .venv/bin/python -m pytest -q -n auto \
-    -m "not lab and not ssh and not realvllm and not terminal" "$@"
+    -m "not lab and not ssh and not realvllm and not terminal and not serial" "$@"
 fi
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
@@ -112,9 +113,10 @@ echo "== import contract"
 "$PY" -c "from importlinter.cli import lint_imports_command; lint_imports_command()" --no-cache >/dev/null \
   && echo "contract kept"
 echo "== pytest, part 1 of 2: everything but the lab hosts, on every core"
-one=0; "$PY" -m pytest -q --durations=15 -n auto -m "not lab and not realvllm" "$@" || one=$?
-echo "== pytest, part 2 of 2: the lab hosts and the real vLLM, one at a time"
-two=0; "$PY" -m pytest -q --durations=15 -m "lab or realvllm" "$@" || two=$?
+one=0; "$PY" -m pytest -q --durations=15 -n auto -m "not lab and not realvllm and not serial" \
+  "$@" || one=$?
+echo "== pytest, part 2 of 2: the lab hosts, the real vLLM and the floods, one at a time"
+two=0; "$PY" -m pytest -q --durations=15 -m "lab or realvllm or serial" "$@" || two=$?
 # exit 5 is "no test selected" (arguments that pick only one part's tests): a failure only
 # where neither part ran one
 for rc in "$one" "$two"; do

@@ -127,6 +127,7 @@ def pem_to_der(path: Path) -> bytes:
 # --- a flood of wrong passwords --------------------------------------------------------
 
 
+@pytest.mark.serial  # its flood must not share the cores with another test
 def test_a_flood_of_wrong_passwords_never_starves_a_remembered_scraper(tmp_path: Path) -> None:
     # before: 130 clients with a wrong password, each request marked busy before its auth
     # check and queued without bound for two bcrypt slots: with 128 busy every new

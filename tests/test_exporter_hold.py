@@ -74,6 +74,7 @@ def wait_up(url: str, opener: urllib.request.OpenerDirector | None = None) -> st
         time.sleep(0.2)
 
 
+@pytest.mark.serial  # its flood must not share the cores with another test
 def test_a_thousand_idle_sockets_make_no_threads_and_pending_requests_no_scrapes() -> None:
     # before: 1002 threads; and 300 requests sent then abandoned cost 43.6 CPU s
     # (16 demo hosts, this machine): one full scrape each
