@@ -8,7 +8,7 @@ import collections
 
 import pytest
 from rich.text import Text
-from support import stepped_clock_of
+from support import settled, stepped_clock_of
 from test_ui import select, wait_for
 from textual._compositor import ChopsUpdate
 from textual.geometry import Region
@@ -117,7 +117,7 @@ async def test_the_header_and_a_holder_changed_draw_those_two_and_nothing_betwee
     async with app.run_test(size=(160, 50)) as pilot:
         table = app.query_one(HoldersTable)
         await wait_for(pilot, lambda: table.row_count > 3)
-        await pilot.pause(0.5)
+        await settled(pilot)
         screen = app.screen
         assert isinstance(screen._compositor, BandCompositor)
         grid = _text_lines(screen._compositor.render_strips())
@@ -134,7 +134,7 @@ async def test_the_header_and_a_holder_changed_draw_those_two_and_nothing_betwee
         row = str(list(table.rows)[2].value)
         app.query_one(HeaderBar).update(Text("gpudash  a header that changed"))
         table.set_cells(row, {"age": Text("99s", justify="right")})
-        await pilot.pause(0.3)
+        await settled(pilot)  # drawn, however long that takes here
         monkeypatch.setattr(Widget, "render_lines", real)
         updates = [u for u in updates if u is not None]
         assert any(isinstance(u, BandsUpdate) and len(u.updates) >= 2 for u in updates), updates

@@ -11,7 +11,7 @@ pushed CPU, RSS, St and Age off screen.
 from __future__ import annotations
 
 import pytest
-from support import until
+from support import settled, until
 from test_ui import main_pid, main_pid_or_none, make_app, run_confirmed, select, wait_for
 from textual.widgets.data_table import ColumnKey
 
@@ -53,7 +53,7 @@ def workers(app: GpudashApp) -> list[str]:
 async def started(pilot, app: GpudashApp) -> None:  # type: ignore[no-untyped-def]
     await wait_for(pilot, lambda: app.view.triage is not None
                    and app.query_one(HoldersTable).row_count > 10)
-    await pilot.pause(0.2)  # laid out: the columns fitted to the table's width
+    await settled(pilot)  # laid out: the columns fitted to the table's width
 
 
 async def test_a_key_cycles_the_sort_column_and_another_reverses_it() -> None:

@@ -8,7 +8,7 @@ import dataclasses
 from typing import Any
 
 from rich.text import Text
-from support import app_clock
+from support import app_clock, settled
 from textual.app import App, ComposeResult
 
 from gpudash.demo.host import DemoHost
@@ -54,7 +54,7 @@ async def test_a_holders_age_that_ticks_redraws_that_cell_and_not_the_table() ->
     async with app.run_test(size=(160, 30)) as pilot:
         table = app.query_one(HoldersTable)
         table.show(rows())
-        await pilot.pause()
+        await settled(pilot)
         assert "5s" in line_text(table, 4)  # header, rows 0..2, then row 3
         before_other = line_text(table, 6)
         calls: list[tuple[int, int]] = []
@@ -70,7 +70,7 @@ async def test_a_holders_age_that_ticks_redraws_that_cell_and_not_the_table() ->
 
         table._render_cell = spy  # type: ignore[method-assign]
         table.show(rows(age_of_row_3="6s"))
-        await pilot.pause()
+        await settled(pilot)
         table._render_cell = original  # type: ignore[method-assign]
         assert "6s" in line_text(table, 4) and "5s" not in line_text(table, 4)
         assert line_text(table, 6) == before_other
@@ -84,15 +84,15 @@ async def test_an_unchanged_sample_touches_no_cell_and_a_new_colour_does() -> No
     async with app.run_test(size=(160, 30)) as pilot:
         table = app.query_one(HoldersTable)
         table.show(rows())
-        await pilot.pause()
+        await settled(pilot)
         count = table._update_count
         renders = len(table._cell_render_cache)
         table.show(rows())
-        await pilot.pause()
+        await settled(pilot)
         assert table._update_count == count and len(table._cell_render_cache) == renders
         # same characters, another colour (a theme change): drawn again
         table.show(rows(colour="red"))
-        await pilot.pause()
+        await settled(pilot)
         assert table.get_row("p:1000")[1].style == "red"
 
 

@@ -38,6 +38,11 @@ class RedrawThrottle:
         else:
             self._timer = self._owner.set_timer(wait, self._flush)
 
+    @property
+    def pending(self) -> bool:
+        """A redraw is asked for and waits for its frame."""
+        return self._timer is not None
+
     def _flush(self) -> None:
         self._timer = None
         self.last = time.monotonic()

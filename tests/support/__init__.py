@@ -46,7 +46,7 @@ async def until(pilot: Any, predicate: Callable[[], object], *, within_s: float 
                                  "simulated seconds")
         await clock.advance(STEP_S)
         waited += STEP_S
-        await pilot.pause(0.01)  # a real moment: the throttled redraw, the worker
+        await asyncio.sleep(0.01)  # a real moment: the throttled redraw, the worker
 
 
 async def run_until(host: Any, predicate: Callable[[], object], *,
@@ -63,6 +63,30 @@ async def run_until(host: Any, predicate: Callable[[], object], *,
         waited += STEP_S
         if not clock.sleepers:  # what is awaited waits on something else (a real timeout)
             await asyncio.sleep(REAL_PAUSE_S)
+
+
+async def settled(pilot: Any, *, within_s: float = 10.0) -> None:
+    """Wait, in real time, until the screen has nothing left to do: no layout, repaint or
+    recompose pending, no callback waiting for a refresh, no throttled redraw waiting for
+    its frame, the same three looks in a row. What a fixed ``pilot.pause(0.2)`` hoped for
+    ("laid out by then"), without guessing how long it takes on a loaded machine."""
+    deadline = time.monotonic() + within_s
+    quiet = 0
+    while quiet < 3:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the screen still busy after {within_s:g} s")
+        await pilot._wait_for_screen()
+        screen = pilot.app.screen
+        feeds = getattr(pilot.app, "feeds", None)
+        throttles = (feeds.view_redraw, feeds.rows_redraw) if feeds is not None else ()
+        busy = (screen._layout_required or screen._scroll_required
+                or screen._repaint_required or screen._recompose_required
+                or screen._dirty_widgets or screen._callbacks
+                or any(t.pending for t in throttles))
+        if busy:
+            screen._on_timer_update()  # what its update timer would do next
+        quiet = 0 if busy else quiet + 1
+        await asyncio.sleep(REAL_PAUSE_S)
 
 
 def app_clock(sources: Iterable[Any]) -> Callable[[], float]:
