@@ -393,6 +393,9 @@ def test_an_interrupt_while_gpudash_starts_is_exit_5_without_a_traceback(sig: st
         ([*RECLAIM, "--yes", "--term-timeout", "0"], "--term-timeout: must be > 0"),
         (["snapshot", "--demo", "gpu01"], "--demo takes no HOST"),
         (["reclaim", "a", "b", "--unit", "x"], "one host at a time"),
+        (["snapshot", "--demo-speed", "5"], "--demo-speed is for --demo"),
+        (["--demo", "--demo-speed", "0"], "must be 0.1 to 1000, not 0"),
+        (["--demo", "--demo-speed", "inf"], "must be 0.1 to 1000, not inf"),
     ],
 )
 def test_usage_errors_are_clear_exit_2_and_do_nothing(args: list[str], message: str) -> None:
@@ -698,3 +701,22 @@ def test_snapshot_help_names_the_schema_it_prints() -> None:
     assert f"schema {SCHEMA}" in " ".join(r.stdout.split()), r.stdout
     doc = json.loads(gpudash("snapshot", "--demo", "--json").stdout)
     assert doc["schema"] == SCHEMA
+
+
+@pytest.mark.parametrize(("argv", "speed"), [
+    (["--demo"], 1.0),  # the dashboard: the incident as it happens
+    (["--demo", "--demo-speed", "10"], 10.0),  # a presenter's, or a test's, faster one
+    (["snapshot", "--demo", "--demo-speed", "0.5"], 0.5),
+])
+def test_demo_speed_is_how_fast_the_demo_hosts_clock_runs(argv: list[str], speed: float) -> None:
+    from gpudash.cli.args import parse
+    from gpudash.cli.main import open_sources
+    from gpudash.domain.clock import ScaledClock
+
+    _command, args = parse(argv)
+    [demo] = open_sources(args)
+    clock = demo.sim_clock  # type: ignore[attr-defined]
+    assert isinstance(clock, ScaledClock) and clock.speed == speed
+    # a command that acts plays it at 20x unless told
+    [acting] = open_sources(args, demo_speed=20.0)
+    assert acting.sim_clock.speed == (speed if "--demo-speed" in argv else 20.0)  # type: ignore[attr-defined]

@@ -23,6 +23,14 @@ BOUND_S = 5.0  # the issue's bound: gone within 5 s of the session's end
 VERDICT = "✔".encode()
 
 
+def dashboard(moment: str, *, ctty: bool) -> Dashboard:
+    """The demo dashboard to be brought to ``moment``: played at 10x where the test waits
+    for the verdict (a reclaim takes 13 s at 1x), at 1x where it catches the reclaim
+    midway (acting, its quit dialog)."""
+    speed = ("--demo-speed", "10") if moment == "verdict" else ()
+    return Dashboard(("--demo", *speed), size=(120, 35), ctty=ctty)
+
+
 def at(moment: str, d: Dashboard) -> None:
     """Bring the demo dashboard to ``moment``."""
     d.wait_for(b"Quit")
@@ -70,7 +78,7 @@ MOMENTS = ["idle", "confirm dialog", "acting", "quit dialog", "verdict"]
 def test_the_terminal_hung_up_at_any_moment_ends_the_dashboard(moment: str) -> None:
     """The pty is the app's controlling terminal, as under tmux or sshd: closing it is a
     hang-up (SIGHUP, then EIO on writes and EOF on reads)."""
-    d = Dashboard(size=(120, 35), ctty=True)
+    d = dashboard(moment, ctty=True)
     at(moment, d)
     closed = d.hang_up()
     assert d.gone_within(BOUND_S, since=closed), f"alive {BOUND_S} s after the hang-up"
@@ -82,7 +90,7 @@ def test_the_issue_reproduction_kill_session_at_the_verdict_ends_it_every_time(
     run: int,
 ) -> None:
     """The reproduction, repeated: it hung in 2 of 3 tries."""
-    d = Dashboard(size=(120, 35), ctty=True)
+    d = dashboard("verdict", ctty=True)
     at("verdict", d)
     closed = d.hang_up()
     assert d.gone_within(BOUND_S, since=closed), f"run {run}: alive after the hang-up"
@@ -93,7 +101,7 @@ def test_the_issue_reproduction_kill_session_at_the_verdict_ends_it_every_time(
 def test_a_terminal_that_only_fails_reads_and_writes_ends_it_too(moment: str) -> None:
     """No SIGHUP (the pty is not its controlling terminal): the EOF on input and the EIO
     on output are enough."""
-    d = Dashboard(size=(120, 35), ctty=False)
+    d = dashboard(moment, ctty=False)
     at(moment, d)
     closed = d.hang_up()
     assert d.gone_within(BOUND_S, since=closed), "alive after its terminal closed"
@@ -102,7 +110,7 @@ def test_a_terminal_that_only_fails_reads_and_writes_ends_it_too(moment: str) ->
 
 @pytest.mark.parametrize("moment", ["confirm dialog", "quit dialog", "verdict"])
 def test_sigterm_in_any_state_ends_it_within_the_bound(moment: str) -> None:
-    d = Dashboard(size=(120, 35), ctty=True)
+    d = dashboard(moment, ctty=True)
     at(moment, d)
     sent = time.monotonic()
     d.proc.send_signal(signal.SIGTERM)

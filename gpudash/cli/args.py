@@ -64,6 +64,20 @@ def _demo_hosts(text: str) -> int:
     return value
 
 
+DEMO_SPEED_RANGE = (0.1, 1000.0)
+
+
+def _demo_speed(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a speed: {text!r}") from None
+    low, high = DEMO_SPEED_RANGE
+    if not math.isfinite(value) or not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"must be {low:g} to {high:g}, not {text}")
+    return value
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     """The hosts and how to reach them: one group, the same in every command's help,
     after the command's own options."""
@@ -78,6 +92,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--demo-hosts", type=_demo_hosts, default=None, metavar="N",
                    help="with --demo: N simulated hosts (healthy, the incident, "
                    "unreachable, ...) for the fleet view")
+    p.add_argument("--demo-speed", type=_demo_speed, default=None, metavar="X",
+                   help="with --demo: simulated seconds per real one (default 1 on the "
+                   "dashboard, 20 for a command that acts; 0.1 to 1000)")
     p.add_argument("--interval", type=seconds(*config.INTERVAL_RANGE, low_inclusive=True),
                    default=1.0,
                    metavar="S", help="seconds between samples (default 1; 0.05 to 3600)")
@@ -365,6 +382,8 @@ def _check_hosts(command: str | None, args: argparse.Namespace, settings: config
         if command in ONE_HOST and args.demo_hosts > 1:
             parser.error(f"{command} acts on one host at a time")
         args.demo = True  # --demo-hosts N is the demo, N hosts of it
+    if args.demo_speed is not None and not args.demo:
+        parser.error("--demo-speed is for --demo")
     if args.demo and (args.hosts or args.hosts_file):
         parser.error("--demo takes no HOST")
     if args.hosts_file is not None or any(c in h for h in args.hosts for c in "*?["):

@@ -56,6 +56,7 @@ def open_sources(args: argparse.Namespace, *, demo_speed: float = 1.0,
     ``systemctl stop`` + ``disable``, with the workers orphaned; or (``demo_slurm``) it is
     the fleet demo's Slurm node."""
     read_only = getattr(args, "read_only", False)
+    demo_speed = getattr(args, "demo_speed", None) or demo_speed  # --demo-speed: the operator's
     if args.demo and demo_slurm:
         from gpudash.demo.fleet import SLURM_NODE, ScenarioHost
 
