@@ -5,24 +5,33 @@
 # contract and pytest (lab tests included when run as root, the real vLLM's too: it is
 # installed once per machine under /var/cache/gpudash/realvllm). Extra arguments go to pytest.
 #
-# pytest runs in two parts: everything but the lab on every core (pytest-xdist: tests that
-# wait on a real server or process overlap), then the lab hosts and the real vLLM one at a
-# time (they boot systemd hosts that share this machine's network and /var/cache), and the
-# tests that flood the machine by design (marker serial).
+# pytest runs in three parts (pytest-xdist): everything but the lab, two workers per core
+# (half of a UI test's time is real waiting: a dialog's arming, a pty's output, a real
+# server's answer); then the lab hosts and the real vLLM, a test module per core (each
+# worker boots its own hosts, on ports of their own; the modules share no daemon); then the
+# tests that flood the machine by design (marker serial), alone.
 #
 # `bash tests/run.sh --fast`: the edit-test loop's tier. No installs but the venv, no
-# linters; pytest on every core without the tests that boot lab hosts, start a real sshd,
-# run the real vLLM or the real program on a pty (markers lab, ssh, realvllm, terminal).
+# linters; pytest on every core without the tests that boot lab hosts, start a real sshd
+# or a real Prometheus, run the real vLLM or the real program on a pty (markers lab, ssh,
+# prometheus, realvllm, terminal).
 # Everything else (the UI on a stepped clock, the CLI in-process, the wire, the engine)
 # runs. `.ci/run` always runs the whole suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# A test's screen is composed at most 10 times a second, not Textual's 60: the dashboard
+# redraws its data at most 5 times a second anyway (ui/throttle.py), and the tests run the
+# app on every worker at once (a sixth of the CPU they spent drawing frames nobody sees).
+export TEXTUAL_FPS="${TEXTUAL_FPS:-10}"
+# Bytecode cached (where the environment says not to): each pytest worker otherwise
+# rewrites every test module's asserts and compiles gpudash again, ~6 s of CPU a worker.
+unset PYTHONDONTWRITEBYTECODE
 
 if [ "${1:-}" = "--fast" ]; then
   shift
   bash scripts/bootstrap.sh test >/dev/null
-  exec .venv/bin/python -m pytest -q -n auto \
-    -m "not lab and not ssh and not realvllm and not terminal and not serial" "$@"
+  exec .venv/bin/python -m pytest -q -n "$(( 2 * $(nproc) ))" --dist worksteal \
+    -m "not lab and not ssh and not realvllm and not terminal and not prometheus and not serial" "$@"
 fi
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
@@ -112,15 +121,18 @@ echo "3.7 kept"
 echo "== import contract"
 "$PY" -c "from importlinter.cli import lint_imports_command; lint_imports_command()" --no-cache >/dev/null \
   && echo "contract kept"
-echo "== pytest, part 1 of 2: everything but the lab hosts, on every core"
-one=0; "$PY" -m pytest -q --durations=15 -n auto -m "not lab and not realvllm and not serial" \
-  "$@" || one=$?
-echo "== pytest, part 2 of 2: the lab hosts, the real vLLM and the floods, one at a time"
-two=0; "$PY" -m pytest -q --durations=15 -m "lab or realvllm or serial" "$@" || two=$?
+echo "== pytest, part 1 of 3: everything but the lab hosts, two workers per core"
+one=0; "$PY" -m pytest -q --durations=15 -n "$(( 2 * $(nproc) ))" --dist worksteal \
+  -m "not lab and not realvllm and not serial" "$@" || one=$?
+echo "== pytest, part 2 of 3: the lab hosts and the real vLLM, a module per core"
+two=0; "$PY" -m pytest -q --durations=15 -n "$(nproc)" --dist loadfile \
+  -m "(lab or realvllm) and not serial" "$@" || two=$?
+echo "== pytest, part 3 of 3: the floods, alone"
+three=0; "$PY" -m pytest -q --durations=5 -m serial "$@" || three=$?
 # exit 5 is "no test selected" (arguments that pick only one part's tests): a failure only
 # where neither part ran one
-for rc in "$one" "$two"; do
+for rc in "$one" "$two" "$three"; do
   if [ "$rc" != 0 ] && [ "$rc" != 5 ]; then exit "$rc"; fi
 done
-if [ "$one" = 5 ] && [ "$two" = 5 ]; then exit 5; fi
+if [ "$one" = 5 ] && [ "$two" = 5 ] && [ "$three" = 5 ]; then exit 5; fi
 exit 0

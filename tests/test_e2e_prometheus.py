@@ -36,6 +36,7 @@ def by(result: dict[frozenset[tuple[str, str]], float], key: str) -> dict[str, f
     return {dict(k)[key]: v for k, v in result.items()}
 
 
+@pytest.mark.prometheus
 def test_prometheus_scrapes_the_exporter_over_the_demo(prometheus_server, tmp_path: Path
                                                        ) -> None:  # type: ignore[no-untyped-def]
     exporter = Exporter(tmp_path / "exporter.log", "--demo", "--interval", "0.5")
@@ -82,6 +83,7 @@ def test_prometheus_scrapes_the_exporter_over_the_demo(prometheus_server, tmp_pa
     assert "Traceback" not in err
 
 
+@pytest.mark.prometheus
 def test_prometheus_tells_the_demo_fleets_hosts_apart(prometheus_server, tmp_path: Path
                                                       ) -> None:  # type: ignore[no-untyped-def]
     """gpudash --demo-hosts 5: the incident, healthy, unreachable, stopped, crash loop."""

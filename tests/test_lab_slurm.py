@@ -85,6 +85,8 @@ def test_a_batch_jobs_processes_and_facts_name_the_job(clean: Any) -> None:
         assert set(holders) <= set(pids) and len(stepd) == 1
         for pid in [*pids, *stepd]:
             text = sh.cgroup_text(pid)
+            if not text and pid not in holders and pid not in stepd:
+                continue  # a passing child of the batch script (its sleep), gone since pgrep
             owner = job_of_cgroup(text)
             assert owner is not None, f"pid {pid}: {text!r}"
             assert (owner["job_id"], owner["step"], owner["layout"]) == (job, "batch", "v2")

@@ -89,10 +89,15 @@ def fleet(tmp: Path, rules: list[Path] | None = None
         yield prom, targets, exporter
 
 
+# a real Prometheus server, in real time: not in the fast tier (as the real sshd)
+REAL_PROMETHEUS = pytest.mark.prometheus
+
+
 def rows(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {h["host"]: h for h in doc["hosts"]}
 
 
+@REAL_PROMETHEUS
 def test_the_fleet_table_from_a_real_prometheus_gpudash_and_dcgm_hosts(tmp_path: Path
                                                                        ) -> None:
     with fleet(tmp_path) as (prom, targets, _exporter):
@@ -133,6 +138,7 @@ def test_the_fleet_table_from_a_real_prometheus_gpudash_and_dcgm_hosts(tmp_path:
     assert old["ssh_name"] == targets["old"].rsplit(":", 1)[0]
 
 
+@REAL_PROMETHEUS
 def test_with_the_recording_rules_the_table_reads_them_and_says_the_same(tmp_path: Path
                                                                          ) -> None:
     """docs/prometheus/gpudash-records.yml loaded: the table reads the recorded series
@@ -160,6 +166,7 @@ def test_with_the_recording_rules_the_table_reads_them_and_says_the_same(tmp_pat
     assert got == want
 
 
+@REAL_PROMETHEUS
 def test_a_dcgm_host_whose_target_goes_down_is_marked_so(tmp_path: Path) -> None:
     """A refresh keeps what it knew of a host whose target stopped answering."""
     with fleet(tmp_path) as (prom, targets, exporter):
