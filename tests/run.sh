@@ -130,7 +130,7 @@ two=0; "$PY" -m pytest -q --durations=15 -n "$(nproc)" --dist loadfile \
 echo "== pytest, part 3 of 3: the floods, alone"
 three=0; "$PY" -m pytest -q --durations=5 -m serial "$@" || three=$?
 # exit 5 is "no test selected" (arguments that pick only one part's tests): a failure only
-# where neither part ran one
+# where no part ran one
 for rc in "$one" "$two" "$three"; do
   if [ "$rc" != 0 ] && [ "$rc" != 5 ]; then exit "$rc"; fi
 done
