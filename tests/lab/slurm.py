@@ -314,8 +314,10 @@ class SlurmHost:
         cp = self.host.ssh(cmd, user=user, timeout=30)
         if cp.returncode:
             raise labmod.LabError(f"ssh {user}@{self.node}: rc={cp.returncode} {cp.stderr}")
-        [pid] = labmod_wait(lambda: self.host.pids_of(f"{TRAIN} {gpu} {mib} {tag}"), 10,
-                            "the ssh login's holder")
+        # the holder itself: its ssh shell and `setsid -f` name the same arguments while
+        # they end (two pids were matched once, with three lab modules at a time)
+        [pid] = labmod_wait(lambda: self.host.pids_of(f"^python3 {TRAIN} {gpu} {mib} {tag}"),
+                            10, "the ssh login's holder")
         labmod_wait(lambda: pid in self.compute_apps(), 10, f"pid {pid} holding GPU {gpu}")
         return pid
 
