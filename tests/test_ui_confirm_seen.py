@@ -93,3 +93,18 @@ async def test_a_long_plan_says_what_is_out_of_sight_and_scrolls(size) -> None: 
         # the answer row is always on screen: Confirm can be reached
         confirm = modal.query_one("#confirm")
         assert confirm.region.height == 1 and confirm.region.bottom <= size[1]
+
+
+async def test_a_dialog_dismissed_before_it_was_mounted_leaves_the_dashboard_running() -> None:
+    """Seen under load (4 test workers on 2 cores): a confirm dialog pushed and popped in
+    the same turn (a plan replaced by the next at once) ran its on_mount without its
+    buttons, and the NoMatches ended the dashboard."""
+    app = make_app(DemoHost(clock=SteppedClock()))
+    async with app.run_test(size=(160, 50)) as pilot:
+        await wait_for(pilot, lambda: app.view.snapshot is not None)
+        below = app.screen
+        app.push_screen(ConfirmModal("Kill process", ["Kill 1234", "$ kill -9 1234"]))
+        app.pop_screen()
+        await pilot.pause(0.3)
+        assert app.is_running and app._exception is None
+        assert app.screen is below

@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 import re
 
-from support import app_clock, next_sample, until
+from support import app_clock, next_sample, settled, until
 from test_ui import select, wait_for
 from textual.widgets import Button
 from textual.widgets._footer import FooterKey
@@ -71,7 +71,7 @@ async def test_80x24_holders_get_the_rows_and_the_columns() -> None:
     app = make_app()
     async with app.run_test(size=LAPTOP) as pilot:
         await select(pilot, app, f"u:{MINIMAX}")
-        await pilot.pause(0.2)
+        await settled(pilot)
         holders = app.query_one(HoldersTable)
         assert holders.size.width >= 76  # the unit panel gives its columns up
         assert holders.scrollable_content_region.height - 1 >= 7  # rows under the header
@@ -103,7 +103,7 @@ async def test_120x35_action_panel_shows_every_gpu_and_the_verdict() -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("y")
         await until(pilot, lambda: app.last_report is not None, what="the report")
-        await pilot.pause(0.3)
+        await settled(pilot)
         shown = screen_text(app)  # what is on screen, not what the panel holds
         assert all(f"GPU{g} " in shown for g in range(8)) and "✔ confirmed" in shown
         assert "TERM ignored: KILL sent to pid" in shown
@@ -118,7 +118,7 @@ async def test_g_says_why_when_the_plot_is_not_shown() -> None:
         await wait_for(pilot, lambda: app.view.snapshot is not None)
         assert not app.query_one("#plot").display
         await pilot.press("g")
-        await pilot.pause(0.2)
+        await settled(pilot)
         notes = [n.message for n in app._notifications]
         assert any("130x30" in m and "120x35" in m for m in notes), notes
 
@@ -130,7 +130,7 @@ async def test_80x24_confirm_keeps_what_is_decided_on_and_the_buttons_in_view() 
         app.notify("xyzzy", title="plugh", timeout=30)
         await pilot.press("r")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
-        await pilot.pause(0.3)
+        await settled(pilot)
         modal = app.screen
         assert visible(app, modal.query_one("#confirm", Button))
         assert visible(app, modal.query_one("#cancel", Button))
@@ -140,7 +140,7 @@ async def test_80x24_confirm_keeps_what_is_decided_on_and_the_buttons_in_view() 
         assert "xyzzy" not in text and "plugh" not in text
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmModal))
-        await pilot.pause(0.2)
+        await settled(pilot)
         assert "xyzzy" in screen_text(app)  # back once the dialog is answered
 
 
@@ -155,7 +155,7 @@ async def test_log_entry_opens_in_full_and_the_focused_log_shows_it() -> None:
         await wait_for(pilot, lambda: bool(log.entries))
         unfocused = log.styles.border_top
         log.focus()
-        await pilot.pause(0.1)
+        await settled(pilot)
         assert log.styles.border_top != unfocused
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, DetailScreen))
@@ -183,7 +183,7 @@ async def test_a_greyed_key_pressed_eight_times_says_why_once() -> None:
         await select(pilot, app, f"u:{MINIMAX}")
         for _ in range(8):
             await pilot.press("o")
-        await pilot.pause(0.2)
+        await settled(pilot)
         reap = [n for n in app._notifications if n.title == "Reap orphans"]
         assert len(reap) == 1 and "no orphaned processes" in reap[0].message
 
@@ -197,7 +197,7 @@ async def test_palette_does_not_open_over_a_confirm_dialog() -> None:
         await pilot.press("s")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("ctrl+p")
-        await pilot.pause(0.3)
+        await settled(pilot)
         assert isinstance(app.screen, ConfirmModal)
         assert not CommandPalette.is_open(app)
 
@@ -214,7 +214,7 @@ async def test_palette_shows_actions_that_do_not_fit_greyed_with_the_reason() ->
         await pilot.press(*"stop")
         options = app.screen.query_one(OptionList)
         await wait_for(pilot, lambda: options.option_count > 0)
-        await pilot.pause(0.3)
+        await settled(pilot)
         prompts = [str(options.get_option_at_index(i).prompt)
                    for i in range(options.option_count)]
         stop = next(p for p in prompts if "Stop unit" in p)
@@ -249,7 +249,7 @@ async def test_120x35_unit_panel_shows_the_warnings_before_the_facts() -> None:
     app = make_app()
     async with app.run_test(size=PANE) as pilot:
         await select(pilot, app, f"u:{MINIMAX}")
-        await pilot.pause(0.2)
+        await settled(pilot)
         shown = screen_text(app)
         assert "⚠ Restart=always: killing the" in shown
         assert "⚠ KillMode=process: stopping" in shown
@@ -265,7 +265,7 @@ async def test_the_result_toast_does_not_cover_the_log_when_the_panel_shows_it()
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("y")
         await until(pilot, lambda: app.last_report is not None, what="the report")
-        await pilot.pause(0.3)
+        await settled(pilot)
         assert not [n for n in app._notifications if "Action panel" in n.message]
         assert "⚠ stopped and disabled" in screen_text(app)
 
@@ -284,7 +284,7 @@ async def test_the_result_is_toasted_when_another_screen_hides_the_panel() -> No
         await pilot.press("question_mark")
         await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
         await until(pilot, lambda: app.last_report is not None, what="the report")
-        await pilot.pause(0.2)
+        await settled(pilot)
         toasts = [n for n in app._notifications if "Action panel" in n.message]
         assert len(toasts) == 1 and toasts[0].title.startswith("Reclaim unit")
 
@@ -303,14 +303,14 @@ async def test_the_selected_row_stays_in_view_when_holders_get_shorter() -> None
                      exec_options=None)
     async with app.run_test(size=PANE) as pilot:
         await wait_for(pilot, lambda: app.view.snapshot is not None)
-        await pilot.pause(0.2)
+        await settled(pilot)
         table = app.query_one(HoldersTable)
         table.show(rows([f"p:{n}" for n in range(1, 22)]))
-        await pilot.pause(0.1)
+        await settled(pilot)
         table.select_key("p:21")  # the last row, at the bottom of the view
-        await pilot.pause(0.2)
+        await settled(pilot)
         table.styles.max_height = 8  # what the grown Action panel leaves
-        await pilot.pause(0.3)
+        await settled(pilot)
         top = int(table.scroll_y)
         shown = table.scrollable_content_region.height - 1  # rows under the header
         assert top <= table.cursor_row < top + shown, (top, shown, table.cursor_row)
@@ -322,7 +322,7 @@ async def test_holders_flags_take_the_room_they_need_and_no_more() -> None:
     app = make_app()
     async with app.run_test(size=PANE) as pilot:
         await select(pilot, app, f"u:{MINIMAX}")
-        await pilot.pause(0.2)
+        await settled(pilot)
         worker = next(line for line in screen_text(app).splitlines() if "vLLM TP1 worker" in line)
         assert re.search(r"99 %\s+(\d+\s+)?\d+\.\d GiB", worker), worker  # CPU, SM%?, RSS
         await pilot.press("D")
@@ -330,7 +330,7 @@ async def test_holders_flags_take_the_room_they_need_and_no_more() -> None:
         await pilot.press("y")
         await until(pilot, lambda: app.last_report is not None, what="the report")
         await next_sample(pilot)  # the orphans, as the host has them now
-        await pilot.pause(0.3)
+        await settled(pilot)
         shown = screen_text(app)
         # no room for flags in full and Age (issue 20): short flags; the owner's row says
         # its own (the unit panel lists them all)
@@ -345,7 +345,7 @@ async def test_holders_flags_take_the_room_they_need_and_no_more() -> None:
         await pilot.press("y")
         await until(pilot, lambda: app.last_report is not None, what="the report")
         await next_sample(pilot)
-        await pilot.pause(0.3)
+        await settled(pilot)
         worker = next(line for line in screen_text(app).splitlines() if "vLLM TP1 worker" in line)
         assert re.search(r"ORPH(AN)?\s+99 %", worker), worker
 
@@ -357,7 +357,7 @@ async def test_80x24_confirm_says_how_to_answer_in_full() -> None:
         await select(pilot, app, f"u:{MINIMAX}")
         await pilot.press("r")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
-        await pilot.pause(0.3)
+        await settled(pilot)
         assert "n/Esc: cancel" in screen_text(app)
 
 
@@ -372,14 +372,14 @@ async def test_80x24_log_shows_the_outcome() -> None:
         await pilot.press("n")
         log = app.query_one(ActionLog)
         await wait_for(pilot, lambda: bool(log.entries))
-        await pilot.pause(0.2)
+        await settled(pilot)
         line = next(t for t in screen_text(app).splitlines() if "Reclaim vllm-minimax" in t)
         assert "cancelled: nothing was done" in line, line
     clock = SteppedClock()
     two = GpudashApp([DemoHost("a", clock=clock), DemoHost("b", clock=clock, seed=3)],
                      interval=0.25, read_only=False, theme=None, exec_options=None)
     async with two.run_test(size=(160, 50)) as pilot:
-        await pilot.pause(0.2)
+        await settled(pilot)
         assert "host" in [str(c.value) for c in two.query_one(ActionLog).columns]
 
 
@@ -399,7 +399,7 @@ async def test_120x35_a_long_verdict_never_scrolls_the_screen() -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("y")
         await until(pilot, lambda: app.last_report is not None, what="the report")
-        await pilot.pause(0.5)
+        await settled(pilot)
         assert app.last_report is not None and app.last_report.verdict == "failed"
         assert app.screen.max_scroll_y == 0 and app.screen.scroll_y == 0
         shown = screen_text(app)
@@ -426,7 +426,7 @@ async def test_80x24_a_cut_verdict_says_where_the_rest_is() -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("y")
         await until(pilot, lambda: app.last_report is not None, what="the report")
-        await pilot.pause(0.5)
+        await settled(pilot)
         panel = app.query_one(ActionProgressPanel)
         assert panel.border_subtitle == MORE_LOG_HIDDEN  # at 80x24 the log gave way to it
         assert "cut: x, then Enter on its Action log entry" in screen_text(app)
@@ -443,7 +443,7 @@ async def test_80x24_a_cut_verdict_says_where_the_rest_is() -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal) and app.screen.armed)
         await pilot.press("y")
         await until(pilot, lambda: app.last_report is not None, what="the report")
-        await pilot.pause(0.3)
+        await settled(pilot)
         assert app.query_one(ActionProgressPanel).border_subtitle is None
 
 
@@ -455,7 +455,7 @@ async def test_120x35_a_cut_unit_panel_says_so() -> None:
     app = make_app()
     async with app.run_test(size=(160, 50)) as pilot:
         await select(pilot, app, "u:session-4.scope")
-        await pilot.pause(0.3)
+        await settled(pilot)
         assert app.query_one(UnitPanel).border_subtitle is None  # it all fits
     app = make_app()
     async with app.run_test(size=PANE) as pilot:
@@ -465,7 +465,7 @@ async def test_120x35_a_cut_unit_panel_says_so() -> None:
         await pilot.press("y")
         await until(pilot, lambda: app.last_report is not None, what="the report")
         await next_sample(pilot)  # the unit as the host has it now
-        await pilot.pause(0.3)
+        await settled(pilot)
         assert "MainPID" not in screen_text(app)
         assert app.query_one(UnitPanel).border_subtitle == CUT
         assert "cut: Enter shows it all" in screen_text(app)
@@ -478,10 +478,10 @@ async def test_every_help_row_is_one_line_at_the_help_screens_widest() -> None:
 
     app = make_app()
     async with app.run_test(size=(160, 50)) as pilot:
-        await pilot.pause(0.5)
+        await settled(pilot)
         await pilot.press("question_mark")
         await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
-        await pilot.pause(0.3)
+        await settled(pilot)
         lines = screen_text(app).splitlines()
         for _keys, description, _a in help_rows("main", {}, 1, {}):
             assert [line for line in lines if description in line], description

@@ -10,6 +10,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
+from textual.widget import Widget
 from textual.widgets import Button, Input, Static
 
 from gpudash.engine.plan import ROLLBACK_HEADING
@@ -105,6 +106,7 @@ class ConfirmModal(ModalScreen[bool]):
         self.keys = keys  # confirm, cancel, cancel: as the user's keymap has them
         self._armed_at: float | None = None  # when a confirm counts: drawn + ARM_S
         self.refused_early = 0  # confirmations that came too soon (for tests and the log)
+        self._toasts: list[Widget] = []  # the toast racks it hid while up
 
     @property
     def armed(self) -> bool:
@@ -132,6 +134,12 @@ class ConfirmModal(ModalScreen[bool]):
                 yield Static(plan_text(commands, first_bold=False), id="plan-text")
 
     def on_mount(self) -> None:
+        if not self.query("#cancel"):
+            # dismissed before it was mounted (a plan replaced at once by the next one):
+            # nothing to set up (its query crashed the dashboard), and the keys typed for
+            # it are dropped, never given to whatever is on top now
+            release(self.app, deliver=False, why="the dialog was gone before it was drawn")
+            return
         self.query_one("#cancel", Button).focus()
         release(self.app)  # keys typed while it was planned: its own (an early y is refused)
         self.call_after_refresh(self._drawn)
