@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import IO, Any
 
+from textual._time import get_time
 from textual._xterm_parser import XTermParser
 from textual.drivers import linux_driver
 from textual.drivers.linux_driver import LinuxDriver
@@ -33,6 +34,7 @@ log = logging.getLogger("gpudash.ui.driver")
 MAX_QUEUED_WRITES = 30  # as Textual's writer: a slow terminal slows the app, not its memory
 PUT_POLL_S = 0.1  # a blocked write looks this often whether the terminal was given up
 STOP_WAIT_S = 1.0  # what a stop waits for the writer to drain before abandoning it
+POLL_S = 0.1  # the longest the input thread sleeps with an escape sequence half read
 
 
 class BoundedWriter(threading.Thread):
@@ -119,6 +121,8 @@ class SafeLinuxDriver(LinuxDriver):
     """
 
     on_lost: Callable[[str], None] | None = None
+    _input_wake: int | None = None  # the input thread's wake-up pipe, while it runs
+    _input_done = False
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -161,17 +165,35 @@ class SafeLinuxDriver(LinuxDriver):
 
             self._app.call_later(self._app.panic, rich.traceback.Traceback())
 
+    def disable_input(self) -> None:
+        """Wake the input thread (it sleeps until a key comes), then Textual's stop."""
+        self._input_done = True
+        wake = getattr(self, "_input_wake", None)
+        if wake is not None:
+            with contextlib.suppress(OSError):
+                os.write(wake, b"x")
+        super().disable_input()
+
     def run_input_thread(self) -> None:
-        """Textual's input loop, except that EOF on the terminal ends it as a loss (Textual
-        would select the closed terminal in a busy loop for ever)."""
+        """Textual's input loop, except that:
+
+        - EOF on the terminal ends it as a loss (Textual would select the closed terminal
+          in a busy loop for ever);
+        - it sleeps until a key comes, a half-read escape sequence times out, or
+          ``disable_input`` wakes it (Textual's wakes ten times a second, a tenth of the
+          dashboard's CPU when nothing happens).
+        """
         selector = selectors.SelectSelector()
         selector.register(self.fileno, selectors.EVENT_READ)
+        wake_read, self._input_wake = os.pipe()
+        selector.register(wake_read, selectors.EVENT_READ)
+        self._input_done = False
         parser = XTermParser(self._debug)
         decode = getincrementaldecoder("utf-8")().decode
         try:
-            while not self.exit_event.is_set():
-                for _key, mask in selector.select(0.1):
-                    if not mask & selectors.EVENT_READ:
+            while not (self.exit_event.is_set() or self._input_done):
+                for key, mask in selector.select(parser_wait(parser)):
+                    if key.fd != self.fileno or not mask & selectors.EVENT_READ:
                         continue
                     data = os.read(self.fileno, 1024 * 4)
                     if not data:
@@ -183,7 +205,22 @@ class SafeLinuxDriver(LinuxDriver):
                     self.process_message(event)
         finally:
             selector.close()
+            wake_write, self._input_wake = self._input_wake, None
+            for fd in (wake_read, wake_write):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
+
+def parser_wait(parser: XTermParser) -> float | None:
+    """How long the input thread may sleep: until the parser's pending escape sequence
+    times out (a lone Esc becomes the Escape key), or for ever when nothing is pending.
+    Where the parser is not as expected (another Textual), a tenth of a second, as Textual."""
+    if not hasattr(parser, "_timeout_time"):
+        return POLL_S
+    due: float | None = parser._timeout_time
+    if due is None:
+        return None
+    return min(POLL_S, max(0.0, due - get_time()))
 
 def safe_driver(on_lost: Callable[[str], None]) -> type[SafeLinuxDriver]:
     """The driver class for one app: ``on_lost(why)`` when its terminal goes away."""
