@@ -162,6 +162,30 @@ async def test_the_plot_draws_a_memory_change_at_once_and_a_mere_time_shift_ever
         assert drawn == [6, 9]
 
 
+async def test_a_sample_that_draws_nothing_new_leaves_the_plot_unpainted() -> None:
+    """Its border title, set again the same, repainted all of the plot every second."""
+    app = OnePlot()
+    async with app.run_test(size=(100, 30)) as pilot:
+        plot = app.query_one(HistoryPlot)
+        history = [(float(t), {0: 1000}) for t in range(4)]
+        plot.show(history, [0], 80.0, "all GPUs")
+        await settled(pilot)
+        painted: list[object] = []
+        real = plot.refresh
+
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            painted.append(args)
+            return real(*args, **kwargs)
+
+        plot.refresh = counting  # type: ignore[method-assign]
+        history.append((4.0, {0: 1000}))  # the same memory, a second later
+        plot.show(history, [0], 80.0, "all GPUs")
+        assert painted == []
+        history.append((5.0, {0: 900}))  # memory came back: painted
+        plot.show(history, [0], 80.0, "all GPUs")
+        assert painted
+
+
 def framed(snap: HostSnapshot, before: HostSnapshot | None = None) -> Frame:
     return Frame(snap.host, LinkState("connected", 0.0), snap, triage(snap, before))
 

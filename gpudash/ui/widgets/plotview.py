@@ -9,7 +9,7 @@ from rich.text import Text
 
 from gpudash.ui.gpu_history import MEMORY, Metric
 from gpudash.ui.plot import gpu_colour, render_history
-from gpudash.ui.widgets.quiet import QuietStatic
+from gpudash.ui.widgets.quiet import QuietStatic, quiet_border
 
 # With every GPU's memory as in the last drawing, the plot is drawn again only this often
 # (seconds of samples): at 300 samples across ~120 braille dots a sample moves the lines
@@ -50,7 +50,9 @@ class HistoryPlot(QuietStatic):
         self._history, self._gpus = history, list(gpus)  # drawn from only when redrawn
         self._ymax, self._title, self._marks = ymax, title, tuple(marks)
         self.metric = metric
-        self.border_title = f"{metric.title[0].upper()}{metric.title[1:]} history ({metric.unit})"
+        # set again, the same, it would redraw the whole plot every sample (Textual 8)
+        quiet_border(self, "title",
+                     f"{metric.title[0].upper()}{metric.title[1:]} history ({metric.unit})")
         last = self._history[-1] if len(self._history) else None
         what = (tuple(self._gpus), ymax, title, self._marks, metric.name)
         drawn = self._drawn
