@@ -169,3 +169,26 @@ async def test_the_help_screen_is_drawn_alone_not_over_a_dimmed_dashboard() -> N
         assert app.screen.styles.background.a == 1.0
         assert not isinstance(app.screen.render(), BackgroundScreen)
         assert "Keys" in app.screen.query_one("Static").render().plain  # type: ignore[union-attr]
+
+
+async def test_the_tick_leaves_a_header_that_still_says_just_now(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The once-a-second tick redraws the header only once the last sample's redraw is
+    older than "just now": while samples flow it would draw the same line again (a tick
+    that fell just before each sample drew the header twice a second)."""
+    import time
+
+    app = GpudashApp([DemoHost(clock=SteppedClock())], interval=1.0, read_only=False,
+                     theme=None, exec_options=None)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await settled(pilot)
+        headers: list[float] = []
+        monkeypatch.setattr(app.main, "refresh_header", lambda: headers.append(1.0))
+        assert app.fresh_within == 1.5
+        app.feeds.view_redraw.last = time.monotonic() - 0.95  # a sample drew it 0.95 s ago
+        app.feeds.tick()
+        assert headers == []
+        app.feeds.view_redraw.last = time.monotonic() - 1.6  # the next sample is late
+        app.feeds.tick()
+        assert headers == [1.0]

@@ -174,13 +174,14 @@ class HostFeeds:
 
     def tick(self) -> None:
         """Once a second: ages and staleness move on without samples. A header the
-        current host's sample drew less than a second ago is left as it is (a second
-        redraw a second, for "last sample 0.4 s ago")."""
+        current host's sample drew while it is still "just now" (``fresh_within``) is left
+        as it is: drawn again it would say the same. (With "a second ago" as the rule, a tick
+        that fell in the tenth of a second before each sample drew the header twice.)"""
         if self._closing:
             return
         if self.state.fleet_shown:
             self.fleet.tick()
-        if time.monotonic() - self.view_redraw.last >= 0.9:
+        if time.monotonic() - self.view_redraw.last >= self.state.fresh_within:
             self.refresh_header()
         elif len(self.state.views) > 1 and self.main.ready:
             self.main.refresh_host_rows(set(range(len(self.state.views))))
