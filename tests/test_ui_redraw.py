@@ -208,6 +208,21 @@ async def test_history_keeps_every_sample_and_shares_unchanged_memory() -> None:
     assert not view.history.shared(1, 2)
 
 
+async def test_the_round_trip_shown_moves_with_the_link_not_with_each_pings_jitter() -> None:
+    """Each ping's round trip (14, 11, 16 ms on a quiet host) redrew the header line every
+    second; a quarter more or less is the same link."""
+    demo = DemoHost("gpu-a")
+    view = HostView(source=demo, name="gpu-a")
+    snap = await demo.control.sample()
+    shown = []
+    for t, rtt in enumerate((0.014, 0.011, 0.016, 0.0145, 0.040, 0.038, None, 0.0005, 0.001)):
+        frame = dataclasses.replace(framed(snap), round_trip_s=rtt)
+        view.record(frame, float(t))
+        shown.append(view.rtt)
+    # a link four times slower shows at once; a millisecond's jitter is the same link
+    assert shown == [0.014, 0.014, 0.014, 0.014, 0.040, 0.040, None, 0.0005, 0.0005]
+
+
 async def test_host_rows_off_screen_wait_and_are_current_once_scrolled_to() -> None:
     clock = SteppedClock()
     hosts = [DemoHost(f"gpu-{i:02d}", clock=clock, seed=i) for i in range(30)]

@@ -14,6 +14,20 @@ from gpudash.protocol.source import HostSource
 from gpudash.ui.crashes import CrashReasons
 from gpudash.ui.gpu_history import GpuHistory, histories
 
+RTT_JITTER = 0.25  # a round trip within this share of the one shown is shown as it was
+
+
+def shown_round_trip(shown: float | None, measured: float | None) -> float | None:
+    """The round trip the header shows: the one shown until a ping's differs from it by
+    more than ``RTT_JITTER`` (and a millisecond). Each ping's own (8, 14, 11 ms on a quiet
+    local host) redrew the header line every second, and said nothing a reader could use;
+    a link that slows down still shows at its next sample."""
+    if shown is None or measured is None:
+        return measured
+    if abs(measured - shown) <= max(0.001, RTT_JITTER * shown):
+        return shown
+    return measured
+
 
 @dataclass
 class HostView:
@@ -28,7 +42,7 @@ class HostView:
     snapshot: HostSnapshot | None = None
     triage: HostTriage | None = None
     received_at: float | None = None
-    rtt: float | None = None  # request round trip to the host, seconds (None: not known)
+    rtt: float | None = None  # request round trip to the host as shown, seconds (None: not known)
     # memory, SM utilisation and power per GPU over the last samples, by metric name
     histories: Mapping[str, GpuHistory] = field(default_factory=histories)
     crashes: CrashReasons = field(default_factory=CrashReasons)  # why its units crash-loop
@@ -39,7 +53,7 @@ class HostView:
         assert snapshot is not None
         self.snapshot = snapshot
         self.triage = frame.triage
-        self.rtt = frame.round_trip_s
+        self.rtt = shown_round_trip(self.rtt, frame.round_trip_s)
         self.received_at = now
         self.state = "connected"
         self.error = None
