@@ -79,6 +79,36 @@ async def test_a_holders_age_that_ticks_redraws_that_cell_and_not_the_table() ->
         assert set(calls) <= {(3, age)}, calls
 
 
+class TableBesidePanel(App[None]):
+    CSS = "Horizontal { height: 1fr; } HoldersTable { width: 70%; } Static { width: 30%; }"
+
+    def compose(self) -> ComposeResult:
+        from textual.containers import Horizontal
+        from textual.widgets import Static
+
+        with Horizontal():
+            yield HoldersTable()
+            yield Static("the unit panel")
+
+
+async def test_a_changed_row_repaints_the_table_not_the_panel_beside_it() -> None:
+    """A row's region is as wide as its cells (a long command: 200 columns and more), and
+    the screen clips a repaint to the table's container: the unit panel beside the
+    holders was drawn again with every age that ticked."""
+    app = TableBesidePanel()
+    async with app.run_test(size=(160, 30)) as pilot:
+        table = app.query_one(HoldersTable)
+        table.show(rows())
+        await settled(pilot)
+        assert table.virtual_size.width > table.size.width  # the commands run off the edge
+        table.show(rows(age_of_row_3="6s"))
+        repaint = [r.translate(table.region.offset) for r in table._repaint_regions]
+        assert repaint, "the changed row asked for no repaint"
+        assert all(table.region.contains_region(r) for r in repaint), (repaint, table.region)
+        await settled(pilot)
+        assert "6s" in line_text(table, 4)
+
+
 async def test_an_unchanged_sample_touches_no_cell_and_a_new_colour_does() -> None:
     app = OneTable()
     async with app.run_test(size=(160, 30)) as pilot:

@@ -16,12 +16,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from rich.text import Text
+from textual.geometry import Region
 from textual.widgets import DataTable
 from textual.widgets.data_table import CellDoesNotExist, ColumnKey, RowKey
 
 _CACHES = ("_data", "_row_locations", "_column_locations", "_row_renderable_cache",
            "_cell_render_cache", "_row_render_cache", "_line_cache", "_update_count",
-           "_get_offsets")
+           "_get_offsets", "_get_row_region", "_refresh_region")
 
 
 class CellTable(DataTable[Text]):
@@ -54,7 +55,17 @@ class CellTable(DataTable[Text]):
         for line_key in [k for k in self._line_cache.keys() if self._line_of(k[0]) in indexes]:
             self._line_cache.discard(line_key)
         for index in indexes.values():
-            self.refresh_row(index)
+            self._refresh_shown_row(index)
+
+    def _refresh_shown_row(self, index: int) -> None:
+        """``refresh_row`` cut to what the table shows. Textual's row region is as wide as
+        the row's cells (278 columns with a long command), and the screen clips a repaint
+        to the table's container, not to the table: the unit panel beside the holders was
+        drawn again with every row that changed."""
+        shown = Region(int(self.scroll_x), int(self.scroll_y), *self.size)
+        region = self._get_row_region(index).intersection(shown)
+        if region:
+            self._refresh_region(region)
 
     def _store(self, changes: Mapping[str, Mapping[str, Text]]
                ) -> tuple[dict[RowKey, int], set[tuple[RowKey, ColumnKey]]]:
