@@ -17,18 +17,22 @@ DRAW = textwrap.dedent("""
     if sys.argv[1] == "whole":
         import plotext  # the entry point first: plot.py then takes the package as it is
     from gpudash.ui.plot import render_history
+    if sys.argv[2] == "after another":  # what the figure kept of a chart must not show
+        render_history([(t, {3: 90000 - 500 * t}) for t in range(300)], [3], width=50,
+                       height=9, ymax=None, marks=[150.0])
     history = [(t, {0: 1000 + 300 * t, 1: 5000, 2: None}) for t in range(0, 40, 2)]
     chart = render_history(history, [0, 1, 2], width=70, height=14, ymax=20)
+    runner = "unittest" in sys.modules
     import plotext
     print(json.dumps({"chart": chart.plain, "styles": sorted({str(s.style) for s in chart.spans}),
-                      "docs": "plotext._doc.doc" in sys.modules,
+                      "docs": "plotext._doc.doc" in sys.modules, "runner": runner,
                       "api": callable(getattr(plotext.figure, "plot_size", None))}))
 """)
 
 
-def _draw(how: str) -> dict:
-    done = subprocess.run([sys.executable, "-c", DRAW, how], capture_output=True, text=True,
-                          timeout=60)
+def _draw(how: str, first: str = "alone") -> dict:
+    done = subprocess.run([sys.executable, "-c", DRAW, how, first], capture_output=True,
+                          text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout)
 
@@ -38,7 +42,10 @@ def test_the_lean_import_draws_what_the_whole_package_draws() -> None:
     assert "⣀" in lean["chart"] or "⠤" in lean["chart"] or "⠒" in lean["chart"], lean["chart"]
     assert lean["chart"] == whole["chart"] and lean["styles"] == whole["styles"]
     assert lean["docs"] is False and whole["docs"] is True  # its docs were never built
+    assert lean["runner"] is False  # nor its test runner imported (unittest)
     assert lean["api"] and whole["api"]  # and `import plotext` still gives its API
+    again = _draw("lean", "after another")  # the figure is cleared as plotext clears it
+    assert again["chart"] == whole["chart"] and again["styles"] == whole["styles"]
 
 
 def test_the_time_axis_has_whole_steps_with_their_unit() -> None:

@@ -36,7 +36,11 @@ GPU_COLOURS = (
 
 
 def _plotext() -> tuple[Any, Any, Any]:
-    """(figure, marker, pixel) of plotext 6, without the modules its entry point adds."""
+    """(figure, marker, pixel) of plotext 6, without the modules its entry point adds.
+
+    Its API module imports its test runner (unittest), demos, image and video methods
+    besides: the figure is made as that module makes it, from plotext's terminal, and the
+    API is loaded only if someone reads ``plotext.<name>`` later."""
     if "plotext" not in sys.modules:
         spec = importlib.util.find_spec("plotext")
         if spec is not None and spec.submodule_search_locations is not None:
@@ -45,20 +49,37 @@ def _plotext() -> tuple[Any, Any, Any]:
             package.__spec__ = spec
             sys.modules["plotext"] = package
             try:
-                from plotext._kernel import api
+                from plotext._kernel.terminal import terminal
                 from plotext._primitives.marker import marker
                 from plotext._primitives.pixel import pixel
+                figure = terminal()._master
             except (ImportError, AttributeError):
                 del sys.modules["plotext"]  # another layout: the whole package, below
             else:
-                # whoever imports plotext later finds its API there (not its docs)
-                package.__dict__.update(
-                    {k: v for k, v in vars(api).items() if not k.startswith("_")},
-                    marker=marker, pixel=pixel)
-                return api.figure, marker, pixel
+                package.__getattr__ = _api_of(package, marker, pixel)  # type: ignore[method-assign]
+                return figure, marker, pixel
     import plotext
 
     return plotext.figure, plotext.marker, plotext.pixel
+
+
+def _api_of(package: types.ModuleType, marker: Any, pixel: Any) -> Any:
+    """The lean package's ``__getattr__``: whoever imports plotext later and reads a name
+    of its API gets it (loaded then), as from the whole package (not its docs)."""
+    def __getattr__(name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        from plotext._kernel import api
+
+        vars(package).pop("__getattr__", None)
+        vars(package).update({k: v for k, v in vars(api).items() if not k.startswith("_")},
+                             marker=marker, pixel=pixel)
+        try:
+            return vars(package)[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    return __getattr__
 
 
 @functools.cache
@@ -66,6 +87,18 @@ def _kit() -> tuple[Any, Any, Any]:
     """plotext, imported when a plot is first drawn: the dashboard that never shows one
     never pays its 5 MB."""
     return _plotext()
+
+
+def _clear(fig: Any) -> None:
+    """``fig.clear()`` but its first step, which reads the terminal's size (through
+    plotext's API module, with its test runner): the size is set right after."""
+    if not hasattr(fig, "_parts"):  # another plotext
+        fig.clear()
+        return
+    fig._parts.clear()
+    for step in (fig.clear.subplots, fig.clear.data, fig.clear.settings, fig.clear.pixels,
+                 fig.clear.styles):
+        step()
 
 
 MARK_RGB = (200, 200, 200)  # where an action began: grey on dark and light themes
@@ -141,7 +174,7 @@ def _draw(
     is "seconds before the last"), on from it for an action's series (seconds from its
     first: a fix's report had one sample, and an axis from -1 to 0)."""
     fig, marker, pixel = _kit()
-    fig.clear()
+    _clear(fig)
     fig.plot_size(width, height)
     fig.theme("simple")
     fig.legend(False)
