@@ -74,8 +74,7 @@ async def reading() -> AsyncIterator[tuple[_Driver, int, threading.Thread]]:
     try:
         yield driver, master, thread
     finally:
-        driver.exit_event.set()
-        os.write(master, b" ")
+        driver.disable_input()
         thread.join(2)
         for fd in (master, slave):
             os.close(fd)
@@ -117,8 +116,31 @@ async def test_stopping_wakes_the_sleeping_thread_and_a_new_one_can_start(
     assert not thread.is_alive()
     again = threading.Thread(target=driver._run_input_thread, name="input again")
     driver._key_thread = again
-    again.start()  # as a resume after Ctrl+Z does
+    driver._input_done = False  # as start_application_mode does before it starts one
+    again.start()  # as a resume after a suspend does
     os.write(master, b"r")
     assert driver.wait_key("r", within=2) is not None, driver.keys()
     driver.disable_input()
     assert not again.is_alive()
+
+
+@pytest.mark.timeout(30)  # a thread that missed its stop hangs the join below
+async def test_a_stop_as_the_thread_starts_still_ends_it() -> None:
+    """disable_input called before the thread has reached its loop: the thread must see
+    it (it reads the flag the stop set before its wake-up), not sleep for ever."""
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTSTP, signal.SIGCONT)}
+    master, slave = pty.openpty()
+    try:
+        for _ in range(20):
+            driver = _Driver(object(), mouse=False)  # type: ignore[arg-type]
+            driver.fileno = slave
+            thread = threading.Thread(target=driver._run_input_thread)
+            driver._key_thread = thread
+            thread.start()
+            driver.disable_input()  # joins it: a thread asleep here would hang the test
+            assert not thread.is_alive()
+    finally:
+        for fd in (master, slave):
+            os.close(fd)
+        for s, handler in handlers.items():
+            signal.signal(s, handler)

@@ -121,11 +121,15 @@ class SafeLinuxDriver(LinuxDriver):
     """
 
     on_lost: Callable[[str], None] | None = None
-    _input_wake: int | None = None  # the input thread's wake-up pipe, while it runs
-    _input_done = False
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # The input thread's wake-up pipe: the driver's for its lifetime (one per app), so
+        # a stop never writes to a descriptor a finished thread closed and the system gave
+        # to someone else.
+        self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_write, False)
+        self._input_done = False  # set before the wake-up: the thread's loop reads it
         self._lost_lock = threading.Lock()
         self.lost: str | None = None
 
@@ -145,6 +149,7 @@ class SafeLinuxDriver(LinuxDriver):
             writer.given_up.set()
 
     def start_application_mode(self) -> None:
+        self._input_done = False  # a new input thread (a resume after a suspend) runs
         with _writer_class(partial(BoundedWriter, on_lost=self._terminal_lost)):
             super().start_application_mode()  # type: ignore[no-untyped-call]
 
@@ -168,10 +173,8 @@ class SafeLinuxDriver(LinuxDriver):
     def disable_input(self) -> None:
         """Wake the input thread (it sleeps until a key comes), then Textual's stop."""
         self._input_done = True
-        wake = getattr(self, "_input_wake", None)
-        if wake is not None:
-            with contextlib.suppress(OSError):
-                os.write(wake, b"x")
+        with contextlib.suppress(OSError):  # a wake-up already waiting is enough
+            os.write(self._wake_write, b"x")
         super().disable_input()
 
     def run_input_thread(self) -> None:
@@ -185,15 +188,16 @@ class SafeLinuxDriver(LinuxDriver):
         """
         selector = selectors.SelectSelector()
         selector.register(self.fileno, selectors.EVENT_READ)
-        wake_read, self._input_wake = os.pipe()
-        selector.register(wake_read, selectors.EVENT_READ)
-        self._input_done = False
+        selector.register(self._wake_read, selectors.EVENT_READ)
         parser = XTermParser(self._debug)
         decode = getincrementaldecoder("utf-8")().decode
         try:
             while not (self.exit_event.is_set() or self._input_done):
                 for key, mask in selector.select(parser_wait(parser)):
-                    if key.fd != self.fileno or not mask & selectors.EVENT_READ:
+                    if key.fd == self._wake_read:
+                        os.read(self._wake_read, 64)  # the loop's test says what it was for
+                        continue
+                    if not mask & selectors.EVENT_READ:
                         continue
                     data = os.read(self.fileno, 1024 * 4)
                     if not data:
@@ -205,10 +209,6 @@ class SafeLinuxDriver(LinuxDriver):
                     self.process_message(event)
         finally:
             selector.close()
-            wake_write, self._input_wake = self._input_wake, None
-            for fd in (wake_read, wake_write):
-                with contextlib.suppress(OSError):
-                    os.close(fd)
 
 
 def parser_wait(parser: XTermParser) -> float | None:
@@ -221,6 +221,7 @@ def parser_wait(parser: XTermParser) -> float | None:
     if due is None:
         return None
     return min(POLL_S, max(0.0, due - get_time()))
+
 
 def safe_driver(on_lost: Callable[[str], None]) -> type[SafeLinuxDriver]:
     """The driver class for one app: ``on_lost(why)`` when its terminal goes away."""
