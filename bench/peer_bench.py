@@ -273,7 +273,7 @@ def peer(args: argparse.Namespace, stand: StandIn) -> list[dict[str, Any]]:
                             args.keys))
     nv = statistics.mean(r["cpu_pct"] for r in rows[0::2])
     gd = statistics.mean(r["cpu_pct"] for r in rows[1::2])
-    print(f"ratio gpudash / nvitop CPU: {gd / nv:.2f} (target <= 0.8)"
+    print(f"ratio gpudash / nvitop CPU: {gd / nv:.2f} (issue 30: <= 0.5)"
           if nv else "nvitop used no measurable CPU")
     return rows
 
