@@ -21,6 +21,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.css.scalar import Scalar
 from textual.events import Key, Resize
+from textual.geometry import Size
 from textual.widgets import DataTable
 
 from gpudash.engine import SPECS_BY_NAME, Selection, selection_for
@@ -54,7 +55,6 @@ from gpudash.ui.widgets.unit_panel import UnitPanel, unit_gist, unit_text
 ACTIONS = SPECS_BY_NAME  # the destructive actions, by their binding's action name
 HOSTS_ONLY = frozenset(k.action.split("(")[0] for k in KEYS if k.hosts)
 F = TypeVar("F", bound=Callable[..., None])
-REFITS = 3  # the action panel is fitted again at most this often after a layout
 
 
 def drawing(method: F) -> F:
@@ -85,7 +85,6 @@ class MainScreen(ViewKeys):
         self.ready = False  # widgets mounted: drawing may start
         self._toast_until: dict[tuple[str, str], float] = {}
         self._key_to_action: dict[str, str] = {}
-        self._refits = 0  # fits of the action panel still allowed after this layout
         self._row_cache = RowCache()  # holder rows whose inputs did not change: kept
 
     def compose(self) -> ComposeResult:
@@ -280,23 +279,18 @@ class MainScreen(ViewKeys):
         if not shown or state is None:
             return
         self.fit_progress()
-        self._refits = REFITS  # again once the others are laid out, while they still grow
-        self.call_after_refresh(self._refit_progress)
+        self.call_after_refresh(self.fit_progress)  # again once the others are laid out
         width, height = self.app.size
         options = app.exec_options
         panel.show(state.plan, state.progress, state.report, state.error, palette(self.app),
                    settle=options.settle, term_timeout=options.term_timeout,
                    columns=progress_columns(width, height))
 
-    def _refit_progress(self) -> None:
-        """``fit_progress`` once laid out, and again while the screen is taller than the
-        terminal (a panel grew after the fit: the whole screen scrolled by a line)."""
-        if not self.progress_panel.display:
-            return
-        self.fit_progress()
-        self._refits -= 1
-        if self._refits > 0 and self.virtual_size.height > self.size.height:
-            self.call_after_refresh(self._refit_progress)
+    def watch_virtual_size(self, size: Size) -> None:
+        """Taller than the terminal once laid out (a panel grew after the action panel was
+        fitted): fit it again, or the whole screen scrolls by that line, header and all."""
+        if self.ready and size.height > self.size.height and self.progress_panel.display:
+            self.call_after_refresh(self.fit_progress)
 
     def fit_progress(self) -> None:
         """Cap the action panel at what the screen has left for it (see progress_room)."""
