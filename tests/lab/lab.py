@@ -1099,9 +1099,19 @@ class LabHost:
         return out
 
     def pids_of(self, pattern: str) -> list[int]:
-        """PIDs (in the container's PID namespace) whose full command line matches."""
+        """PIDs (in the container's PID namespace) whose full command line matches, in
+        two looks 0.2 s apart.  A holder's fork that has not yet exec'd its watcher (the
+        stand-in driver double-forks ``fakegpu-watch``) carries the holder's command line
+        for a moment: one look once found it beside the holder."""
+        first = self._pgrep(pattern)
+        if not first:
+            return []
+        time.sleep(0.2)
+        return sorted(set(first) & set(self._pgrep(pattern)))
+
+    def _pgrep(self, pattern: str) -> list[int]:
         cp = self.exec(["pgrep", "-f", "--", pattern], check=False)
-        return sorted(int(x) for x in cp.stdout.split())
+        return [int(x) for x in cp.stdout.split()]
 
     def proc(self, pid: int) -> dict[str, str] | None:
         """pid, ppid, stat, user, comm, cgroup, args of one process; None if gone."""
