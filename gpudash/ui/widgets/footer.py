@@ -9,6 +9,7 @@ quit always stay.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -56,12 +57,35 @@ def fit(
     return kept, False
 
 
-class DashboardFooter(Footer):
-    """A footer that never cuts off help and quit."""
+@dataclass(frozen=True)
+class KeySpec:
+    """One key as the footer draws it."""
 
-    def compose(self) -> ComposeResult:
-        if not self._bindings_ready:
-            return
+    key: str
+    display: str
+    description: str
+    action: str
+    disabled: bool
+    tooltip: str
+    classes: str = ""
+
+    def shape(self) -> tuple[str, str, str, str, str]:
+        """What only drawing the keys again changes (the rest is set on a drawn key)."""
+        return self.key, self.display, self.description, self.action, self.classes
+
+
+def shape(key: FooterKey) -> tuple[str, str, str, str, str]:
+    """A drawn key's ``KeySpec.shape``."""
+    classes = " ".join(sorted(key.classes - {"-disabled", "-compact"}))
+    return key.key, key.key_display, key.description, key.action, classes
+
+
+class DashboardFooter(Footer):
+    """A footer that never cuts off help and quit, and that moving the cursor does not
+    build again: when only which keys are enabled changes, the drawn keys are updated."""
+
+    def specs(self) -> list[KeySpec]:
+        """The keys to draw now, in order (sets ``compact`` for the width)."""
         width = self.app.size.width
         self.compact = width < 130
         seen: set[str] = set()
@@ -73,23 +97,51 @@ class DashboardFooter(Footer):
         display = {b.key: self.app.get_key_display(b) for b, _e, _t in keys}
         labels = {b.action: b.description for b, _e, _t in keys}
         kept, palette_fits = fit(keys, width, self.compact, display, labels)
-        for binding, enabled, tooltip in kept:
-            yield FooterKey(
-                binding.key, display[binding.key], labels[binding.action], binding.action,
-                disabled=not enabled, tooltip=tooltip or binding.description,
-            ).data_bind(compact=Footer.compact)
+        specs = [KeySpec(b.key, display[b.key], labels[b.action], b.action, not enabled,
+                         tooltip or b.description) for b, enabled, tooltip in kept]
         if palette_fits and self.show_command_palette and self.app.ENABLE_COMMAND_PALETTE:
-            try:
-                _node, binding, enabled, tooltip = self.screen.active_bindings[
-                    self.app.COMMAND_PALETTE_BINDING
-                ]
-            except KeyError:
+            found = self.screen.active_bindings.get(self.app.COMMAND_PALETTE_BINDING)
+            if found is not None:
+                _node, binding, enabled, _tooltip = found
+                specs.append(KeySpec(
+                    binding.key, self.app.get_key_display(binding), binding.description,
+                    binding.action, not enabled, binding.tooltip or binding.description,
+                    "-command-palette"))
+        return specs
+
+    def compose(self) -> ComposeResult:
+        if not self._bindings_ready:
+            return
+        for spec in self.specs():
+            key = FooterKey(spec.key, spec.display, spec.description, spec.action,
+                            disabled=spec.disabled, tooltip=spec.tooltip,
+                            classes=spec.classes)
+            if not spec.classes:  # the palette hint keeps its own style, as in Textual's
+                key.set_reactive(FooterKey.compact, self.compact)
+                key.set_class(self.compact, "-compact", update=False)
+            yield key
+
+    async def recompose(self) -> None:
+        """Update the drawn keys in place when only their state changed; else draw them
+        again. Textual's footer draws every key again on each change of what is enabled
+        (each cursor move), and each key drawn leaves its style cache behind in Textual's
+        own cache: 9 MB more after a minute of moving the cursor.
+
+        Keys are made with ``compact`` set once, not bound to the footer's (Textual's
+        ``data_bind``): the footer kept that binding, and so every key ever drawn, until
+        ``compact`` changed."""
+        if self._bindings_ready and self.is_attached:
+            compact = self.compact
+            specs = self.specs()
+            drawn = list(self.query_children(FooterKey))
+            if compact == self.compact and [shape(k) for k in drawn] == [
+                    s.shape() for s in specs]:
+                for key, spec in zip(drawn, specs, strict=True):
+                    key._disabled = spec.disabled
+                    key.set_class(spec.disabled, "-disabled")
+                    key.tooltip = spec.tooltip
                 return
-            yield FooterKey(
-                binding.key, self.app.get_key_display(binding), binding.description,
-                binding.action, classes="-command-palette", disabled=not enabled,
-                tooltip=binding.tooltip or binding.description,
-            )
+        await super().recompose()
 
     def on_resize(self) -> None:
         if self._bindings_ready:
