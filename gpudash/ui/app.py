@@ -44,6 +44,7 @@ from gpudash.ui.screens import ConfirmModal, HelpScreen
 from gpudash.ui.startup import chosen_theme, load_user_files
 from gpudash.ui.state import LastAction
 from gpudash.ui.stopping import OutsideStop
+from gpudash.ui.styles_cache import let_go
 from gpudash.ui.text import clean
 from gpudash.ui.themes import VARIABLE_DEFAULTS
 from gpudash.ui.widgets.holder_view import HolderView
@@ -85,6 +86,7 @@ class GpudashApp(HoldsKeys, LiteralNotices):
         # Before Textual's init (it asks get_driver_class): a lost terminal, SIGTERM, SIGHUP
         self.outside_stop = OutsideStop(lambda: 6 if self.running else 0)
         super().__init__()
+        let_go()  # the style caches of widgets gone (Textual keeps 1,024)
         if not sources:
             raise ValueError("at least one host source is needed")
         self.views = [HostView(source=s, name=s.name) for s in sources]
