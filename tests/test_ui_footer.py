@@ -1,6 +1,6 @@
 """The key footer over a session. Moving the cursor changes which keys are enabled: the
 drawn keys are updated, not drawn again (each key drawn left its style cache in Textual's
-own cache, 9 MB after a minute of cursor moves). When the keys do change (which fit at
+own cache: RSS grew by 57 MB in 30 s of cursor moves). When the keys do change (which fit at
 80 columns), the keys drawn before are let go (Textual's data binding kept every one)."""
 
 from __future__ import annotations
