@@ -262,12 +262,17 @@ def gpudash_argv() -> list[str]:
     return [sys.executable, "-m", "gpudash"]
 
 
-def peer(args: argparse.Namespace, stand: StandIn) -> list[dict[str, Any]]:
+def nvitop_argv() -> list[str]:
+    """nvitop as every bench runs it: the venv's, full mode, a 1 s interval."""
     nvitop = shutil.which("nvitop", path=str(Path(sys.executable).parent)) or "nvitop"
+    return [nvitop, "-m", "full", "--interval", "1"]
+
+
+def peer(args: argparse.Namespace, stand: StandIn) -> list[dict[str, Any]]:
     rows = []
     for _ in range(args.rounds):
-        rows.append(run_one("nvitop -m full --interval 1", [nvitop, "-m", "full", "--interval",
-                                                          "1"], stand.env, args, True))
+        rows.append(run_one("nvitop -m full --interval 1", nvitop_argv(), stand.env, args,
+                            True))
         rows.append(run_one("gpudash (local, collector included)",
                             [*gpudash_argv(), "--interval", "1"], stand.env, args, True,
                             args.keys))

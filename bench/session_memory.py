@@ -28,15 +28,15 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from peer_bench import StandIn, Terminal, gpudash_argv  # noqa: E402
+from peer_bench import StandIn, Terminal, gpudash_argv, nvitop_argv, rss_mb  # noqa: E402
 
 DOWN, UP, HELP, ESC = b"\x1b[B", b"\x1b[A", b"?", b"\x1b"
 
 
-def rss_mb(term: Terminal) -> float:
+def rss_of(term: Terminal) -> float:
     if term.proc.poll() is not None:
         raise RuntimeError(f"{term.proc.args[0]} exited with {term.proc.returncode}")
-    return psutil.Process(term.proc.pid).memory_info().rss / 1e6
+    return rss_mb(psutil.Process(term.proc.pid), False)
 
 
 def press_for(term: Terminal, seconds: float, keys: list[bytes], every: float) -> None:
@@ -53,13 +53,13 @@ def session(label: str, argv: list[str], stand: StandIn, args: argparse.Namespac
     term = Terminal(argv, stand.env, 160, 50)
     try:
         time.sleep(args.warmup)
-        rest = rss_mb(term)
+        rest = rss_of(term)
         press_for(term, args.seconds, [DOWN] * 5 + [UP] * 5, 0.2)
         time.sleep(2)
-        cursor = rss_mb(term)
+        cursor = rss_of(term)
         press_for(term, args.seconds, [HELP, ESC], 0.5)
         time.sleep(2)
-        helped = rss_mb(term)
+        helped = rss_of(term)
     finally:
         term.stop()
     print(f"{label:10} {rest:8.1f} MB {cursor - rest:+8.1f} MB {helped - cursor:+8.1f} MB "
@@ -73,7 +73,6 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60.0, help="each phase's length")
     parser.add_argument("--warmup", type=float, default=15.0)
     args = parser.parse_args()
-    nvitop = shutil.which("nvitop", path=str(Path(sys.executable).parent)) or "nvitop"
     work = Path(tempfile.mkdtemp(prefix="gpudash-session-"))
     stand = StandIn(work, 8)
     print(f"stand-in: 8 GPUs, 8 holders; 160x50; 1 s interval; {args.warmup:g} s at rest, "
@@ -81,7 +80,7 @@ def main() -> None:
     print(f"{'program':10} {'at rest':>11} {'+cursor':>11} {'+help':>11} {'at the end':>11}")
     try:
         for _ in range(args.rounds):
-            session("nvitop", [nvitop, "-m", "full", "--interval", "1"], stand, args)
+            session("nvitop", nvitop_argv(), stand, args)
             session("gpudash", [*gpudash_argv(), "--interval", "1"], stand, args)
     finally:
         stand.close()

@@ -27,7 +27,7 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peer_bench import StandIn, cpu_between, cpu_snapshot  # noqa: E402
+from peer_bench import StandIn, cpu_between, cpu_snapshot, nvitop_argv  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -57,8 +57,7 @@ def main() -> None:
     cols, rows = (int(v) for v in args.size.lower().split("x"))
     if shutil.which("tmux") is None:
         sys.exit("side_by_side: needs tmux")
-    nvitop = shutil.which("nvitop", path=str(Path(sys.executable).parent)) or "nvitop"
-    programs = {"nvitop": [nvitop, "-m", "full", "--interval", "1"],
+    programs = {"nvitop": nvitop_argv(),
                 "gpudash": [sys.executable, "-m", "gpudash", "--interval", "1"]}
     work = Path(tempfile.mkdtemp(prefix="gpudash-side-"))
     stand = StandIn(work, 8)
