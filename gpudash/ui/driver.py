@@ -19,6 +19,7 @@ import os
 import queue
 import selectors
 import threading
+import weakref
 from codecs import getincrementaldecoder
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -129,6 +130,8 @@ class SafeLinuxDriver(LinuxDriver):
         # to someone else.
         self._wake_read, self._wake_write = os.pipe()
         os.set_blocking(self._wake_write, False)
+        # closed with the driver (the input thread holds the driver while it runs)
+        weakref.finalize(self, _close, self._wake_read, self._wake_write)
         self._input_done = False  # set before the wake-up: the thread's loop reads it
         self._lost_lock = threading.Lock()
         self.lost: str | None = None
@@ -209,6 +212,12 @@ class SafeLinuxDriver(LinuxDriver):
                     self.process_message(event)
         finally:
             selector.close()
+
+
+def _close(*fds: int) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 def parser_wait(parser: XTermParser) -> float | None:
