@@ -323,3 +323,20 @@ async def test_a_sample_that_changes_one_holders_memory_rebuilds_that_row_only()
     assert group is not None
     assert cache.made - built == 2  # the worker's row and its owner's: built again
     assert changed == [{f"p:{worker.pid}", f"u:{group.key}"}], changed
+
+
+async def test_a_column_label_is_literal_text_not_markup() -> None:
+    """A ``str`` label is taken as it is (DataTable's own would parse it as Rich markup,
+    and load the 1.4 MB of emoji codes to do so)."""
+
+    class Tables(App[None]):
+        def compose(self) -> ComposeResult:
+            yield CellTable()
+
+    app = Tables()
+    async with app.run_test(size=(80, 10)):
+        table = app.query_one(CellTable)
+        table.add_column("[b]GPU[/b] :fire:", key="gpu")
+        (column,) = table.columns.values()
+        label = column.label
+        assert label.plain == "[b]GPU[/b] :fire:" and not label.spans

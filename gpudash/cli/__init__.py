@@ -21,6 +21,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError:  # not the main thread
         pass
     try:
+        from gpudash.cli import lazy_openssl
+
+        lazy_openssl.defer()  # before asyncio is imported: OpenSSL only where it is used
         from gpudash.cli.main import main as run
     except KeyboardInterrupt:
         sys.stderr.write("gpudash: interrupted while starting: nothing done\n")

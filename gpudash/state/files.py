@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import stat
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
@@ -301,7 +300,7 @@ def _make_temp(dfd: int, path: Path, mode: int = PRIVATE_FILE) -> tuple[int, str
     less the umask)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN
     for _ in range(_TEMP_TRIES):
-        temp = f".{path.name}.{secrets.token_hex(6)}.tmp"
+        temp = f".{path.name}.{os.urandom(6).hex()}.tmp"
         try:
             fd = os.open(temp, flags, mode, dir_fd=dfd)
         except FileExistsError:

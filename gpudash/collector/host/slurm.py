@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 import socket
 import subprocess
 import time
@@ -427,7 +426,7 @@ def read_jobs(node: str | None = None, timeout_s: float = CALL_TIMEOUT_S,
     "error": text or None (the first thing that went wrong; what was read is kept)}."""
     node = node or local_node()
     deadline = time.monotonic() + budget_s
-    mark = "@gpudash:" + secrets.token_hex(8) + ":"
+    mark = "@gpudash:" + os.urandom(8).hex() + ":"
     text, error = _call(["squeue", "-h", "-t", "all", "-w", node, "-o", queue_format(mark)],
                         timeout_s)
     if error is not None:

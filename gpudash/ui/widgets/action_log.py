@@ -13,12 +13,12 @@ from dataclasses import dataclass
 
 from rich.text import Text
 from textual.binding import Binding
-from textual.widgets import DataTable
 
 from gpudash.engine import SPECS, ActionKind
 from gpudash.session.audit import audit_path
 from gpudash.session.history import history
 from gpudash.ui.text import clean, literal
+from gpudash.ui.widgets.celltable import CellTable
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +31,7 @@ class LogEntry:
     details: tuple[str, ...] = ()  # the report's lines, for the detail view
 
 
-class ActionLog(DataTable[Text]):
+class ActionLog(CellTable):
     """One row per action, newest last."""
 
     DEFAULT_CSS = """

@@ -26,7 +26,15 @@ _CACHES = ("_data", "_row_locations", "_column_locations", "_row_renderable_cach
 
 
 class CellTable(DataTable[Text]):
-    """``DataTable`` plus ``set_cells``/``set_rows``: new values for some cells."""
+    """``DataTable`` plus ``set_cells``/``set_rows``: new values for some cells; column
+    labels are literal text."""
+
+    def add_column(self, label: str | Text, *, width: int | None = None,
+                   key: str | None = None, default: Text | None = None) -> ColumnKey:
+        """DataTable's, with a ``str`` label taken as it is: DataTable parses it as Rich
+        markup, whose emoji codes alone (rich._emoji_codes) are 1.4 MB once loaded."""
+        return super().add_column(Text(label) if isinstance(label, str) else label,
+                                  width=width, key=key, default=default)
 
     def set_cells(self, row_key: str, cells: Mapping[str, Text]) -> None:
         """Store ``cells`` (column key -> value) in the row ``row_key``; redraw that row."""
