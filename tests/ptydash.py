@@ -65,7 +65,10 @@ class Dashboard:
         self.master, slave = pty.openpty()
         cols, rows = size
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-        full_env = os.environ | {"TERM": "xterm-256color"} | (env or {})
+        # the pty's size is the terminal's: not COLUMNS/LINES, which Rich prefers and
+        # pytest-xdist's workers export (80x24)
+        inherited = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+        full_env = inherited | {"TERM": "xterm-256color"} | (env or {})
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gpudash", *args], stdin=slave, stdout=slave,
             stderr=slave, env=full_env, start_new_session=True,

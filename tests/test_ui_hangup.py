@@ -142,8 +142,8 @@ def test_local_mode_leaves_no_collector_when_its_terminal_goes(fakegpu_state, ct
     d = Dashboard((), size=(120, 35), ctty=ctty, env=_local_env(fakegpu_state.env))
     d.wait_for(b"Quit")
     # the holder's memory on GPU0: the stream runs (in a thread of the dashboard); read
-    # in the GPU panel, which shows it in its wide and its compact layout alike (in CI on
-    # every core this pty was drawn compact, and the holder's row without "GPU0 1.0 GiB")
+    # in the GPU panel, which shows it in its wide and its compact layout alike (in CI
+    # this pty was drawn compact: xdist's COLUMNS=80, which ptydash no longer passes on)
     d.wait_for(b"1.0/79.6 GiB")
     d.read(1.0)
     assert [p for p in collectors(state) if p.pid not in before] == []  # and in no process

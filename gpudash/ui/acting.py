@@ -23,9 +23,7 @@ from gpudash.session.controller import Running, outcome_line
 from gpudash.session.lifecycle import Ended, Ending
 from gpudash.ui.keyhold import hold, release
 from gpudash.ui.messages import ActionFinished, ActionProgressed
-from gpudash.ui.models import ModelPicker
 from gpudash.ui.outcome import exit_code
-from gpudash.ui.quit import AFTER, KEEP, NOW, QuitWhileActing
 from gpudash.ui.screens import ConfirmModal
 from gpudash.ui.state import Dashboard
 from gpudash.ui.widgets.action_log import entry_title
@@ -204,6 +202,8 @@ class Acting:
         if running is None:
             self.app.exit(0)
             return
+        from gpudash.ui.quit import AFTER, KEEP, NOW, QuitWhileActing  # when first asked
+
         choice = await self.app.push_screen_wait(QuitWhileActing(running.plan.title,
                                                                  running.report.sent_lines()))
         if choice == KEEP:  # the operator said stay, even if it ended meanwhile
@@ -268,6 +268,8 @@ class Dialogs:
 
     async def pick(self, source: str, candidates: Sequence[lifecycle.Candidate],
                    enable: bool) -> lifecycle.Picked | None:
+        from gpudash.ui.models import ModelPicker  # with RichLog: loaded when first shown
+
         picked: lifecycle.Picked | None = await self.app.push_screen_wait(
             ModelPicker(f"Reclaim {source}, then start:", candidates, enable))
         if picked is not None:

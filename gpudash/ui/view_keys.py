@@ -17,7 +17,6 @@ from gpudash.protocol.source import Capability
 from gpudash.ui.gpu_history import METRICS
 from gpudash.ui.keyhold import hold
 from gpudash.ui.layout import PLOT_MIN
-from gpudash.ui.models import JournalScreen
 from gpudash.ui.screens import FilterScreen
 from gpudash.ui.state import Dashboard
 from gpudash.ui.widgets.holder_flags import legend
@@ -65,6 +64,8 @@ class ViewKeys(Screen[None]):
 
     def action_journal(self) -> None:
         """The selected unit's journal, live (a container's ``docker logs``)."""
+        from gpudash.ui.models import JournalScreen  # with RichLog: loaded when first shown
+
         app = self.dashboard
         sel = self.selection()
         control = app.view.source.control
