@@ -80,3 +80,20 @@ def test_nothing_already_imported_is_deferred() -> None:
     before = {name: sys.modules.get(name) for name in lazy_openssl.DEFERRED}
     assert lazy_openssl.defer() == []
     assert {name: sys.modules.get(name) for name in lazy_openssl.DEFERRED} == before
+
+
+def test_a_python_without_ssl_keeps_asyncio_without_it() -> None:
+    """Built without OpenSSL (no ``_ssl``), ``import ssl`` fails and asyncio sets its
+    ``ssl`` to None: a placeholder there would fail later, in a socket check."""
+    child = textwrap.dedent("""
+        import sys
+        sys.modules["_ssl"] = None  # as if built without it: import _ssl fails
+        from gpudash.cli import lazy_openssl
+        print(lazy_openssl.defer())
+        import asyncio.base_events
+        print(asyncio.base_events.ssl)
+    """)
+    cp = subprocess.run([sys.executable, "-c", child], cwd=ROOT, capture_output=True,
+                        text=True, timeout=60)
+    assert cp.returncode == 0, cp.stderr
+    assert cp.stdout.splitlines() == ["['hashlib']", "None"]

@@ -41,6 +41,13 @@ def _spec(name: str) -> ModuleSpec | None:
     return PathFinder.find_spec(leaf, list(parent.submodule_search_locations))
 
 
+def _importable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # ValueError: in sys.modules as None (blocked)
+        return False
+
+
 def _placeholder(name: str, spec: ModuleSpec) -> types.ModuleType:
     """A module named ``name`` that becomes the real one on its first attribute read."""
     stub = types.ModuleType(name)
@@ -72,9 +79,12 @@ def defer() -> list[str]:
     """Make the modules that load OpenSSL load on first use; the names deferred. One
     already imported, or whose package is, is left alone."""
     done = []
-    for name in DEFERRED:
+    tls = _importable("_ssl")  # a Python built without OpenSSL: its asyncio must see
+    for name in DEFERRED:  # ``ssl = None``, as the failed import leaves it
         package = name.rpartition(".")[0]
         if name in sys.modules or (package and package in sys.modules):
+            continue
+        if name != "hashlib" and not tls:
             continue
         spec = _spec(name)
         if spec is not None:
