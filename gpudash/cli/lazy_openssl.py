@@ -3,7 +3,7 @@
 Three imports load OpenSSL (libssl, libcrypto, and its initialisation) into a dashboard
 that uses none of it: asyncio imports :mod:`ssl`, and its TLS protocol module, which reads
 ``ssl`` at import, for TLS transports it may never make; plotext imports :mod:`hashlib`
-for a helper the plot never calls. Together about 4 MB of the local dashboard's resident
+for a helper the plot never calls. Together about 4.5 MB of the local dashboard's resident
 memory at rest (docs/BENCHMARKS.md). What does use them still gets them: a Prometheus read
 over https (gpudash.fleetprom.client), the exporter's TLS, asyncio's socket checks (SSH's
 connect).
