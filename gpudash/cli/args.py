@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import math
 import textwrap
 from collections.abc import Callable
@@ -284,8 +285,6 @@ def _mistyped(argv: list[str]) -> str | None:
     word = argv[0]
     if any(c in word for c in "@:./*?[") or not word.isalpha():
         return None
-    import difflib  # only where a word may be a mistyped subcommand
-
     close = difflib.get_close_matches(word.lower(), SUBCOMMANDS, n=1, cutoff=0.6)
     return close[0] if close else None
 

@@ -13,7 +13,9 @@ one's ``__spec__`` whose first attribute read (PEP 562 ``__getattr__``) imports 
 module and takes on its namespace, so every use behaves as before. (The stdlib's
 ``LazyLoader`` does not serve: the next ``import ssl`` statement reads the module's
 ``__spec__`` and so loads it at once.) It must run before asyncio is imported: the CLI
-calls it first thing; a module already imported is left as it is.
+calls it first thing; a module already imported is left as it is. Code that walks
+``sys.modules`` reading attributes (``inspect.getmodule``) loads them as it goes, so it
+must walk a copy, as the stdlib's does.
 """
 
 from __future__ import annotations

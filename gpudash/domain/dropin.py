@@ -9,6 +9,7 @@ removed: the operator's drop-ins are theirs, and ``--revert`` removes this file 
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable
 
 from gpudash.domain.lint import Finding
@@ -106,8 +107,6 @@ def with_ours(cat_text: str, unit: str, text: str | None) -> str:
 
 def preview(cat_text: str, unit: str, text: str | None) -> tuple[str, ...]:
     """The change as a unified diff of ``systemctl cat UNIT``, before and after."""
-    import difflib  # when a change is previewed: no start-up cost
-
     before = with_ours(cat_text, unit, ours_in(cat_text, unit))
     after = with_ours(cat_text, unit, text)
     return tuple(line.rstrip("\n") for line in difflib.unified_diff(

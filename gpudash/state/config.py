@@ -28,6 +28,7 @@ to start (exit 2) unless that setting is given on the command line for this run.
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import re
@@ -156,8 +157,6 @@ class Problem:
         """The safety setting an unknown key looks like a typo of (``readonly``)."""
         if self.key is None or self.why != UNKNOWN:
             return None
-        import difflib  # only for a key that is not known: no start-up cost
-
         close = difflib.get_close_matches(self.key.replace("-", "_").lower(), SAFETY, n=1,
                                           cutoff=0.75)
         return close[0] if close else None

@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding
@@ -33,7 +33,6 @@ from gpudash.ui.bindings import binding_table, bindings
 from gpudash.ui.commands import DashboardCommands
 from gpudash.ui.driver import SafeLinuxDriver, safe_driver
 from gpudash.ui.feeds import HostFeeds
-from gpudash.ui.fleet_screen import FleetScreen
 from gpudash.ui.heap import steady_heap
 from gpudash.ui.hosts import HostView
 from gpudash.ui.keyhold import HoldsKeys
@@ -48,6 +47,9 @@ from gpudash.ui.styles_cache import let_go
 from gpudash.ui.text import clean
 from gpudash.ui.themes import VARIABLE_DEFAULTS
 from gpudash.ui.widgets.holder_view import HolderView
+
+if TYPE_CHECKING:
+    from gpudash.ui.fleet_screen import FleetScreen
 
 __all__ = ["DashboardOutcome", "GpudashApp", "run_dashboard"]
 
@@ -114,7 +116,10 @@ class GpudashApp(HoldsKeys, LiteralNotices):
         self.acting = Acting(self, self, self._refresh_progress,
                              lambda: self.screen is self.main)
         self.main = MainScreen(self, self.acting)
-        self.fleet = FleetScreen(self)  # several hosts: the table of them all, shown first
+        self.fleet: FleetScreen | None = None  # several hosts: their table, shown first
+        if len(self.views) > 1:  # (its modules, and the fleet rows', load only then)
+            from gpudash.ui.fleet_screen import FleetScreen
+            self.fleet = FleetScreen(self)
         self.feeds = HostFeeds(self, self, self.main, self.fleet, interval,
                                on_sample=self.acting.reverify)
 
@@ -152,8 +157,7 @@ class GpudashApp(HoldsKeys, LiteralNotices):
         for message in self._warnings:
             self.notify(message, severity="warning", timeout=15, markup=False)
         self.feeds.start()
-        if len(self.views) > 1:
-            # Installed, so that leaving it for a host keeps it (and its rows) for coming back.
+        if self.fleet is not None:  # installed: left for a host, it keeps its rows
             self.install_screen(self.fleet, name="fleet")
             self.push_screen("fleet")
 
@@ -184,8 +188,7 @@ class GpudashApp(HoldsKeys, LiteralNotices):
 
     @property
     def shown_screen(self) -> Screen[Any]:
-        """The host screen or the fleet, whichever the operator sees (maybe under a
-        dialog, the help or the command palette)."""
+        """The host screen or the fleet, whichever is seen (maybe under a dialog or help)."""
         screens: list[Screen[Any]] = self.screen_stack
         return next((s for s in reversed(screens) if not isinstance(s, ModalScreen)), self.main)
 
@@ -196,7 +199,7 @@ class GpudashApp(HoldsKeys, LiteralNotices):
 
     def open_host(self, index: int) -> None:
         """Leave the fleet table for host ``index``'s screen."""
-        if self.fleet_shown:
+        if self.fleet is not None and self.fleet_shown:
             self.fleet.leave_for_host()
             self.pop_screen()
         if index != self.current_host:
@@ -219,8 +222,9 @@ class GpudashApp(HoldsKeys, LiteralNotices):
 
     def _last_action(self, host: str, last: LastAction) -> None:
         self.last_actions[host] = last
-        for index in (i for i, v in enumerate(self.views) if v.name == host and self.fleet.ready):
-            self.fleet.host_changed(index)
+        if (fleet := self.fleet) is not None and fleet.ready:
+            for index in (i for i, v in enumerate(self.views) if v.name == host):
+                fleet.host_changed(index)
 
     def key_of(self, action: str) -> str:
         """The key pressed for ``action`` (a binding id less "gpudash."), keymap applied."""
@@ -240,9 +244,8 @@ class GpudashApp(HoldsKeys, LiteralNotices):
         yield SystemCommand("Help: keys", "Show every key", self.action_help)
 
     def action_help(self) -> None:
-        shown = self.shown_screen
-        rows = shown.help_rows() if isinstance(shown, MainScreen | FleetScreen) else []
-        sections = shown.help_sections() if isinstance(shown, FleetScreen | MainScreen) else []
+        shown = next((s for s in (self.main, self.fleet) if s and s is self.shown_screen), None)
+        rows, sections = (shown.help_rows(), shown.help_sections()) if shown else ([], [])
         self.push_screen(HelpScreen(rows, self.read_only, sections))
 
     async def action_quit(self) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from textual.app import App
 from textual.message import Message
@@ -14,18 +15,21 @@ from gpudash.domain.model import SourceKind
 from gpudash.engine import SPECS_BY_NAME
 from gpudash.feed.follow import Frame, HostFollower
 from gpudash.state.footprints import LearnedUnits
-from gpudash.ui.fleet_screen import FleetScreen
 from gpudash.ui.main_screen import MainScreen
 from gpudash.ui.messages import HostConnecting, HostFailed, HostUpdated
 from gpudash.ui.state import Dashboard
 from gpudash.ui.text import clean
 from gpudash.ui.throttle import RedrawThrottle
 
+if TYPE_CHECKING:  # made only where there are several hosts (gpudash.ui.app)
+    from gpudash.ui.fleet_screen import FleetScreen
+
 
 class HostFeeds:
     """Follows every host of ``state`` for ``app`` and keeps the screens drawn."""
 
-    def __init__(self, app: App[int], state: Dashboard, main: MainScreen, fleet: FleetScreen,
+    def __init__(self, app: App[int], state: Dashboard, main: MainScreen,
+                 fleet: FleetScreen | None,
                  interval: float, on_sample: Callable[[int], None]) -> None:
         self.app, self.state, self.main, self.fleet = app, state, main, fleet
         self.interval = interval
@@ -94,8 +98,8 @@ class HostFeeds:
     def updated(self, message: HostUpdated) -> None:
         if self._closing:
             return
-        if self.state.fleet_shown:  # the host screen is hidden: one fleet row, nothing else
-            self.fleet.host_changed(message.host)
+        if (fleet := self._fleet_shown()) is not None:  # the host screen is hidden: one
+            fleet.host_changed(message.host)  # fleet row, nothing else
         elif message.host == self.state.current_host:
             if not self.state.paused:
                 self.view_redraw.ask()
@@ -157,16 +161,20 @@ class HostFeeds:
         view.retry_at = (None if message.retry_in is None
                          else self.state.clock() + message.retry_in)
         self.refresh_header()
-        if self.state.fleet_shown:
-            self.fleet.host_changed(message.host)
+        if (fleet := self._fleet_shown()) is not None:
+            fleet.host_changed(message.host)
 
     def connecting(self, message: HostConnecting) -> None:
         if self._closing or not message.attempt:
             return
         self.state.views[message.host].state = "reconnecting"
         self.refresh_header()
-        if self.state.fleet_shown:
-            self.fleet.host_changed(message.host)
+        if (fleet := self._fleet_shown()) is not None:
+            fleet.host_changed(message.host)
+
+    def _fleet_shown(self) -> FleetScreen | None:
+        """The fleet table, where it is what the operator sees (one host: none is made)."""
+        return self.fleet if self.state.fleet_shown else None
 
     def refresh_header(self) -> None:
         if self.main.ready and not self.state.fleet_shown:
@@ -179,8 +187,8 @@ class HostFeeds:
         that fell in the tenth of a second before each sample drew the header twice.)"""
         if self._closing:
             return
-        if self.state.fleet_shown:
-            self.fleet.tick()
+        if (fleet := self._fleet_shown()) is not None:
+            fleet.tick()
         if time.monotonic() - self.view_redraw.last >= self.state.fresh_within:
             self.refresh_header()
         elif len(self.state.views) > 1 and self.main.ready:

@@ -10,6 +10,7 @@ uses, is left out and reported: it never silently takes a key away from another 
 
 from __future__ import annotations
 
+import difflib
 import os
 import tomllib
 from collections.abc import Mapping
@@ -73,8 +74,6 @@ def load_keymap(
         ):
             hint = ""
             if bindings is not None:
-                import difflib  # only for a binding that is not known: no start-up cost
-
                 close = difflib.get_close_matches(binding_id, list(bindings), n=1)
                 hint = f" (did you mean {close[0]}?)" if close else ""
             errors.append(f"{target.name}: {binding_id}: unknown binding id{hint}")

@@ -6,14 +6,16 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from gpudash.domain.fleet import summarize
 from gpudash.domain.model import HostSnapshot
 from gpudash.domain.units import gib
 from gpudash.engine import ActionReport
-from gpudash.fleetprom.visit import Visit
 from gpudash.ui.hosts import HostView
 from gpudash.ui.state import LastAction
+
+if TYPE_CHECKING:  # made once, at exit: the fleet's row modules load then
+    from gpudash.fleetprom.visit import Visit
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +49,9 @@ def visit_of(views: Sequence[HostView], last_actions: Mapping[str, LastAction]
     why SSH never reached it, or its last sample's figures and its last action."""
     if len(views) != 1:
         return None
+    from gpudash.domain.fleet import summarize
+    from gpudash.fleetprom.visit import Visit
+
     view = views[0]
     last = last_actions.get(view.name)
     action = None if last is None or last.running else (
