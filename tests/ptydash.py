@@ -35,6 +35,12 @@ def audit(name: str = "audit-demo.jsonl") -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+def local_env(build: dict[str, str]) -> dict[str, str]:
+    """What a local dashboard needs of a stand-in driver's environment (its state, its
+    libnvidia-ml and nvidia-smi), to run on it."""
+    return {k: build[k] for k in ("FAKEGPU_STATE", "LD_LIBRARY_PATH", "PATH")}
+
+
 def _take_terminal() -> None:  # in the child, after setsid: the pty becomes its terminal
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 

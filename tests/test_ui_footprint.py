@@ -8,26 +8,21 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import psutil
 import pytest
-from ptydash import Dashboard
+from ptydash import Dashboard, local_env
 
 pytestmark = pytest.mark.terminal  # a real pty, in real time: not the fast tier
 
 
 def _mapped(pid: int) -> set[str]:
     """The names of the files mapped into ``pid``."""
-    names = set()
-    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
-        parts = line.split(maxsplit=5)
-        if len(parts) == 6 and parts[5].startswith("/"):
-            names.add(Path(parts[5]).name)
-    return names
+    return {Path(m.path).name for m in psutil.Process(pid).memory_maps()}
 
 
 def test_the_local_dashboard_draws_its_plot_without_loading_openssl(fakegpu_state) -> None:
     fakegpu_state.hold(0, 1000, name="python3")
-    env = {k: fakegpu_state.env[k] for k in ("FAKEGPU_STATE", "LD_LIBRARY_PATH", "PATH")}
-    d = Dashboard((), size=(160, 50), env=env)
+    d = Dashboard((), size=(160, 50), env=local_env(fakegpu_state.env))
     try:
         d.wait_for(b"1.0/79.6 GiB")  # a sample is drawn
         end = time.monotonic() + 40  # real time: a real process drawing on a real pty

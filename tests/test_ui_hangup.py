@@ -14,7 +14,7 @@ import signal
 import time
 
 import pytest
-from ptydash import Dashboard, audit, collectors
+from ptydash import Dashboard, audit, collectors, local_env
 from sshd.fixture import gpus, sshd_fakegpu, sshd_server  # noqa: F401
 
 pytestmark = pytest.mark.terminal  # a real pty, in real time: not the fast tier
@@ -129,17 +129,13 @@ def _no_collector_left(before: set[int], state: str, within: float = BOUND_S) ->
         time.sleep(0.1)
 
 
-def _local_env(build: dict[str, str]) -> dict[str, str]:
-    return {k: build[k] for k in ("FAKEGPU_STATE", "LD_LIBRARY_PATH", "PATH")}
-
-
 @pytest.mark.parametrize("ctty", [True, False], ids=["hang-up", "eof"])
 def test_local_mode_leaves_no_collector_when_its_terminal_goes(fakegpu_state, ctty: bool
                                                                ) -> None:
     fakegpu_state.hold(0, 1000, name="python3")
     state = fakegpu_state.env["FAKEGPU_STATE"]
     before = {p.pid for p in collectors(state)}
-    d = Dashboard((), size=(120, 35), ctty=ctty, env=_local_env(fakegpu_state.env))
+    d = Dashboard((), size=(120, 35), ctty=ctty, env=local_env(fakegpu_state.env))
     d.wait_for(b"Quit")
     # the holder's memory on GPU0: the stream runs (in a thread of the dashboard); read
     # in the GPU panel, which shows it in its wide and its compact layout alike (in CI
