@@ -149,13 +149,26 @@ def test_busy_holder_shows_high_cpu_and_a_sleeping_one_about_zero(
         proc=ProcReader(stat_every=1),
         units=UnitReader("systemctl", str(tmp_path / "no-systemd")),
     )
+
+    def cpu_s() -> float:
+        t = psutil.Process(busy.pid).cpu_times()
+        return t.user + t.system
+
     try:
-        time.sleep(0.5)  # the busy one has touched its 200 MiB
+        deadline = time.monotonic() + 30  # the busy one has touched its 200 MiB
+        while psutil.Process(busy.pid).memory_info().rss < 190 << 20:
+            assert time.monotonic() < deadline, "the busy process never held 190 MiB"
+            time.sleep(0.05)
+        c0, t0 = cpu_s(), time.monotonic()
         collector.sample()
         time.sleep(1.0)
         snap = collector.sample()
+        used = 100 * (cpu_s() - c0) / (time.monotonic() - t0)
         hot, cold = snap["procs"][str(busy.pid)], snap["procs"][str(idle.pid)]
-        assert hot["cpu_pct"] >= 30 and cold["cpu_pct"] <= 5, (hot, cold)
+        # As much as it really got (seen: 24 % of a core, with the machine's 2 cores shared
+        # by a whole test run): what the collector says, not what a quiet machine gives.
+        assert hot["cpu_pct"] >= 10 and abs(hot["cpu_pct"] - used) <= 15, (hot, used)
+        assert cold["cpu_pct"] <= 5, cold
         assert hot["rss_mib"] >= 190 and cold["rss_mib"] < 50
         assert snap["mem_total_mib"] > 0 and snap["cpu_pct"] is not None
     finally:
