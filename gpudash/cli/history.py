@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from gpudash.cli.contract import Exit
 from gpudash.cli.terminal import Terminal
 from gpudash.domain.units import gib, gib_number
 from gpudash.domain.untrusted import json_dumps
+from gpudash.record import record
 from gpudash.session.audit import audit_path
 from gpudash.session.history import Action, History, history
 
@@ -49,7 +49,7 @@ def describe(a: Action) -> list[str]:
     return lines
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Read:
     """The audit's actions as ``history`` and ``report`` select them (hosts, ``--since``)."""
 

@@ -35,13 +35,13 @@ import ssl
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 
 import bcrypt
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from gpudash.cli.webconfig import WebConfig
 from gpudash.cli.webreload import WebConfigFile
+from gpudash.record import record
 
 log = logging.getLogger("gpudash.cli.exporter")
 
@@ -102,7 +102,7 @@ class Exposition:
             self._building = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Request:
     """A request head that passed: what is asked, of whom it may be answered."""
 
@@ -110,7 +110,7 @@ class Request:
     path: str
 
 
-@dataclass(eq=False, slots=True)
+@record(frozen=False, eq=False)
 class _Connection:
     task: asyncio.Task[None] | None = None
     busy: bool = False  # its request arrived and was authorised: never evicted

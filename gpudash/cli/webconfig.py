@@ -26,12 +26,14 @@ from __future__ import annotations
 import re
 import ssl
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 import bcrypt
 import yaml
+
+from gpudash.record import record
 
 BCRYPT = re.compile(r"\$2[aby]\$(\d\d)\$[./A-Za-z0-9]{53}")
 BCRYPT_COSTS = range(4, 32)  # what bcrypt computes (2^4 .. 2^31 rounds)
@@ -53,7 +55,7 @@ class WebConfigError(ValueError):
     """The file cannot be used; the message names the file and the key."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class WebConfig:
     path: Path
     tls: ssl.SSLContext | None = None

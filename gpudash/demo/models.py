@@ -9,12 +9,14 @@ simulated time since the start, so tests replay it exactly.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from gpudash.record import record
 
 HEALTH_CHECK_DELAY_S = 1.5  # from start to the free-memory check
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SimServer:
     """What a demo unit runs."""
 
@@ -40,7 +42,7 @@ class SimServer:
         return int(total_mib * self.gpu_memory_utilization)
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class SimLoad:
     """One start of a server: when it began, and whether its memory check passed."""
 

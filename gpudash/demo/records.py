@@ -6,18 +6,19 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from gpudash.demo.incident import GPU_NAME, GPU_TOTAL_MIB, RESPAWN_MIB
 from gpudash.demo.models import SimLoad, SimServer
 from gpudash.protocol.wire import CONTAINER, CONTAINER_KEY_FIELDS, kind_owners
+from gpudash.record import record
 
 HZ = 100  # clock ticks per second, as in /proc/PID/stat
 Json = dict[str, Any]  # a JSON object, as the collector writes it
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class SimProcess:
     pid: int
     ppid: int
@@ -42,7 +43,7 @@ class SimProcess:
     claim: str | None = None  # "slurm job:ID": a Slurm job's cgroup names it
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class SimContainer:
     """A Docker container as ``docker inspect`` shows it."""
 
@@ -68,7 +69,7 @@ class SimContainer:
         return f"docker-{self.id}.scope"
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class SimUnit:
     name: str
     description: str

@@ -17,12 +17,11 @@ fleet view and anything that exports the triage (Prometheus) share one definitio
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from gpudash.domain.triage import Flag, HostTriage, holds
+from gpudash.record import record
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class HostSummary:
     """A host's row in the fleet, from one triaged snapshot."""
 

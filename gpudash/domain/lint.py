@@ -13,9 +13,9 @@ from __future__ import annotations
 import math
 import shlex
 import time
-from dataclasses import dataclass
 
 from gpudash.domain.model import Container, Unit
+from gpudash.record import record
 from gpudash.serving.processes import server_process
 
 # systemd's Restart= values that bring a dead main process back by themselves
@@ -47,7 +47,7 @@ def needed_timeout_stop(learned_stop_s: float) -> int:
     return int(math.ceil(need / 10.0) * 10)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Learned:
     """What gpudash saw of a unit on this host when it acted on it, as its state store
     keeps it (``gpudash.state.footprints``; the caller reads it: the lint reads no file)."""
@@ -59,7 +59,7 @@ class Learned:
     term_ignored: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Finding:
     """One setting that sets a trap: ``setting`` as systemd names it, ``why`` in words,
     ``fix``: the directives (section, key, value) gpudash's drop-in writes to remove it."""

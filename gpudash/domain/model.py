@@ -8,16 +8,18 @@ dashboard claim 0 W.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import StrEnum
 from typing import TypeAlias
+
+from gpudash.record import record
 
 # One fact a host reports of an owner (``HostSnapshot.owners``): text, a number, a yes/no,
 # or a list of numbers (GPU indexes).
 Fact: TypeAlias = str | int | bool | tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Gpu:
     """One GPU as the driver reported it at sample time."""
 
@@ -50,7 +52,7 @@ class Gpu:
         return self.memory_total_mib - self.memory_used_mib
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Process:
     """A process that holds GPU memory or belongs to a unit that does.
 
@@ -129,7 +131,7 @@ UNREADABLE = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Unit:
     """The systemd properties that decide what stopping or killing will do."""
 
@@ -166,7 +168,7 @@ class Unit:
         return self.active_state in ("inactive", "failed")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Container:
     """A Docker or Podman container that processes' cgroups name, as its runtime inspects it.
 
@@ -202,7 +204,7 @@ class Container:
         return self.state in ("exited", "dead", "created", "removed")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Pod:
     """A Kubernetes pod: its UID from the cgroup path; namespace and name where crictl
     answers."""
@@ -212,7 +214,7 @@ class Pod:
     name: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Changes:
     """What differs from the previous snapshot of the same host, decided once where the
     data enters (the wire decoder knows it from the host's merge patch) and carried with
@@ -248,7 +250,7 @@ class SourceKind(StrEnum):
     NONE = "none"  # neither NVML nor nvidia-smi: no GPU facts at all (degraded)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class HostSnapshot:
     """Everything known about one host at one instant."""
 

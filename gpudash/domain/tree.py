@@ -4,9 +4,10 @@ and which processes hold GPU memory or parent a process that does."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from gpudash.domain.model import HostSnapshot, Process
+from gpudash.record import record
 
 MAX_DEPTH = 64  # a parent chain longer than this is a host lying about ppids
 
@@ -16,7 +17,7 @@ def holds(p: Process) -> bool:
     return p.holds_gpu_memory or bool(p.device_gpus)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ProcessTree:
     by_pid: Mapping[int, Process]
     children: Mapping[int, tuple[Process, ...]]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from enum import StrEnum
 
 from gpudash.domain.crashloop import looping_now
@@ -32,6 +32,7 @@ from gpudash.domain.owners import (
 )
 from gpudash.domain.owners.service import what
 from gpudash.domain.tree import ProcessTree, holds
+from gpudash.record import record
 from gpudash.serving import processes as serving
 
 __all__ = ["NO_UNIT", "Owner", "OwnerKind", "holds", "unit_respawned"]  # re-exported
@@ -53,7 +54,7 @@ class Flag(StrEnum):
     STRAY = "STRAY"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ProcessNode:
     """A process in the holders tree, with its flags and children."""
 
@@ -68,7 +69,7 @@ class ProcessNode:
             yield from child.walk()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class OwnerGroup:
     """All GPU-relevant processes of one owner (a unit, a session, or nobody)."""
 
@@ -101,7 +102,7 @@ class OwnerGroup:
             yield from root.walk()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class HostTriage:
     """The triaged view of one snapshot."""
 
@@ -203,7 +204,7 @@ def _state_flags(p: Process) -> set[Flag]:
     return f
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class _Pass:
     """One triage pass over a snapshot: the tree and the owners, computed once."""
 

@@ -10,11 +10,10 @@ process list, the ``/dev/nvidia*`` files of every process, which processes it se
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from gpudash.domain.model import UNREADABLE, Gpu, HostSnapshot, Process
 from gpudash.domain.triage import unattributed_mib
 from gpudash.domain.units import gib
+from gpudash.record import record
 
 NOTABLE_MIB = 256  # less than this unexplained is driver noise, not worth a line
 DEVICE_SCAN_MIN_MIB = 1024  # the collector reads device files only past this (DEV_SLACK_MIB)
@@ -32,7 +31,7 @@ _PID_VIEW = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Unheld:
     """One GPU's memory that no listed process accounts for."""
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 from gpudash.domain.model import HostSnapshot, Process, Unit
 from gpudash.domain.owners import owner_of
 from gpudash.domain.triage import label
 from gpudash.domain.units import gib
 from gpudash.domain.untrusted import clean
+from gpudash.record import record
 from gpudash.serving.processes import server_process
 
 # (server, memory fraction flags, its default, tensor-parallel flags)
@@ -29,7 +29,7 @@ _ARGS = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Need:
     """What a start needs: MiB per GPU, where known, and how that was found out."""
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from enum import StrEnum
 
 from gpudash.domain.model import Container, HostSnapshot, Process, Unit
@@ -18,6 +17,7 @@ from gpudash.domain.owners import container_members
 from gpudash.domain.units import gib
 from gpudash.engine.target import Target
 from gpudash.protocol.source import Capability, HostControl, ListenerOwner
+from gpudash.record import record
 
 
 class GoalState(StrEnum):
@@ -26,7 +26,7 @@ class GoalState(StrEnum):
     FAILED = "failed"  # for good: waiting longer cannot help
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class GoalStatus:
     title: str
     state: GoalState

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from gpudash.engine.report import Progress
+from gpudash.record import record
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ExecOptions:
     term_timeout: float = 10.0  # seconds between TERM and KILL
     verify_timeout: float = 60.0  # give up following memory after this
@@ -25,7 +25,7 @@ class ExecOptions:
 ProgressFn = Callable[[Progress], None]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ReverifyPolicy:
     """When an outcome a lost link left unknown is looked at again — never re-sent.
 

@@ -9,7 +9,7 @@ fresh one and any difference is shown (``plan_changes``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import StrEnum
 
 from gpudash.domain.lint import Learned
@@ -29,6 +29,7 @@ from gpudash.engine.steps import (
     Systemctl,
 )
 from gpudash.engine.target import Target
+from gpudash.record import record
 
 
 class ActionKind(StrEnum):
@@ -79,7 +80,7 @@ class PlanError(ValueError):
         self.forceable = forceable  # a start that does not fit: the operator may force it
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Selection:
     """What the operator pointed at (an owner, a process, or neither) and, for starting a
     model, what to start and how to know it serves."""
@@ -116,7 +117,7 @@ class Selection:
     reason: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Serving:
     """What proves a started unit serves: active and steady, memory at its footprint, and
     its ready URL answering (each part that is known)."""
@@ -137,7 +138,7 @@ class Serving:
         return "Serving when: " + "; ".join(parts)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Phase:
     """Part of a plan with its own steps and its own proof (a swap has two)."""
 
@@ -155,7 +156,7 @@ class Phase:
         return tuple(s for s in self.steps if isinstance(s, Signal))
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ActionPlan:
     kind: ActionKind
     title: str

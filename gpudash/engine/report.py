@@ -9,19 +9,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from gpudash.domain.model import Container, Unit
 from gpudash.domain.units import gib
 from gpudash.engine.plan import ActionPlan
 from gpudash.engine.series import MemorySeries
 from gpudash.protocol.source import CommandResult, SignalOutcome
+from gpudash.record import record
 
 # A signal in these states reached the host or may have: only GONE/MISMATCH/DENIED did not.
 MAY_HAVE_SENT = frozenset({SignalOutcome.SENT, SignalOutcome.UNKNOWN})
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Progress:
     """What the engine is doing now, and where each GPU's memory stands (every sample)."""
 
@@ -39,7 +40,7 @@ class Progress:
     taken_at: float | None = None  # host time of the sample ``used_mib`` is from (None: plan)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class GpuOutcome:
     index: int
     before_mib: int | None
@@ -54,7 +55,7 @@ class GpuOutcome:
         return self.before_mib - self.after_mib
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Leftover:
     """Something that still holds memory the plan expected back, and why."""
 
@@ -74,7 +75,7 @@ class Leftover:
         return f"{self.where} {mib} held by {who}: {self.reason} {self.detail}".rstrip()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PhaseOutcome:
     name: str
     confirmed: bool
@@ -82,7 +83,7 @@ class PhaseOutcome:
     seconds: float
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class ServingOutcome:
     """How a started unit came up: serving, or why not (the log line that says it)."""
 
@@ -107,7 +108,7 @@ class ServingOutcome:
     container: bool = False  # a container started: running, and ready where it has a URL
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class ActionReport:
     plan: ActionPlan
     events: list[tuple[float, str]] = field(default_factory=list)

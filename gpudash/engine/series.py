@@ -10,13 +10,15 @@ last (it may replace the previous last): the curve ends where the verdict was ta
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
+
+from gpudash.record import record
 
 MAX_POINTS = 60
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class MemorySeries:
     """Used MiB per GPU at host times relative to the first sample (seconds)."""
 

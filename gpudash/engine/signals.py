@@ -8,10 +8,11 @@ and KILL: the signal goes only to the process that was planned (pid + start time
 from __future__ import annotations
 
 import signal as _signal
-from dataclasses import dataclass
+
+from gpudash.record import record
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Pickable:
     sig: int
     what: str  # what it usually does, for the picker

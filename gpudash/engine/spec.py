@@ -5,7 +5,7 @@ its planner), asked by the dashboard, the CLI and the engine alike.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from enum import StrEnum
 
 from gpudash.domain.model import HostSnapshot, unit_name
@@ -28,6 +28,7 @@ from gpudash.engine.plan import (
     PlanError,
     Selection,
 )
+from gpudash.record import record
 
 
 class Needs(StrEnum):
@@ -51,7 +52,7 @@ CONTAINER = ContainerRules.kind.value
 OWNER_NEEDS = frozenset({Needs.UNIT, Needs.UNIT_AND_TARGET})  # acted on as a whole
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ActionSpec:
     kind: ActionKind
     name: str  # the action's name in the UI: binding id ``gpudash.<name>``, ``action_<name>``

@@ -5,12 +5,12 @@ owner kind's own command, a GPU reset, or a Slurm node's state."""
 from __future__ import annotations
 
 import signal as _signal
-from dataclasses import dataclass
 
 from gpudash.engine.target import Target
+from gpudash.record import record
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Systemctl:
     """``systemctl VERB UNIT`` on the host."""
 
@@ -21,7 +21,7 @@ class Systemctl:
         return f"systemctl {self.verb} {self.unit}"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Signal:
     """A signal to one process, sent only if it is still the one that was planned."""
 
@@ -45,7 +45,7 @@ class Signal:
         return text
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ContainerCommand:
     """``docker VERB CONTAINER`` (or podman) on the host; the id travels, the name is shown."""
 
@@ -68,7 +68,7 @@ class ContainerCommand:
         return f"{self.runtime} {verb} {self.name}  ({self.container[:12]})"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class DropIn:
     """Write gpudash's drop-in of ``unit`` (``text``), or remove it (``text`` None).
 
@@ -89,7 +89,7 @@ class DropIn:
         return f"install -d {self.path.rsplit('/', 1)[0]} && tee {self.path}  (shown below)"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class DaemonReload:
     """``systemctl daemon-reload``: systemd reads the unit files again (``unit``: the one
     whose properties are then read afresh)."""
@@ -101,7 +101,7 @@ class DaemonReload:
         return "systemctl daemon-reload"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class OwnerCommand:
     """An owner kind's own command (a Slurm job's ``scancel``): ``argv`` as the operator is
     shown it; the host control builds it again from the kind, verb and key, never from
@@ -121,7 +121,7 @@ class OwnerCommand:
         return " ".join(self.argv)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class GpuReset:
     """``nvidia-smi --gpu-reset -i INDEX``: the host control builds the argv again from the
     index; the UUID is for the record (indices can move across a reboot)."""
@@ -143,7 +143,7 @@ class GpuReset:
         return " ".join(self.argv) + (f"  ({self.uuid})" if self.uuid else "")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class NodeCommand:
     """``scontrol update NodeName=NODE State=DRAIN Reason="..."`` (or ``State=RESUME``):
     the Slurm node's own state. The host control builds the argv again from the verb, the

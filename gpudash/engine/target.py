@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 from gpudash.domain.model import HostSnapshot, Process
 from gpudash.domain.triage import label
+from gpudash.record import record
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Target:
     """A process the plan will signal, pinned by (pid, start time)."""
 

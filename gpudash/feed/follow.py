@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from gpudash.domain.crashloop import RestartWatch
 from gpudash.domain.lint import Learned
@@ -22,13 +22,14 @@ from gpudash.domain.model import HostSnapshot
 from gpudash.domain.triage import HostTriage, retriage
 from gpudash.feed.reconnect import BACKOFF_MAX_S, LinkState, reconnecting_stream
 from gpudash.protocol.source import HostKeyError, HostSource, SourceError, round_trip_s
+from gpudash.record import record
 
 log = logging.getLogger("gpudash.feed.follow")
 
 RETRY_S = 30.0  # after the stream ended, or a host key problem where the caller retries
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Frame:
     """What is known of one host at one instant (never mutated: replaced)."""
 

@@ -6,16 +6,16 @@ import asyncio
 import itertools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 
 from gpudash.domain.model import HostSnapshot
 from gpudash.protocol.source import ConnectError, HostKeyError, HostSource, LinkLost, SourceError
+from gpudash.record import record
 
 BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 30.0
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class LinkState:
     """What the header shows for one host."""
 

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from gpudash.fleetprom.client import PromClient, PromError, paused_collection
@@ -21,6 +21,7 @@ from gpudash.fleetprom.queries import PROBE, QUERIES, RECORDED
 from gpudash.fleetprom.rows import PromFleet, PromHost, carried, fleet_of
 from gpudash.fleetprom.sample import Sample
 from gpudash.fleetprom.sshname import SshNameError, SshNameTemplate
+from gpudash.record import record
 
 log = logging.getLogger("gpudash.fleetprom")
 
@@ -53,7 +54,7 @@ def _rows_of(answers: list[tuple[str, str | None, list[Sample]]]) -> PromFleet:
         return fleet_of(named)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Newest:
     """What ``PROBE`` says: which queries to read, and (recorded) when the rules that
     keep their figures were last evaluated (raw: None, every read may be new)."""
@@ -113,7 +114,7 @@ def fleet_json(fleet: PromFleet, url: str, ssh: SshNameTemplate | None) -> dict[
             "hosts": [host_json(h, fleet.at, ssh) for h in fleet.hosts]}
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class FeedState:
     """What the dashboard shows: the rows (the last good ones while failing), and the
     refresh's health."""

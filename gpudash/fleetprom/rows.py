@@ -10,10 +10,11 @@ pod" only where its scrape job labels GPUs with jobs or pods at all.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from gpudash.fleetprom.sample import Sample
 from gpudash.fleetprom.sshname import strip_port
+from gpudash.record import record
 
 MIB = 1024 * 1024
 GONE_KEPT_S = 900.0  # a host gone from the answers stays (stale) this long
@@ -21,7 +22,7 @@ STALE_AFTER_S = 120.0  # a host whose newest scrape is older than this is stale
 IDENTITY = ("instance", "job", "host", "hostname", "Hostname")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PromHost:
     """One host's row, as Prometheus has it."""
 
@@ -68,7 +69,7 @@ class PromHost:
         return frozenset(k for k, v in on.items() if v)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PromFleet:
     """Every host of one refresh, sorted by name; ``at``: Prometheus' time of it;
     ``source``: "recorded" (read from the recording rules' series) or "raw" (summed by

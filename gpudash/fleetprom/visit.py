@@ -8,15 +8,16 @@ sample of the host at least as new; and the last action taken there.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from gpudash.domain.fleet import HostSummary
 from gpudash.fleetprom.rows import PromHost
+from gpudash.record import record
 
 MIB = 2.0**20
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Visit:
     """One host opened over SSH and quit again."""
 

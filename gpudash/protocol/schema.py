@@ -21,7 +21,6 @@ import dataclasses
 import math
 import re
 import typing
-from dataclasses import dataclass
 from typing import Any, cast
 
 from gpudash.collector.host.protocol import (
@@ -54,6 +53,7 @@ from gpudash.collector.host.protocol import (
 )
 from gpudash.domain.model import Container, Fact, Gpu, HostSnapshot, Pod, Process, Unit
 from gpudash.protocol.source import ProtocolError
+from gpudash.record import record
 
 MIB_MAX = 2**24  # 16 TiB: GPU memory, or one process's RSS
 HOST_MIB_MAX = 2**30  # 1 PiB of host RAM
@@ -62,14 +62,14 @@ TICKS_MAX = 2**62
 EPOCH_MAX = 1e10  # epoch seconds: the year 2286
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Number:
     low: float
     high: float
     identity: bool = False  # out of range: ProtocolError (else N/A)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Text:
     limit: int  # characters
     identity: bool = False  # too long or not matching: ProtocolError (else cut)
@@ -188,7 +188,7 @@ SPECIAL = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Field:
     name: str
     kind: type  # int, float or str
@@ -316,7 +316,7 @@ _FACT_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 _INT_MAX = 2**53
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Owners:
     """The ``owners`` section decoded: every kind's facts, the typed view of the kinds
     that have one (``TYPED``), and the values out of range there (shown as N/A)."""

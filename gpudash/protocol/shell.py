@@ -13,7 +13,7 @@ and can never end a section or start a frame; unquoting restores the text exactl
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from gpudash.collector.host.parsing import (
@@ -34,6 +34,7 @@ from gpudash.collector.host.protocol import (
 )
 from gpudash.collector.host.text import snapshot_bound
 from gpudash.protocol.source import ProtocolError
+from gpudash.record import record
 
 # Bytes of a command line the script sends: one past the decoder's limit, so a longer one
 # is still cut with its mark, and no user's command lines can fill a frame.
@@ -218,7 +219,7 @@ def _parse_frame(frame: list[str]) -> dict[str, Any]:
     return state
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class _Frame:
     """What a frame's sections said so far."""
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from gpudash.collector.host.proof import HOLDER_SCAN_MAX
@@ -24,6 +23,7 @@ from gpudash.collector.host.ready import (
     unit_listener_refusal,
 )
 from gpudash.protocol.source import CommandResult, ContainerOwner, ListenerOwner
+from gpudash.record import record
 
 Run = Callable[[list[str], float], Awaitable[CommandResult]]
 
@@ -101,7 +101,7 @@ STATUS_LINE = re.compile(r"HTTP/1\.[01] ([1-5][0-9][0-9])(?: .*)?")
 URL_PATH = re.compile(r"/[A-Za-z0-9._~!$&'()*+,;=:@%/?-]{0,1024}")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ShellListener:
     """What the script found: the pid holding the other end of the probe's connection,
     with its comm and cgroup text, and the status it answered; or nobody, and why

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
 from gpudash.collector.host.ready import LOOPBACK_HOSTS
 from gpudash.domain.model import HostSnapshot
+from gpudash.record import record
 from gpudash.serving.modelservers import ModelUnit
 
 __all__ = [
@@ -51,7 +51,7 @@ class SignalOutcome(StrEnum):
     UNKNOWN = "unknown"  # the link dropped while asking: re-verify
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CommandResult:
     """Outcome of a command run on the host (``systemctl stop X``)."""
 
@@ -81,7 +81,7 @@ class Capability(StrEnum):
     NODE_STATE = "node-state"  # ``node_state``: a Slurm node drained or resumed
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ContainerOwner:
     """A container whose own listener alone proves its ready URL (its id, its runtime)."""
 
@@ -93,7 +93,7 @@ class ContainerOwner:
 ListenerOwner = str | ContainerOwner
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class HttpAnswer:
     """What a GET of a ready URL on the host got: a status, or the error instead."""
 
@@ -102,7 +102,7 @@ class HttpAnswer:
     error: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class LogLine:
     """One line of a unit's journal (host text: shown literally, never interpreted)."""
 

@@ -12,10 +12,11 @@ so a pattern matches the stable part). Two sorts:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+from gpudash.record import record
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Signature:
     pattern: re.Pattern[str]
     kind: str  # memory-held | cuda-oom | nccl | port-in-use | model-missing | model-load

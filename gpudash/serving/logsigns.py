@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
+from gpudash.record import record
 from gpudash.serving.failurelines import SIGNATURES, WRAPPERS
 from gpudash.serving.tracebacks import Traceback, bare, quoted_source, tracebacks
 
@@ -29,7 +29,7 @@ _READY_LINES = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class LoadProgress:
     percent: int
     done: int
@@ -39,7 +39,7 @@ class LoadProgress:
         return f"{self.percent}% of checkpoint shards ({self.done}/{self.total})"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Failure:
     """The line that explains why a server did not come up, and what it means."""
 

@@ -12,7 +12,8 @@ import fnmatch
 import re
 import shlex
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+
+from gpudash.record import record
 
 # (kind, what in ExecStart's argv says so, the port the server listens on by default)
 _SERVERS: tuple[tuple[str, re.Pattern[str], int | None], ...] = (
@@ -40,7 +41,7 @@ SHOW_PROPERTIES = ("Id", "Description", "ActiveState", "UnitFileState", "Restart
                    "ExecStart")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ModelUnit:
     """A unit that runs a model server, running or not (host text, shown literally)."""
 

@@ -39,9 +39,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
+
+from gpudash.record import record
 
 COMM_LEN = 15  # TASK_COMM_LEN - 1: the kernel cuts comm there
 
@@ -53,7 +54,7 @@ class Role(StrEnum):
     WHOLE = "whole server"  # API and GPU memory in one process (llama.cpp's llama-server)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ServerProcess:
     server: str  # vLLM, SGLang, TGI, Ollama, TRT-LLM, MPI, llama.cpp
     role: Role

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+from gpudash.record import record
 
 # vLLM's process prefix: "(EngineCore pid=3703) ", "(Worker_TP1 pid=7) ", "(APIServer pid=1) "
 _PROCESS = re.compile(r"^\([\w.:-]+ pid=\d+\) ?")
@@ -47,7 +48,7 @@ def bare(line: str) -> str:
     return _SGLANG_LOG.sub("", line, count=1)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Traceback:
     start: int  # index of its "Traceback (most recent call last):" line
     end: int  # index of its exception line

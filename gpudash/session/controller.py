@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any, Protocol
 
 from gpudash.domain.model import HostSnapshot
@@ -27,13 +27,14 @@ from gpudash.engine import (
 )
 from gpudash.engine.plan import STOPPING
 from gpudash.protocol.source import Capability, HostControl, ModelUnit, SourceError
+from gpudash.record import record
 from gpudash.session.audit import AuditTrail, failed, refusal
 from gpudash.state import footprints
 
 log = logging.getLogger("gpudash.session.controller")
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class Shown:
     """What the result panel shows: the plan, its latest progress, then its end."""
 
@@ -58,7 +59,7 @@ def freshest_memory(snapshot: HostSnapshot | None, shown: Shown | None,
     return replace(snapshot, gpus=gpus)
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class Running:
     plan: ActionPlan
     host: int
@@ -77,7 +78,7 @@ class Guard(Protocol):
     def stop_acting(self) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Outcome:
     """How a run ended: its report, or (a bug, or the audit refused it) why there is none."""
 
@@ -86,7 +87,7 @@ class Outcome:
     refused: bool = False  # the intent record could not be written: nothing was sent
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class ActionController:
     options: ExecOptions
     running: Running | None = None

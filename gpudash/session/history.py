@@ -16,11 +16,12 @@ import json
 import math
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from gpudash.engine.series import from_json
+from gpudash.record import record
 
 # What a record's values may be, or the record is skipped: a time datetime can show (the
 # epoch to the end of year 9999), a GPU index as the series keys it, MiB a float holds.
@@ -44,7 +45,7 @@ def parse_span(text: str) -> float:
     return float(m.group(1)) * _UNIT_S[m.group(2) or "s"]
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class Action:
     """One action as the audit tells it."""
 
@@ -102,7 +103,7 @@ class Action:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Skipped:
     """A line of an audit file that is not told: where, and why."""
 
@@ -115,7 +116,7 @@ class Skipped:
         return f"{self.path} {where}: {self.why}: skipped"
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class History:
     actions: list[Action]
     skipped: list[Skipped]  # lines that were not a record, or not one that can be told

@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -41,6 +40,7 @@ from gpudash.engine import (
     unit_of,
 )
 from gpudash.protocol.source import Capability, HostControl, ModelUnit, SourceError
+from gpudash.record import record
 from gpudash.session.audit import audit_path, operator
 from gpudash.session.controller import serving_request
 from gpudash.session.history import read_records
@@ -62,7 +62,7 @@ class Ending(enum.Enum):
     BUSY = "busy"  # another action started meanwhile (the dashboard runs one at a time)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Ended:
     kind: Ending
     why: str  # one line
@@ -75,7 +75,7 @@ class Ended:
         return list(self.lines) or [self.why]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Candidate:
     """A model unit a swap can start, as the host and the footprint store know it."""
 
@@ -91,7 +91,7 @@ class Candidate:
     fit: str | None = None  # whether it fits once the old model is reclaimed, in words
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Picked:
     unit: str
     enable: bool
@@ -117,7 +117,7 @@ class Ports(Protocol):
 # --- prepare -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Request:
     """What the operator asked for, before the host was asked what the plan needs."""
 

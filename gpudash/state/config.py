@@ -33,10 +33,11 @@ import math
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
+from gpudash.record import record
 from gpudash.state.logfile import LEVELS as LOG_LEVELS
 from gpudash.state.promconfig import PromSettings, PromSettingsError, parse_table
 
@@ -49,7 +50,7 @@ MAX_GROUP_HOSTS = 4096
 INTERVAL_RANGE = (0.05, 3600.0)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Settings:
     models: tuple[str, ...] = ()  # unit name globs
     interval: float | None = None
@@ -138,7 +139,7 @@ def _groups(value: object) -> tuple[object, str | None]:
 TABLES = {"groups": _groups, "prometheus": _prometheus}
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Problem:
     """One thing wrong with the settings file: where, and why."""
 

@@ -24,12 +24,12 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpudash.domain.lint import Learned
 from gpudash.protocol.schema import MAX_GPUS, MIB_MAX, PID_MAX
+from gpudash.record import record
 from gpudash.state import files
 from gpudash.state.paths import state_dir
 
@@ -41,7 +41,7 @@ SEEN_MAX = 1e10  # epoch seconds: the year 2286
 STOP_MAX_S = 86400.0  # a stop that takes longer than a day is no number
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Footprint:
     mib_per_gpu: Mapping[int, int]  # empty: never seen serving (only stopped)
     ready_s: float | None

@@ -34,9 +34,11 @@ import math
 import re
 import urllib.parse
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from gpudash.record import record
 
 DEFAULT_SSH_NAME = "{instance|noport}"
 DEFAULT_TIMEOUT = 10.0
@@ -48,7 +50,7 @@ _SECRETS = {"password": "password_file", "credentials": "credentials_file",
             "bearer_token": "bearer_token_file"}
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PromSettings:
     """How to reach the fleet's Prometheus (every field optional but where it is used)."""
 

@@ -15,7 +15,7 @@ import shlex
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from gpudash.collector.host.protocol import (
@@ -39,6 +39,7 @@ from gpudash.protocol.source import (
     SourceError,
 )
 from gpudash.protocol.wire import SnapshotDecoder, check_ready, parse_message, to_snapshot
+from gpudash.record import record
 from gpudash.transport.link import Connection, HostFacts, Pipe
 
 FIRST_SAMPLE_TIMEOUT_S = 20.0  # python start + pynvml load + first systemctl on a busy host
@@ -48,7 +49,7 @@ REQUEST_TIMEOUT_S = 30.0
 PING_EVERY_S = 1.0  # a stream measures its request round trip at most this often
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ProcessIdentity:
     """Who a signal is for: checked on the host right before it is sent.
 
@@ -68,7 +69,7 @@ class ProcessIdentity:
         return fields
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class CollectorOptions:
     """What the source decided, shared by every collector it starts."""
 

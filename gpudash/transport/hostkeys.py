@@ -17,13 +17,13 @@ import os
 import socket
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import asyncssh
 
 from gpudash.protocol.source import HostKeyError
+from gpudash.record import record
 from gpudash.state import files
 
 DEFAULT_USER_FILES = ("~/.ssh/known_hosts", "~/.ssh/known_hosts2")
@@ -41,7 +41,7 @@ _PLACEHOLDER_KEY = "ssh-ed25519 " + base64.b64encode(
 ).decode("ascii")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class KnownHostsFiles:
     """The files a connection's host key is checked against, in OpenSSH's order."""
 

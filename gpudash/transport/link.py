@@ -13,7 +13,6 @@ import logging
 import shlex
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from gpudash.protocol.source import (
     CommandResult,
@@ -23,6 +22,7 @@ from gpudash.protocol.source import (
     SourceError,
 )
 from gpudash.protocol.wire import MAX_LINE
+from gpudash.record import record
 
 log = logging.getLogger("gpudash.transport")
 
@@ -32,7 +32,7 @@ LINE_LIMIT = MAX_LINE
 PROBE_TIMEOUT_S = 15.0
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@record(eq=False)
 class HostFacts:
     """What one link learned about its host. A new object for every link, so whoever
     holds state tied to a link (a collector's pipes) can tell a reconnect by identity."""

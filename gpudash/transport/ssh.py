@@ -13,7 +13,7 @@ import contextlib
 import logging
 import shlex
 import socket
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 import asyncssh
 
 from gpudash.protocol.source import CommandResult, ConnectError, LinkLost, SourceError
+from gpudash.record import record
 from gpudash.transport.hostkeys import (
     HostKeyCheck,
     KnownHosts,
@@ -44,7 +45,7 @@ MAX_JUMPS = 8  # ProxyJump chains (and loops) end here
 RUN_OUTPUT_MAX = 1 << 20
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SshTarget:
     """Where to connect: a config alias or host name, with optional user and port."""
 
@@ -144,7 +145,7 @@ class _Client(asyncssh.SSHClient):
         self.lost = True
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SshSettings:
     """What the operator said about reaching hosts (the same for every jump host)."""
 
@@ -155,7 +156,7 @@ class SshSettings:
     limiter: ConnectLimiter = CONNECTS  # shared by every host: no stampede on sshd or agent
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class SshLink:
     """One live link: the connection to the host and those to its jump hosts."""
 

@@ -8,7 +8,6 @@ destructive actions' keys, labels and titles are the engine's specs.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from functools import cache
 from types import MappingProxyType
 from typing import Literal
@@ -16,6 +15,7 @@ from typing import Literal
 from textual.binding import Binding
 
 from gpudash.engine import SPECS_BY_NAME
+from gpudash.record import record
 from gpudash.ui.screens import ConfirmModal, FilterScreen, HelpScreen
 from gpudash.ui.widgets.holder_view import SORTS
 
@@ -24,7 +24,7 @@ from gpudash.ui.widgets.holder_view import SORTS
 Where = Literal["main", "holders", "fleet", "app"]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Key:
     """One key. ``action`` empty: a key a table or Textual handles, listed in help only."""
 

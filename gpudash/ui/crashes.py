@@ -8,18 +8,17 @@ the unit restarted since and ``REREAD_S`` has passed: never a read per sample.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from gpudash.domain.model import HostSnapshot
 from gpudash.engine.journal import journal_tail
 from gpudash.protocol.source import Capability, HostControl
+from gpudash.record import record
 from gpudash.serving.logsigns import Failure, failure
 
 REREAD_S = 30.0  # a unit that keeps crashing: its journal read again at most this often
 MAX_UNITS = 8  # crash-looping units of one host whose reasons are kept
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CrashReason:
     restarts: int | None  # NRestarts when its journal was read
     read_at: float

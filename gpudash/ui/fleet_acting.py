@@ -13,7 +13,6 @@ reaped (its row says so): the operator confirmed another plan.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpudash.engine import (
@@ -27,6 +26,7 @@ from gpudash.engine import (
     unit_ref,
 )
 from gpudash.protocol.source import SourceError
+from gpudash.record import record
 from gpudash.session import lifecycle
 from gpudash.session.controller import outcome_line
 from gpudash.session.lifecycle import Ended
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     from gpudash.ui.state import Dashboard
 
-@dataclass(frozen=True, slots=True)
+@record
 class Batch:
     """One action over several hosts."""
 

@@ -8,12 +8,11 @@ and the last action on it; ``gpudash.ui.fleet_screen`` draws the rows.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from rich.text import Text
 
 from gpudash.domain.fleet import HostSummary
 from gpudash.domain.units import MIB_PER_GIB, NA, gib_of
+from gpudash.record import record
 from gpudash.ui.hosts import HostView
 from gpudash.ui.palette import Palette
 from gpudash.ui.state import LastAction
@@ -46,7 +45,7 @@ COLUMN_HELP = (
 LINK_LINES_MAX = 3  # a long error wraps in its row, up to this many lines
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class FleetColumn:
     key: str
     title: str
@@ -102,7 +101,7 @@ def column_widths(width: int, crash_len: int = 0, columns: tuple[FleetColumn, ..
     return [(c, t, w or (link if c.key == "link" else rest - link)) for c, t, w in fixed]
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class FleetRow:
     """What one host's row shows, and what it sorts by."""
 

@@ -12,15 +12,15 @@ import math
 from array import array
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 
 from gpudash.domain.model import Gpu, HostSnapshot
 from gpudash.domain.units import MIB_PER_GIB
+from gpudash.record import record
 
 HISTORY = 300  # samples kept per host and metric
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Metric:
     """One figure per GPU the plot can show."""
 

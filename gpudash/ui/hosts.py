@@ -7,12 +7,13 @@ from __future__ import annotations
 import statistics
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from gpudash.domain.model import HostSnapshot
 from gpudash.domain.triage import HostTriage
 from gpudash.feed.follow import Frame
 from gpudash.protocol.source import HostSource
+from gpudash.record import record
 from gpudash.ui.crashes import CrashReasons
 from gpudash.ui.gpu_history import GpuHistory, histories
 
@@ -34,7 +35,7 @@ def shown_round_trip(shown: float | None, recent: Sequence[float]) -> float | No
     return measured
 
 
-@dataclass
+@record(frozen=False, slots=False)
 class HostView:
     """What the dashboard knows about one host right now."""
 

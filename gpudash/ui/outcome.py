@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpudash.domain.model import HostSnapshot
 from gpudash.domain.units import gib
 from gpudash.engine import ActionReport
+from gpudash.record import record
 from gpudash.ui.hosts import HostView
 from gpudash.ui.state import LastAction
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # made once, at exit: the fleet's row modules load then
     from gpudash.fleetprom.visit import Visit
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class DashboardOutcome:
     """``interrupted``: the action "Quit now" stopped (``still_held``: what of its plan
     still held GPU memory in the host's last sample); ``finished``: the action "Quit when

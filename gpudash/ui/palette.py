@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from textual.app import App
 
+from gpudash.record import record
 from gpudash.ui.themes import VARIABLE_DEFAULTS
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Palette:
     ok: str
     warn: str

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from operator import attrgetter
 
 from rich.text import Text
@@ -19,6 +19,7 @@ from gpudash.fleetprom.fleet import FeedState
 from gpudash.fleetprom.rows import PromHost
 from gpudash.fleetprom.sshname import SshNameError, SshNameTemplate
 from gpudash.fleetprom.visit import Visit
+from gpudash.record import record
 from gpudash.ui.bindings import bindings, help_rows
 from gpudash.ui.fleet_rows import FleetColumn, FleetRow, column_widths, mode_of
 from gpudash.ui.fleet_table import FleetApp, FleetTableScreen
@@ -34,7 +35,7 @@ from gpudash.ui.prom_rows import (
 from gpudash.ui.text import literal
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class TableMemory:
     """What the table keeps while a host is open (a new table is made on coming back)."""
 

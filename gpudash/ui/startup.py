@@ -4,11 +4,12 @@ themes. A file that is wrong never stops it: what could not be used is one warni
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from textual.theme import Theme
 
+from gpudash.record import record
 from gpudash.state import config
 from gpudash.ui.bindings import binding_table
 from gpudash.ui.keymap import load_keymap
@@ -16,7 +17,7 @@ from gpudash.ui.text import clean
 from gpudash.ui.themes import load_themes
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class UserFiles:
     settings: config.Settings
     keymap: dict[str, str]

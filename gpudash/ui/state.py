@@ -4,17 +4,17 @@ few things they ask of it, typed, so that nothing below the App imports the App.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 from gpudash.engine import ExecOptions
+from gpudash.record import record
 from gpudash.session.controller import ActionController
 from gpudash.state.config import Settings
 from gpudash.ui.hosts import HostView
 from gpudash.ui.widgets.holder_view import HolderView
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class LastAction:
     """The last action on a host, as the action log has it."""
 

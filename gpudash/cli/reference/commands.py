@@ -9,24 +9,24 @@ from __future__ import annotations
 
 import argparse
 import textwrap
-from dataclasses import dataclass
 
 from gpudash.cli.args import SUBCOMMANDS, build_parser
 from gpudash.cli.contract import EXIT_CODES_HELP
 from gpudash.cli.helptext import EXAMPLES
+from gpudash.record import record
 
 # The group every command that reaches hosts shares (``args._common``): shown once.
 SHARED_PREFIX = "hosts and connection"
 _WIDE = 10_000  # usage on one line: a page wraps it, not argparse
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Option:
     names: str  # ``--interval S``, ``--sudo, --no-sudo``, ``HOST ...``
     help: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Group:
     title: str
     options: tuple[Option, ...]
@@ -36,7 +36,7 @@ class Group:
         return self.title.startswith(SHARED_PREFIX)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Command:
     name: str  # "" for the dashboard, else the subcommand
     prog: str  # ``gpudash snapshot``

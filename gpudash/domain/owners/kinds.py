@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import StrEnum
 from typing import Protocol
 
 from gpudash.domain.lint import Finding, Learned
 from gpudash.domain.model import Container, Fact, HostSnapshot, Pod, Process, Unit
 from gpudash.domain.tree import ProcessTree
+from gpudash.record import record
 
 
 class OwnerKind(StrEnum):
@@ -44,7 +45,7 @@ class OwnerCapability(StrEnum):
     RECLAIM = "reclaim"  # stop + disable + reap + wait for the memory
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class OwnerRef:
     """Which owner an action names: its kind's name (``OwnerRules.kind``) and the key that
     kind knows it by (a unit's name, a container's name or id, a pod's UID, a job's id).
@@ -58,7 +59,7 @@ class OwnerRef:
         return f"{self.kind}:{self.key}"  # as a process's claim names its owner
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CliSelector:
     """How the command line names an owner of a kind: ``FLAG VALUE`` (``--job 4117``),
     for the subcommands in ``helps``. The CLI's selector flags are these, generated; the
@@ -82,7 +83,7 @@ class CliSelector:
         return text
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Stray:
     """A process (of any owner) holding GPU memory that a kind's manager did not give it: a
     Slurm node's GPU that no running job was allocated, or another job's. ``reason``: one
@@ -93,7 +94,7 @@ class Stray:
     why: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Found:
     """What the triage found of a snapshot's owners, for a kind's ``leftovers``."""
 
@@ -102,7 +103,7 @@ class Found:
     strays: Mapping[int, Stray]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Orphan:
     """Why a process is an orphan: the top of its orphaned subtree (itself, or the process
     it is under) and what happened to that one, as a predicate ("lost its API server
@@ -338,7 +339,7 @@ class BaseRules:
         return None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Owner:
     """The owner of a group of processes, with what it can do."""
 

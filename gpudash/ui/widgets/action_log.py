@@ -9,19 +9,19 @@ from __future__ import annotations
 import glob
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from rich.text import Text
 from textual.binding import Binding
 
 from gpudash.engine import SPECS, ActionKind
+from gpudash.record import record
 from gpudash.session.audit import audit_path
 from gpudash.session.history import history
 from gpudash.ui.text import clean, literal
 from gpudash.ui.widgets.celltable import CellTable
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class LogEntry:
     at: float
     host: str

@@ -9,12 +9,13 @@ quit always stay.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
+
+from gpudash.record import record
 
 # Actions that stay whatever the width, and those that go first when it is short.
 ALWAYS = frozenset({"help", "quit"})
@@ -57,7 +58,7 @@ def fit(
     return kept, False
 
 
-@dataclass(frozen=True)
+@record(slots=False)
 class KeySpec:
     """One key as the footer draws it."""
 

@@ -9,7 +9,8 @@ the cached cells follow from this list.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+from gpudash.record import record
 
 KEEP = 100  # a priority that is never dropped
 # Flags take their short form when this is the lowest priority left: after User went
@@ -31,7 +32,7 @@ COMMAND_WIDTH = 200  # past the screen's edge: the rest scrolls into view with R
 FLAGS_MAX = 34  # "16×ORPHAN RESPAWNED UNIT INACTIVE" and a little more
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class HolderColumn:
     """One column. ``fits``: as wide as its widest cell (and its header), up to ``width``."""
 
@@ -63,7 +64,7 @@ KEYS = tuple(c.key for c in COLUMNS)
 INDEX = {c.key: i for i, c in enumerate(COLUMNS)}
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Fit:
     """What the table shows at one width: (key, label, width) of each column shown, and
     whether Flags shows its short form."""

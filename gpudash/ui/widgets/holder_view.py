@@ -15,10 +15,11 @@ memory, and in a tree the main process, then its workers by start, which is thei
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 from gpudash.domain.model import Process
 from gpudash.domain.triage import OwnerGroup, ProcessNode
+from gpudash.record import record
 
 # (column key, header) in the order the sort key cycles through them
 SORTS = (("mem", "GPU memory"), ("sm", "SM%"), ("cpu", "CPU"), ("rss", "RSS"),
@@ -27,7 +28,7 @@ ASCENDING_FIRST = frozenset({"pid", "user"})  # the others: the biggest, the old
 SORT_COLUMN = {"pid": "who"}  # the column whose header shows the indicator, if not its key
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class HolderView:
     """The table's arrangement; the default is the triage's own order (GPU memory)."""
 

@@ -10,7 +10,6 @@ Space opens it).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 
 from rich.text import Text
@@ -25,6 +24,7 @@ from gpudash.domain.triage import (
     unattributed_mib,
 )
 from gpudash.domain.units import NA, gib, percent
+from gpudash.record import record
 from gpudash.ui.bindings import bindings
 from gpudash.ui.palette import Palette
 from gpudash.ui.text import duration, literal, same_text
@@ -63,7 +63,7 @@ OWNER_FLAGS = frozenset({Flag.CRASH_LOOP, Flag.RESPAWNED, Flag.UNIT_INACTIVE})
 UNATTRIBUTED_MIN_MIB = 256
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class HolderRow:
     """One row: its key and a cell per column of ``COLUMNS``; ``short_flags`` is the Flags
     cell as a narrow table shows it (``ORPH+2``); ``flags``: what the row is flagged
@@ -178,7 +178,7 @@ class RowCache:
             self._rows = {k: v for k, v in self._rows.items() if v[2] >= old}
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class _Walk:
     """What every process row of one table needs."""
 
