@@ -21,6 +21,9 @@ NOT_AT_START = (
     "gpudash.ui.models", "textual.widgets._rich_log",  # the model picker and the journal
     "gpudash.ui.quit",  # quit while acting
     "ssl", "_ssl", "_hashlib",  # OpenSSL (gpudash.cli.lazy_openssl: placeholders only)
+    # carrying an action out (gpudash.engine's names load from their modules when asked)
+    "gpudash.engine.carry_out", "gpudash.engine.run", "gpudash.engine.run_io",
+    "gpudash.engine.verdict", "gpudash.engine.proof",
 )
 
 CHILD = """
@@ -44,6 +47,22 @@ def test_the_dashboards_modules_leave_dialogs_and_the_fleet_for_later() -> None:
     loaded = set(cp.stdout.split())
     assert "gpudash.ui.app" in loaded and "gpudash.ui.main_screen" in loaded
     assert sorted(loaded & set(NOT_AT_START)) == []
+
+
+def test_the_engines_names_are_its_modules_and_none_is_a_module_name() -> None:
+    """``from gpudash.engine import X`` gives what X's module defines. A name that is also
+    a submodule's (``execute`` was both) would be shadowed by that module once anything
+    imports it: the import system sets the package's attribute."""
+    import importlib
+    import pkgutil
+
+    import gpudash.engine as engine
+
+    submodules = {m.name for m in pkgutil.iter_modules(engine.__path__)}
+    assert sorted(set(engine.__all__) & submodules) == []
+    for name in engine.__all__:
+        module = importlib.import_module(f"gpudash.engine.{engine._MODULE_OF[name]}")
+        assert getattr(engine, name) is getattr(module, name), name
 
 
 def test_one_host_makes_no_fleet_screen_and_several_do() -> None:

@@ -1,4 +1,4 @@
-"""One run of a plan: commands, pinned signals, then goals checked (``engine.execute``
+"""One run of a plan: commands, pinned signals, then goals checked (``engine.carry_out``
 starts one).
 
 Signals go out only through ``HostControl.signal``, which re-checks each (pid, start time)

@@ -22,8 +22,6 @@ from gpudash.engine import (
     ActionReport,
     ExecOptions,
     Progress,
-    execute,
-    reverify,
 )
 from gpudash.engine.plan import STOPPING
 from gpudash.protocol.source import Capability, HostControl, ModelUnit, SourceError
@@ -161,6 +159,8 @@ class ActionController:
                 self.audited = False
         if guard is not None and not guard.start_acting():
             return Outcome(self._audit_interrupted(running, trail), None)
+        from gpudash.engine.carry_out import execute, reverify  # the run: loaded to act
+
         engine = execute if running.act else reverify
         try:
             await asyncio.sleep(wait_s)
