@@ -9,7 +9,6 @@ import re
 from support import app_clock, next_sample, settled, until
 from test_ui import select, wait_for
 from textual.widgets import Button
-from textual.widgets._footer import FooterKey
 
 from gpudash.demo.host import MINIMAX, DemoHost
 from gpudash.domain.clock import SteppedClock
@@ -17,6 +16,7 @@ from gpudash.engine import ExecOptions
 from gpudash.ui.app import GpudashApp
 from gpudash.ui.screens import ConfirmModal, DetailScreen
 from gpudash.ui.widgets.action_log import ActionLog
+from gpudash.ui.widgets.footer import DashboardFooter
 from gpudash.ui.widgets.holders import HoldersTable
 
 LAPTOP = (80, 24)
@@ -89,8 +89,9 @@ async def test_80x24_footer_keeps_reclaim_help_and_quit() -> None:
         await select(pilot, app, f"u:{MINIMAX}")
 
         def shown() -> set[str]:  # keys drawn inside the terminal's width
-            return {k.key for k in app.screen.query(FooterKey)
-                    if k.region.width and k.region.right <= LAPTOP[0]}
+            footer = app.screen.query_one(DashboardFooter)
+            return {k.key for k, _start, end in footer.shown()
+                    if end <= min(LAPTOP[0], footer.size.width)}
 
         await wait_for(pilot, lambda: {"r", "question_mark", "q"} <= shown(), within=3)
 

@@ -103,7 +103,7 @@ class HostFeeds:
         elif message.host == self.state.current_host:
             if not self.state.paused:
                 self.view_redraw.ask()
-            # The footer rebuilds its keys on every refresh_bindings: only when one
+            # The footer works its keys out on every refresh_bindings: only when one
             # changed (availability follows the shown host only). What the prechecks read
             # (the selection, the owners and orphans as triaged) is kept as objects: a
             # sample that changed none of them asks no precheck again.

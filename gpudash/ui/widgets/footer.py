@@ -4,16 +4,25 @@ Textual's footer shows every key in order and cuts the line at the edge: at 80 c
 reclaim, help and quit keys fell off. This one leaves out what matters least until the
 rest fits: first the palette hint, then greyed-out keys, then the view keys; help and
 quit always stay.
+
+It is one widget that draws the line as Textual's footer does (its ``FooterKey`` styles:
+the same cells, colours, dim and hover), where Textual's makes a widget per key: 15 keys
+at 160 columns were 0.8 MB of the dashboard's memory, two fifths of what it took over
+50 MB (issue 30). A click runs the key under the pointer (greyed out: the bell); hovering
+shows its tooltip.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from textual.app import ComposeResult
+from rich.style import Style
+from rich.text import Text
+from textual import events
 from textual.binding import Binding
-from textual.widgets import Footer
-from textual.widgets._footer import FooterKey
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.widget import Widget
 
 from gpudash.record import record
 
@@ -27,7 +36,7 @@ SHORT = {"stop_disable": "Stop+dis", "terminate": "Term", "reap": "Reap",
 
 
 def key_width(key_display: str, description: str, compact: bool) -> int:
-    """Cells one key takes in the footer (FooterKey's padding and margin included)."""
+    """Cells one key takes in the footer (its padding and margin included)."""
     if compact:
         return len(key_display) + 1 + len(description) + 1
     return len(key_display) + 2 + len(description) + 1
@@ -58,7 +67,7 @@ def fit(
     return kept, False
 
 
-@record(slots=False)
+@record
 class KeySpec:
     """One key as the footer draws it."""
 
@@ -68,22 +77,61 @@ class KeySpec:
     action: str
     disabled: bool
     tooltip: str
-    classes: str = ""
-
-    def shape(self) -> tuple[str, str, str, str, str]:
-        """What only drawing the keys again changes (the rest is set on a drawn key)."""
-        return self.key, self.display, self.description, self.action, self.classes
+    palette: bool = False  # the command palette's hint, on the right
 
 
-def shape(key: FooterKey) -> tuple[str, str, str, str, str]:
-    """A drawn key's ``KeySpec.shape``."""
-    classes = " ".join(sorted(key.classes - {"-disabled", "-compact"}))
-    return key.key, key.key_display, key.description, key.action, classes
+class DashboardFooter(Widget, can_focus=False):
+    """The footer line: the keys that fit, in order, the palette hint on the right."""
 
+    ALLOW_SELECT = False
+    # Textual's Footer and FooterKey styles, as one widget's parts
+    COMPONENT_CLASSES = {"footer-key", "footer-key--key", "footer-key--description",
+                         "footer-key--hover", "footer-key--palette-border"}
+    DEFAULT_CSS = """
+    DashboardFooter {
+        dock: bottom;
+        height: 1;
+        color: $footer-foreground;
+        background: $footer-background;
+        text-wrap: nowrap;
+        .footer-key { background: $footer-item-background; }
+        .footer-key--key {
+            color: $footer-key-foreground;
+            background: $footer-key-background;
+            text-style: bold;
+        }
+        .footer-key--description {
+            color: $footer-description-foreground;
+            background: $footer-description-background;
+        }
+        .footer-key--hover {
+            color: $footer-key-foreground;
+            background: $block-hover-background;
+        }
+        .footer-key--palette-border { color: $foreground 20%; }
+    }
+    """
 
-class DashboardFooter(Footer):
-    """A footer that never cuts off help and quit, and that moving the cursor does not
-    build again: when only which keys are enabled changes, the drawn keys are updated."""
+    compact = reactive(False, toggle_class="-compact", layout=False)
+    _bindings_ready = reactive(False, repaint=False)
+    hovered: reactive[int | None] = reactive(None)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.drawn: list[KeySpec] = []  # the keys on the line, in order
+        self._spans: list[tuple[int, int]] = []  # each drawn key's cells [start, end)
+
+    def on_mount(self) -> None:
+        self.screen.bindings_updated_signal.subscribe(self, self.bindings_changed)
+
+    def bindings_changed(self, screen: Screen[object]) -> None:
+        self._bindings_ready = True
+        if self.is_attached and screen is self.screen and screen.app.app_focus:
+            self.call_after_refresh(self.update_keys)
+
+    def on_resize(self) -> None:
+        if self._bindings_ready:
+            self.call_after_refresh(self.update_keys)
 
     def specs(self) -> list[KeySpec]:
         """The keys to draw now, in order (sets ``compact`` for the width)."""
@@ -100,51 +148,86 @@ class DashboardFooter(Footer):
         kept, palette_fits = fit(keys, width, self.compact, display, labels)
         specs = [KeySpec(b.key, display[b.key], labels[b.action], b.action, not enabled,
                          tooltip or b.description) for b, enabled, tooltip in kept]
-        if palette_fits and self.show_command_palette and self.app.ENABLE_COMMAND_PALETTE:
+        if palette_fits and self.app.ENABLE_COMMAND_PALETTE:
             found = self.screen.active_bindings.get(self.app.COMMAND_PALETTE_BINDING)
             if found is not None:
                 _node, binding, enabled, _tooltip = found
                 specs.append(KeySpec(
                     binding.key, self.app.get_key_display(binding), binding.description,
                     binding.action, not enabled, binding.tooltip or binding.description,
-                    "-command-palette"))
+                    palette=True))
         return specs
 
-    def compose(self) -> ComposeResult:
-        if not self._bindings_ready:
-            return
-        for spec in self.specs():
-            key = FooterKey(spec.key, spec.display, spec.description, spec.action,
-                            disabled=spec.disabled, tooltip=spec.tooltip,
-                            classes=spec.classes)
-            if not spec.classes:  # the palette hint keeps its own style, as in Textual's
-                key.set_reactive(FooterKey.compact, self.compact)
-                key.set_class(self.compact, "-compact", update=False)
-            yield key
-
-    async def recompose(self) -> None:
-        """Update the drawn keys in place when only their state changed; else draw them
-        again. Textual's footer draws every key again on each change of what is enabled
-        (each cursor move), and each key drawn left its style cache behind in Textual's
-        own cache (see ``gpudash.ui.styles_cache``): RSS grew by 57 MB in 30 s of cursor
-        moves (``bench/session_memory.py``).
-
-        Keys are made with ``compact`` set once, not bound to the footer's (Textual's
-        ``data_bind``): the footer kept that binding, and so every key ever drawn, until
-        ``compact`` changed."""
+    def update_keys(self) -> None:
+        """Draw the keys again if they changed (a cursor move changes which are greyed)."""
         if self._bindings_ready and self.is_attached:
-            compact = self.compact
             specs = self.specs()
-            drawn = list(self.query_children(FooterKey))
-            if compact == self.compact and [shape(k) for k in drawn] == [
-                    s.shape() for s in specs]:
-                for key, spec in zip(drawn, specs, strict=True):
-                    key._disabled = spec.disabled
-                    key.set_class(spec.disabled, "-disabled")
-                    key.tooltip = spec.tooltip
-                return
-        await super().recompose()
+            if specs != self.drawn:
+                self.drawn = specs
+                self.refresh()
 
-    def on_resize(self) -> None:
-        if self._bindings_ready:
-            self.call_after_refresh(self.recompose)
+    def _key(self, spec: KeySpec, index: int) -> Text:
+        """One key's cells, styled as Textual's FooterKey draws them."""
+        key_style = self.get_component_rich_style("footer-key--key")
+        description_style = self.get_component_rich_style("footer-key--description")
+        # the palette's hint is always drawn compact, as Textual's was (its own key)
+        pad_key, pad_left, pad_right = (0, 1, 0) if self.compact or spec.palette else (1, 0, 1)
+        text = Text.assemble(
+            (" " * pad_key + spec.display + " " * pad_key, key_style),
+            (" " * pad_left + spec.description + " " * pad_right, description_style),
+        )
+        item = self.get_component_rich_style(
+            "footer-key--hover" if index == self.hovered else "footer-key")
+        text.stylize_before(item + Style(dim=True) if spec.disabled else item)
+        return text
+
+    def render(self) -> Text:
+        line, spans = Text(no_wrap=True, overflow="crop"), []
+        keys = [k for k in self.drawn if not k.palette]
+        margin = 1 if self.compact else 0
+        for index, spec in enumerate(keys):
+            start = line.cell_len
+            line.append_text(self._key(spec, index))
+            spans.append((start, line.cell_len))
+            line.append(" " * margin)
+        palette = [k for k in self.drawn if k.palette]
+        if palette:
+            hint = self._key(palette[0], len(keys))
+            # then a cell: the hint's padding on a wide footer, the keys' margin on a compact
+            hint.append(" ", self.get_component_rich_style("footer-key")
+                        if not self.compact else None)
+            border = Text("▏", self.get_component_rich_style("footer-key--palette-border")
+                          + Style(bgcolor=self.get_component_rich_style("footer-key").bgcolor))
+            width = self.size.width
+            start = width - hint.cell_len - 1
+            line.append(" " * max(0, start - line.cell_len))
+            spans.append((start + 1, width))
+            line.append_text(border)
+            line.append_text(hint)
+        self._spans = spans
+        return line
+
+    def shown(self) -> list[tuple[KeySpec, int, int]]:
+        """The keys on the line as last drawn, with their cells [start, end)."""
+        return [(spec, a, b) for spec, (a, b) in zip(self.drawn, self._spans, strict=False)]
+
+    def _index_at(self, x: int) -> int | None:
+        return next((i for i, (a, b) in enumerate(self._spans) if a <= x < b), None)
+
+    def on_mouse_move(self, event: events.MouseMove) -> None:
+        index = self._index_at(event.x)
+        self.hovered = index
+        self.tooltip = self.drawn[index].tooltip if index is not None else None
+
+    def on_leave(self) -> None:
+        self.hovered = None
+
+    def on_mouse_down(self, event: events.MouseDown) -> None:
+        index = self._index_at(event.x)
+        if index is None:
+            return
+        spec = self.drawn[index]
+        if spec.disabled:
+            self.app.bell()
+        else:
+            self.app.simulate_key(spec.key)
