@@ -112,12 +112,12 @@ class DashboardFooter(Widget, can_focus=False):
     }
     """
 
-    compact = reactive(False, toggle_class="-compact", layout=False)
-    _bindings_ready = reactive(False, repaint=False)
+    compact = reactive(False)  # under 130 columns: keys without their padding
     hovered: reactive[int | None] = reactive(None)
 
     def __init__(self) -> None:
         super().__init__()
+        self._bindings_ready = False  # the screen has said which keys it has
         self.drawn: list[KeySpec] = []  # the keys on the line, in order
         self._spans: list[tuple[int, int]] = []  # each drawn key's cells [start, end)
 
@@ -216,11 +216,12 @@ class DashboardFooter(Widget, can_focus=False):
 
     def on_mouse_move(self, event: events.MouseMove) -> None:
         index = self._index_at(event.x)
-        self.hovered = index
-        self.tooltip = self.drawn[index].tooltip if index is not None else None
+        if index != self.hovered:  # (a move within a key changes nothing)
+            self.hovered = index
+            self.tooltip = self.drawn[index].tooltip if index is not None else None
 
     def on_leave(self) -> None:
-        self.hovered = None
+        self.hovered, self.tooltip = None, None
 
     def on_mouse_down(self, event: events.MouseDown) -> None:
         index = self._index_at(event.x)
