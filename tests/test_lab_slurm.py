@@ -209,7 +209,9 @@ def frozen(sh: Any, pid: int) -> Iterator[None]:
     finally:
         (group / "freezer.state").write_text("THAWED")
         for left in (group / "tasks").read_text().split():
-            (base / "tasks").write_text(left)
+            # thawed, a process whose SIGKILL was pending exits: it may be gone by now
+            with contextlib.suppress(ProcessLookupError):
+                (base / "tasks").write_text(left)
         group.rmdir()
 
 
