@@ -147,6 +147,40 @@ async def test_the_header_and_a_holder_changed_draw_those_two_and_nothing_betwee
         assert any("99s" in "".join(line) for line in grid)
 
 
+async def test_a_header_that_changed_is_drawn_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Textual asks every widget whose clip overlaps a change for its lines, and a
+    widget's clip is its container's: the footer (drawn again each time), the action log
+    and every panel rendered for the header's line, once a second."""
+    app = GpudashApp([DemoHost(clock=SteppedClock())], interval=3600.0, read_only=False,
+                     theme=None, exec_options=None)
+    async with app.run_test(size=(160, 50)) as pilot:
+        table = app.query_one(HoldersTable)
+        await wait_for(pilot, lambda: table.row_count > 3)
+        await settled(pilot)
+        screen = app.screen
+        grid = _text_lines(screen._compositor.render_strips())
+        updates: list[object] = []
+        monkeypatch.setattr(app, "_display", lambda _screen, update: updates.append(update))
+        rendered: collections.Counter[str] = collections.Counter()
+        real = Widget.render_lines
+
+        def counted(self: Widget, crop: Region) -> list[Strip]:
+            rendered[type(self).__name__] += 1
+            return real(self, crop)
+
+        monkeypatch.setattr(Widget, "render_lines", counted)
+        app.query_one(HeaderBar).update(Text("gpudash  a header that changed"))
+        await settled(pilot)
+        monkeypatch.setattr(Widget, "render_lines", real)
+        assert rendered["HeaderBar"], rendered
+        assert set(rendered) <= {"HeaderBar", type(screen).__name__}, rendered
+        for update in (u for u in updates if u is not None):
+            _apply(grid, update)
+        full = _text_lines(screen._compositor.render_strips())
+        assert ["".join(line) for line in grid] == ["".join(line) for line in full]
+        assert "a header that changed" in "".join(grid[0])
+
+
 def test_bands_join_regions_that_nearly_touch() -> None:
     header, row_a, row_b, far = (Region(0, 0, 160, 1), Region(1, 30, 100, 1),
                                  Region(1, 32, 100, 1), Region(1, 40, 100, 2))
