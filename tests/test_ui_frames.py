@@ -5,6 +5,7 @@ dashboard's cost beside nvitop). It drew three a second at 1 Hz: the header's "l
 from __future__ import annotations
 
 import collections
+from dataclasses import replace
 
 import pytest
 from rich.text import Text
@@ -17,10 +18,15 @@ from textual.widget import Widget
 
 from gpudash.demo.host import MINIMAX, DemoHost
 from gpudash.domain.clock import SteppedClock
+from gpudash.domain.model import Gpu
 from gpudash.ui.app import GpudashApp
 from gpudash.ui.compositor import BandCompositor, BandsUpdate, bands
+from gpudash.ui.palette import Palette, palette
+from gpudash.ui.widgets import gpus
+from gpudash.ui.widgets.gpus import GpuTable
 from gpudash.ui.widgets.header import HeaderBar
 from gpudash.ui.widgets.holders import HoldersTable
+from gpudash.ui.widgets.unit_panel import UnitPanel
 
 # A sample a simulated minute: the holders' ages (in minutes) move from one to the next.
 INTERVAL = 60.0
@@ -179,6 +185,58 @@ async def test_a_header_that_changed_is_drawn_alone(monkeypatch: pytest.MonkeyPa
         full = _text_lines(screen._compositor.render_strips())
         assert ["".join(line) for line in grid] == ["".join(line) for line in full]
         assert "a header that changed" in "".join(grid[0])
+
+
+async def test_a_gpu_the_sample_did_not_change_is_not_built_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The decoder keeps the very object of a GPU whose readings did not change: the GPU
+    table built every row's cells on every sample, to find them the same."""
+    app = GpudashApp([DemoHost(clock=SteppedClock())], interval=3600.0, read_only=False,
+                     theme=None, exec_options=None)
+    async with app.run_test(size=(160, 50)) as pilot:
+        table = app.query_one(GpuTable)
+        await wait_for(pilot, lambda: table.row_count > 2)
+        snap, pal = app.view.snapshot, palette(app)
+        assert snap is not None
+        table.show(snap, pal)
+        built: list[int] = []
+        real = gpus.gpu_cells
+
+        def counted(gpu: Gpu, p: Palette) -> list[Text]:
+            built.append(gpu.index)
+            return real(gpu, p)
+
+        monkeypatch.setattr(gpus, "gpu_cells", counted)
+        # no await below: no sample or tick of the app's own comes between
+        table.show(replace(snap), pal)  # a new snapshot, the same GPUs
+        assert built == []
+        one = replace(snap.gpus[1], utilization_pct=77)
+        table.show(replace(snap, gpus=(snap.gpus[0], one, *snap.gpus[2:])), pal)
+        assert built == [1]
+        assert str(table.get_cell("1", "util")).strip() == "77 %"
+        table.show(replace(snap, gpus=(snap.gpus[0], one, *snap.gpus[2:])),
+                   replace(pal, ok="#010203"))  # another theme: every row again
+        assert sorted(built[1:]) == [g.index for g in snap.gpus]
+
+
+async def test_the_unit_panel_shown_the_same_asks_nothing_after_the_refresh(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Whether the panel's text is cut was measured again after every sample (a message
+    to the panel, its text laid out at its width), the text unchanged."""
+    app = GpudashApp([DemoHost(clock=SteppedClock())], interval=3600.0, read_only=False,
+                     theme=None, exec_options=None)
+    async with app.run_test(size=(160, 50)):
+        panel = app.query_one(UnitPanel)
+        asked: list[object] = []
+        monkeypatch.setattr(panel, "call_after_refresh",
+                            lambda callback, *a, **k: asked.append(callback) or True)
+        panel.show(Text("the facts"))
+        panel.show(Text("the facts"))
+        assert len(asked) == 1
+        panel.show(Text("other facts"))
+        assert len(asked) == 2
 
 
 def test_bands_join_regions_that_nearly_touch() -> None:

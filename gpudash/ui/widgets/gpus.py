@@ -68,6 +68,10 @@ class GpuTable(CellTable):
         for key, label, width in COLUMNS:
             self.add_column(label, key=key, width=width)
         self._cells: dict[str, list[Text]] = {}
+        # what each row was drawn from: the decoder keeps the very object of a GPU whose
+        # readings did not change, so such a row is not built again to compare
+        self._drawn: dict[str, Gpu] = {}
+        self._pal: Palette | None = None
 
     def show(self, snapshot: HostSnapshot | None, pal: Palette) -> None:
         """Update rows in place; rebuild only when the set of GPUs changed. Only cells
@@ -75,6 +79,7 @@ class GpuTable(CellTable):
         again, which is most of what a sample costs."""
         gpus = [] if snapshot is None else list(snapshot.gpus)
         keys = [str(g.index) for g in gpus]
+        same_pal, self._pal = pal == self._pal, pal
         if keys != list(self._cells) or self.row_count != len(keys):
             cursor = self.selected_gpu()
             self.clear()
@@ -83,12 +88,16 @@ class GpuTable(CellTable):
                 cells = gpu_cells(gpu, pal)
                 self.add_row(*cells, key=str(gpu.index))
                 self._cells[str(gpu.index)] = cells
+            self._drawn = {str(g.index): g for g in gpus}
             if cursor is not None and str(cursor) in keys:
                 self.move_cursor(row=keys.index(str(cursor)))
             return
         changes = {}
         for gpu in gpus:
             key = str(gpu.index)
+            if same_pal and self._drawn.get(key) is gpu:
+                continue
+            self._drawn[key] = gpu
             before = self._cells[key]
             cells = gpu_cells(gpu, pal)
             changes[key] = {col: cell for (col, _, _), old, cell
@@ -139,6 +148,9 @@ class GpuGrid(Widget):
 
     def show(self, snapshot: HostSnapshot | None, pal: Palette) -> None:
         gpus = () if snapshot is None else snapshot.gpus
+        if pal == self._pal and len(gpus) == len(self._gpus) and all(
+                a is b for a, b in zip(gpus, self._gpus, strict=True)):
+            return  # the very GPUs drawn (the decoder keeps unchanged ones): nothing to do
         relayout = len(gpus) != len(self._gpus)
         self._gpus, self._pal = gpus, pal
         self.refresh(layout=relayout)

@@ -187,8 +187,10 @@ class UnitPanel(QuietStatic):
     """
 
     def show(self, text: Text) -> None:
+        shown = self._shown
         self.update(text)
-        self.call_after_refresh(self._say_if_cut)
+        if self._shown is not shown or shown is None:  # drawn: is it cut now?
+            self.call_after_refresh(self._say_if_cut)
 
     def on_resize(self) -> None:
         self._say_if_cut()
