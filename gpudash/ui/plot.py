@@ -3,10 +3,11 @@
 plotext keeps a figure, so every call resets it completely before drawing.
 
 plotext's package entry point imports all of it: its documentation browser, test runner,
-demos and its docs (164 modules, 9.5 MB of a dashboard that aims at 60 MB, and 0.18 s of
-start-up, 0.11 s of it building the docs). The dashboard needs its API and two primitives,
-so it imports those modules alone (115 modules, 6.7 MB once drawn), and the whole package
-where that layout is not there (another plotext release).
+demos and its docs. The dashboard needs its API and two primitives, so it imports those
+modules alone, and the whole package where that layout is not there (another plotext
+release). Measured on 2026-12-06 in a process with Rich loaded (RSS, psutil): the whole
+package is 190 modules, 14.3 MB and 0.10 s; the modules alone, with one plot drawn, are
+110 modules, 10.9 MB and 0.03 s, for a dashboard that must stay under 50 MB.
 """
 
 from __future__ import annotations
