@@ -111,6 +111,40 @@ def _apply(grid: list[list[str]], update: object) -> None:
                         grid[y][x + i] = char
 
 
+class Frames:
+    """From now on: which widgets render (by class) and what is written to the terminal,
+    over what it showed before."""
+
+    def __init__(self, app: GpudashApp, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.screen = app.screen
+        self.grid = _text_lines(self.screen._compositor.render_strips())
+        self.updates: list[object] = []
+        self.rendered: collections.Counter[str] = collections.Counter()
+        monkeypatch.setattr(app, "_display", lambda _screen, update: self.updates.append(update))
+        real = Widget.render_lines
+
+        def counted(widget: Widget, crop: Region) -> list[Strip]:
+            self.rendered[type(widget).__name__] += 1
+            return real(widget, crop)
+
+        monkeypatch.setattr(Widget, "render_lines", counted)
+        self._stop = lambda: monkeypatch.setattr(Widget, "render_lines", real)
+
+    def stop(self) -> list[object]:
+        """The updates written, each applied to the terminal's lines (``grid``)."""
+        self._stop()
+        written = [u for u in self.updates if u is not None]
+        for update in written:
+            _apply(self.grid, update)
+        return written
+
+    def lines(self) -> list[str]:
+        return ["".join(line) for line in self.grid]
+
+    def full_redraw(self) -> list[str]:
+        return ["".join(line) for line in _text_lines(self.screen._compositor.render_strips())]
+
+
 async def test_the_header_and_a_holder_changed_draw_those_two_and_nothing_between(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -124,33 +158,18 @@ async def test_the_header_and_a_holder_changed_draw_those_two_and_nothing_betwee
         table = app.query_one(HoldersTable)
         await wait_for(pilot, lambda: table.row_count > 3)
         await settled(pilot)
-        screen = app.screen
-        assert isinstance(screen._compositor, BandCompositor)
-        grid = _text_lines(screen._compositor.render_strips())
-        updates: list[object] = []
-        monkeypatch.setattr(app, "_display", lambda _screen, update: updates.append(update))
-        rendered: collections.Counter[str] = collections.Counter()
-        real = Widget.render_lines
-
-        def counted(self: Widget, crop: Region) -> list[Strip]:
-            rendered[type(self).__name__] += 1
-            return real(self, crop)
-
-        monkeypatch.setattr(Widget, "render_lines", counted)
+        assert isinstance(app.screen._compositor, BandCompositor)
+        frames = Frames(app, monkeypatch)
         row = str(list(table.rows)[2].value)
         app.query_one(HeaderBar).update(Text("gpudash  a header that changed"))
         table.set_cells(row, {"age": Text("99s", justify="right")})
         await settled(pilot)  # drawn, however long that takes here
-        monkeypatch.setattr(Widget, "render_lines", real)
-        updates = [u for u in updates if u is not None]
+        updates, rendered = frames.stop(), frames.rendered
         assert any(isinstance(u, BandsUpdate) and len(u.updates) >= 2 for u in updates), updates
         assert rendered["HeaderBar"] and rendered["HoldersTable"], rendered
         assert not rendered["GpuTable"] and not rendered["HistoryPlot"], rendered
-        for update in updates:
-            _apply(grid, update)
-        full = _text_lines(screen._compositor.render_strips())
-        assert ["".join(line) for line in grid] == ["".join(line) for line in full]
-        assert any("99s" in "".join(line) for line in grid)
+        assert frames.lines() == frames.full_redraw()
+        assert any("99s" in line for line in frames.lines())
 
 
 async def test_a_header_that_changed_is_drawn_alone(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -163,28 +182,15 @@ async def test_a_header_that_changed_is_drawn_alone(monkeypatch: pytest.MonkeyPa
         table = app.query_one(HoldersTable)
         await wait_for(pilot, lambda: table.row_count > 3)
         await settled(pilot)
-        screen = app.screen
-        grid = _text_lines(screen._compositor.render_strips())
-        updates: list[object] = []
-        monkeypatch.setattr(app, "_display", lambda _screen, update: updates.append(update))
-        rendered: collections.Counter[str] = collections.Counter()
-        real = Widget.render_lines
-
-        def counted(self: Widget, crop: Region) -> list[Strip]:
-            rendered[type(self).__name__] += 1
-            return real(self, crop)
-
-        monkeypatch.setattr(Widget, "render_lines", counted)
+        frames = Frames(app, monkeypatch)
         app.query_one(HeaderBar).update(Text("gpudash  a header that changed"))
         await settled(pilot)
-        monkeypatch.setattr(Widget, "render_lines", real)
+        assert frames.stop()
+        rendered = frames.rendered
         assert rendered["HeaderBar"], rendered
-        assert set(rendered) <= {"HeaderBar", type(screen).__name__}, rendered
-        for update in (u for u in updates if u is not None):
-            _apply(grid, update)
-        full = _text_lines(screen._compositor.render_strips())
-        assert ["".join(line) for line in grid] == ["".join(line) for line in full]
-        assert "a header that changed" in "".join(grid[0])
+        assert set(rendered) <= {"HeaderBar", type(app.screen).__name__}, rendered
+        assert frames.lines() == frames.full_redraw()
+        assert "a header that changed" in frames.lines()[0]
 
 
 async def test_a_gpu_the_sample_did_not_change_is_not_built_again(
